@@ -1,0 +1,267 @@
+//! The `box` command line: every verb, its arguments and the help that teaches it.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Examples:
+  box new alpha                 create and provision a box
+  box enter alpha               attach its tmux session as 'agent'
+  box save alpha                encrypted, verified backup into backups/
+  box load backups/alpha-20261129-120000.tar.zst.gpg beta
+  box doctor                    check the host and every box
+
+Environment:
+  BOX_CONFIG           config file (box.env) when --config is not given
+  BOX_HOME             state directory (registry, locks, logs)
+  BOX_PASSPHRASE_FILE  backup passphrase from the first line of a file
+  BOX_PASSPHRASE       backup passphrase (prefer the file or the prompt)
+  SMOLVM               the smolvm binary to drive (default: smolvm)
+  BOX_LOG              log filter, e.g. box=debug";
+
+/// Isolated smolvm VMs for coding agents, with encrypted, verified backups.
+#[derive(Debug, Parser)]
+#[command(
+    name = "box",
+    version = crate::version::LONG,
+    about = "Isolated smolvm VMs for coding agents (Claude Code, Codex, Hermes, Executor), with encrypted, verified backups",
+    after_long_help = AFTER_HELP,
+    propagate_version = true,
+    arg_required_else_help = true
+)]
+pub struct Cli {
+    /// More detail on stderr (-v info, -vv debug, -vvv trace)
+    #[arg(short, long, global = true, action = clap::ArgAction::Count)]
+    pub verbose: u8,
+
+    /// Only errors and results; no progress
+    #[arg(short, long, global = true, conflicts_with = "verbose")]
+    pub quiet: bool,
+
+    /// Config file in box.env form (default: $BOX_CONFIG, then the user config dir)
+    #[arg(long, global = true, value_name = "FILE")]
+    pub config: Option<PathBuf>,
+
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Create and provision a new box
+    #[command(after_long_help = "Example:\n  box new alpha\n\n\
+        Creates the smolvm machine, installs the agents and Executor, wires MCP and runs doctor.\n\
+        On failure or Ctrl-C, only what this run created is removed; the transcript is kept.")]
+    New(NameArg),
+
+    /// Attach the box's tmux session as 'agent' (starts the box if stopped)
+    #[command(
+        visible_alias = "shell",
+        after_long_help = "Example:\n  box enter alpha"
+    )]
+    Enter(NameArg),
+
+    /// List boxes with their state and Executor web port
+    #[command(
+        after_long_help = "Examples:\n  box ls\n  box ls --all      include smolvm machines box does not manage\n  box ls --json"
+    )]
+    Ls(LsArgs),
+
+    /// Open the box's Executor web UI in a browser (the token never hits the terminal)
+    #[command(
+        after_long_help = "Example:\n  box open alpha\n\nThe opener is $BOX_BROWSER, else `open` (macOS) or `xdg-open`/`gio open` (Linux)."
+    )]
+    Open(NameArg),
+
+    /// Check the host, the registry and each box (guest health and MCP handshake)
+    #[command(
+        after_long_help = "Examples:\n  box doctor\n  box doctor alpha --json\n  box doctor --fix   drop stale rows, restart a stopped Executor"
+    )]
+    Doctor(DoctorArgs),
+
+    /// Re-run provisioning, refresh hb and the MCP wiring; never touches /data contents
+    #[command(
+        visible_alias = "provision",
+        after_long_help = "Example:\n  box repair alpha"
+    )]
+    Repair(NameArg),
+
+    /// Stop a box (services first, gracefully)
+    #[command(after_long_help = "Example:\n  box stop alpha")]
+    Stop(NameArg),
+
+    /// Start a stopped box and wait until it is healthy
+    #[command(after_long_help = "Example:\n  box start alpha")]
+    Start(NameArg),
+
+    /// Save /data of a box into an encrypted, verified backup (never overwrites)
+    #[command(
+        after_long_help = "Examples:\n  box save alpha\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
+        Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
+        Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
+    )]
+    Save(SaveArgs),
+
+    /// Restore a backup into a fresh box (validated before anything is created)
+    #[command(
+        after_long_help = "Examples:\n  box load backups/alpha-20261129-120000.tar.zst.gpg\n  box load alpha.tar.zst.gpg beta --keep-on-failure\n\n\
+        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
+    )]
+    Load(LoadArgs),
+
+    /// Decrypt and validate a backup into a directory on the host
+    #[command(
+        after_long_help = "Examples:\n  box extract backups/alpha-20261129-120000.tar.zst.gpg\n  box extract alpha.tar.zst.gpg /tmp/alpha-data\n\n\
+        Default directory: <backup dir>/<file name>-extracted. An existing directory is never overwritten."
+    )]
+    Extract(ExtractArgs),
+
+    /// Delete a box and its VM (asks for the exact name unless --force)
+    #[command(
+        after_long_help = "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first."
+    )]
+    Rm(RmArgs),
+
+    /// Print a shell completion script
+    #[command(
+        after_long_help = "Examples:\n  box completions bash > ~/.local/share/bash-completion/completions/box\n  box completions zsh > ~/.zfunc/_box\n  box completions fish > ~/.config/fish/completions/box.fish"
+    )]
+    Completions(CompletionsArgs),
+
+    /// Print the man page (roff)
+    #[command(after_long_help = "Example:\n  box man | man -l -")]
+    Man,
+}
+
+#[derive(Debug, Args)]
+pub struct NameArg {
+    /// Box name: lowercase letters, digits and '-', 1-63 characters
+    pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct LsArgs {
+    /// Also list smolvm machines that box does not manage
+    #[arg(long)]
+    pub all: bool,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct DoctorArgs {
+    /// Check one box only
+    pub name: Option<String>,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+    /// Fix what is safe to fix, and say what was done
+    #[arg(long)]
+    pub fix: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct SaveArgs {
+    /// Box name
+    pub name: String,
+    /// Output file (default: <backup dir>/<name>-<timestamp>.tar.zst.gpg)
+    pub out: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct LoadArgs {
+    /// Backup file (.tar.zst.gpg, or a seed .tar.gz.gpg)
+    pub file: PathBuf,
+    /// Name of the new box
+    #[arg(default_value = "restored")]
+    pub name: String,
+    /// Keep the new VM if the restore fails, for inspection
+    #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub keep_on_failure: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct ExtractArgs {
+    /// Backup file
+    pub file: PathBuf,
+    /// Target directory (must not exist)
+    pub dir: Option<PathBuf>,
+}
+
+#[derive(Debug, Args)]
+pub struct RmArgs {
+    /// Box name
+    pub name: String,
+    /// Delete without asking for the name
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CompletionsArgs {
+    /// Shell to generate completions for
+    pub shell: clap_complete::Shell,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_every_verb_with_its_real_arguments() {
+        let ok: &[&[&str]] = &[
+            &["box", "new", "alpha"],
+            &["box", "enter", "alpha"],
+            &["box", "shell", "alpha"],
+            &["box", "ls"],
+            &["box", "ls", "--all", "--json"],
+            &["box", "open", "alpha"],
+            &["box", "doctor"],
+            &["box", "doctor", "alpha", "--json", "--fix"],
+            &["box", "repair", "alpha"],
+            &["box", "stop", "alpha"],
+            &["box", "start", "alpha"],
+            &["box", "save", "alpha"],
+            &["box", "save", "alpha", "/tmp/x.tar.zst.gpg"],
+            &["box", "load", "f.gpg"],
+            &["box", "load", "f.gpg", "beta", "--keep-on-failure"],
+            &["box", "extract", "f.gpg"],
+            &["box", "extract", "f.gpg", "/tmp/d"],
+            &["box", "rm", "alpha"],
+            &["box", "rm", "alpha", "--force"],
+            &["box", "completions", "zsh"],
+            &["box", "man"],
+            &["box", "-vv", "--config", "/x/box.env", "ls"],
+            &["box", "ls", "-q"],
+        ];
+        for argv in ok {
+            Cli::try_parse_from(*argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        }
+        let bad: &[&[&str]] = &[
+            &["box", "new"],
+            &["box", "ls", "--bogus"],
+            &["box", "completions", "cmd"],
+            &["box", "-v", "-q", "ls"],
+        ];
+        for argv in bad {
+            assert!(Cli::try_parse_from(*argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn load_defaults_to_restored() {
+        let cli = Cli::try_parse_from(["box", "load", "f.gpg"]).unwrap();
+        match cli.command {
+            Command::Load(args) => assert_eq!(args.name, "restored"),
+            other => panic!("{other:?}"),
+        }
+    }
+}

@@ -1,0 +1,9 @@
+//! The `box` host CLI as a library: the binary in `main.rs` is a thin shell around it, and
+//! the end-to-end tests drive the same modules.
+
+pub mod cli;
+pub mod commands;
+pub mod config;
+pub mod state;
+pub mod ui;
+pub mod version;

@@ -1,0 +1,70 @@
+//! `box`: isolated smolvm VMs for coding agents, with encrypted, verified backups.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+
+use box_host::cli::{Cli, Command};
+use box_host::{commands, config, state, ui};
+
+fn init_logging(verbose: u8, quiet: bool) {
+    let default = match (quiet, verbose) {
+        (true, _) => "error",
+        (false, 0) => "warn",
+        (false, 1) => "box=info,warn",
+        (false, 2) => "box=debug,info",
+        _ => "trace",
+    };
+    let filter = std::env::var("BOX_LOG")
+        .ok()
+        .filter(|f| !f.is_empty())
+        .unwrap_or_else(|| default.to_string());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_writer(std::io::stderr)
+        .with_target(false)
+        .try_init();
+}
+
+fn run(cli: Cli) -> anyhow::Result<ExitCode> {
+    // Verbs that need neither configuration nor state.
+    match &cli.command {
+        Command::Completions(args) => return commands::completions::run(args),
+        Command::Man => return commands::man::run(),
+        _ => {}
+    }
+    let ctx = commands::Context {
+        config: config::load(cli.config.as_deref())?,
+        state: state::StateDir::resolve()?,
+        verbose: cli.verbose,
+        quiet: cli.quiet,
+    };
+    match &cli.command {
+        Command::New(a) => commands::new::run(&ctx, a),
+        Command::Enter(a) => commands::enter::run(&ctx, a),
+        Command::Ls(a) => commands::ls::run(&ctx, a),
+        Command::Open(a) => commands::open::run(&ctx, a),
+        Command::Doctor(a) => commands::doctor::run(&ctx, a),
+        Command::Repair(a) => commands::repair::run(&ctx, a),
+        Command::Stop(a) => commands::stop::run(&ctx, a),
+        Command::Start(a) => commands::start::run(&ctx, a),
+        Command::Save(a) => commands::save::run(&ctx, a),
+        Command::Load(a) => commands::load::run(&ctx, a),
+        Command::Extract(a) => commands::extract::run(&ctx, a),
+        Command::Rm(a) => commands::rm::run(&ctx, a),
+        Command::Completions(_) | Command::Man => unreachable!("handled above"),
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    ui::set_quiet(cli.quiet);
+    init_logging(cli.verbose, cli.quiet);
+    match run(cli) {
+        Ok(code) => code,
+        Err(e) => {
+            ui::error(format!("{e:#}"));
+            ExitCode::FAILURE
+        }
+    }
+}

@@ -1,0 +1,413 @@
+//! `box.env`: the configuration both sides read.
+//!
+//! The host reads it to create boxes; a rendered copy of the effective values is installed
+//! root-owned in every guest at `/etc/hermes-box.env`, where `hb` and provisioning read it.
+//! The format is the seed's dotenv form: `KEY=value` lines, `#` comments, optional
+//! `export ` prefix, optional single or double quotes around the value, no expansion.
+//! Every key is known and typed: an unknown key or a bad value is an error naming the
+//! file, the line and the key, never a silent default.
+
+use std::fmt;
+use std::path::PathBuf;
+
+/// Where a value came from, for error messages.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Origin {
+    File { path: PathBuf, line: usize },
+    Env,
+    Default,
+}
+
+impl fmt::Display for Origin {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Origin::File { path, line } => write!(f, "{}:{line}", path.display()),
+            Origin::Env => f.write_str("environment"),
+            Origin::Default => f.write_str("built-in default"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+#[error("{origin}: {key}: {problem}")]
+pub struct ConfigError {
+    pub origin: Origin,
+    pub key: String,
+    pub problem: String,
+}
+
+/// The typed, validated configuration.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BoxEnv {
+    /// OCI image for new boxes.
+    pub base_image: String,
+    pub install_hermes: bool,
+    pub install_executor: bool,
+    /// Executor's port inside the guest (it listens on 127.0.0.1 only).
+    pub executor_port: u16,
+    pub wire_executor_mcp: bool,
+    /// Publish Executor's web UI on a host loopback port.
+    pub expose_executor_web: bool,
+    /// Host port range for the web UI, inclusive.
+    pub web_port_lo: u16,
+    pub web_port_hi: u16,
+    pub cpus: u8,
+    pub mem_mib: u32,
+    /// Where `box save` writes and `box rm` looks for backups.
+    pub backup_dir: PathBuf,
+    pub node_major: u32,
+    pub claude_code_version: String,
+    pub codex_version: String,
+    pub executor_version: String,
+    pub hermes_install_args: String,
+}
+
+impl Default for BoxEnv {
+    fn default() -> Self {
+        Self {
+            base_image: "ubuntu:24.04".into(),
+            install_hermes: true,
+            install_executor: true,
+            executor_port: 4788,
+            wire_executor_mcp: true,
+            expose_executor_web: true,
+            web_port_lo: 4790,
+            web_port_hi: 4999,
+            cpus: 4,
+            mem_mib: 8192,
+            backup_dir: PathBuf::from("backups"),
+            node_major: 22,
+            claude_code_version: "latest".into(),
+            codex_version: "latest".into(),
+            executor_version: "latest".into(),
+            hermes_install_args: "--skip-browser".into(),
+        }
+    }
+}
+
+/// Every key, in the order `render` writes them.
+pub const KEYS: &[&str] = &[
+    "BASE_IMAGE",
+    "INSTALL_HERMES",
+    "INSTALL_EXECUTOR",
+    "EXECUTOR_PORT",
+    "WIRE_EXECUTOR_MCP",
+    "EXPOSE_EXECUTOR_WEB",
+    "EXECUTOR_PORT_LO",
+    "EXECUTOR_PORT_HI",
+    "BOX_CPUS",
+    "BOX_MEM_MIB",
+    "BACKUP_DIR",
+    "NODE_MAJOR",
+    "CLAUDE_CODE_VERSION",
+    "CODEX_VERSION",
+    "EXECUTOR_VERSION",
+    "HERMES_INSTALL_ARGS",
+];
+
+fn parse_bool(v: &str) -> Result<bool, String> {
+    match v.to_ascii_lowercase().as_str() {
+        "1" | "true" | "yes" | "on" => Ok(true),
+        "0" | "false" | "no" | "off" => Ok(false),
+        _ => Err(format!("'{v}' is not a boolean (use 1 or 0)")),
+    }
+}
+
+fn parse_port(v: &str) -> Result<u16, String> {
+    match v.parse::<u32>() {
+        Ok(p) if (1..=65535).contains(&p) => Ok(p as u16),
+        Ok(p) => Err(format!("port {p} is outside 1-65535")),
+        Err(_) => Err(format!("'{v}' is not a port number (1-65535)")),
+    }
+}
+
+fn parse_in<T: TryFrom<u64>>(v: &str, lo: u64, hi: u64, what: &str) -> Result<T, String> {
+    let n: u64 = v
+        .parse()
+        .map_err(|_| format!("'{v}' is not a whole number ({what})"))?;
+    if !(lo..=hi).contains(&n) {
+        return Err(format!("{n} is outside {lo}-{hi} ({what})"));
+    }
+    T::try_from(n).map_err(|_| format!("{n} is too large"))
+}
+
+fn parse_word(v: &str) -> Result<String, String> {
+    if v.is_empty() {
+        Err("must not be empty".into())
+    } else if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
+        Err(format!("'{}' must be one word", v.escape_debug()))
+    } else {
+        Ok(v.to_string())
+    }
+}
+
+fn parse_text(v: &str) -> Result<String, String> {
+    if v.chars().any(char::is_control) {
+        Err("contains a control character".into())
+    } else {
+        Ok(v.to_string())
+    }
+}
+
+impl BoxEnv {
+    /// Sets one key from its string form.
+    pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
+        match key {
+            "BASE_IMAGE" => self.base_image = parse_word(value)?,
+            "INSTALL_HERMES" => self.install_hermes = parse_bool(value)?,
+            "INSTALL_EXECUTOR" => self.install_executor = parse_bool(value)?,
+            "EXECUTOR_PORT" => self.executor_port = parse_port(value)?,
+            "WIRE_EXECUTOR_MCP" => self.wire_executor_mcp = parse_bool(value)?,
+            "EXPOSE_EXECUTOR_WEB" => self.expose_executor_web = parse_bool(value)?,
+            "EXECUTOR_PORT_LO" => self.web_port_lo = parse_port(value)?,
+            "EXECUTOR_PORT_HI" => self.web_port_hi = parse_port(value)?,
+            "BOX_CPUS" => self.cpus = parse_in(value, 1, 255, "CPUs")?,
+            "BOX_MEM_MIB" => self.mem_mib = parse_in(value, 256, 4 * 1024 * 1024, "MiB")?,
+            "BACKUP_DIR" => {
+                if value.is_empty() {
+                    return Err("must not be empty".into());
+                }
+                self.backup_dir = PathBuf::from(parse_text(value)?)
+            }
+            "NODE_MAJOR" => self.node_major = parse_in(value, 20, 99, "Node.js major version")?,
+            "CLAUDE_CODE_VERSION" => self.claude_code_version = parse_word(value)?,
+            "CODEX_VERSION" => self.codex_version = parse_word(value)?,
+            "EXECUTOR_VERSION" => self.executor_version = parse_word(value)?,
+            "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
+            _ => {
+                return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
+            }
+        }
+        Ok(())
+    }
+
+    /// The string form of one key, as `render` writes it.
+    pub fn get(&self, key: &str) -> Option<String> {
+        let b = |v: bool| if v { "1" } else { "0" }.to_string();
+        Some(match key {
+            "BASE_IMAGE" => self.base_image.clone(),
+            "INSTALL_HERMES" => b(self.install_hermes),
+            "INSTALL_EXECUTOR" => b(self.install_executor),
+            "EXECUTOR_PORT" => self.executor_port.to_string(),
+            "WIRE_EXECUTOR_MCP" => b(self.wire_executor_mcp),
+            "EXPOSE_EXECUTOR_WEB" => b(self.expose_executor_web),
+            "EXECUTOR_PORT_LO" => self.web_port_lo.to_string(),
+            "EXECUTOR_PORT_HI" => self.web_port_hi.to_string(),
+            "BOX_CPUS" => self.cpus.to_string(),
+            "BOX_MEM_MIB" => self.mem_mib.to_string(),
+            "BACKUP_DIR" => self.backup_dir.display().to_string(),
+            "NODE_MAJOR" => self.node_major.to_string(),
+            "CLAUDE_CODE_VERSION" => self.claude_code_version.clone(),
+            "CODEX_VERSION" => self.codex_version.clone(),
+            "EXECUTOR_VERSION" => self.executor_version.clone(),
+            "HERMES_INSTALL_ARGS" => self.hermes_install_args.clone(),
+            _ => return None,
+        })
+    }
+
+    /// Parses a box.env file's text on top of the defaults.
+    pub fn parse(text: &str, path: &std::path::Path) -> Result<Self, ConfigError> {
+        let mut env = Self::default();
+        env.apply_file(text, path)?;
+        env.check_ranges(&Origin::File {
+            path: path.to_path_buf(),
+            line: 0,
+        })?;
+        Ok(env)
+    }
+
+    /// Applies the `KEY=value` lines of a file.
+    pub fn apply_file(&mut self, text: &str, path: &std::path::Path) -> Result<(), ConfigError> {
+        let mut seen: Vec<(&str, usize)> = Vec::new();
+        for (index, raw) in text.lines().enumerate() {
+            let line = index + 1;
+            let origin = Origin::File {
+                path: path.to_path_buf(),
+                line,
+            };
+            let trimmed = raw.trim();
+            if trimmed.is_empty() || trimmed.starts_with('#') {
+                continue;
+            }
+            let body = trimmed.strip_prefix("export ").unwrap_or(trimmed);
+            let Some((key, value)) = body.split_once('=') else {
+                return Err(ConfigError {
+                    origin,
+                    key: body.chars().take(40).collect(),
+                    problem: "expected KEY=value".into(),
+                });
+            };
+            let key = key.trim();
+            let value = unquote(value.trim()).map_err(|problem| ConfigError {
+                origin: origin.clone(),
+                key: key.to_string(),
+                problem,
+            })?;
+            if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
+                return Err(ConfigError {
+                    origin,
+                    key: key.to_string(),
+                    problem: format!("set twice (first on line {first})"),
+                });
+            }
+            seen.push((key, line));
+            self.set(key, &value).map_err(|problem| ConfigError {
+                origin,
+                key: key.to_string(),
+                problem,
+            })?;
+        }
+        Ok(())
+    }
+
+    /// Environment variables of the same names override the file, as in the seed.
+    pub fn apply_env(
+        &mut self,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<(), ConfigError> {
+        for key in KEYS {
+            if let Some(value) = lookup(key) {
+                self.set(key, &value).map_err(|problem| ConfigError {
+                    origin: Origin::Env,
+                    key: key.to_string(),
+                    problem,
+                })?;
+            }
+        }
+        self.check_ranges(&Origin::Env)
+    }
+
+    /// Cross-key rules: the web port range must not be empty.
+    pub fn check_ranges(&self, origin: &Origin) -> Result<(), ConfigError> {
+        if self.web_port_lo > self.web_port_hi {
+            return Err(ConfigError {
+                origin: origin.clone(),
+                key: "EXECUTOR_PORT_LO".into(),
+                problem: format!(
+                    "the web port range {}-{} is empty (EXECUTOR_PORT_LO must not exceed EXECUTOR_PORT_HI)",
+                    self.web_port_lo, self.web_port_hi
+                ),
+            });
+        }
+        Ok(())
+    }
+
+    /// Renders every key in dotenv form; `parse` reads it back to an equal value.
+    pub fn render(&self) -> String {
+        let mut out = String::from("# hermes-box-lite effective configuration (written by box)\n");
+        for key in KEYS {
+            let value = self.get(key).unwrap_or_default();
+            out.push_str(&format!("{key}={}\n", quote(&value)));
+        }
+        out
+    }
+
+    /// The web port range as an inclusive Rust range.
+    pub fn web_ports(&self) -> std::ops::RangeInclusive<u16> {
+        self.web_port_lo..=self.web_port_hi
+    }
+}
+
+fn unquote(v: &str) -> Result<String, String> {
+    for q in ['"', '\''] {
+        if let Some(rest) = v.strip_prefix(q) {
+            return match rest.strip_suffix(q) {
+                Some(inner) if !inner.contains(q) => Ok(inner.to_string()),
+                _ => Err(format!("unbalanced {q} quote")),
+            };
+        }
+    }
+    if v.contains(['"', '\'']) {
+        return Err("quotes are only allowed around the whole value".into());
+    }
+    // A trailing comment after an unquoted value, as a shell would read it.
+    Ok(match v.find(" #") {
+        Some(at) => v[..at].trim_end().to_string(),
+        None => v.to_string(),
+    })
+}
+
+fn quote(v: &str) -> String {
+    if v.is_empty() || v.contains([' ', '#', '"', '\'', '$', '\\', '`']) {
+        format!("'{}'", v.replace('\'', ""))
+    } else {
+        v.to_string()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::path::Path;
+
+    fn parse(text: &str) -> Result<BoxEnv, ConfigError> {
+        BoxEnv::parse(text, Path::new("/etc/box.env"))
+    }
+
+    #[test]
+    fn defaults_round_trip_through_render() {
+        let d = BoxEnv::default();
+        assert_eq!(parse(&d.render()).unwrap(), d);
+    }
+
+    #[test]
+    fn reads_the_seed_form() {
+        let env = parse(
+            "# comment\n\nBASE_IMAGE=ubuntu:26.04\nexport INSTALL_HERMES=0\nEXECUTOR_PORT=\"4789\"\nHERMES_INSTALL_ARGS='--skip-browser --no-skills'\nBOX_CPUS=2 # two\n",
+        )
+        .unwrap();
+        assert_eq!(env.base_image, "ubuntu:26.04");
+        assert!(!env.install_hermes);
+        assert_eq!(env.executor_port, 4789);
+        assert_eq!(env.hermes_install_args, "--skip-browser --no-skills");
+        assert_eq!(env.cpus, 2);
+    }
+
+    #[test]
+    fn errors_name_file_line_and_key() {
+        let cases = [
+            ("A=1\n", "/etc/box.env:1: A: unknown key"),
+            (
+                "\nINSTALL_HERMES=maybe\n",
+                "/etc/box.env:2: INSTALL_HERMES: 'maybe' is not a boolean",
+            ),
+            (
+                "EXECUTOR_PORT=70000\n",
+                "/etc/box.env:1: EXECUTOR_PORT: port 70000 is outside 1-65535",
+            ),
+            ("EXECUTOR_PORT=0\n", "port 0 is outside"),
+            (
+                "EXECUTOR_PORT_LO=5000\nEXECUTOR_PORT_HI=4000\n",
+                "EXECUTOR_PORT_LO: the web port range 5000-4000 is empty",
+            ),
+            ("BOX_CPUS=0\n", "BOX_CPUS: 0 is outside 1-255"),
+            ("BASE_IMAGE=\n", "BASE_IMAGE: must not be empty"),
+            ("BASE_IMAGE='x\n", "unbalanced"),
+            ("just words\n", "expected KEY=value"),
+            (
+                "BOX_CPUS=1\nBOX_CPUS=2\n",
+                ":2: BOX_CPUS: set twice (first on line 1)",
+            ),
+        ];
+        for (text, expected) in cases {
+            let err = parse(text).unwrap_err().to_string();
+            assert!(err.contains(expected), "{text:?}: {err}");
+        }
+    }
+
+    #[test]
+    fn environment_overrides_the_file_and_is_validated() {
+        let mut env = parse("EXECUTOR_PORT=4000\n").unwrap();
+        env.apply_env(|k| (k == "EXECUTOR_PORT").then(|| "4001".into()))
+            .unwrap();
+        assert_eq!(env.executor_port, 4001);
+        let err = env
+            .apply_env(|k| (k == "WIRE_EXECUTOR_MCP").then(|| "nah".into()))
+            .unwrap_err()
+            .to_string();
+        assert_eq!(
+            err,
+            "environment: WIRE_EXECUTOR_MCP: 'nah' is not a boolean (use 1 or 0)"
+        );
+    }
+}

@@ -1,0 +1,12 @@
+//! What the host (`box`) and the guest (`hb`) must agree on byte for byte.
+//!
+//! This crate never spawns a process and never touches a VM: it holds formats and rules
+//! only, so both binaries (and their tests and fuzz targets) share one definition.
+
+pub mod box_env;
+pub mod manifest;
+pub mod name;
+
+pub use box_env::{BoxEnv, ConfigError};
+pub use manifest::{ManifestError, RuntimeManifest};
+pub use name::{BoxName, NameError};

@@ -1,0 +1,216 @@
+//! The `hb` command line.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand};
+
+const AFTER_HELP: &str = "\
+Examples:
+  hb status                 Executor, pause, wiring, disk and memory at a glance
+  hb doctor                 every check with a one-line fix; exit 1 on any failure
+  hb down                   pause Executor durably (survives a restart)
+  hb up                     resume it
+  hb logs executor -f       follow Executor's log
+
+Environment:
+  HB_DATA     durable data root (default /data); tests point it elsewhere
+  HB_CONFIG   configuration (default /etc/hermes-box.env)";
+
+/// Guest helper of hermes-box-lite: supervises Executor, wires the agents to it, checks health.
+#[derive(Debug, Parser)]
+#[command(
+    name = "hb",
+    version = crate::version::LONG,
+    about = "hermes-box-lite guest helper: supervises Executor, wires Claude Code, Codex and Hermes to it, checks health",
+    after_long_help = AFTER_HELP,
+    propagate_version = true
+)]
+pub struct Cli {
+    /// Durable data root
+    #[arg(
+        long,
+        global = true,
+        env = "HB_DATA",
+        default_value = "/data",
+        value_name = "DIR"
+    )]
+    pub data: PathBuf,
+
+    /// Configuration file (box.env form)
+    #[arg(
+        long,
+        global = true,
+        env = "HB_CONFIG",
+        default_value = "/etc/hermes-box.env",
+        value_name = "FILE"
+    )]
+    pub config: PathBuf,
+
+    #[command(subcommand)]
+    pub command: Option<Command>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// Executor state, pause, wiring, disk and memory (the default verb)
+    #[command(after_long_help = "Examples:\n  hb status\n  hb status --json")]
+    Status(JsonArg),
+
+    /// Check tools, layout, Executor, the MCP handshake and the wiring
+    #[command(after_long_help = "Examples:\n  hb doctor\n  hb doctor --json")]
+    Doctor(JsonArg),
+
+    /// Print every tool's version
+    #[command(after_long_help = "Example:\n  hb versions")]
+    Versions,
+
+    /// Pause Executor durably: it stays down across restarts until `hb up`
+    #[command(visible_alias = "pause", after_long_help = "Example:\n  hb down")]
+    Down,
+
+    /// Resume Executor (clears a durable pause) and wait until it answers
+    #[command(after_long_help = "Example:\n  hb up")]
+    Up,
+
+    /// Point Claude Code, Codex and Hermes at Executor's MCP endpoint with its token
+    #[command(
+        after_long_help = "Example:\n  hb wire-mcp\n\nThe token stays out of argv and, where the client allows, out of its config."
+    )]
+    WireMcp,
+
+    /// Show a service's log (executor, workload, provision)
+    #[command(after_long_help = "Examples:\n  hb logs executor\n  hb logs executor -f -n 50")]
+    Logs(LogsArgs),
+
+    /// Pause every writer and checkpoint SQLite, for a consistent backup
+    #[command(hide = true)]
+    Quiesce,
+
+    /// Undo what `quiesce` did (and only that)
+    #[command(hide = true)]
+    Resume,
+
+    /// Create the durable layout under the data root with the right owners and modes
+    #[command(hide = true)]
+    Init,
+
+    /// Write the runtime manifest (tool versions) atomically, mode 0600
+    #[command(hide = true)]
+    WriteManifest,
+
+    /// Archive the data root into tar+zstd parts with a SHA-256 index
+    #[command(hide = true)]
+    Export(ExportArgs),
+
+    /// Restore the data root from parts, staged and swapped with rollback
+    #[command(hide = true)]
+    Import(ImportArgs),
+
+    /// The box's long-running process: reaps children, supervises Executor, bridges the web port
+    #[command(hide = true)]
+    Workload,
+}
+
+#[derive(Debug, Args)]
+pub struct JsonArg {
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Service: executor, workload or provision
+    pub service: String,
+    /// Keep printing as the log grows
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Lines to show
+    #[arg(short = 'n', long, default_value_t = 200)]
+    pub lines: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct ExportArgs {
+    /// Tree to archive (default: the data root)
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Directory to write the parts and the index into (created 0700, must not exist)
+    #[arg(long, value_name = "DIR")]
+    pub out: PathBuf,
+    /// Part size in bytes
+    #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
+    pub part_size: u64,
+}
+
+#[derive(Debug, Args)]
+pub struct ImportArgs {
+    /// Tree to restore into (default: the data root)
+    #[arg(long, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// Directory holding the parts and their index
+    #[arg(long, value_name = "DIR")]
+    pub from: PathBuf,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use clap::CommandFactory;
+
+    #[test]
+    fn cli_definition_is_consistent() {
+        Cli::command().debug_assert();
+    }
+
+    #[test]
+    fn parses_every_verb() {
+        let ok: &[&[&str]] = &[
+            &["hb"],
+            &["hb", "status", "--json"],
+            &["hb", "doctor", "--json"],
+            &["hb", "versions"],
+            &["hb", "down"],
+            &["hb", "pause"],
+            &["hb", "up"],
+            &["hb", "wire-mcp"],
+            &["hb", "logs", "executor", "-f", "-n", "5"],
+            &["hb", "quiesce"],
+            &["hb", "resume"],
+            &["hb", "init"],
+            &["hb", "write-manifest"],
+            &[
+                "hb",
+                "export",
+                "--out",
+                "/d/x",
+                "--part-size",
+                "1024",
+                "--root",
+                "/tmp/r",
+            ],
+            &["hb", "import", "--from", "/d/x"],
+            &["hb", "workload"],
+            &["hb", "--data", "/tmp/d", "init"],
+        ];
+        for argv in ok {
+            Cli::try_parse_from(*argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
+        }
+        for argv in [&["hb", "logs"][..], &["hb", "export"], &["hb", "bogus"]] {
+            assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn internal_verbs_are_hidden_from_help() {
+        let help = Cli::command().render_help().to_string();
+        for visible in [
+            "status", "doctor", "versions", "down", "up", "wire-mcp", "logs",
+        ] {
+            assert!(help.contains(visible), "{visible} missing");
+        }
+        for hidden in ["quiesce", "write-manifest", "export", "import", "workload"] {
+            assert!(!help.contains(hidden), "{hidden} shown");
+        }
+    }
+}

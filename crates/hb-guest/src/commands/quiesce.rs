@@ -1,0 +1,11 @@
+//! `hb quiesce`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::Context;
+
+pub fn run(_ctx: &Context) -> Result<ExitCode> {
+    super::not_done("quiesce", 4)
+}

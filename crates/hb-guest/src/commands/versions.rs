@@ -1,0 +1,11 @@
+//! `hb versions`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::Context;
+
+pub fn run(_ctx: &Context) -> Result<ExitCode> {
+    super::not_done("versions", 4)
+}

@@ -1,0 +1,11 @@
+//! `hb wire-mcp`.
+
+use std::process::ExitCode;
+
+use anyhow::Result;
+
+use super::Context;
+
+pub fn run(_ctx: &Context) -> Result<ExitCode> {
+    super::not_done("wire-mcp", 4)
+}

@@ -1,0 +1,5 @@
+//! `hb`, the guest helper, as a library: `main.rs` is a thin shell; tests drive the modules.
+
+pub mod cli;
+pub mod commands;
+pub mod version;

@@ -1,0 +1,39 @@
+//! `hb`: the hermes-box-lite guest helper.
+
+use std::process::ExitCode;
+
+use clap::Parser;
+use hb_guest::cli::{Cli, Command, JsonArg};
+use hb_guest::commands::{self, Context};
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let ctx = Context {
+        data: cli.data.clone(),
+        config: cli.config.clone(),
+    };
+    let result = match &cli.command {
+        None => commands::status::run(&ctx, &JsonArg { json: false }),
+        Some(Command::Status(a)) => commands::status::run(&ctx, a),
+        Some(Command::Doctor(a)) => commands::doctor::run(&ctx, a),
+        Some(Command::Versions) => commands::versions::run(&ctx),
+        Some(Command::Down) => commands::down::run(&ctx),
+        Some(Command::Up) => commands::up::run(&ctx),
+        Some(Command::WireMcp) => commands::wire_mcp::run(&ctx),
+        Some(Command::Logs(a)) => commands::logs::run(&ctx, a),
+        Some(Command::Quiesce) => commands::quiesce::run(&ctx),
+        Some(Command::Resume) => commands::resume::run(&ctx),
+        Some(Command::Init) => commands::init::run(&ctx),
+        Some(Command::WriteManifest) => commands::write_manifest::run(&ctx),
+        Some(Command::Export(a)) => commands::export::run(&ctx, a),
+        Some(Command::Import(a)) => commands::import::run(&ctx, a),
+        Some(Command::Workload) => commands::workload::run(&ctx),
+    };
+    match result {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("hb: error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

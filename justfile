@@ -1,0 +1,45 @@
+# hermes-box-lite tasks. `just --list` shows them all.
+
+set shell := ["bash", "-euo", "pipefail", "-c"]
+
+# Build, install `box`, `hb` and `smolvm-sim` into ~/.cargo/bin, then run the demo lifecycle
+default: install demo
+
+# Install everything the build and the tests need (Debian packages, npm tools, rustup targets)
+setup:
+    bash scripts/setup.sh
+
+# Build the workspace (debug)
+build:
+    cargo build --workspace
+
+# Install box, hb and smolvm-sim into ~/.cargo/bin
+install:
+    cargo install --locked --path crates/box-host
+    cargo install --locked --path crates/hb-guest
+    cargo install --locked --path crates/smolvm-sim
+
+# The whole test suite: formatting, lints, unit, property, end-to-end and contract tests
+test: lint
+    cargo test --workspace --all-targets
+
+# Formatting and lints, as CI holds them
+lint:
+    cargo fmt --all -- --check
+    cargo clippy --workspace --all-targets -- -D warnings
+
+# The smolvm contract suite (SMOLVM=/path/to/smolvm to point it at a real smolvm)
+contract:
+    cargo test -p smolvm-sim --test contract -- --test-threads=1
+
+# Benchmarks against the seed's shell pipeline (prints ratios; asserts nothing)
+bench:
+    bash scripts/bench.sh
+
+# Run the lifecycle against smolvm, or against the bundled simulator where smolvm is missing
+demo:
+    bash scripts/demo.sh
+
+# Cross-built release tarballs into dist/
+release:
+    bash scripts/release.sh
