@@ -204,13 +204,29 @@ mod tests {
     #[test]
     fn internal_verbs_are_hidden_from_help() {
         let help = Cli::command().render_help().to_string();
+        let listed: Vec<&str> = help
+            .lines()
+            .filter_map(|l| l.strip_prefix("  "))
+            .filter_map(|l| l.split_whitespace().next())
+            .collect();
         for visible in [
             "status", "doctor", "versions", "down", "up", "wire-mcp", "logs",
         ] {
-            assert!(help.contains(visible), "{visible} missing");
+            assert!(
+                listed.contains(&visible),
+                "{visible} missing from {listed:?}"
+            );
         }
-        for hidden in ["quiesce", "write-manifest", "export", "import", "workload"] {
-            assert!(!help.contains(hidden), "{hidden} shown");
+        for hidden in [
+            "quiesce",
+            "resume",
+            "init",
+            "write-manifest",
+            "export",
+            "import",
+            "workload",
+        ] {
+            assert!(!listed.contains(&hidden), "{hidden} shown");
         }
     }
 }
