@@ -4,6 +4,7 @@
 //! only, so both binaries (and their tests and fuzz targets) share one definition.
 
 pub mod box_env;
+pub mod layout;
 pub mod manifest;
 pub mod name;
 
