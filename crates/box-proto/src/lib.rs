@@ -6,6 +6,7 @@
 pub mod box_env;
 pub mod layout;
 pub mod manifest;
+pub mod mcp;
 pub mod name;
 
 pub use box_env::{BoxEnv, ConfigError};
