@@ -4,6 +4,8 @@
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod lifecycle;
+pub mod smolvm;
 pub mod state;
 pub mod ui;
 pub mod version;

@@ -1,11 +1,140 @@
-//! `box ls`.
+//! `box ls`: the registry joined with smolvm's `machine ls --json`. No lock: it must work
+//! while another box is being created or deleted, and it only reads.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+use serde::Serialize;
 
 use super::Context;
+use crate::smolvm::{Machine, Smolvm};
+use crate::state::Registry;
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::LsArgs) -> Result<ExitCode> {
-    super::not_done("ls", 5)
+#[derive(Debug, Serialize)]
+struct Row {
+    name: String,
+    /// smolvm's state, `missing` when smolvm has no such machine, `unknown` when smolvm
+    /// could not be asked.
+    state: String,
+    managed: bool,
+    web_port: Option<u16>,
+    url: Option<String>,
+}
+
+pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
+    let listing = Registry::new(&ctx.state).list()?;
+    for bad in &listing.corrupt {
+        ui::warn(format!(
+            "skipping unreadable registry record {}: {}",
+            bad.path.display(),
+            bad.problem
+        ));
+    }
+    let smolvm = Smolvm::from_env();
+    let machines: Option<Vec<Machine>> = match smolvm.list() {
+        Ok(m) => Some(m),
+        Err(e) => {
+            ui::warn(format!("cannot read machine states: {e}"));
+            None
+        }
+    };
+    let state_of = |machine: &str| match &machines {
+        None => "unknown".to_string(),
+        Some(list) => list
+            .iter()
+            .find(|m| m.name == machine)
+            .map_or_else(|| "missing".to_string(), |m| m.state.to_string()),
+    };
+    let mut rows: Vec<Row> = listing
+        .records
+        .iter()
+        .map(|r| Row {
+            name: r.name.to_string(),
+            state: state_of(&r.machine),
+            managed: true,
+            web_port: r.web_port,
+            url: r.web_port.map(|p| format!("http://127.0.0.1:{p}")),
+        })
+        .collect();
+    if args.all
+        && let Some(list) = &machines
+    {
+        for m in list {
+            if !listing.records.iter().any(|r| r.machine == m.name) {
+                rows.push(Row {
+                    name: m.name.clone(),
+                    state: m.state.to_string(),
+                    managed: false,
+                    web_port: None,
+                    url: None,
+                });
+            }
+        }
+    }
+    if args.json {
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+    } else if rows.is_empty() {
+        println!("No hermes-box-lite boxes yet. Create one: box new <name>");
+    } else {
+        print!("{}", table(&rows));
+    }
+    Ok(if machines.is_some() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+fn table(rows: &[Row]) -> String {
+    let mut out = format!("{:<24} {:<12} {}\n", "BOX", "STATE", "EXECUTOR WEB");
+    for r in rows {
+        let name = if r.managed {
+            r.name.clone()
+        } else {
+            format!("{} (unmanaged)", r.name)
+        };
+        let web = r.url.clone().unwrap_or_else(|| "—".to_string());
+        out.push_str(&format!("{name:<24} {:<12} {web}\n", r.state));
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_marks_unmanaged_machines_and_missing_ports() {
+        let rows = vec![
+            Row {
+                name: "alpha".into(),
+                state: "running".into(),
+                managed: true,
+                web_port: Some(4790),
+                url: Some("http://127.0.0.1:4790".into()),
+            },
+            Row {
+                name: "other".into(),
+                state: "stopped".into(),
+                managed: false,
+                web_port: None,
+                url: None,
+            },
+        ];
+        let t = table(&rows);
+        let lines: Vec<&str> = t.lines().collect();
+        assert_eq!(
+            lines[0].split_whitespace().collect::<Vec<_>>(),
+            ["BOX", "STATE", "EXECUTOR", "WEB"]
+        );
+        assert_eq!(
+            lines[1].split_whitespace().collect::<Vec<_>>(),
+            ["alpha", "running", "http://127.0.0.1:4790"]
+        );
+        assert_eq!(
+            lines[2].split_whitespace().collect::<Vec<_>>(),
+            ["other", "(unmanaged)", "stopped", "—"]
+        );
+    }
 }

@@ -1,0 +1,511 @@
+//! The smolvm driver: the only code in box that spawns smolvm.
+//!
+//! Each method is one smolvm invocation from reference/smolvm.md §8, with the machine always
+//! named by `--name` and guest argv always after `--`. Existence is decided only by
+//! `machine ls --json`, never by an exit status. Nothing secret is ever put on smolvm's argv:
+//! the Executor token only travels from the guest to us on stdout.
+
+use std::ffi::{OsStr, OsString};
+use std::path::Path;
+use std::sync::OnceLock;
+use std::sync::atomic::AtomicI32;
+use std::time::Duration;
+
+use super::error::SmolvmError;
+use super::json::{Machine, parse_machine_list};
+use super::runner::{self, CallOpts, LineSink, Output};
+use super::version::SmolvmVersion;
+
+/// Deadlines per kind of call. Generous: they exist so that a hung smolvm never hangs box.
+pub mod timeouts {
+    use std::time::Duration;
+    pub const QUERY: Duration = Duration::from_secs(30);
+    /// SHEAD's create may probe a registry (reference/smolvm.md §2.1).
+    pub const CREATE: Duration = Duration::from_secs(120);
+    /// The first start pulls the image.
+    pub const START: Duration = Duration::from_secs(600);
+    pub const STOP: Duration = Duration::from_secs(90);
+    pub const DELETE: Duration = Duration::from_secs(90);
+    pub const EXEC: Duration = Duration::from_secs(60);
+    pub const COPY: Duration = Duration::from_secs(600);
+    /// Provisioning installs the agents from the network.
+    pub const PROVISION: Duration = Duration::from_secs(45 * 60);
+}
+
+/// What `machine create` is asked for.
+#[derive(Debug, Clone)]
+pub struct CreateSpec {
+    pub name: String,
+    pub image: String,
+    /// `(host, guest)` published on host loopback.
+    pub ports: Vec<(u16, u16)>,
+    pub cpus: u8,
+    pub mem_mib: u32,
+    /// Persisted `-e K=V`: applied to the workload and every exec. Never secrets.
+    pub env: Vec<(String, String)>,
+    /// The persistent workload, after `--`.
+    pub workload: Vec<String>,
+}
+
+/// Options of one `machine exec`.
+#[derive(Default)]
+pub struct ExecOpts<'a> {
+    pub env: Vec<(String, String)>,
+    /// Default: [`timeouts::EXEC`].
+    pub timeout: Option<Duration>,
+    /// `--stream`, with every line handed to the callback as it arrives.
+    pub on_line: Option<LineSink<'a>>,
+    /// A pending-signal flag that cuts the call short (see `runner::CallOpts`).
+    pub cancel: Option<&'a AtomicI32>,
+}
+
+/// A handle on the smolvm binary named by `SMOLVM` (default `smolvm`).
+#[derive(Debug)]
+pub struct Smolvm {
+    bin: OsString,
+    /// A cap on every deadline (`BOX_SMOLVM_TIMEOUT`, seconds), for tests and slow hosts'
+    /// opposite: impatient operators.
+    cap: Option<Duration>,
+    version: OnceLock<Result<SmolvmVersion, String>>,
+}
+
+impl Smolvm {
+    /// The binary from `SMOLVM`, else `smolvm` on PATH. box never substitutes anything else.
+    pub fn from_env() -> Self {
+        let bin = std::env::var_os("SMOLVM")
+            .filter(|v| !v.is_empty())
+            .unwrap_or_else(|| OsString::from("smolvm"));
+        let cap = std::env::var("BOX_SMOLVM_TIMEOUT")
+            .ok()
+            .and_then(|v| v.trim().parse::<f64>().ok())
+            .filter(|s| *s > 0.0)
+            .map(Duration::from_secs_f64);
+        Self::with_binary(bin, cap)
+    }
+
+    pub fn with_binary(bin: impl Into<OsString>, cap: Option<Duration>) -> Self {
+        Self {
+            bin: bin.into(),
+            cap,
+            version: OnceLock::new(),
+        }
+    }
+
+    pub fn binary(&self) -> &OsStr {
+        &self.bin
+    }
+
+    fn deadline(&self, wanted: Duration) -> Duration {
+        match self.cap {
+            Some(cap) if cap < wanted => cap,
+            _ => wanted,
+        }
+    }
+
+    fn call_name(args: &[OsString]) -> String {
+        let mut s = String::from("smolvm");
+        for a in args {
+            s.push(' ');
+            s.push_str(&a.to_string_lossy());
+        }
+        s
+    }
+
+    /// Runs a call and insists on smolvm's success.
+    fn checked(&self, args: Vec<OsString>, timeout: Duration) -> Result<Output, SmolvmError> {
+        let call = Self::call_name(&args);
+        let out = runner::run(
+            &self.bin,
+            &args,
+            &call,
+            CallOpts::with_timeout(self.deadline(timeout)),
+        )?;
+        check(&call, out)
+    }
+
+    /// `smolvm --version`, asked once per process.
+    pub fn version(&self) -> Result<SmolvmVersion, SmolvmError> {
+        let got = self.version.get_or_init(|| {
+            self.checked(args(["--version"]), timeouts::QUERY)
+                .map_err(|e| e.to_string())
+                .and_then(|out| SmolvmVersion::parse(&out.stdout))
+        });
+        got.clone().map_err(|problem| match problem {
+            p if p.starts_with("smolvm not found") => SmolvmError::Missing {
+                bin: self.bin.to_string_lossy().into_owned(),
+            },
+            p => SmolvmError::BadOutput {
+                call: "smolvm --version".into(),
+                problem: p,
+            },
+        })
+    }
+
+    /// `machine ls --json`: every machine, sorted by name.
+    pub fn list(&self) -> Result<Vec<Machine>, SmolvmError> {
+        let a = args(["machine", "ls", "--json"]);
+        let call = Self::call_name(&a);
+        let out = self.checked(a, timeouts::QUERY)?;
+        parse_machine_list(&out.stdout).map_err(|problem| SmolvmError::BadOutput { call, problem })
+    }
+
+    /// The machine named `name`, if `ls --json` lists it.
+    pub fn find(&self, name: &str) -> Result<Option<Machine>, SmolvmError> {
+        Ok(self.list()?.into_iter().find(|m| m.name == name))
+    }
+
+    /// `machine create`. Only writes smolvm's record; nothing boots.
+    pub fn create(&self, spec: &CreateSpec) -> Result<(), SmolvmError> {
+        let mut a = args([
+            "machine",
+            "create",
+            "--name",
+            &spec.name,
+            "--image",
+            &spec.image,
+            "--net",
+        ]);
+        for (host, guest) in &spec.ports {
+            a.push("-p".into());
+            a.push(format!("{host}:{guest}").into());
+        }
+        a.push("--cpus".into());
+        a.push(spec.cpus.to_string().into());
+        a.push("--mem".into());
+        a.push(spec.mem_mib.to_string().into());
+        for (k, v) in &spec.env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        a.push("--".into());
+        a.extend(spec.workload.iter().map(OsString::from));
+        self.checked(a, timeouts::CREATE).map(drop)
+    }
+
+    /// 1.0.x NIC workaround (`machine update --name N --net`), before the first start.
+    pub fn update_net(&self, name: &str) -> Result<(), SmolvmError> {
+        self.checked(
+            args(["machine", "update", "--name", name, "--net"]),
+            timeouts::QUERY,
+        )
+        .map(drop)
+    }
+
+    /// `machine start` (idempotent in smolvm: a running machine is fine).
+    pub fn start(&self, name: &str) -> Result<(), SmolvmError> {
+        self.checked(args(["machine", "start", "--name", name]), timeouts::START)
+            .map(drop)
+    }
+
+    /// `machine stop` (idempotent in smolvm: a stopped machine is fine).
+    pub fn stop(&self, name: &str) -> Result<(), SmolvmError> {
+        self.checked(args(["machine", "stop", "--name", name]), timeouts::STOP)
+            .map(drop)
+    }
+
+    /// `machine delete --name N -f` (always `-f`: without it smolvm prompts and, with no
+    /// stdin, cancels and exits 0 without deleting). Callers verify absence with `find`.
+    pub fn delete(&self, name: &str) -> Result<(), SmolvmError> {
+        self.checked(
+            args(["machine", "delete", "--name", name, "-f"]),
+            timeouts::DELETE,
+        )
+        .map(drop)
+    }
+
+    /// `machine exec --name N [--stream] [-e K=V]… -- argv…`. `Ok` carries the guest
+    /// command's exit status, whatever it is; `Err` means smolvm itself failed (or the
+    /// deadline/a signal ended the call).
+    pub fn exec(
+        &self,
+        name: &str,
+        argv: &[&str],
+        opts: ExecOpts<'_>,
+    ) -> Result<Output, SmolvmError> {
+        let mut a = args(["machine", "exec", "--name", name]);
+        let stream = opts.on_line.is_some();
+        if stream {
+            a.push("--stream".into());
+        }
+        for (k, v) in &opts.env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        a.push("--".into());
+        a.extend(argv.iter().map(OsString::from));
+        let call = Self::call_name(&a);
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                timeout: self.deadline(opts.timeout.unwrap_or(timeouts::EXEC)),
+                on_line: opts.on_line,
+                cancel: opts.cancel,
+            },
+        )?;
+        if let Some(message) = out.smolvm_error() {
+            return Err(SmolvmError::Failed {
+                call,
+                message: message.to_string(),
+            });
+        }
+        Ok(out)
+    }
+
+    /// `machine exec -it --name N [-e K=V]… -- argv…` on the user's terminal; the guest's
+    /// exit code comes back.
+    pub fn exec_interactive(
+        &self,
+        name: &str,
+        env: &[(String, String)],
+        argv: &[&str],
+    ) -> Result<i32, SmolvmError> {
+        let mut a = args(["machine", "exec", "-it", "--name", name]);
+        for (k, v) in env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        a.push("--".into());
+        a.extend(argv.iter().map(OsString::from));
+        let call = Self::call_name(&a);
+        runner::run_interactive(&self.bin, &a, &call)
+    }
+
+    /// `machine cp LOCAL N:/guest/path` (single files only).
+    pub fn copy_in(&self, local: &Path, name: &str, guest: &str) -> Result<(), SmolvmError> {
+        let a = vec![
+            OsString::from("machine"),
+            "cp".into(),
+            local.as_os_str().to_owned(),
+            format!("{name}:{guest}").into(),
+        ];
+        self.checked(a, timeouts::COPY).map(drop)
+    }
+
+    /// `machine cp N:/guest/path LOCAL`.
+    pub fn copy_out(&self, name: &str, guest: &str, local: &Path) -> Result<(), SmolvmError> {
+        let a = vec![
+            OsString::from("machine"),
+            "cp".into(),
+            format!("{name}:{guest}").into(),
+            local.as_os_str().to_owned(),
+        ];
+        self.checked(a, timeouts::COPY).map(drop)
+    }
+}
+
+fn args<const N: usize>(items: [&str; N]) -> Vec<OsString> {
+    items.iter().map(OsString::from).collect()
+}
+
+/// smolvm succeeded, or the error names the call and smolvm's own message.
+fn check(call: &str, out: Output) -> Result<Output, SmolvmError> {
+    if out.success() {
+        return Ok(out);
+    }
+    if let Some(message) = out.smolvm_error() {
+        return Err(SmolvmError::Failed {
+            call: call.to_string(),
+            message: message.to_string(),
+        });
+    }
+    Err(SmolvmError::Unexpected {
+        call: call.to_string(),
+        code: out
+            .code
+            .map_or_else(|| "a signal".to_string(), |c| format!("status {c}")),
+        stderr: out.stderr,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A fake smolvm that plays back a canned answer: the test's only purpose is the
+    /// driver's reading of real smolvm texts.
+    fn fake(dir: &Path, script: &str) -> Smolvm {
+        let path = dir.join("smolvm");
+        let mut f = std::fs::File::create(&path).unwrap();
+        writeln!(f, "#!/bin/sh\n{script}").unwrap();
+        drop(f);
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Smolvm::with_binary(path, None)
+    }
+
+    #[test]
+    fn lists_and_finds_by_exact_name() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            r#"[ "$*" = "machine ls --json" ] || exit 9
+cat <<'J'
+[
+  {
+    "name": "alpha-2",
+    "state": "running"
+  },
+  {
+    "name": "alpha",
+    "state": "stopped",
+    "unknown_key": {"x": [1, 2]}
+  }
+]
+J"#,
+        );
+        let all = s.list().unwrap();
+        assert_eq!(all.len(), 2);
+        assert_eq!(s.find("alpha").unwrap().unwrap().state.as_str(), "stopped");
+        assert!(s.find("alph").unwrap().is_none());
+    }
+
+    #[test]
+    fn malformed_listing_is_an_error_not_an_empty_list() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(tmp.path(), "echo 'No machines found'");
+        let err = s.find("alpha").unwrap_err().to_string();
+        assert!(
+            err.starts_with("`smolvm machine ls --json` printed output box cannot read"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn smolvms_error_line_becomes_the_message() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            "echo \"Starting machine 'a'...\" >&2; echo 'Error: vm not found: a' >&2; exit 1",
+        );
+        let err = s.start("a").unwrap_err();
+        assert!(err.is_not_found());
+        assert_eq!(
+            err.to_string(),
+            "`smolvm machine start --name a` failed: vm not found: a"
+        );
+    }
+
+    #[test]
+    fn a_crash_without_error_line_is_reported_with_stderr() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(tmp.path(), "echo 'thread main panicked' >&2; exit 101");
+        let err = s.stop("a").unwrap_err();
+        assert!(!err.is_not_found());
+        assert_eq!(
+            err.to_string(),
+            "`smolvm machine stop --name a` exited with status 101: thread main panicked"
+        );
+    }
+
+    #[test]
+    fn exec_tells_guest_failure_from_smolvm_failure() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            r#"case "$*" in
+  *"-- false") echo 'error: guest says no' >&2; exit 1;;
+  *"-- missing") echo "Error: agent operation failed: connect: machine 'a' is not running. Use 'smolvm machine start --name a' first." >&2; exit 1;;
+  *) echo "$*";;
+esac"#,
+        );
+        let out = s.exec("a", &["false"], ExecOpts::default()).unwrap();
+        assert_eq!(out.code, Some(1));
+        let err = s.exec("a", &["missing"], ExecOpts::default()).unwrap_err();
+        assert!(err.to_string().contains("is not running"), "{err}");
+        let out = s
+            .exec(
+                "a",
+                &["hb", "doctor"],
+                ExecOpts {
+                    env: vec![("TERM".into(), "xterm".into())],
+                    ..ExecOpts::default()
+                },
+            )
+            .unwrap();
+        assert_eq!(
+            out.stdout,
+            "machine exec --name a -e TERM=xterm -- hb doctor\n"
+        );
+    }
+
+    #[test]
+    fn version_is_read_once_and_parsed() {
+        let tmp = tempfile::tempdir().unwrap();
+        let count = tmp.path().join("count");
+        let s = fake(
+            tmp.path(),
+            &format!("echo x >> {}; echo 'smolvm 1.0.4'", count.display()),
+        );
+        assert_eq!(s.version().unwrap(), SmolvmVersion::new(1, 0, 4));
+        assert_eq!(s.version().unwrap(), SmolvmVersion::new(1, 0, 4));
+        assert_eq!(std::fs::read_to_string(&count).unwrap(), "x\n");
+        let bad = fake(tmp.path(), "echo 'smolvm banana'");
+        assert!(bad.version().unwrap_err().to_string().contains("banana"));
+        let missing = Smolvm::with_binary("/nonexistent/smolvm", None);
+        assert!(matches!(
+            missing.version(),
+            Err(SmolvmError::Missing { .. })
+        ));
+    }
+
+    #[test]
+    fn the_cap_bounds_a_hung_call() {
+        let tmp = tempfile::tempdir().unwrap();
+        let mut s = fake(tmp.path(), "sleep 30");
+        s.cap = Some(Duration::from_millis(200));
+        let err = s.list().unwrap_err();
+        assert!(matches!(err, SmolvmError::Timeout { .. }), "{err}");
+        assert!(
+            err.to_string().contains("smolvm machine ls --json"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn create_passes_the_flags_in_smolvms_spelling() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("argv");
+        let s = fake(
+            tmp.path(),
+            &format!("for a in \"$@\"; do echo \"$a\"; done > {}", log.display()),
+        );
+        s.create(&CreateSpec {
+            name: "alpha".into(),
+            image: "ubuntu:24.04".into(),
+            ports: vec![(4790, 4790)],
+            cpus: 2,
+            mem_mib: 2048,
+            env: vec![("HB_WEB_PORT".into(), "4790".into())],
+            workload: vec!["/bin/sh".into(), "-c".into(), "exec x".into()],
+        })
+        .unwrap();
+        let argv = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            argv.lines().collect::<Vec<_>>(),
+            [
+                "machine",
+                "create",
+                "--name",
+                "alpha",
+                "--image",
+                "ubuntu:24.04",
+                "--net",
+                "-p",
+                "4790:4790",
+                "--cpus",
+                "2",
+                "--mem",
+                "2048",
+                "-e",
+                "HB_WEB_PORT=4790",
+                "--",
+                "/bin/sh",
+                "-c",
+                "exec x"
+            ]
+        );
+    }
+}

@@ -1,0 +1,380 @@
+//! Spawning smolvm: one call at a time, with a deadline, captured output and an error that
+//! names the call.
+//!
+//! Every call runs in its own process group, for two reasons: a timeout kills the whole
+//! tree (smolvm, or the simulator, may have children), and a Ctrl-C on the terminal reaches
+//! only `box`, which decides what to do (the cleanup rules of `box new` defer signals while
+//! `machine create` runs). Interactive calls (`exec -it`) are the exception: they stay in
+//! the terminal's process group so the guest shell gets the terminal.
+
+use std::ffi::OsString;
+use std::io::{BufRead, BufReader, Read};
+use std::os::unix::process::CommandExt;
+use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
+
+use super::error::SmolvmError;
+
+/// How long to keep reading a finished call's output when a grandchild still holds the pipe.
+const PIPE_GRACE: Duration = Duration::from_secs(2);
+/// How often the wait loop wakes up to check the child, the deadline and pending signals.
+const TICK: Duration = Duration::from_millis(20);
+
+/// Which of the child's streams a line came from.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Stream {
+    Stdout,
+    Stderr,
+}
+
+/// What a finished call left behind.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Output {
+    /// The exit code; `None` when the process was killed by a signal.
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+    pub elapsed: Duration,
+}
+
+impl Output {
+    pub fn success(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    /// smolvm's own failure message: the last stderr line, when it starts with `Error: `
+    /// (smolvm prints `eprintln!("Error: {e}")` and exits 1; reference/smolvm.md §1.1).
+    /// A guest command that fails prints whatever it likes, but never as smolvm's last word
+    /// with exit status 1 unless it imitates smolvm exactly; see `exec` in the driver.
+    pub fn smolvm_error(&self) -> Option<&str> {
+        if self.code != Some(1) {
+            return None;
+        }
+        self.stderr
+            .lines()
+            .rev()
+            .find(|l| !l.trim().is_empty())
+            .and_then(|l| l.trim_end().strip_prefix("Error: "))
+    }
+}
+
+/// A callback that sees every output line as it arrives.
+pub type LineSink<'a> = &'a mut dyn FnMut(Stream, &str);
+
+/// Options of one call.
+pub struct CallOpts<'a> {
+    /// Kill the call (and its process group) after this long.
+    pub timeout: Duration,
+    /// Called with every output line as it arrives (provisioning progress).
+    pub on_line: Option<LineSink<'a>>,
+    /// When set and it becomes non-zero (a pending HUP/INT/TERM), the call is killed and
+    /// `Interrupted` returned. Calls that must finish (`machine create`) leave it unset.
+    pub cancel: Option<&'a AtomicI32>,
+}
+
+impl<'a> CallOpts<'a> {
+    pub fn with_timeout(timeout: Duration) -> Self {
+        Self {
+            timeout,
+            on_line: None,
+            cancel: None,
+        }
+    }
+}
+
+enum Event {
+    Line(Stream, String),
+    Eof,
+}
+
+/// Spawns `bin args…` and waits for it within the deadline. `call` is the human name of
+/// the call used in errors (e.g. `smolvm machine start --name alpha`); argv never holds a
+/// secret, so it may be shown.
+pub fn run(
+    bin: &OsString,
+    args: &[OsString],
+    call: &str,
+    mut opts: CallOpts<'_>,
+) -> Result<Output, SmolvmError> {
+    let start = Instant::now();
+    let mut cmd = Command::new(bin);
+    cmd.args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .process_group(0);
+    let mut child = spawn(&mut cmd, bin, call)?;
+    let (tx, rx) = mpsc::channel();
+    if let Some(out) = child.stdout.take() {
+        reader(out, Stream::Stdout, tx.clone());
+    }
+    if let Some(err) = child.stderr.take() {
+        reader(err, Stream::Stderr, tx);
+    }
+    let mut stdout = String::new();
+    let mut stderr = String::new();
+    let mut open_streams = 2;
+    let mut exited: Option<(Option<i32>, Instant)> = None;
+    loop {
+        match rx.recv_timeout(TICK) {
+            Ok(Event::Line(stream, line)) => {
+                if let Some(cb) = opts.on_line.as_mut() {
+                    cb(stream, line.trim_end_matches(['\n', '\r']));
+                }
+                match stream {
+                    Stream::Stdout => stdout.push_str(&line),
+                    Stream::Stderr => stderr.push_str(&line),
+                }
+            }
+            Ok(Event::Eof) => open_streams -= 1,
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => open_streams = 0,
+        }
+        if exited.is_none() {
+            match child.try_wait() {
+                Ok(Some(status)) => exited = Some((status.code(), Instant::now())),
+                Ok(None) => {}
+                Err(e) => {
+                    kill_group(&mut child);
+                    return Err(SmolvmError::Spawn {
+                        call: call.to_string(),
+                        problem: format!("cannot wait for it: {e}"),
+                    });
+                }
+            }
+        }
+        if let Some((code, at)) = exited {
+            // Done when both pipes closed, or a grandchild keeps one open past the grace.
+            if open_streams <= 0 || at.elapsed() > PIPE_GRACE {
+                return Ok(Output {
+                    code,
+                    stdout,
+                    stderr,
+                    elapsed: start.elapsed(),
+                });
+            }
+            continue;
+        }
+        if let Some(flag) = opts.cancel {
+            let signal = flag.load(Ordering::SeqCst);
+            if signal != 0 {
+                kill_group(&mut child);
+                return Err(SmolvmError::Interrupted {
+                    call: call.to_string(),
+                    signal,
+                });
+            }
+        }
+        if start.elapsed() > opts.timeout {
+            kill_group(&mut child);
+            return Err(SmolvmError::Timeout {
+                call: call.to_string(),
+                after: opts.timeout,
+            });
+        }
+    }
+}
+
+/// Runs an interactive call attached to the terminal (`exec -it`) and returns its exit
+/// code. There is no deadline: the user ends the session.
+pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<i32, SmolvmError> {
+    let mut cmd = Command::new(bin);
+    cmd.args(args);
+    let mut child = spawn(&mut cmd, bin, call)?;
+    let status = child.wait().map_err(|e| SmolvmError::Spawn {
+        call: call.to_string(),
+        problem: format!("cannot wait for it: {e}"),
+    })?;
+    Ok(status.code().unwrap_or_else(|| {
+        128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
+    }))
+}
+
+fn spawn(cmd: &mut Command, bin: &OsString, call: &str) -> Result<Child, SmolvmError> {
+    cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            SmolvmError::Missing {
+                bin: bin.to_string_lossy().into_owned(),
+            }
+        } else {
+            SmolvmError::Spawn {
+                call: call.to_string(),
+                problem: e.to_string(),
+            }
+        }
+    })
+}
+
+fn reader(pipe: impl Read + Send + 'static, stream: Stream, tx: mpsc::Sender<Event>) {
+    std::thread::spawn(move || {
+        let mut pipe = BufReader::new(pipe);
+        let mut buf = Vec::new();
+        loop {
+            buf.clear();
+            match pipe.read_until(b'\n', &mut buf) {
+                Ok(0) | Err(_) => break,
+                Ok(_) => {
+                    let line = String::from_utf8_lossy(&buf).into_owned();
+                    if tx.send(Event::Line(stream, line)).is_err() {
+                        return;
+                    }
+                }
+            }
+        }
+        let _ = tx.send(Event::Eof);
+    });
+}
+
+/// Kills the call's whole process group, then reaps the child.
+fn kill_group(child: &mut Child) {
+    if let Ok(pid) = i32::try_from(child.id()) {
+        let _ = nix::sys::signal::killpg(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    }
+    let _ = child.kill();
+    let _ = child.wait();
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sh(script: &str, timeout: Duration) -> Result<Output, SmolvmError> {
+        let args = vec![OsString::from("-c"), OsString::from(script)];
+        run(
+            &OsString::from("/bin/sh"),
+            &args,
+            "test call",
+            CallOpts::with_timeout(timeout),
+        )
+    }
+
+    #[test]
+    fn captures_both_streams_and_the_code() {
+        let out = sh("echo out; echo err >&2; exit 3", Duration::from_secs(10)).unwrap();
+        assert_eq!(out.code, Some(3));
+        assert_eq!(out.stdout, "out\n");
+        assert_eq!(out.stderr, "err\n");
+        assert!(out.smolvm_error().is_none());
+    }
+
+    #[test]
+    fn recognises_smolvms_own_error_line() {
+        let out = sh(
+            "echo ' WARN something' >&2; echo 'Error: vm not found: alpha' >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.smolvm_error(), Some("vm not found: alpha"));
+        // The same text with another exit status is a guest command's own output.
+        let out = sh("echo 'Error: nope' >&2; exit 2", Duration::from_secs(10)).unwrap();
+        assert_eq!(out.smolvm_error(), None);
+        // Output after the Error line means it was not smolvm's last word.
+        let out = sh(
+            "echo 'Error: x' >&2; echo later >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.smolvm_error(), None);
+    }
+
+    #[test]
+    fn a_slow_call_is_killed_with_its_children_and_named() {
+        let start = Instant::now();
+        let err = sh("sleep 30 & sleep 30; wait", Duration::from_millis(300)).unwrap_err();
+        assert!(
+            start.elapsed() < Duration::from_secs(5),
+            "{:?}",
+            start.elapsed()
+        );
+        assert_eq!(
+            err.to_string(),
+            "`test call` did not finish within 0.3s and was stopped; smolvm may be hung (see `box doctor`)"
+        );
+    }
+
+    #[test]
+    fn a_grandchild_holding_the_pipe_does_not_block_forever() {
+        let start = Instant::now();
+        let out = sh("(sleep 20 &) ; echo done", Duration::from_secs(30)).unwrap();
+        assert_eq!(out.stdout, "done\n");
+        assert!(
+            start.elapsed() < Duration::from_secs(6),
+            "{:?}",
+            start.elapsed()
+        );
+    }
+
+    #[test]
+    fn lines_reach_the_callback_as_they_arrive() {
+        let mut seen = Vec::new();
+        let mut cb = |s: Stream, l: &str| seen.push((s, l.to_string()));
+        let args = vec![
+            OsString::from("-c"),
+            OsString::from("echo one; echo two >&2; printf three"),
+        ];
+        let out = run(
+            &OsString::from("/bin/sh"),
+            &args,
+            "t",
+            CallOpts {
+                timeout: Duration::from_secs(10),
+                on_line: Some(&mut cb),
+                cancel: None,
+            },
+        )
+        .unwrap();
+        assert!(out.success());
+        seen.sort_by_key(|(_, l)| l.clone());
+        assert_eq!(
+            seen,
+            [
+                (Stream::Stdout, "one".to_string()),
+                (Stream::Stdout, "three".to_string()),
+                (Stream::Stderr, "two".to_string())
+            ]
+        );
+    }
+
+    #[test]
+    fn a_pending_signal_interrupts_a_cancellable_call() {
+        let flag = AtomicI32::new(0);
+        let args = vec![OsString::from("-c"), OsString::from("sleep 30")];
+        let setter = std::thread::scope(|s| {
+            s.spawn(|| {
+                std::thread::sleep(Duration::from_millis(200));
+                flag.store(15, Ordering::SeqCst);
+            });
+            run(
+                &OsString::from("/bin/sh"),
+                &args,
+                "smolvm machine exec --name a -- x",
+                CallOpts {
+                    timeout: Duration::from_secs(30),
+                    on_line: None,
+                    cancel: Some(&flag),
+                },
+            )
+        });
+        assert!(matches!(
+            setter,
+            Err(SmolvmError::Interrupted { signal: 15, .. })
+        ));
+    }
+
+    #[test]
+    fn a_missing_binary_says_how_to_fix_it() {
+        let err = run(
+            &OsString::from("/nonexistent/smolvm"),
+            &[],
+            "smolvm --version",
+            CallOpts::with_timeout(Duration::from_secs(5)),
+        )
+        .unwrap_err();
+        assert!(err.to_string().contains("set SMOLVM"), "{err}");
+    }
+}
