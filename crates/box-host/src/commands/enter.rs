@@ -1,11 +1,37 @@
-//! `box enter`.
+//! `box enter <name>`: start the box if it is stopped, then attach the persistent tmux
+//! session `main` as `agent`. No lock (reference/hermes-box.md §3.3): a long interactive
+//! session must not block saves. The guest's exit code is passed through.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
 use super::Context;
+use crate::lifecycle::{boxes, readiness};
+use crate::smolvm::Smolvm;
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::NameArg) -> Result<ExitCode> {
-    super::not_done("enter", 5)
+/// The login shell of `agent` runs tmux; `-l` gives it the login environment
+/// (/etc/profile.d/hermes-box.sh) that provisioning installs.
+const ATTACH: &str = "tmux -f /opt/hermes-box/tmux.conf new-session -A -s main";
+
+pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+    let record = boxes::registered(ctx, &args.name)?;
+    let smolvm = Smolvm::from_env();
+    let machine = boxes::machine(&smolvm, &record)?;
+    if !machine.state.is_running() {
+        ui::say(format!("Starting '{}'", record.name));
+        smolvm.start(&record.machine)?;
+        readiness::wait_for_agent(&smolvm, &record.machine)?;
+    }
+    let term = std::env::var("TERM")
+        .ok()
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or_else(|| "xterm-256color".into());
+    let code = smolvm.exec_interactive(
+        &record.machine,
+        &[("TERM".into(), term)],
+        &["runuser", "-l", "agent", "-c", ATTACH],
+    )?;
+    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
 }

@@ -1,11 +1,272 @@
-//! `box new`.
+//! `box new <name>`: create, provision and check a box (DESIGN.md "new";
+//! reference/hermes-box.md §3.4 for what happens on failure or a signal).
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, anyhow};
+use box_proto::BoxName;
 
 use super::Context;
+use crate::lifecycle::cleanup::{self, Rollback};
+use crate::lifecycle::guest;
+use crate::lifecycle::ports;
+use crate::lifecycle::progress::Transcript;
+use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::signals::DeferredSignals;
+use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
+use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::NameArg) -> Result<ExitCode> {
-    super::not_done("new", 5)
+/// The stages a failure is attributed to, as the seed names them.
+const STAGE_CREATE: &str = "creating the base VM";
+const STAGE_PROVISION: &str = "provisioning";
+const STAGE_RUNTIME: &str = "preparing the runtime (MCP wiring, doctor)";
+
+/// A failure that stops `box new`.
+enum Stop {
+    /// A signal arrived; exit with 128+signal after cleaning up.
+    Signal(usize),
+    Error(anyhow::Error),
+}
+
+impl<E: Into<anyhow::Error>> From<E> for Stop {
+    fn from(e: E) -> Self {
+        let e: anyhow::Error = e.into();
+        match e.downcast_ref::<SmolvmError>() {
+            Some(SmolvmError::Interrupted { signal, .. }) => Stop::Signal(*signal),
+            _ => Stop::Error(e),
+        }
+    }
+}
+
+/// One run of `box new`: what it created so far, so a failure undoes exactly that.
+struct NewRun<'a> {
+    ctx: &'a Context,
+    smolvm: Smolvm,
+    signals: DeferredSignals,
+    name: BoxName,
+    machine: String,
+    transcript: Transcript,
+    stage: &'static str,
+    /// The machine exists because this invocation created it.
+    created: bool,
+    row_written: bool,
+    registry_lock: Option<LockGuard>,
+    port: Option<u16>,
+}
+
+pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+    let name = BoxName::parse(&args.name)?;
+    let signals = DeferredSignals::install()?;
+    let _box_lock = locks::try_acquire(
+        &ctx.state,
+        LockKey::Box(name.clone()),
+        &format!("box new {name}"),
+    )?;
+    let transcript = Transcript::create(&ctx.state, name.as_str(), "new")?;
+    let mut run = NewRun {
+        ctx,
+        smolvm: Smolvm::from_env(),
+        signals,
+        machine: name.to_string(),
+        name,
+        transcript,
+        stage: STAGE_CREATE,
+        created: false,
+        row_written: false,
+        registry_lock: None,
+        port: None,
+    };
+    match run.steps() {
+        Ok(()) => Ok(ExitCode::SUCCESS),
+        Err(stop) => Ok(run.fail(stop)),
+    }
+}
+
+impl NewRun<'_> {
+    /// Stops at a pending signal; called between steps.
+    fn checkpoint(&self) -> Result<(), Stop> {
+        match self.signals.pending() {
+            Some(sig) => Err(Stop::Signal(sig)),
+            None => Ok(()),
+        }
+    }
+
+    fn steps(&mut self) -> Result<(), Stop> {
+        let env = &self.ctx.config.env;
+        self.checkpoint()?;
+        let version = self.smolvm.version()?;
+        if !version.is_tested() {
+            ui::warn(format!(
+                "smolvm {version} is outside the tested range 1.0.4-1.9.x; continuing"
+            ));
+        }
+        self.transcript
+            .line(&format!("box new {}: smolvm {version}", self.name));
+
+        // The check-create-register window, under the registry lock.
+        let registry = Registry::new(&self.ctx.state);
+        self.registry_lock = Some(locks::try_acquire(
+            &self.ctx.state,
+            LockKey::Registry,
+            &format!("box new {}", self.name),
+        )?);
+        if registry.get(&self.name)?.is_some() {
+            return Err(anyhow!("box '{}' is already registered", self.name).into());
+        }
+        if let Some(m) = self.smolvm.find(&self.machine)? {
+            return Err(anyhow!(
+                "smolvm machine '{}' already exists ({}); box never touches a machine it did not create: pick another name",
+                m.name,
+                m.state
+            )
+            .into());
+        }
+        let mut create_env = Vec::new();
+        let mut ports_spec = Vec::new();
+        if env.install_executor && env.expose_executor_web {
+            let held: Vec<u16> = registry
+                .list()?
+                .records
+                .iter()
+                .filter_map(|r| r.web_port)
+                .collect();
+            let port = ports::pick(env.web_ports(), &held)?;
+            ports_spec.push((port, port));
+            create_env.push(("HB_WEB_PORT".to_string(), port.to_string()));
+            self.port = Some(port);
+        }
+        self.checkpoint()?;
+        ui::say(format!(
+            "Creating box '{}' from {}",
+            self.name, env.base_image
+        ));
+        if let Some(p) = self.port {
+            ui::say(format!(
+                "Assigned host port {p} -> Executor web (http://127.0.0.1:{p})"
+            ));
+        }
+        let spec = CreateSpec {
+            name: self.machine.clone(),
+            image: env.base_image.clone(),
+            ports: ports_spec,
+            cpus: env.cpus,
+            mem_mib: env.mem_mib,
+            env: create_env,
+            workload: guest::launcher(),
+        };
+        // Signals stay deferred through create: it is never cut short.
+        if let Err(e) = self.smolvm.create(&spec) {
+            self.transcript.line(&format!("create failed: {e}"));
+            self.registry_lock = None;
+            cleanup::warn_create_failed(&self.machine);
+            return Err(e.into());
+        }
+        self.created = true;
+        self.transcript.line("machine created");
+        if version.needs_nic_workaround() {
+            self.smolvm.update_net(&self.machine)?;
+        }
+        registry.insert(&BoxRecord {
+            name: self.name.clone(),
+            machine: self.machine.clone(),
+            web_port: self.port,
+            created_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+            box_version: crate::version::VERSION.to_string(),
+            base_image: env.base_image.clone(),
+        })?;
+        self.row_written = true;
+        self.registry_lock = None;
+        self.checkpoint()?;
+
+        ui::say(format!("Starting '{}'", self.name));
+        self.smolvm.start(&self.machine)?;
+        self.checkpoint()?;
+
+        self.stage = STAGE_PROVISION;
+        self.setup().install_assets()?;
+        self.checkpoint()?;
+        self.setup().provision()?;
+        self.checkpoint()?;
+
+        self.stage = STAGE_RUNTIME;
+        self.setup().runtime()?;
+        self.checkpoint()?;
+        let port = self.port;
+        self.setup().health(port)?;
+        self.checkpoint()?;
+
+        self.created = false; // success: nothing to undo
+        ui::say(format!("Ready. Enter with: box enter {}", self.name));
+        if let Some(p) = self.port {
+            ui::say(format!(
+                "Executor web: http://127.0.0.1:{p} (box open {})",
+                self.name
+            ));
+        }
+        ui::say(format!(
+            "Authenticate inside, then box save {} to capture the state.",
+            self.name
+        ));
+        Ok(())
+    }
+
+    fn setup(&mut self) -> Setup<'_> {
+        Setup {
+            smolvm: &self.smolvm,
+            state: &self.ctx.state,
+            env: &self.ctx.config.env,
+            machine: &self.machine,
+            transcript: &mut self.transcript,
+            cancel: Some(self.signals.flag()),
+        }
+    }
+
+    /// Reports the failure, undoes what this run created, and picks the exit status.
+    fn fail(&mut self, stop: Stop) -> ExitCode {
+        let code = match &stop {
+            Stop::Signal(sig) => {
+                ui::error(format!(
+                    "box new {} interrupted by {} while {}",
+                    self.name,
+                    DeferredSignals::name(*sig),
+                    self.stage
+                ));
+                self.transcript
+                    .line(&format!("interrupted by signal {sig}"));
+                ExitCode::from(DeferredSignals::exit_status(*sig))
+            }
+            Stop::Error(e) => {
+                ui::error(format!("box creation failed while {}: {e:#}", self.stage));
+                self.transcript
+                    .line(&format!("failed while {}: {e:#}", self.stage));
+                ExitCode::FAILURE
+            }
+        };
+        if self.created {
+            if std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+                ui::warn(format!(
+                    "BOX_KEEP_ON_FAILURE=1: keeping the VM '{}' for inspection; remove it with: box rm {} --force",
+                    self.machine, self.name
+                ));
+            } else {
+                let lock = self.registry_lock.take();
+                let outcome = cleanup::rollback_created(
+                    &self.ctx.state,
+                    &self.smolvm,
+                    &self.name,
+                    &self.machine,
+                    lock,
+                    self.row_written,
+                );
+                self.transcript.line(&format!("rollback: {outcome:?}"));
+                if outcome == Rollback::Clean {
+                    tracing::info!("rollback of '{}' complete", self.name);
+                }
+            }
+        }
+        self.registry_lock = None;
+        ui::warn(format!("transcript: {}", self.transcript.path().display()));
+        code
+    }
 }

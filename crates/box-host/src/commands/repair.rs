@@ -1,11 +1,55 @@
-//! `box repair`.
+//! `box repair <name>`: refresh hb, the config and provision/, re-run provisioning,
+//! `hb init` and `hb wire-mcp`, then the guest and host checks. The contents of /data are
+//! never touched (hb init only creates what is missing).
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
 use super::Context;
+use crate::lifecycle::progress::Transcript;
+use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::{boxes, readiness};
+use crate::smolvm::Smolvm;
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::NameArg) -> Result<ExitCode> {
-    super::not_done("repair", 5)
+pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+    let record = boxes::registered(ctx, &args.name)?;
+    let _lock = boxes::lock(ctx, &record, &format!("box repair {}", record.name))?;
+    let smolvm = Smolvm::from_env();
+    let machine = boxes::machine(&smolvm, &record)?;
+    if !machine.state.is_running() {
+        ui::say(format!("Starting '{}' ({})", record.name, machine.state));
+        smolvm.start(&record.machine)?;
+    }
+    readiness::wait_for_agent(&smolvm, &record.machine)?;
+    let mut transcript = Transcript::create(&ctx.state, record.name.as_str(), "repair")?;
+    let mut setup = Setup {
+        smolvm: &smolvm,
+        state: &ctx.state,
+        env: &ctx.config.env,
+        machine: &record.machine,
+        transcript: &mut transcript,
+        cancel: None,
+    };
+    let result = (|| -> Result<()> {
+        setup.install_assets()?;
+        setup.provision()?;
+        setup.runtime()?;
+        if ctx.config.env.install_executor {
+            setup.hb_step(&["up"])?;
+        }
+        setup.health(record.web_port)
+    })();
+    match result {
+        Ok(()) => {
+            ui::say(format!("repair completed for '{}'", record.name));
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => {
+            ui::error(format!("repair of '{}' failed: {e:#}", record.name));
+            ui::warn(format!("transcript: {}", transcript.path().display()));
+            Ok(ExitCode::FAILURE)
+        }
+    }
 }

@@ -1,11 +1,117 @@
-//! `box rm`.
+//! `box rm <name> [--force]`: show the newest backup, ask for the exact name on the
+//! terminal unless `--force`, then under the box lock stop, `delete -f`, verify the machine
+//! is gone, and drop the row under the registry lock.
 
+use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
+use std::time::SystemTime;
 
-use anyhow::Result;
+use anyhow::{Context as _, Result, bail};
 
 use super::Context;
+use crate::lifecycle::boxes;
+use crate::smolvm::Smolvm;
+use crate::state::{LockKey, Registry, locks};
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::RmArgs) -> Result<ExitCode> {
-    super::not_done("rm", 5)
+pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
+    let record = boxes::registered(ctx, &args.name)?;
+    let name = record.name.clone();
+    show_newest_backup(ctx, name.as_str());
+    if !args.force && !confirm(name.as_str())? {
+        ui::error("deletion cancelled");
+        return Ok(ExitCode::FAILURE);
+    }
+    let _lock = boxes::lock(ctx, &record, &format!("box rm {name}"))?;
+    let smolvm = Smolvm::from_env();
+    match smolvm.find(&record.machine)? {
+        None => ui::warn(format!(
+            "smolvm machine '{}' is already gone; removing the registry entry",
+            record.machine
+        )),
+        Some(m) => {
+            if m.state.is_running() {
+                ui::say(format!("Stopping '{name}'"));
+                if let Err(e) = smolvm.stop(&record.machine) {
+                    ui::warn(format!("{e}; deleting anyway"));
+                }
+            }
+            ui::say(format!("Deleting the VM '{}'", record.machine));
+            match smolvm.delete(&record.machine) {
+                Ok(()) => {}
+                Err(e) if e.is_not_found() => {}
+                Err(e) => bail!(
+                    "{e}; the registry entry of '{name}' was kept, retry: box rm {name} --force"
+                ),
+            }
+            if let Some(m) = smolvm.find(&record.machine).with_context(|| {
+                format!("cannot confirm the VM of '{name}' is gone; the registry entry was kept")
+            })? {
+                bail!(
+                    "smolvm still lists '{}' ({}) after delete; the registry entry of '{name}' was kept, retry: box rm {name} --force",
+                    m.name,
+                    m.state
+                );
+            }
+        }
+    }
+    let _reg = locks::try_acquire(&ctx.state, LockKey::Registry, &format!("box rm {name}"))?;
+    Registry::new(&ctx.state).remove(&name)?;
+    ui::say(format!("deleted '{name}'"));
+    Ok(ExitCode::SUCCESS)
+}
+
+fn show_newest_backup(ctx: &Context, name: &str) {
+    let dir = ctx.config.backup_dir();
+    match box_proto::archive::naming::newest_backup(&dir, name) {
+        Ok(Some(path)) => {
+            let age = std::fs::metadata(&path)
+                .and_then(|m| m.modified())
+                .ok()
+                .and_then(|t| SystemTime::now().duration_since(t).ok())
+                .map(|d| format!(" ({} old)", human_age(d.as_secs())))
+                .unwrap_or_default();
+            ui::say(format!("latest backup: {}{age}", path.display()));
+        }
+        Ok(None) => ui::warn(format!("no backup found for '{name}' in {}", dir.display())),
+        Err(e) => ui::warn(format!("cannot look for backups in {}: {e}", dir.display())),
+    }
+}
+
+fn human_age(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s} seconds"),
+        s if s < 2 * 3600 => format!("{} minutes", s / 60),
+        s if s < 2 * 86400 => format!("{} hours", s / 3600),
+        s => format!("{} days", s / 86400),
+    }
+}
+
+/// Asks for the exact name on the controlling terminal. Without one, refuses.
+fn confirm(name: &str) -> Result<bool> {
+    let tty = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/tty");
+    let Ok(mut tty) = tty else {
+        bail!("refusing non-interactive deletion without --force");
+    };
+    write!(tty, "Type the box name '{name}' to delete it permanently: ")?;
+    tty.flush()?;
+    let mut answer = String::new();
+    BufReader::new(&tty).read_line(&mut answer)?;
+    Ok(answer.trim_end_matches(['\n', '\r']) == name)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ages_read_naturally() {
+        assert_eq!(human_age(5), "5 seconds");
+        assert_eq!(human_age(600), "10 minutes");
+        assert_eq!(human_age(3 * 3600), "3 hours");
+        assert_eq!(human_age(3 * 86400), "3 days");
+    }
 }

@@ -1,11 +1,40 @@
-//! `box stop`.
+//! `box stop <name>`: under the box lock, ask hb to stop services gracefully (smolvm has no
+//! init system that would), then `machine stop`.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 
 use super::Context;
+use crate::lifecycle::{boxes, guest};
+use crate::smolvm::Smolvm;
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::NameArg) -> Result<ExitCode> {
-    super::not_done("stop", 5)
+pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+    let record = boxes::registered(ctx, &args.name)?;
+    let _lock = boxes::lock(ctx, &record, &format!("box stop {}", record.name))?;
+    let smolvm = Smolvm::from_env();
+    let machine = boxes::machine(&smolvm, &record)?;
+    if !machine.state.is_running() {
+        ui::say(format!(
+            "'{}' is not running ({})",
+            record.name, machine.state
+        ));
+        return Ok(ExitCode::SUCCESS);
+    }
+    ui::say(format!("Stopping services in '{}'", record.name));
+    match guest::hb(&smolvm, &record.machine, &["down"], Duration::from_secs(60)) {
+        Ok(out) if out.success() => {}
+        Ok(out) => ui::warn(format!(
+            "hb down in '{}' failed ({}){}; stopping the VM anyway",
+            record.name,
+            guest::status(&out),
+            guest::last_lines(&out.stderr, &out.stdout)
+        )),
+        Err(e) => ui::warn(format!("{e:#}; stopping the VM anyway")),
+    }
+    smolvm.stop(&record.machine)?;
+    ui::say(format!("Stopped '{}'", record.name));
+    Ok(ExitCode::SUCCESS)
 }

@@ -8,7 +8,7 @@
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
 use std::sync::OnceLock;
-use std::sync::atomic::AtomicI32;
+use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use super::error::SmolvmError;
@@ -56,7 +56,7 @@ pub struct ExecOpts<'a> {
     /// `--stream`, with every line handed to the callback as it arrives.
     pub on_line: Option<LineSink<'a>>,
     /// A pending-signal flag that cuts the call short (see `runner::CallOpts`).
-    pub cancel: Option<&'a AtomicI32>,
+    pub cancel: Option<&'a AtomicUsize>,
 }
 
 /// A handle on the smolvm binary named by `SMOLVM` (default `smolvm`).

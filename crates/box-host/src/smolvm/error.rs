@@ -36,7 +36,7 @@ pub enum SmolvmError {
 
     /// A HUP/INT/TERM arrived while a call that may be cut short was running.
     #[error("`{call}` was interrupted by signal {signal}")]
-    Interrupted { call: String, signal: i32 },
+    Interrupted { call: String, signal: usize },
 }
 
 impl SmolvmError {

@@ -11,7 +11,7 @@ use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
 use std::os::unix::process::CommandExt;
 use std::process::{Child, Command, Stdio};
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -71,7 +71,7 @@ pub struct CallOpts<'a> {
     pub on_line: Option<LineSink<'a>>,
     /// When set and it becomes non-zero (a pending HUP/INT/TERM), the call is killed and
     /// `Interrupted` returned. Calls that must finish (`machine create`) leave it unset.
-    pub cancel: Option<&'a AtomicI32>,
+    pub cancel: Option<&'a AtomicUsize>,
 }
 
 impl<'a> CallOpts<'a> {
@@ -342,7 +342,7 @@ mod tests {
 
     #[test]
     fn a_pending_signal_interrupts_a_cancellable_call() {
-        let flag = AtomicI32::new(0);
+        let flag = AtomicUsize::new(0);
         let args = vec![OsString::from("-c"), OsString::from("sleep 30")];
         let setter = std::thread::scope(|s| {
             s.spawn(|| {

@@ -1,0 +1,113 @@
+//! Undoing a failed `box new` (reference/hermes-box.md §3.4, steps 4 and 6), exactly:
+//!
+//! * only a machine *this invocation* created is ever deleted (a failed create deletes
+//!   nothing: the machine may belong to someone else who won a race);
+//! * the machine is deleted with `-f`, then its absence is verified with `ls --json`; a
+//!   delete error, or a listing that cannot be read, is never taken for absence;
+//! * only then is the registry row dropped, under the registry lock (reused if we hold it,
+//!   else tried once); when the lock is busy, the row stays and the user is told;
+//! * whenever anything is uncertain the row stays and the recovery command is printed.
+
+use box_proto::BoxName;
+
+use crate::smolvm::Smolvm;
+use crate::state::{LockGuard, LockKey, Registry, StateDir, locks};
+use crate::ui;
+
+/// What the rollback achieved.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Rollback {
+    /// The machine is gone and so is the row (or there was none).
+    Clean,
+    /// The machine is gone, the row stays (registry lock busy).
+    MachineGoneRowKept,
+    /// The machine may still exist; the row stays so `box rm --force` can finish the job.
+    Uncertain,
+}
+
+/// Warning when a failed `machine create` left ownership unknown.
+pub fn warn_create_failed(machine: &str) {
+    ui::warn(format!(
+        "smolvm create failed for '{machine}'; ownership is unknown, so no VM will be deleted automatically"
+    ));
+    ui::warn(format!(
+        "inspect with: smolvm machine status --name '{machine}'"
+    ));
+}
+
+fn keep_row(name: &BoxName, why: &str) {
+    ui::warn(format!(
+        "could not remove incomplete box '{name}' ({why}); registry metadata was preserved"
+    ));
+    ui::warn(format!("recover with: box rm {name} --force"));
+}
+
+/// Deletes the machine this invocation created and, once it is verifiably gone, the row.
+/// `registry` is the registry lock if the caller still holds it.
+pub fn rollback_created(
+    state: &StateDir,
+    smolvm: &Smolvm,
+    name: &BoxName,
+    machine: &str,
+    registry: Option<LockGuard>,
+    row_written: bool,
+) -> Rollback {
+    ui::say(format!("Removing the incomplete VM '{machine}'"));
+    match smolvm.delete(machine) {
+        Ok(()) => {}
+        Err(e) if e.is_not_found() => {} // already gone; the listing below confirms it
+        Err(e) => {
+            keep_row(name, &e.to_string());
+            return Rollback::Uncertain;
+        }
+    }
+    match smolvm.find(machine) {
+        Ok(None) => {}
+        Ok(Some(m)) => {
+            keep_row(name, &format!("smolvm still lists it as {}", m.state));
+            return Rollback::Uncertain;
+        }
+        Err(e) => {
+            keep_row(name, &format!("cannot confirm it is gone: {e}"));
+            return Rollback::Uncertain;
+        }
+    }
+    if !row_written {
+        ui::say(format!("Removed the incomplete VM '{machine}'"));
+        return Rollback::Clean;
+    }
+    let guard = match registry {
+        Some(g) => g,
+        None => match locks::try_acquire(
+            state,
+            LockKey::Registry,
+            &format!("box new {name} (rollback)"),
+        ) {
+            Ok(g) => g,
+            Err(e) => {
+                ui::warn(format!(
+                    "removed VM '{machine}', but the registry lock is busy ({e}); metadata was preserved"
+                ));
+                ui::warn(format!(
+                    "remove the stale entry later with: box rm {name} --force (or box doctor --fix)"
+                ));
+                return Rollback::MachineGoneRowKept;
+            }
+        },
+    };
+    let result = Registry::new(state).remove(name);
+    drop(guard);
+    match result {
+        Ok(_) => {
+            ui::say(format!("Removed the incomplete box '{name}'"));
+            Rollback::Clean
+        }
+        Err(e) => {
+            ui::warn(format!(
+                "removed VM '{machine}', but its registry record could not be removed: {e:#}"
+            ));
+            ui::warn("remove the stale entry with: box doctor --fix");
+            Rollback::MachineGoneRowKept
+        }
+    }
+}

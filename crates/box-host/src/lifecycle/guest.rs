@@ -1,0 +1,180 @@
+//! Talking to `hb` inside a box, and the host side of the health check.
+//!
+//! Every `hb` verb runs as root through `machine exec --name N -- /usr/local/bin/hb <verb>`;
+//! hb drops to `agent` itself where a verb needs it. The Executor token comes back on hb's
+//! stdout only, straight into a `BearerToken`, and is never printed, logged or put on argv.
+
+use std::time::{Duration, Instant};
+
+use anyhow::{Result, bail};
+use box_proto::mcp::{self, BearerToken, Healthy, ProbeOptions};
+use zeroize::Zeroize;
+
+use crate::smolvm::{ExecOpts, Output, Smolvm};
+
+/// Where box installs hb in the guest; the workload launcher waits for it.
+pub const HB_PATH: &str = "/usr/local/bin/hb";
+/// Where the provisioning files go.
+pub const PROVISION_DIR: &str = "/opt/hermes-box/provision";
+/// The effective configuration in the guest (root, 0644).
+pub const GUEST_CONFIG: &str = "/etc/hermes-box.env";
+/// Executor's token file, relative to the data root, for an `hb` without a token verb.
+const TOKEN_FILE: &str = "/data/home/agent/.executor/server-control/auth.json";
+
+/// The persistent workload given to `machine create`: smolvm fixes it at create time, when
+/// hb is not in the image yet, so a tiny shell waits for box to install hb, then becomes it.
+pub fn launcher() -> Vec<String> {
+    vec![
+        "/bin/sh".into(),
+        "-c".into(),
+        format!("while [ ! -x {HB_PATH} ]; do sleep 1; done; exec {HB_PATH} workload"),
+    ]
+}
+
+/// Runs `hb <args>` as root in the guest and returns its output, whatever its status.
+pub fn hb(smolvm: &Smolvm, machine: &str, args: &[&str], timeout: Duration) -> Result<Output> {
+    let mut argv = vec![HB_PATH];
+    argv.extend_from_slice(args);
+    Ok(smolvm.exec(
+        machine,
+        &argv,
+        ExecOpts {
+            timeout: Some(timeout),
+            ..ExecOpts::default()
+        },
+    )?)
+}
+
+/// Like [`hb`], but a non-zero status is an error quoting hb's last words.
+pub fn hb_ok(smolvm: &Smolvm, machine: &str, args: &[&str], timeout: Duration) -> Result<Output> {
+    let out = hb(smolvm, machine, args, timeout)?;
+    if !out.success() {
+        bail!(
+            "`hb {}` in box '{machine}' failed ({}){}",
+            args.join(" "),
+            status(&out),
+            last_lines(&out.stderr, &out.stdout)
+        );
+    }
+    Ok(out)
+}
+
+pub fn status(out: &Output) -> String {
+    out.code.map_or_else(
+        || "killed by a signal".into(),
+        |c| format!("exit status {c}"),
+    )
+}
+
+/// The last few non-empty lines of stderr (else stdout), for an error message.
+pub fn last_lines(stderr: &str, stdout: &str) -> String {
+    let src = if stderr.trim().is_empty() {
+        stdout
+    } else {
+        stderr
+    };
+    let lines: Vec<&str> = src.lines().filter(|l| !l.trim().is_empty()).collect();
+    if lines.is_empty() {
+        return String::new();
+    }
+    let tail = &lines[lines.len().saturating_sub(3)..];
+    format!(": {}", tail.join(" | "))
+}
+
+/// Reads Executor's token inside the guest: `hb token` where hb has it, else the token file
+/// Executor writes (`{"token": "…"}`). The value only ever lives in the returned secret.
+pub fn read_token(smolvm: &Smolvm, machine: &str) -> Result<BearerToken> {
+    let mut out = hb(smolvm, machine, &["token"], Duration::from_secs(20))?;
+    let token = if out.success() {
+        BearerToken::new(&out.stdout)
+    } else {
+        out.stdout.zeroize();
+        let mut file = smolvm.exec(
+            machine,
+            &["cat", TOKEN_FILE],
+            ExecOpts {
+                timeout: Some(Duration::from_secs(20)),
+                ..ExecOpts::default()
+            },
+        )?;
+        let token = if file.success() {
+            token_from_file(&file.stdout)
+        } else {
+            None
+        };
+        file.stdout.zeroize();
+        token
+    };
+    out.stdout.zeroize();
+    match token {
+        Some(t) => Ok(t),
+        None => bail!(
+            "cannot read Executor's token in box '{machine}' (is Executor installed and started? try: box doctor {machine})"
+        ),
+    }
+}
+
+fn token_from_file(text: &str) -> Option<BearerToken> {
+    match serde_json::from_str::<serde_json::Value>(text) {
+        Ok(v) => v
+            .get("token")
+            .and_then(|t| t.as_str())
+            .and_then(BearerToken::new),
+        Err(_) => None,
+    }
+}
+
+/// The full MCP handshake from the host through the published port, retried (Executor may
+/// still be starting) up to `tries` times, one second apart.
+pub fn host_handshake(port: u16, token: &BearerToken, tries: u32) -> Result<Healthy> {
+    let url = mcp::executor_url(port);
+    let opts = ProbeOptions::default();
+    let mut last = None;
+    for attempt in 0..tries.max(1) {
+        let started = Instant::now();
+        match mcp::probe(&url, Some(token), &opts) {
+            Ok(h) => return Ok(h),
+            Err(e) => last = Some(e),
+        }
+        if attempt + 1 < tries {
+            std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
+        }
+    }
+    match last {
+        Some(e) => bail!("Executor MCP through http://127.0.0.1:{port} is not healthy: {e}"),
+        None => bail!("Executor MCP through http://127.0.0.1:{port} was not probed"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn the_launcher_waits_for_hb_then_becomes_it() {
+        let l = launcher();
+        assert_eq!(l[0], "/bin/sh");
+        assert_eq!(
+            l[2],
+            "while [ ! -x /usr/local/bin/hb ]; do sleep 1; done; exec /usr/local/bin/hb workload"
+        );
+    }
+
+    #[test]
+    fn token_file_forms() {
+        assert_eq!(
+            token_from_file(r#"{"token":" abc \n"}"#).unwrap().expose(),
+            "abc"
+        );
+        assert!(token_from_file(r#"{"token":""}"#).is_none());
+        assert!(token_from_file("abc").is_none());
+        assert!(token_from_file(r#"{"tok":"x"}"#).is_none());
+    }
+
+    #[test]
+    fn last_lines_prefers_stderr() {
+        assert_eq!(last_lines("a\n\nb\nc\nd\n", "x"), ": b | c | d");
+        assert_eq!(last_lines(" \n", "x\n"), ": x");
+        assert_eq!(last_lines("", ""), "");
+    }
+}

@@ -1,0 +1,226 @@
+//! Putting a box's software in place, shared by `box new` and `box repair` (and usable by
+//! `box load`): copy the config, `provision/` and hb in, run `provision.sh` with live
+//! progress, run `hb init` and `hb wire-mcp`, then the guest and host health checks.
+//! Nothing here touches the contents of `/data`; hb owns that.
+
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::sync::atomic::AtomicUsize;
+use std::time::Duration;
+
+use anyhow::{Context as _, Result, bail};
+use box_proto::BoxEnv;
+
+use super::guest::{self, GUEST_CONFIG, HB_PATH, PROVISION_DIR};
+use super::guest_assets::{self, GuestArch};
+use super::progress::{StepProgress, Transcript, mmss};
+use crate::smolvm::{ExecOpts, Smolvm, Stream, timeouts};
+use crate::state::StateDir;
+use crate::ui;
+
+/// One box being set up, with its transcript.
+pub struct Setup<'a> {
+    pub smolvm: &'a Smolvm,
+    pub state: &'a StateDir,
+    pub env: &'a BoxEnv,
+    pub machine: &'a str,
+    pub transcript: &'a mut Transcript,
+    /// A pending-signal flag that cuts long guest work short.
+    pub cancel: Option<&'a AtomicUsize>,
+}
+
+impl Setup<'_> {
+    /// Runs a guest command that must succeed; returns its stdout. Output goes to the
+    /// transcript.
+    pub fn exec_ok(&mut self, what: &str, argv: &[&str], timeout: Duration) -> Result<String> {
+        let out = self.smolvm.exec(
+            self.machine,
+            argv,
+            ExecOpts {
+                timeout: Some(timeout),
+                ..ExecOpts::default()
+            },
+        )?;
+        self.transcript.block(what, &out.stdout);
+        self.transcript
+            .block(&format!("{what} (stderr)"), &out.stderr);
+        if !out.success() {
+            bail!(
+                "{what} in box '{}' failed ({}){}",
+                self.machine,
+                guest::status(&out),
+                guest::last_lines(&out.stderr, &out.stdout)
+            );
+        }
+        Ok(out.stdout)
+    }
+
+    /// Config, provisioning files and hb into the guest. hb goes last and appears
+    /// atomically: the workload launcher starts it as soon as it is executable, and it
+    /// reads the config.
+    pub fn install_assets(&mut self) -> Result<()> {
+        let uname = self.exec_ok("uname -m", &["uname", "-m"], timeouts::EXEC)?;
+        let arch = GuestArch::from_uname(&uname)?;
+        let hb_local = guest_assets::hb_binary(arch)?;
+        let provision = guest_assets::provision_dir()?;
+        ui::say(format!(
+            "Copying hb ({}) and provision/ into '{}'",
+            arch.as_str(),
+            self.machine
+        ));
+        self.transcript.line(&format!("hb: {}", hb_local.display()));
+        self.transcript
+            .line(&format!("provision: {}", provision.display()));
+
+        // The rendered config holds no secret, but is written 0600 anyway, then removed.
+        let env_file =
+            self.state
+                .root()
+                .join(format!(".box-env-{}-{}", self.machine, std::process::id()));
+        let copied = (|| -> Result<()> {
+            let mut f = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .mode(0o600)
+                .open(&env_file)
+                .with_context(|| format!("cannot write {}", env_file.display()))?;
+            f.write_all(self.env.render().as_bytes())
+                .with_context(|| format!("cannot write {}", env_file.display()))?;
+            drop(f);
+            Ok(self.smolvm.copy_in(&env_file, self.machine, GUEST_CONFIG)?)
+        })();
+        let _ = std::fs::remove_file(&env_file);
+        copied?;
+        self.exec_ok(
+            "config ownership",
+            &[
+                "sh",
+                "-c",
+                &format!("chown root:root {GUEST_CONFIG} && chmod 0644 {GUEST_CONFIG}"),
+            ],
+            timeouts::EXEC,
+        )?;
+        for (path, rel) in guest_assets::files_under(&provision)? {
+            self.smolvm
+                .copy_in(&path, self.machine, &format!("{PROVISION_DIR}/{rel}"))?;
+        }
+        // Scripts keep their executable bit (cp before 1.9 has no --mode).
+        self.exec_ok(
+            "provision modes",
+            &[
+                "sh",
+                "-c",
+                &format!("find {PROVISION_DIR} -name '*.sh' -exec chmod 0755 {{}} +"),
+            ],
+            timeouts::EXEC,
+        )?;
+        let size = std::fs::metadata(&hb_local)
+            .with_context(|| format!("cannot read {}", hb_local.display()))?
+            .len();
+        let staged = format!("{HB_PATH}.new");
+        self.smolvm.copy_in(&hb_local, self.machine, &staged)?;
+        self.exec_ok(
+            "install hb",
+            &[
+                "sh",
+                "-c",
+                &format!(
+                    "test \"$(stat -c %s {staged})\" = {size} || {{ echo 'hb arrived truncated' >&2; exit 1; }}; chmod 0755 {staged} && mv -f {staged} {HB_PATH}"
+                ),
+            ],
+            timeouts::EXEC,
+        )?;
+        Ok(())
+    }
+
+    /// Runs `provision.sh` streamed: step names with elapsed time on the terminal, every
+    /// line in the transcript. `BOX_SKIP_PROVISION=1` skips it (tests only).
+    pub fn provision(&mut self) -> Result<()> {
+        if std::env::var("BOX_SKIP_PROVISION").is_ok_and(|v| v == "1") {
+            ui::warn("BOX_SKIP_PROVISION=1: skipping provisioning (tests only)");
+            self.transcript
+                .line("provisioning skipped (BOX_SKIP_PROVISION=1)");
+            return Ok(());
+        }
+        ui::say(format!(
+            "Provisioning '{}' (transcript: {})",
+            self.machine,
+            self.transcript.path().display()
+        ));
+        let mut progress = StepProgress::new();
+        let transcript = &mut *self.transcript;
+        transcript.line("--- provision.sh");
+        let mut on_line = |_s: Stream, line: &str| {
+            transcript.line(line);
+            progress.feed(line);
+        };
+        let script = format!("{PROVISION_DIR}/provision.sh");
+        let out = self.smolvm.exec(
+            self.machine,
+            &["/bin/bash", &script],
+            ExecOpts {
+                timeout: Some(timeouts::PROVISION),
+                on_line: Some(&mut on_line),
+                cancel: self.cancel,
+                ..ExecOpts::default()
+            },
+        );
+        let secs = progress.done();
+        let out = out?;
+        if !out.success() {
+            bail!(
+                "provisioning failed after {} ({}){}",
+                mmss(secs),
+                guest::status(&out),
+                guest::last_lines(&out.stderr, &out.stdout)
+            );
+        }
+        ui::say(format!("Provisioned in {}", mmss(secs)));
+        Ok(())
+    }
+
+    /// `hb <args>`, which must succeed; output into the transcript.
+    pub fn hb_step(&mut self, args: &[&str]) -> Result<()> {
+        let label = format!("hb {}", args.join(" "));
+        ui::say(&label);
+        let out = guest::hb(self.smolvm, self.machine, args, Duration::from_secs(300))?;
+        self.transcript.block(&label, &out.stdout);
+        self.transcript
+            .block(&format!("{label} (stderr)"), &out.stderr);
+        if !out.success() {
+            bail!(
+                "`{label}` in box '{}' failed ({}){}",
+                self.machine,
+                guest::status(&out),
+                guest::last_lines(&out.stderr, &out.stdout)
+            );
+        }
+        Ok(())
+    }
+
+    /// `hb init` and, when Executor is wired, `hb wire-mcp`.
+    pub fn runtime(&mut self) -> Result<()> {
+        self.hb_step(&["init"])?;
+        if self.env.install_executor && self.env.wire_executor_mcp {
+            self.hb_step(&["wire-mcp"])?;
+        }
+        Ok(())
+    }
+
+    /// Guest `hb doctor`, then the MCP handshake from the host through `port`.
+    pub fn health(&mut self, port: Option<u16>) -> Result<()> {
+        self.hb_step(&["doctor"])?;
+        match port {
+            Some(port) if self.env.install_executor => {
+                let token = guest::read_token(self.smolvm, self.machine)?;
+                let healthy = guest::host_handshake(port, &token, 30)?;
+                ui::say(format!(
+                    "host Executor MCP: healthy on http://127.0.0.1:{port} ({} {})",
+                    healthy.server.name, healthy.server.version
+                ));
+            }
+            _ => ui::say("host endpoint check skipped: web exposure is off"),
+        }
+        Ok(())
+    }
+}
