@@ -1,6 +1,7 @@
 //! The `box` host CLI as a library: the binary in `main.rs` is a thin shell around it, and
 //! the end-to-end tests drive the same modules.
 
+pub mod backup;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -3,6 +3,7 @@
 //! This crate never spawns a process and never touches a VM: it holds formats and rules
 //! only, so both binaries (and their tests and fuzz targets) share one definition.
 
+pub mod archive;
 pub mod box_env;
 pub mod layout;
 pub mod manifest;

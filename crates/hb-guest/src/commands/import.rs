@@ -1,11 +1,21 @@
-//! `hb import`.
+//! `hb import`: parts → checked → validated → staged → owners, modes, pause marker →
+//! swapped into the data root with rollback.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
 
 use super::Context;
+use crate::archive::import::import;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::ImportArgs) -> Result<ExitCode> {
-    super::not_done("import", 7)
+pub fn run(ctx: &Context, args: &crate::cli::ImportArgs) -> Result<ExitCode> {
+    let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
+    let summary = import(&root, &args.from)?;
+    println!(
+        "Imported {} members ({} files) into {}",
+        summary.members,
+        summary.files,
+        root.display()
+    );
+    Ok(ExitCode::SUCCESS)
 }

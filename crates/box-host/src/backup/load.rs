@@ -1,0 +1,310 @@
+//! The load side. Pass 1 ([`validate_backup`]): decrypt, validate every member, hash the
+//! plaintext — nothing written. Pass 2: decrypt again and either hand out parts
+//! ([`write_parts`], for `box load`) or unpack into a private staging dir ([`extract`], for
+//! `box extract`); the plaintext hash must equal pass 1's, and nothing leaves the staging
+//! area before the OpenPGP MDC has been checked at EOF.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use box_proto::RuntimeManifest;
+use box_proto::archive::parts::{Part, PartIndex, part_name};
+use box_proto::archive::unpack::Unpacker;
+use box_proto::archive::validate::{self, Limits, Report, WalkError};
+use secrecy::SecretString;
+use sha2::{Digest, Sha256};
+
+use super::cleanup::{self, Temp};
+use super::crypto::{DecryptReader, DecryptStatus};
+use super::progress::Progress;
+use super::{BackupError, hex_sha, publish};
+
+/// What pass 1 learned about a backup.
+#[derive(Debug, Clone)]
+pub struct ValidatedBackup {
+    pub path: PathBuf,
+    /// SHA-256 of the plaintext (the compressed tar stream).
+    pub sha256: [u8; 32],
+    /// Bytes of plaintext.
+    pub plaintext_size: u64,
+    /// Bytes of the encrypted file.
+    pub file_size: u64,
+    pub report: Report,
+    /// The runtime manifest inside, when present and parseable.
+    pub manifest: Option<RuntimeManifest>,
+    /// Why the manifest could not be read, when it is present but bad.
+    pub manifest_error: Option<String>,
+}
+
+/// Hashes and counts what passes through, and reports progress.
+struct Tap<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+    progress: Progress,
+    shared: std::rc::Rc<std::cell::RefCell<Option<([u8; 32], u64)>>>,
+}
+
+impl<R: Read> Read for Tap<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        self.progress.add(n as u64);
+        if n == 0 && !buf.is_empty() {
+            self.progress.done();
+            *self.shared.borrow_mut() = Some((self.hasher.clone().finalize().into(), self.bytes));
+        }
+        Ok(n)
+    }
+}
+
+type Shared = std::rc::Rc<std::cell::RefCell<Option<([u8; 32], u64)>>>;
+
+fn open_tapped(
+    path: &Path,
+    passphrase: &SecretString,
+    label: &'static str,
+) -> Result<(Tap<DecryptReader>, DecryptStatus, Shared), BackupError> {
+    let reader = DecryptReader::open(path, passphrase)?;
+    let status = reader.status();
+    let shared: Shared = Default::default();
+    Ok((
+        Tap {
+            inner: reader,
+            hasher: Sha256::new(),
+            bytes: 0,
+            progress: Progress::new(label),
+            shared: shared.clone(),
+        },
+        status,
+        shared,
+    ))
+}
+
+/// Decrypts and validates `path` without writing anything; returns the plaintext hash,
+/// size and the validation report.
+pub fn decrypt_validate(
+    path: &Path,
+    passphrase: &SecretString,
+    label: &'static str,
+) -> Result<([u8; 32], u64, Report), BackupError> {
+    let (tap, status, shared) = open_tapped(path, passphrase, label)?;
+    let report = validate::validate(tap, &Limits::default())
+        .map_err(|e| BackupError::from_archive(e, &status))?;
+    if let Some(failure) = status.failure() {
+        return Err(BackupError::Corrupt(failure));
+    }
+    let (sha, size) = shared
+        .borrow_mut()
+        .take()
+        .ok_or_else(|| BackupError::Corrupt("the decrypted stream did not reach its end".into()))?;
+    Ok((sha, size, report))
+}
+
+/// Pass 1 of a load or an extract: decrypt, validate, hash. Writes nothing.
+pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<ValidatedBackup> {
+    let file_size = std::fs::metadata(path)
+        .with_context(|| format!("no such backup: {}", path.display()))?
+        .len();
+    let (sha256, plaintext_size, report) = decrypt_validate(path, passphrase, "decrypting")?;
+    let (manifest, manifest_error) = match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
+        Some(Ok(m)) => (Some(m), None),
+        Some(Err(e)) => (None, Some(e.to_string())),
+        None => (None, None),
+    };
+    Ok(ValidatedBackup {
+        path: path.to_path_buf(),
+        sha256,
+        plaintext_size,
+        file_size,
+        report,
+        manifest,
+        manifest_error,
+    })
+}
+
+/// Pass 2 of a load: decrypts `path` again into part files of `part_size` bytes in `dir`
+/// (0600, registered for cleanup) and calls `on_part(path, part)` for each; the part file
+/// is removed after the callback returns. The last part is handed out only after the MDC
+/// checked out and the plaintext hash equals `expected` (pass 1). Parts handed out earlier
+/// are unauthenticated until this returns `Ok`: the caller must not let the guest import
+/// them before, which it cannot anyway without the index returned here.
+pub fn write_parts(
+    path: &Path,
+    passphrase: &SecretString,
+    expected: &[u8; 32],
+    part_size: u64,
+    dir: &Path,
+    mut on_part: impl FnMut(&Path, &Part) -> Result<()>,
+) -> Result<PartIndex> {
+    if part_size == 0 {
+        bail!("part size must be positive");
+    }
+    let mut reader = DecryptReader::open(path, passphrase)?;
+    let mut head = [0u8; 4];
+    let mut total = Sha256::new();
+    let mut parts = Vec::new();
+    let mut pending: Option<(Temp, Part)> = None;
+    let mut buf = vec![0u8; 1 << 20];
+    let mut progress = Progress::new("decrypting");
+    let mut size_total = 0u64;
+    let mut eof = false;
+    while !eof {
+        let (temp, mut file) = Temp::create_file(dir, ".box-part-")
+            .with_context(|| format!("cannot create a part file in {}", dir.display()))?;
+        let mut hasher = Sha256::new();
+        let mut written = 0u64;
+        while written < part_size {
+            let want = (part_size - written).min(buf.len() as u64) as usize;
+            let n = reader.read(&mut buf[..want]).map_err(|e| {
+                BackupError::Corrupt(reader.status().failure().unwrap_or_else(|| e.to_string()))
+            })?;
+            if n == 0 {
+                eof = true;
+                break;
+            }
+            if size_total < 4 {
+                let take = (4 - size_total as usize).min(n);
+                head[size_total as usize..size_total as usize + take].copy_from_slice(&buf[..take]);
+            }
+            file.write_all(&buf[..n]).context("cannot write a part file")?;
+            hasher.update(&buf[..n]);
+            total.update(&buf[..n]);
+            written += n as u64;
+            size_total += n as u64;
+            progress.add(n as u64);
+        }
+        if written == 0 {
+            break;
+        }
+        file.sync_all()?;
+        let part = Part {
+            name: part_name(parts.len() + usize::from(pending.is_some())),
+            size: written,
+            sha256: hasher.finalize().into(),
+        };
+        if let Some((t, p)) = pending.take() {
+            on_part(t.path(), &p)?;
+            parts.push(p);
+            drop(t);
+        }
+        pending = Some((temp, part));
+    }
+    progress.done();
+    if !reader.authenticated() {
+        return Err(BackupError::Corrupt("the OpenPGP message did not end cleanly".into()).into());
+    }
+    let sha: [u8; 32] = total.finalize().into();
+    if &sha != expected {
+        return Err(BackupError::Changed {
+            first: hex_sha(expected),
+            second: hex_sha(&sha),
+        }
+        .into());
+    }
+    if let Some((t, p)) = pending.take() {
+        on_part(t.path(), &p)?;
+        parts.push(p);
+        drop(t);
+    }
+    let compression = box_proto::archive::sniff(&head)
+        .ok_or_else(|| BackupError::NotArchive("neither zstd nor gzip data".into()))?;
+    Ok(PartIndex {
+        compression,
+        total_size: size_total,
+        total_sha256: sha,
+        parts,
+    })
+}
+
+/// What [`extract`] did.
+#[derive(Debug, Clone)]
+pub struct Extracted {
+    pub dir: PathBuf,
+    pub files: u64,
+    pub members: u64,
+}
+
+/// Pass 2 of `box extract`: decrypts again, re-validates every member as it goes, unpacks
+/// into a fresh 0700 staging dir beside `target` (no same-owner, no set-id bits), and
+/// after EOF (MDC checked) and a hash equal to pass 1 renames the staging dir to
+/// `target`, never replacing it. Any failure or signal removes the staging dir.
+pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &Path) -> Result<Extracted> {
+    if std::fs::symlink_metadata(target).is_ok() {
+        bail!("refusing to overwrite existing directory: {}", target.display());
+    }
+    let parent = match target.parent() {
+        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    std::fs::create_dir_all(&parent)
+        .with_context(|| format!("cannot create {}", parent.display()))?;
+    let name = target
+        .file_name()
+        .ok_or_else(|| anyhow!("target {} has no name", target.display()))?
+        .to_string_lossy()
+        .into_owned();
+    let stage = Temp::create_dir(&parent, &format!(".{name}.extract-"))
+        .with_context(|| format!("cannot create a staging directory in {}", parent.display()))?;
+    let (tap, status, shared) = open_tapped(&validated.path, passphrase, "extracting")?;
+    let mut unpacker = Unpacker::new(stage.path());
+    let walked = validate::walk(tap, &Limits::default(), |entry, key| {
+        cleanup::with_lock(|_| unpacker.unpack(entry, key))
+    });
+    let report = match walked {
+        Ok(report) => report,
+        Err(WalkError::Archive(e)) => return Err(BackupError::from_archive(e, &status).into()),
+        Err(WalkError::Callback(e)) => {
+            if let Some(failure) = status.failure() {
+                return Err(BackupError::Corrupt(failure).into());
+            }
+            return Err(anyhow!("cannot extract into {}: {e}", stage.path().display()));
+        }
+    };
+    if let Some(failure) = status.failure() {
+        return Err(BackupError::Corrupt(failure).into());
+    }
+    let Some((sha, _)) = shared.borrow_mut().take() else {
+        return Err(BackupError::Corrupt("the decrypted stream did not reach its end".into()).into());
+    };
+    if sha != validated.sha256 {
+        return Err(BackupError::Changed {
+            first: hex_sha(&validated.sha256),
+            second: hex_sha(&sha),
+        }
+        .into());
+    }
+    cleanup::with_lock(|_| unpacker.finish())
+        .with_context(|| format!("cannot set modes in {}", stage.path().display()))?;
+    let promoted = cleanup::with_lock(|reg| -> io::Result<()> {
+        publish::rename_noreplace(stage.path(), target)?;
+        reg.forget(stage.id());
+        Ok(())
+    });
+    match promoted {
+        Ok(()) => stage.disarm(),
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
+            bail!("refusing to overwrite existing directory: {}", target.display())
+        }
+        Err(e) => return Err(e).with_context(|| format!("cannot move the extraction to {}", target.display())),
+    }
+    let _ = publish::sync_dir(&parent);
+    Ok(Extracted {
+        dir: target.to_path_buf(),
+        files: report.files,
+        members: report.members,
+    })
+}
+
+/// Opens the file only to check it exists and is a regular file (clear error otherwise).
+pub fn check_backup_file(path: &Path) -> Result<()> {
+    let meta = std::fs::metadata(path).with_context(|| format!("no such backup: {}", path.display()))?;
+    if !meta.is_file() {
+        bail!("{} is not a regular file", path.display());
+    }
+    File::open(path).with_context(|| format!("cannot read backup {}", path.display()))?;
+    Ok(())
+}

@@ -1,0 +1,65 @@
+//! The backup engine on the host: passphrase, OpenPGP, the one-pass save pipeline, the
+//! verification pass, no-replace publishing, the two-pass load side and `box extract`.
+//!
+//! Save (issue 6 drives it through a VM; `examples/backup_harness.rs` drives it locally):
+//!
+//! ```text
+//! save::check_destination(out)?;                  // "refusing to overwrite existing backup"
+//! let mut p = save::Pipeline::begin(out, &pass)?; // 0600 temp beside `out`
+//! for part in parts { p.feed_part(path, Some(&index_entry))?; remove part }
+//! let sealed = p.finish()?;                       // encrypted + validated + hashed, one pass
+//! let verified = sealed.verify(&pass)?;           // decrypt again, compare hash, no plaintext
+//! let published = verified.publish()?;            // link(2): never replaces
+//! ```
+//!
+//! Load: [`load::validate_backup`] (pass 1: decrypt + validate + hash, nothing written),
+//! then [`load::write_parts`] (pass 2: decrypt again into parts, hash must match pass 1) or
+//! [`load::extract`] (pass 2 into a staging dir, promoted after the MDC check).
+
+pub mod cleanup;
+pub mod crypto;
+pub mod load;
+pub mod passphrase;
+pub mod progress;
+pub mod publish;
+pub mod save;
+
+use box_proto::archive::ArchiveError;
+
+/// Failures a user must be able to tell apart.
+#[derive(Debug, thiserror::Error)]
+pub enum BackupError {
+    #[error("decryption failed (wrong passphrase?)")]
+    WrongPassphrase,
+    #[error("not an encrypted OpenPGP backup: {0}")]
+    NotOpenPgp(String),
+    #[error("backup is corrupt or truncated (OpenPGP integrity check failed: {0})")]
+    Corrupt(String),
+    #[error("decrypted data is not a valid archive: {0}")]
+    NotArchive(String),
+    #[error("{0}")]
+    Unsafe(ArchiveError),
+    #[error("backup changed between passes (SHA-256 {first} then {second}); nothing was written")]
+    Changed { first: String, second: String },
+    #[error("{0}")]
+    Io(String),
+}
+
+impl BackupError {
+    /// Classifies an archive error seen while reading decrypted data: a decryption failure
+    /// recorded underneath wins over what it did to the archive.
+    pub fn from_archive(e: ArchiveError, status: &crypto::DecryptStatus) -> Self {
+        if let Some(failure) = status.failure() {
+            return BackupError::Corrupt(failure);
+        }
+        match e {
+            ArchiveError::Unsafe { .. } => BackupError::Unsafe(e),
+            ArchiveError::Invalid(what) => BackupError::NotArchive(what),
+        }
+    }
+}
+
+/// Hex SHA-256 for messages.
+pub fn hex_sha(bytes: &[u8; 32]) -> String {
+    hex::encode(bytes)
+}

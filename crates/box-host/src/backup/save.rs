@@ -1,0 +1,321 @@
+//! The save pipeline: parts → one stream → OpenPGP encryptor → 0600 temp file beside the
+//! destination, while a zstd decoder + tar walker validates the members (on a second
+//! thread, fed through a bounded channel) and SHA-256 runs over the plaintext — one pass.
+//! Then [`Sealed::verify`] decrypts the temp file and compares the hash (no plaintext is
+//! written), and [`Verified::publish`] links it into place without ever replacing.
+
+use std::fs::File;
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::thread::JoinHandle;
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
+use box_proto::archive::validate::{self, Limits, Report};
+use box_proto::archive::ArchiveError;
+use secrecy::SecretString;
+use sha2::{Digest, Sha256};
+
+use super::cleanup::{self, Temp};
+use super::crypto::EncryptWriter;
+use super::progress::Progress;
+use super::publish;
+use super::{BackupError, hex_sha};
+
+const CHUNK: usize = 1 << 20;
+
+/// Refuses an existing destination before any work (hermes-box.md §1.6 step 1).
+pub fn check_destination(out: &Path) -> Result<()> {
+    if std::fs::symlink_metadata(out).is_ok() {
+        bail!("refusing to overwrite existing backup: {}", out.display());
+    }
+    Ok(())
+}
+
+/// Reads a channel of chunks as a byte stream (the validator's input).
+struct ChannelReader {
+    rx: Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+    pos: usize,
+}
+
+impl Read for ChannelReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
+        while self.pos >= self.buf.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.buf = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
+        }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
+        Ok(n)
+    }
+}
+
+/// A save in progress. Dropping it removes the temp file.
+pub struct Pipeline {
+    out: PathBuf,
+    temp: Temp,
+    writer: EncryptWriter,
+    hasher: Sha256,
+    bytes: u64,
+    tx: Option<SyncSender<Vec<u8>>>,
+    validator: Option<JoinHandle<Result<Report, ArchiveError>>>,
+    progress: Progress,
+}
+
+/// The encrypted temp file, validated and hashed, not yet verified or published.
+pub struct Sealed {
+    out: PathBuf,
+    temp: Temp,
+    /// SHA-256 of the plaintext (the compressed tar stream).
+    pub sha256: [u8; 32],
+    /// Bytes of plaintext.
+    pub plaintext_size: u64,
+    pub report: Report,
+}
+
+/// A verified temp file, ready to publish.
+pub struct Verified {
+    sealed: Sealed,
+}
+
+/// A published backup.
+#[derive(Debug, Clone)]
+pub struct Published {
+    pub path: PathBuf,
+    /// Size of the encrypted file.
+    pub size: u64,
+    pub sha256: [u8; 32],
+    pub report: Report,
+}
+
+impl Pipeline {
+    /// Starts a save into `out`: refuses an existing `out`, creates its directory and the
+    /// 0600 temp beside it, and starts the encryptor and the validator.
+    pub fn begin(out: &Path, passphrase: &SecretString) -> Result<Self> {
+        Self::begin_with_limits(out, passphrase, Limits::default())
+    }
+
+    pub fn begin_with_limits(out: &Path, passphrase: &SecretString, limits: Limits) -> Result<Self> {
+        check_destination(out)?;
+        let dir = match out.parent() {
+            Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
+            _ => PathBuf::from("."),
+        };
+        std::fs::create_dir_all(&dir)
+            .with_context(|| format!("cannot create backup directory {}", dir.display()))?;
+        let name = out
+            .file_name()
+            .ok_or_else(|| anyhow!("backup path {} has no file name", out.display()))?
+            .to_string_lossy()
+            .into_owned();
+        let (temp, file) = Temp::create_file(&dir, &format!(".{name}.tmp-"))
+            .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+        let writer = EncryptWriter::new(file, passphrase)?;
+        let (tx, rx) = sync_channel::<Vec<u8>>(4);
+        let validator = std::thread::Builder::new()
+            .name("box-validate".into())
+            .spawn(move || {
+                validate::validate(
+                    ChannelReader {
+                        rx,
+                        buf: Vec::new(),
+                        pos: 0,
+                    },
+                    &limits,
+                )
+            })
+            .context("cannot start the validator thread")?;
+        Ok(Pipeline {
+            out: out.to_path_buf(),
+            temp,
+            writer,
+            hasher: Sha256::new(),
+            bytes: 0,
+            tx: Some(tx),
+            validator: Some(validator),
+            progress: Progress::new("encrypting"),
+        })
+    }
+
+    fn validator_error(&mut self) -> anyhow::Error {
+        self.tx.take();
+        match self.validator.take().map(|h| h.join()) {
+            Some(Ok(Err(e))) => anyhow!("generated archive failed validation: {e}"),
+            Some(Ok(Ok(_))) => anyhow!("the validator stopped early"),
+            Some(Err(_)) => anyhow!("the validator thread panicked"),
+            None => anyhow!("the validator already stopped"),
+        }
+    }
+
+    /// Streams plaintext bytes into the backup. Returns how many were read.
+    pub fn feed(&mut self, mut reader: impl Read) -> Result<u64> {
+        let mut total = 0u64;
+        loop {
+            let mut chunk = vec![0u8; CHUNK];
+            let n = match reader.read(&mut chunk) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e).context("cannot read backup data"),
+            };
+            chunk.truncate(n);
+            self.hasher.update(&chunk);
+            self.writer
+                .write_all(&chunk)
+                .context("cannot write the encrypted backup")?;
+            let sent = self.tx.as_ref().map(|tx| tx.send(chunk));
+            if !matches!(sent, Some(Ok(()))) {
+                return Err(self.validator_error());
+            }
+            self.bytes += n as u64;
+            total += n as u64;
+            self.progress.add(n as u64);
+        }
+        Ok(total)
+    }
+
+    /// Streams one part file; with `expected`, its size and SHA-256 must match (the part
+    /// index), or the save fails.
+    pub fn feed_part(&mut self, path: &Path, expected: Option<&Part>) -> Result<()> {
+        let file = File::open(path).with_context(|| format!("cannot open part {}", path.display()))?;
+        let mut hashing = HashingReader {
+            inner: file,
+            hasher: Sha256::new(),
+            bytes: 0,
+        };
+        self.feed(&mut hashing)?;
+        if let Some(part) = expected {
+            let got: [u8; 32] = hashing.hasher.finalize().into();
+            if hashing.bytes != part.size || got != part.sha256 {
+                bail!(
+                    "part {} does not match the part index (size {} vs {}, SHA-256 {} vs {})",
+                    path.display(),
+                    hashing.bytes,
+                    part.size,
+                    hex_sha(&got),
+                    hex_sha(&part.sha256)
+                );
+            }
+        }
+        Ok(())
+    }
+
+    /// Feeds every part listed in `<dir>/parts.index`, checking each and the total.
+    pub fn feed_parts_dir(&mut self, dir: &Path) -> Result<PartIndex> {
+        let index = read_index(dir)?;
+        for part in &index.parts {
+            self.feed_part(&dir.join(&part.name), Some(part))?;
+        }
+        Ok(index)
+    }
+
+    /// Ends encryption (fsync) and validation; returns the sealed temp file.
+    pub fn finish(mut self) -> Result<Sealed> {
+        self.tx.take();
+        let report = match self.validator.take().map(|h| h.join()) {
+            Some(Ok(Ok(report))) => report,
+            Some(Ok(Err(e))) => bail!("generated archive failed validation: {e}"),
+            _ => bail!("the validator thread failed"),
+        };
+        self.progress.done();
+        self.writer.finish()?;
+        let sha256: [u8; 32] = self.hasher.finalize().into();
+        Ok(Sealed {
+            out: self.out,
+            temp: self.temp,
+            sha256,
+            plaintext_size: self.bytes,
+            report,
+        })
+    }
+}
+
+struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
+        Ok(n)
+    }
+}
+
+/// Reads and parses `<dir>/parts.index`.
+pub fn read_index(dir: &Path) -> Result<PartIndex> {
+    let path = dir.join(INDEX_FILE);
+    let text = std::fs::read_to_string(&path)
+        .with_context(|| format!("cannot read part index {}", path.display()))?;
+    PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))
+}
+
+impl Sealed {
+    /// The verification pass: decrypt the temp file, validate, compare the hash. Writes
+    /// no plaintext.
+    pub fn verify(self, passphrase: &SecretString) -> Result<Verified> {
+        let (sha, size, _) = super::load::decrypt_validate(self.temp.path(), passphrase, "verifying")
+            .map_err(|e| anyhow!("encrypted backup verification failed: {e}"))?;
+        if sha != self.sha256 || size != self.plaintext_size {
+            return Err(anyhow!(
+                "encrypted backup verification failed: {}",
+                BackupError::Changed {
+                    first: hex_sha(&self.sha256),
+                    second: hex_sha(&sha),
+                }
+            ));
+        }
+        Ok(Verified { sealed: self })
+    }
+
+    pub fn temp_path(&self) -> &Path {
+        self.temp.path()
+    }
+}
+
+impl Verified {
+    /// Links the verified temp to its destination (never replacing), then removes the temp.
+    pub fn publish(self) -> Result<Published> {
+        let Sealed {
+            out,
+            temp,
+            sha256,
+            report,
+            ..
+        } = self.sealed;
+        let size = std::fs::metadata(temp.path())?.len();
+        let linked = cleanup::with_lock(|reg| -> io::Result<()> {
+            publish::link_noreplace(temp.path(), &out)?;
+            let _ = std::fs::remove_file(temp.path());
+            reg.forget(temp.id());
+            Ok(())
+        });
+        match linked {
+            Ok(()) => temp.disarm(),
+            Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+                bail!("backup destination appeared during save: {}", out.display())
+            }
+            Err(e) => return Err(e).with_context(|| format!("cannot publish {}", out.display())),
+        }
+        if let Some(dir) = out.parent().filter(|p| !p.as_os_str().is_empty()) {
+            let _ = publish::sync_dir(dir);
+        }
+        Ok(Published {
+            path: out,
+            size,
+            sha256,
+            report,
+        })
+    }
+}

@@ -1,0 +1,68 @@
+//! The backup archive: what is inside a `<box>-<stamp>.tar.zst.gpg` once decrypted, and the
+//! rules both sides hold it to.
+//!
+//! * [`validate`]: the streaming validator (hermes-box.md §1.3, V4 rules in order, plus caps).
+//! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
+//! * [`parts`]: the part index `hb export` writes beside its parts (size + SHA-256 each).
+//! * [`naming`]: backup file names and finding a box's newest backup.
+//!
+//! Compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
+//! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
+
+pub mod excludes;
+pub mod naming;
+pub mod parts;
+pub mod unpack;
+pub mod validate;
+
+pub use validate::{ArchiveError, Limits, Report, Validator};
+
+/// The compression inside a backup's plaintext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Zstandard: what this project writes.
+    Zstd,
+    /// gzip: what the seed (`tar czf`) wrote.
+    Gzip,
+}
+
+impl Compression {
+    /// The short name used in messages and the part index.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+        }
+    }
+}
+
+/// The zstd frame magic number, little-endian on disk.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// The gzip member magic.
+pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Recognises the compression from the first bytes of a stream (at least 4 are needed to
+/// recognise zstd). Returns `None` for anything else.
+pub fn sniff(head: &[u8]) -> Option<Compression> {
+    if head.starts_with(&ZSTD_MAGIC) {
+        Some(Compression::Zstd)
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Some(Compression::Gzip)
+    } else {
+        None
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_magic_not_names() {
+        assert_eq!(sniff(&[0x28, 0xb5, 0x2f, 0xfd, 0]), Some(Compression::Zstd));
+        assert_eq!(sniff(&[0x1f, 0x8b, 8]), Some(Compression::Gzip));
+        assert_eq!(sniff(b"./home"), None);
+        assert_eq!(sniff(&[]), None);
+        assert_eq!(sniff(&[0x28, 0xb5]), None);
+    }
+}

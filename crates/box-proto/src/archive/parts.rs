@@ -1,0 +1,220 @@
+//! The part index `hb export` writes beside its parts, and `box` (save) and `hb import`
+//! (load) check. A plain text file named [`INDEX_FILE`]:
+//!
+//! ```text
+//! hermes-box-parts 1
+//! compression zstd
+//! total <bytes> <sha256 hex of the whole stream>
+//! part part-000000 <bytes> <sha256 hex>
+//! part part-000001 <bytes> <sha256 hex>
+//! ```
+//!
+//! The parts, concatenated in the listed order, are the compressed tar stream: exactly the
+//! plaintext of a backup. Every part but the last has the same size. Part names are
+//! `part-NNNNNN` and nothing else, so a hostile index cannot name a path.
+
+use std::fmt::Write as _;
+
+use crate::archive::Compression;
+
+/// The index file name inside an export directory.
+pub const INDEX_FILE: &str = "parts.index";
+/// The first line of every index.
+pub const HEADER: &str = "hermes-box-parts 1";
+/// The most parts an index may list (1 TiB in 1 GiB parts, with room to spare).
+pub const MAX_PARTS: usize = 100_000;
+
+/// One part: its file name, size and SHA-256.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Part {
+    pub name: String,
+    pub size: u64,
+    pub sha256: [u8; 32],
+}
+
+/// The whole index.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct PartIndex {
+    pub compression: Compression,
+    pub total_size: u64,
+    pub total_sha256: [u8; 32],
+    pub parts: Vec<Part>,
+}
+
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum PartIndexError {
+    #[error("part index line {line}: {what}")]
+    Line { line: usize, what: String },
+    #[error("part index: {0}")]
+    Whole(String),
+}
+
+/// The name of part number `n` (0-based).
+pub fn part_name(n: usize) -> String {
+    format!("part-{n:06}")
+}
+
+fn valid_part_name(name: &str) -> bool {
+    name.len() == 11
+        && name.starts_with("part-")
+        && name[5..].bytes().all(|b| b.is_ascii_digit())
+}
+
+fn parse_hash(s: &str) -> Option<[u8; 32]> {
+    let mut out = [0u8; 32];
+    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return None;
+    }
+    hex::decode_to_slice(s, &mut out).ok()?;
+    Some(out)
+}
+
+impl PartIndex {
+    pub fn render(&self) -> String {
+        let mut s = String::new();
+        let _ = writeln!(s, "{HEADER}");
+        let _ = writeln!(s, "compression {}", self.compression.as_str());
+        let _ = writeln!(
+            s,
+            "total {} {}",
+            self.total_size,
+            hex::encode(self.total_sha256)
+        );
+        for p in &self.parts {
+            let _ = writeln!(s, "part {} {} {}", p.name, p.size, hex::encode(p.sha256));
+        }
+        s
+    }
+
+    /// Parses and checks an index: header, fields, part names in sequence
+    /// (`part-000000`, `part-000001`, …), sizes adding up to the total, no empty part.
+    pub fn parse(text: &str) -> Result<Self, PartIndexError> {
+        let bad = |line: usize, what: &str| PartIndexError::Line {
+            line,
+            what: what.to_string(),
+        };
+        let mut lines = text.lines().enumerate().map(|(i, l)| (i + 1, l));
+        match lines.next() {
+            Some((_, HEADER)) => {}
+            _ => return Err(bad(1, &format!("expected '{HEADER}'"))),
+        }
+        let (n, line) = lines.next().ok_or_else(|| bad(2, "missing compression"))?;
+        let compression = match line.strip_prefix("compression ") {
+            Some("zstd") => Compression::Zstd,
+            Some("gzip") => Compression::Gzip,
+            _ => return Err(bad(n, "expected 'compression zstd' or 'compression gzip'")),
+        };
+        let (n, line) = lines.next().ok_or_else(|| bad(3, "missing total"))?;
+        let fields: Vec<&str> = line.split(' ').collect();
+        let (total_size, total_sha256) = match fields.as_slice() {
+            ["total", size, hash] => (
+                size.parse::<u64>()
+                    .map_err(|_| bad(n, "total size is not a number"))?,
+                parse_hash(hash).ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
+            ),
+            _ => return Err(bad(n, "expected 'total <bytes> <sha256>'")),
+        };
+        let mut parts = Vec::new();
+        for (n, line) in lines {
+            let fields: Vec<&str> = line.split(' ').collect();
+            let ["part", name, size, hash] = fields.as_slice() else {
+                return Err(bad(n, "expected 'part <name> <bytes> <sha256>'"));
+            };
+            if !valid_part_name(name) || *name != part_name(parts.len()) {
+                return Err(bad(
+                    n,
+                    &format!("expected part name {}", part_name(parts.len())),
+                ));
+            }
+            if parts.len() >= MAX_PARTS {
+                return Err(bad(n, "too many parts"));
+            }
+            let size = size
+                .parse::<u64>()
+                .map_err(|_| bad(n, "part size is not a number"))?;
+            if size == 0 {
+                return Err(bad(n, "empty part"));
+            }
+            let sha256 =
+                parse_hash(hash).ok_or_else(|| bad(n, "part hash is not 64 lowercase hex digits"))?;
+            parts.push(Part {
+                name: name.to_string(),
+                size,
+                sha256,
+            });
+        }
+        if parts.is_empty() {
+            return Err(PartIndexError::Whole("lists no parts".into()));
+        }
+        let sum = parts
+            .iter()
+            .try_fold(0u64, |acc, p| acc.checked_add(p.size))
+            .ok_or_else(|| PartIndexError::Whole("part sizes overflow".into()))?;
+        if sum != total_size {
+            return Err(PartIndexError::Whole(format!(
+                "part sizes add up to {sum} bytes, the total says {total_size}"
+            )));
+        }
+        let first = parts[0].size;
+        if parts[..parts.len() - 1].iter().any(|p| p.size != first)
+            || parts.last().is_some_and(|p| p.size > first)
+        {
+            return Err(PartIndexError::Whole(
+                "every part but the last must have the same size".into(),
+            ));
+        }
+        Ok(PartIndex {
+            compression,
+            total_size,
+            total_sha256,
+            parts,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sample() -> PartIndex {
+        PartIndex {
+            compression: Compression::Zstd,
+            total_size: 15,
+            total_sha256: [7; 32],
+            parts: vec![
+                Part {
+                    name: part_name(0),
+                    size: 10,
+                    sha256: [1; 32],
+                },
+                Part {
+                    name: part_name(1),
+                    size: 5,
+                    sha256: [2; 32],
+                },
+            ],
+        }
+    }
+
+    #[test]
+    fn round_trip() {
+        let idx = sample();
+        assert_eq!(PartIndex::parse(&idx.render()).unwrap(), idx);
+    }
+
+    #[test]
+    fn rejects_tampering() {
+        let text = sample().render();
+        for bad in [
+            text.replace("part-000001", "../etc/passwd"),
+            text.replace("part-000001", "part-000002"),
+            text.replace("total 15", "total 16"),
+            text.replace("hermes-box-parts 1", "hermes-box-parts 2"),
+            text.replace("compression zstd", "compression xz"),
+            text.replace(" 5 ", " 0 "),
+            text.lines().take(3).collect::<Vec<_>>().join("\n"),
+        ] {
+            assert!(PartIndex::parse(&bad).is_err(), "accepted:\n{bad}");
+        }
+    }
+}

@@ -1,0 +1,770 @@
+//! The streaming archive validator: hermes-box.md §1.3, the seed's V4 rules in their order,
+//! plus the tx9 Go port's member cap and footer drain, plus a total-size cap and a
+//! decompression-ratio guard.
+//!
+//! It reads the compressed stream once, sniffs zstd or gzip by magic bytes, walks the tar
+//! members without buffering their data (memory grows with the member count only: a key and
+//! a link target per member), drains the stream to its very end so a corrupt footer or
+//! trailing garbage fails, and then runs the whole-archive rules (7, 8, 9) over the member
+//! table. The first violation wins; every message names the rule and the path.
+//!
+//! Per member, in order: cap → rule 2 (control characters, then escaping names) → rule 3
+//! (duplicates) → rule 4 (types) → rule 5 (root is a directory) → rule 6 (link targets).
+//! After the stream: rule 1 (empty) → rule 7 (nested beneath a link) → rule 8 (`home`,
+//! `home/agent`) → rule 9 (full resolution through the archive's links).
+//!
+//! [`walk`] is the same walk with a callback per member, so extraction applies exactly the
+//! rules (and sees exactly the members) the validator saw.
+
+use std::cell::{Cell, RefCell};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::fmt;
+use std::io::{self, Read};
+use std::rc::Rc;
+
+use crate::archive::{Compression, sniff};
+use crate::layout;
+
+/// Caps that keep a hostile archive from exhausting memory, disk or time.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limits {
+    /// Most members (the Go port's cap).
+    pub max_members: u64,
+    /// Most bytes of decompressed tar stream.
+    pub max_total_bytes: u64,
+    /// Largest decompressed:compressed ratio allowed once more than [`Self::ratio_floor`]
+    /// bytes have come out.
+    pub max_ratio: u64,
+    /// Below this many decompressed bytes the ratio is not checked (small archives of
+    /// empty files compress extremely well and are harmless).
+    pub ratio_floor: u64,
+    /// Largest runtime manifest read into memory.
+    pub max_manifest_bytes: u64,
+}
+
+impl Default for Limits {
+    fn default() -> Self {
+        Limits {
+            max_members: 1_000_000,
+            max_total_bytes: 1 << 40,
+            max_ratio: 1000,
+            ratio_floor: 256 << 20,
+            max_manifest_bytes: 64 << 10,
+        }
+    }
+}
+
+/// The rule a member broke. [`Rule::number`] is the V4 rule (hermes-box.md §1.3); 0 marks
+/// this project's caps.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub enum Rule {
+    Empty,
+    ControlCharacters,
+    PathEscapes,
+    Duplicate,
+    SpecialFile,
+    RootNotDirectory,
+    LinkTargetAbsolute,
+    LinkTargetEmpty,
+    LinkTargetEscapes,
+    NestedBeneathLink,
+    HomeNotDirectory,
+    HomeAgentNotDirectory,
+    LinkCycle,
+    LinkChainBound,
+    ThroughMissingOrNonDirectory,
+    LinkToMissing,
+    ParentNotDirectory,
+    HardlinkNotRegularFile,
+    LinkResolvesOutside,
+    HardlinkBeforeTarget,
+    TooManyMembers,
+    TooLarge,
+    CompressionRatio,
+}
+
+impl Rule {
+    /// The V4 rule number, or 0 for a cap of this project.
+    pub fn number(self) -> u8 {
+        use Rule::*;
+        match self {
+            Empty => 1,
+            ControlCharacters | PathEscapes => 2,
+            Duplicate => 3,
+            SpecialFile => 4,
+            RootNotDirectory => 5,
+            LinkTargetAbsolute | LinkTargetEmpty | LinkTargetEscapes => 6,
+            NestedBeneathLink => 7,
+            HomeNotDirectory | HomeAgentNotDirectory => 8,
+            LinkCycle
+            | LinkChainBound
+            | ThroughMissingOrNonDirectory
+            | LinkToMissing
+            | ParentNotDirectory
+            | HardlinkNotRegularFile
+            | LinkResolvesOutside
+            | HardlinkBeforeTarget => 9,
+            TooManyMembers | TooLarge | CompressionRatio => 0,
+        }
+    }
+
+    /// The seed's wording of the rule.
+    pub fn reason(self) -> &'static str {
+        use Rule::*;
+        match self {
+            Empty => "archive is empty",
+            ControlCharacters => "archive path contains control characters",
+            PathEscapes => "archive path escapes its extraction root",
+            Duplicate => "archive contains duplicate path",
+            SpecialFile => "archive contains a device, FIFO, socket, or unknown special file",
+            RootNotDirectory => "archive root member must be a real directory",
+            LinkTargetAbsolute => "archive link target is absolute",
+            LinkTargetEmpty => "archive link target is empty",
+            LinkTargetEscapes => "archive link target lexically escapes extraction root",
+            NestedBeneathLink => "archive member is nested beneath a link",
+            HomeNotDirectory => "home must be a real directory",
+            HomeAgentNotDirectory => "home/agent must be a real directory",
+            LinkCycle => "archive link cycle detected",
+            LinkChainBound => "archive link chain exceeds safety bound",
+            ThroughMissingOrNonDirectory => {
+                "archive path resolves through missing or non-directory member"
+            }
+            LinkToMissing => "archive link resolves to missing member",
+            ParentNotDirectory => "archive member parent is not a directory",
+            HardlinkNotRegularFile => "archive hardlink does not resolve to a regular file",
+            LinkResolvesOutside => "archive link resolves outside the extraction root",
+            HardlinkBeforeTarget => "archive hardlink comes before its target",
+            TooManyMembers => "archive has too many members",
+            TooLarge => "archive is too large",
+            CompressionRatio => "archive decompression ratio is too high (decompression bomb?)",
+        }
+    }
+}
+
+/// Why an archive was refused.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ArchiveError {
+    /// A safety rule failed: "unsafe archive: <rule>: <path>".
+    Unsafe { rule: Rule, path: String },
+    /// The bytes are not a complete zstd/gzip tar stream.
+    Invalid(String),
+}
+
+impl fmt::Display for ArchiveError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ArchiveError::Unsafe { rule, path } if path.is_empty() => {
+                write!(f, "unsafe archive: {}", rule.reason())
+            }
+            ArchiveError::Unsafe { rule, path } => {
+                write!(f, "unsafe archive: {}: {path}", rule.reason())
+            }
+            ArchiveError::Invalid(what) => write!(f, "not a valid archive: {what}"),
+        }
+    }
+}
+
+impl std::error::Error for ArchiveError {}
+
+impl ArchiveError {
+    fn unsafe_(rule: Rule, path: impl Into<String>) -> Self {
+        ArchiveError::Unsafe {
+            rule,
+            path: path.into(),
+        }
+    }
+
+    /// The rule, when this is a safety refusal.
+    pub fn rule(&self) -> Option<Rule> {
+        match self {
+            ArchiveError::Unsafe { rule, .. } => Some(*rule),
+            ArchiveError::Invalid(_) => None,
+        }
+    }
+}
+
+/// What a valid archive holds, as far as the callers care.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Report {
+    pub compression: Compression,
+    /// Members, the root included.
+    pub members: u64,
+    /// Regular files (hardlinks not counted).
+    pub files: u64,
+    /// Bytes of compressed input read (the whole stream).
+    pub compressed_bytes: u64,
+    /// Bytes of decompressed tar stream.
+    pub tar_bytes: u64,
+    /// The runtime manifest's bytes, when the archive has one (and it is not too large).
+    pub manifest: Option<Vec<u8>>,
+}
+
+/// Renders raw name bytes for a message: UTF-8 where possible, control characters and
+/// invalid bytes as `\xNN`.
+pub fn shown(bytes: &[u8]) -> String {
+    let mut out = String::new();
+    for chunk in bytes.utf8_chunks() {
+        for c in chunk.valid().chars() {
+            if c.is_control() {
+                out.push_str(&format!("\\x{:02x}", c as u32));
+            } else {
+                out.push(c);
+            }
+        }
+        for b in chunk.invalid() {
+            out.push_str(&format!("\\x{b:02x}"));
+        }
+    }
+    out
+}
+
+fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {
+    path.split(|b| *b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+}
+
+/// The member key: the path with empty and `.` parts removed, `/`-joined; `""` is the root.
+pub fn key_of(name: &[u8]) -> Vec<u8> {
+    join(parts(name))
+}
+
+fn join<'a>(it: impl Iterator<Item = &'a [u8]>) -> Vec<u8> {
+    let mut out = Vec::new();
+    for p in it {
+        if !out.is_empty() {
+            out.push(b'/');
+        }
+        out.extend_from_slice(p);
+    }
+    out
+}
+
+fn shown_key(key: &[u8]) -> String {
+    if key.is_empty() {
+        ".".to_string()
+    } else {
+        shown(key)
+    }
+}
+
+fn has_control(bytes: &[u8]) -> bool {
+    bytes.iter().any(|b| *b < 0x20 || *b == 0x7f)
+}
+
+/// The kind of a member, as far as validation cares.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Kind {
+    Dir,
+    File,
+    Symlink(Box<[u8]>),
+    Hardlink(Box<[u8]>),
+}
+
+impl Kind {
+    fn is_link(&self) -> bool {
+        matches!(self, Kind::Symlink(_) | Kind::Hardlink(_))
+    }
+}
+
+/// The member-by-member state of a validation. Use [`validate`] or [`walk`] unless you drive
+/// a tar reader yourself.
+#[derive(Debug)]
+pub struct Validator {
+    limits: Limits,
+    order: Vec<(Rc<[u8]>, Kind)>,
+    index: HashMap<Rc<[u8]>, u32>,
+    files: u64,
+    bytes: u64,
+}
+
+impl Validator {
+    pub fn new(limits: Limits) -> Self {
+        Validator {
+            limits,
+            order: Vec::new(),
+            index: HashMap::new(),
+            files: 0,
+            bytes: 0,
+        }
+    }
+
+    /// Checks one member (rules 2 to 6 and the caps) and records it. Returns its key.
+    pub fn observe(
+        &mut self,
+        name: &[u8],
+        entry_type: tar::EntryType,
+        link: Option<&[u8]>,
+        size: u64,
+    ) -> Result<Vec<u8>, ArchiveError> {
+        if self.order.len() as u64 >= self.limits.max_members {
+            return Err(ArchiveError::unsafe_(
+                Rule::TooManyMembers,
+                format!("more than {} members", self.limits.max_members),
+            ));
+        }
+        self.bytes = self.bytes.saturating_add(size);
+        if self.bytes > self.limits.max_total_bytes {
+            return Err(ArchiveError::unsafe_(
+                Rule::TooLarge,
+                format!("members exceed {} bytes at {}", self.limits.max_total_bytes, shown(name)),
+            ));
+        }
+        // Rule 2.
+        let link = link.filter(|_| entry_type.is_symlink() || entry_type.is_hard_link());
+        if has_control(name) || link.is_some_and(has_control) {
+            return Err(ArchiveError::unsafe_(Rule::ControlCharacters, shown(name)));
+        }
+        if name.starts_with(b"/") || name.split(|b| *b == b'/').any(|p| p == b"..") {
+            return Err(ArchiveError::unsafe_(Rule::PathEscapes, shown(name)));
+        }
+        // Rule 3.
+        let key = key_of(name);
+        if self.index.contains_key(key.as_slice()) {
+            return Err(ArchiveError::unsafe_(Rule::Duplicate, shown_key(&key)));
+        }
+        // Rule 4.
+        let kind = if entry_type.is_dir() {
+            Kind::Dir
+        } else if entry_type.is_file() || entry_type.is_contiguous() || entry_type.is_gnu_sparse()
+        {
+            Kind::File
+        } else if entry_type.is_symlink() {
+            Kind::Symlink(link.unwrap_or_default().into())
+        } else if entry_type.is_hard_link() {
+            Kind::Hardlink(link.unwrap_or_default().into())
+        } else {
+            return Err(ArchiveError::unsafe_(Rule::SpecialFile, shown(name)));
+        };
+        // Rule 5.
+        if key.is_empty() && kind != Kind::Dir {
+            return Err(ArchiveError::unsafe_(Rule::RootNotDirectory, shown(name)));
+        }
+        // Rule 6.
+        if let Kind::Symlink(target) | Kind::Hardlink(target) = &kind {
+            if target.is_empty() {
+                return Err(ArchiveError::unsafe_(Rule::LinkTargetEmpty, shown(name)));
+            }
+            if target.starts_with(b"/") {
+                return Err(ArchiveError::unsafe_(
+                    Rule::LinkTargetAbsolute,
+                    format!("{} -> {}", shown(name), shown(target)),
+                ));
+            }
+            let mut depth: i64 = if matches!(kind, Kind::Symlink(_)) {
+                parts(&key).count() as i64 - 1
+            } else {
+                0
+            };
+            for part in parts(target) {
+                if part == b".." {
+                    depth -= 1;
+                    if depth < 0 {
+                        return Err(ArchiveError::unsafe_(
+                            Rule::LinkTargetEscapes,
+                            format!("{} -> {}", shown(name), shown(target)),
+                        ));
+                    }
+                } else {
+                    depth += 1;
+                }
+            }
+        }
+        if kind == Kind::File {
+            self.files += 1;
+        }
+        let rc: Rc<[u8]> = key.as_slice().into();
+        self.index.insert(rc.clone(), self.order.len() as u32);
+        self.order.push((rc, kind));
+        Ok(key)
+    }
+
+    /// The whole-archive rules: 1, 7, 8, 9.
+    pub fn finish(&self) -> Result<(), ArchiveError> {
+        // Rule 1.
+        if self.order.is_empty() {
+            return Err(ArchiveError::unsafe_(Rule::Empty, ""));
+        }
+        // Rule 7.
+        for (key, _) in &self.order {
+            let comps: Vec<&[u8]> = parts(key).collect();
+            for n in 1..comps.len() {
+                let prefix = join(comps[..n].iter().copied());
+                if self.kind(&prefix).is_some_and(Kind::is_link) {
+                    return Err(ArchiveError::unsafe_(Rule::NestedBeneathLink, shown_key(key)));
+                }
+            }
+        }
+        // Rule 8.
+        if self.kind(b"home") != Some(&Kind::Dir) {
+            return Err(ArchiveError::unsafe_(Rule::HomeNotDirectory, "home"));
+        }
+        if self.kind(layout::HOME.as_bytes()) != Some(&Kind::Dir) {
+            return Err(ArchiveError::unsafe_(
+                Rule::HomeAgentNotDirectory,
+                layout::HOME,
+            ));
+        }
+        // Rule 9.
+        let bound = self.order.len() * 8 + 32;
+        for (position, (key, kind)) in self.order.iter().enumerate() {
+            let comps: Vec<&[u8]> = parts(key).collect();
+            if !comps.is_empty() {
+                let parent = &comps[..comps.len() - 1];
+                let mut r = Resolver::new(self, bound);
+                let found = r.resolve(Vec::new(), parent.iter().map(|p| p.to_vec()).collect(), true)?;
+                if found.1 != Some(&Kind::Dir) && !found.0.is_empty() {
+                    return Err(ArchiveError::unsafe_(Rule::ParentNotDirectory, shown_key(key)));
+                }
+            }
+            match kind {
+                Kind::Symlink(target) => {
+                    let parent: Vec<Vec<u8>> = comps[..comps.len().saturating_sub(1)]
+                        .iter()
+                        .map(|p| p.to_vec())
+                        .collect();
+                    let mut r = Resolver::new(self, bound);
+                    r.resolve(parent, parts_owned(target), true)?;
+                }
+                Kind::Hardlink(target) => {
+                    let mut r = Resolver::new(self, bound);
+                    let (resolved, found) = r.resolve(Vec::new(), parts_owned(target), false)?;
+                    let mut current = (resolved, found.cloned());
+                    loop {
+                        match &current.1 {
+                            Some(Kind::File) => break,
+                            Some(Kind::Hardlink(next)) => {
+                                let next = next.clone();
+                                let (k, f) = r.resolve(Vec::new(), parts_owned(&next), false)?;
+                                current = (k, f.cloned());
+                            }
+                            _ => {
+                                return Err(ArchiveError::unsafe_(
+                                    Rule::HardlinkNotRegularFile,
+                                    format!("{} -> {}", shown_key(key), shown(target)),
+                                ));
+                            }
+                        }
+                    }
+                    let target_position = self.index.get(current.0.as_slice()).copied();
+                    if target_position.is_none_or(|p| p as usize > position) {
+                        return Err(ArchiveError::unsafe_(
+                            Rule::HardlinkBeforeTarget,
+                            format!("{} -> {}", shown_key(key), shown(target)),
+                        ));
+                    }
+                }
+                Kind::Dir | Kind::File => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn kind(&self, key: &[u8]) -> Option<&Kind> {
+        if key.is_empty() && !self.index.contains_key(key) {
+            // The root is implicitly a directory when the archive has no `./` member.
+            return Some(&Kind::Dir);
+        }
+        self.index.get(key).map(|i| &self.order[*i as usize].1)
+    }
+
+    pub fn members(&self) -> u64 {
+        self.order.len() as u64
+    }
+
+    pub fn files(&self) -> u64 {
+        self.files
+    }
+}
+
+fn parts_owned(path: &[u8]) -> VecDeque<Vec<u8>> {
+    path.split(|b| *b == b'/')
+        .filter(|p| !p.is_empty() && *p != b".")
+        .map(|p| p.to_vec())
+        .collect()
+}
+
+/// Resolves paths through the links recorded in a [`Validator`], as extraction would.
+struct Resolver<'a> {
+    v: &'a Validator,
+    bound: usize,
+    steps: usize,
+    seen: HashSet<(Vec<u8>, Vec<u8>)>,
+}
+
+impl<'a> Resolver<'a> {
+    fn new(v: &'a Validator, bound: usize) -> Self {
+        Resolver {
+            v,
+            bound,
+            steps: 0,
+            seen: HashSet::new(),
+        }
+    }
+
+    /// Walks `pending` from `resolved`. Symlinks met on the way (and at the end when
+    /// `follow_final`) restart from their parent; hardlinks met at the end restart from the
+    /// root. Returns the final key and its kind.
+    fn resolve(
+        &mut self,
+        mut resolved: Vec<Vec<u8>>,
+        mut pending: VecDeque<Vec<u8>>,
+        follow_final: bool,
+    ) -> Result<(Vec<u8>, Option<&'a Kind>), ArchiveError> {
+        while let Some(c) = pending.pop_front() {
+            if c == b".." {
+                if resolved.pop().is_none() {
+                    return Err(ArchiveError::unsafe_(
+                        Rule::LinkResolvesOutside,
+                        shown(&join(pending.iter().map(|p| p.as_slice()))),
+                    ));
+                }
+                continue;
+            }
+            resolved.push(c);
+            let key = join(resolved.iter().map(|p| p.as_slice()));
+            let last = pending.is_empty();
+            match self.v.kind(&key) {
+                None => {
+                    let rule = if last {
+                        Rule::LinkToMissing
+                    } else {
+                        Rule::ThroughMissingOrNonDirectory
+                    };
+                    return Err(ArchiveError::unsafe_(rule, shown_key(&key)));
+                }
+                Some(Kind::Dir) => {}
+                Some(Kind::File) | Some(Kind::Hardlink(_)) if !last => {
+                    return Err(ArchiveError::unsafe_(
+                        Rule::ThroughMissingOrNonDirectory,
+                        shown_key(&key),
+                    ));
+                }
+                Some(Kind::File) | Some(Kind::Hardlink(_)) => {}
+                Some(Kind::Symlink(target)) => {
+                    if last && !follow_final {
+                        continue;
+                    }
+                    self.steps += 1;
+                    if self.steps > self.bound {
+                        return Err(ArchiveError::unsafe_(Rule::LinkChainBound, shown_key(&key)));
+                    }
+                    let rest = join(pending.iter().map(|p| p.as_slice()));
+                    if !self.seen.insert((key.clone(), rest)) {
+                        return Err(ArchiveError::unsafe_(Rule::LinkCycle, shown_key(&key)));
+                    }
+                    resolved.pop();
+                    for part in parts_owned(target).into_iter().rev() {
+                        pending.push_front(part);
+                    }
+                }
+            }
+        }
+        let key = join(resolved.iter().map(|p| p.as_slice()));
+        let kind = self.v.kind(&key);
+        Ok((key, kind))
+    }
+}
+
+/// Shared state between the counting readers and the walk.
+#[derive(Default)]
+struct Meter {
+    compressed: Cell<u64>,
+    decompressed: Cell<u64>,
+    violation: RefCell<Option<ArchiveError>>,
+}
+
+struct CountIn<R> {
+    inner: R,
+    meter: Rc<Meter>,
+}
+
+impl<R: Read> Read for CountIn<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.meter.compressed.set(self.meter.compressed.get() + n as u64);
+        Ok(n)
+    }
+}
+
+struct CountOut<R> {
+    inner: R,
+    meter: Rc<Meter>,
+    limits: Limits,
+}
+
+impl<R: Read> Read for CountOut<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        let m = &self.meter;
+        let out = m.decompressed.get() + n as u64;
+        m.decompressed.set(out);
+        let violation = if out > self.limits.max_total_bytes {
+            Some(ArchiveError::unsafe_(
+                Rule::TooLarge,
+                format!("more than {} bytes decompressed", self.limits.max_total_bytes),
+            ))
+        } else if out > self.limits.ratio_floor
+            && out / self.limits.max_ratio > m.compressed.get().max(1)
+        {
+            Some(ArchiveError::unsafe_(
+                Rule::CompressionRatio,
+                format!(
+                    "{out} bytes from {} compressed (limit {}:1)",
+                    m.compressed.get(),
+                    self.limits.max_ratio
+                ),
+            ))
+        } else {
+            None
+        };
+        if let Some(v) = violation {
+            *m.violation.borrow_mut() = Some(v);
+            return Err(io::Error::other("archive limit exceeded"));
+        }
+        Ok(n)
+    }
+}
+
+/// Why a [`walk`] stopped.
+#[derive(Debug)]
+pub enum WalkError<E> {
+    Archive(ArchiveError),
+    Callback(E),
+}
+
+impl<E> From<ArchiveError> for WalkError<E> {
+    fn from(e: ArchiveError) -> Self {
+        WalkError::Archive(e)
+    }
+}
+
+fn invalid(what: &str, e: &io::Error) -> ArchiveError {
+    ArchiveError::Invalid(format!("{what}: {e}"))
+}
+
+/// Walks a compressed tar stream: sniffs the compression, checks every member (rules 2–6,
+/// caps) *before* handing it to `on_member` with its key, drains the stream to its end
+/// (footer, checksum, trailing bytes), then applies rules 1, 7, 8 and 9.
+///
+/// The callback may read or unpack the entry; whatever it leaves unread is skipped. Any
+/// read error of `input` shows up as [`ArchiveError::Invalid`]: a caller whose input can
+/// fail for its own reasons (decryption) should record those itself and check first.
+pub fn walk<R, E, F>(input: R, limits: &Limits, mut on_member: F) -> Result<Report, WalkError<E>>
+where
+    R: Read,
+    F: FnMut(&mut tar::Entry<'_, Box<dyn Read + '_>>, &[u8]) -> Result<(), E>,
+{
+    let meter = Rc::new(Meter::default());
+    let mut input = CountIn {
+        inner: input,
+        meter: meter.clone(),
+    };
+    let mut head = Vec::with_capacity(8);
+    (&mut input)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(|e| invalid("cannot read the compressed stream", &e))?;
+    let compression = sniff(&head).ok_or_else(|| {
+        ArchiveError::Invalid(if head.is_empty() {
+            "the stream is empty".to_string()
+        } else {
+            "neither zstd nor gzip data (unknown magic bytes)".to_string()
+        })
+    })?;
+    let source = io::Cursor::new(head).chain(input);
+    let decoder: Box<dyn Read> = match compression {
+        Compression::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(source)
+                .map_err(|e| invalid("cannot start zstd", &e))?;
+            // 128 MiB windows at most (zstd's own default limit), whatever the frame asks.
+            d.window_log_max(27)
+                .map_err(|e| invalid("cannot configure zstd", &e))?;
+            Box::new(d)
+        }
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
+    };
+    let counted = CountOut {
+        inner: decoder,
+        meter: meter.clone(),
+        limits: limits.clone(),
+    };
+    let mut archive = tar::Archive::new(Box::new(counted) as Box<dyn Read>);
+    let mut validator = Validator::new(limits.clone());
+    let fail = |what: &str, e: io::Error| -> ArchiveError {
+        if let Some(v) = meter.violation.borrow_mut().take() {
+            v
+        } else {
+            invalid(what, &e)
+        }
+    };
+    {
+        let entries = archive
+            .entries()
+            .map_err(|e| fail("cannot read the tar stream", e))?;
+        for entry in entries {
+            let mut entry = entry.map_err(|e| fail("corrupt tar or compressed stream", e))?;
+            let name = entry.path_bytes().into_owned();
+            let link = entry.link_name_bytes().map(|l| l.into_owned());
+            let entry_type = entry.header().entry_type();
+            let size = entry.size();
+            let key = validator.observe(&name, entry_type, link.as_deref(), size)?;
+            on_member(&mut entry, &key).map_err(WalkError::Callback)?;
+            if let Some(v) = meter.violation.borrow_mut().take() {
+                return Err(v.into());
+            }
+        }
+    }
+    // Drain: everything after the end-of-archive marker must be zero padding, and reading
+    // it to EOF makes the decoder check the footer (gzip CRC32/ISIZE, zstd checksum) and
+    // reject trailing garbage.
+    let mut rest = archive.into_inner();
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = rest
+            .read(&mut buf)
+            .map_err(|e| fail("corrupt compressed stream", e))?;
+        if n == 0 {
+            break;
+        }
+        if buf[..n].iter().any(|b| *b != 0) {
+            return Err(ArchiveError::Invalid(
+                "data after the end-of-archive marker".to_string(),
+            )
+            .into());
+        }
+    }
+    validator.finish()?;
+    Ok(Report {
+        compression,
+        members: validator.members(),
+        files: validator.files(),
+        compressed_bytes: meter.compressed.get(),
+        tar_bytes: meter.decompressed.get(),
+        manifest: None,
+    })
+}
+
+/// Validates a compressed tar stream without extracting anything, and returns what it holds
+/// (including the runtime manifest's bytes, when present and small).
+pub fn validate<R: Read>(input: R, limits: &Limits) -> Result<Report, ArchiveError> {
+    let mut manifest = None;
+    let result = walk(input, limits, |entry, key| -> Result<(), io::Error> {
+        if key == layout::RUNTIME_MANIFEST.as_bytes()
+            && entry.header().entry_type().is_file()
+            && entry.size() <= limits.max_manifest_bytes
+        {
+            let mut bytes = Vec::new();
+            entry.read_to_end(&mut bytes)?;
+            manifest = Some(bytes);
+        }
+        Ok(())
+    });
+    match result {
+        Ok(mut report) => {
+            report.manifest = manifest;
+            Ok(report)
+        }
+        Err(WalkError::Archive(e)) => Err(e),
+        Err(WalkError::Callback(e)) => Err(invalid("corrupt tar or compressed stream", &e)),
+    }
+}

@@ -1,0 +1,291 @@
+//! `hb export`: walks a data root ourselves (never following symlinks, sorted, so the
+//! output is deterministic) into a tar rooted at `./` (`./`, `./home/`, `./home/agent/...`,
+//! `./logs/...`), compressed with multithreaded zstd, cut into parts with an index.
+//!
+//! Kept: regular files, directories, symlinks (as links), hardlinks (as hardlinks to the
+//! first path seen), modes, uid/gid with user and group names, mtimes. Skipped with a
+//! warning naming them: sockets, FIFOs, block and character devices. Left out: the seed's
+//! excludes (box_proto::archive::excludes).
+//!
+//! Member names are written byte for byte (GNU format, `././@LongLink` records for names
+//! over 100 bytes), because the tar crate's `set_path` would drop the leading `./`.
+
+use std::collections::HashMap;
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{FileTypeExt, MetadataExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use box_proto::archive::Compression;
+use box_proto::archive::excludes::is_excluded;
+use box_proto::archive::parts::PartIndex;
+
+use super::parts::PartWriter;
+
+/// Options of one export.
+#[derive(Debug, Clone)]
+pub struct ExportOptions {
+    pub root: PathBuf,
+    pub out: PathBuf,
+    pub part_size: u64,
+    /// zstd worker threads (0 = single-threaded).
+    pub threads: u32,
+    pub level: i32,
+}
+
+impl ExportOptions {
+    pub fn new(root: &Path, out: &Path, part_size: u64) -> Self {
+        let cpus = std::thread::available_parallelism().map_or(1, |n| n.get()) as u32;
+        ExportOptions {
+            root: root.to_path_buf(),
+            out: out.to_path_buf(),
+            part_size,
+            threads: cpus.clamp(1, 4),
+            level: 3,
+        }
+    }
+}
+
+/// What an export wrote.
+#[derive(Debug, Clone)]
+pub struct ExportSummary {
+    pub index: PartIndex,
+    pub members: u64,
+    /// Paths skipped (sockets, FIFOs, devices) with why.
+    pub skipped: Vec<String>,
+}
+
+struct Walker<W: Write> {
+    builder: tar::Builder<W>,
+    hardlinks: HashMap<(u64, u64), Vec<u8>>,
+    users: HashMap<u32, Option<String>>,
+    groups: HashMap<u32, Option<String>>,
+    members: u64,
+    skipped: Vec<String>,
+    warn: Box<dyn FnMut(&str)>,
+}
+
+fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
+    let mut h = tar::Header::new_gnu();
+    let name = b"././@LongLink";
+    h.as_gnu_mut()
+        .ok_or_else(|| io::Error::other("not a GNU header"))?
+        .name[..name.len()]
+        .copy_from_slice(name);
+    h.set_entry_type(kind);
+    h.set_mode(0o644);
+    h.set_uid(0);
+    h.set_gid(0);
+    h.set_mtime(0);
+    let mut data = bytes.to_vec();
+    data.push(0);
+    h.set_size(data.len() as u64);
+    h.set_cksum();
+    Ok((h, data))
+}
+
+impl<W: Write> Walker<W> {
+    fn user(&mut self, uid: u32) -> Option<String> {
+        self.users
+            .entry(uid)
+            .or_insert_with(|| {
+                nix::unistd::User::from_uid(nix::unistd::Uid::from_raw(uid))
+                    .ok()
+                    .flatten()
+                    .map(|u| u.name)
+            })
+            .clone()
+    }
+
+    fn group(&mut self, gid: u32) -> Option<String> {
+        self.groups
+            .entry(gid)
+            .or_insert_with(|| {
+                nix::unistd::Group::from_gid(nix::unistd::Gid::from_raw(gid))
+                    .ok()
+                    .flatten()
+                    .map(|g| g.name)
+            })
+            .clone()
+    }
+
+    /// Appends one member with name `name` (bytes, `./...`).
+    fn append(
+        &mut self,
+        name: &[u8],
+        meta: &fs::Metadata,
+        kind: tar::EntryType,
+        link: Option<&[u8]>,
+        data: Option<&mut dyn Read>,
+    ) -> io::Result<()> {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(meta.mode() & 0o7777);
+        h.set_uid(u64::from(meta.uid()));
+        h.set_gid(u64::from(meta.gid()));
+        h.set_mtime(meta.mtime().max(0) as u64);
+        let size = if kind == tar::EntryType::Regular { meta.len() } else { 0 };
+        h.set_size(size);
+        if let Some(user) = self.user(meta.uid()) {
+            let _ = h.set_username(&user);
+        }
+        if let Some(group) = self.group(meta.gid()) {
+            let _ = h.set_groupname(&group);
+        }
+        {
+            let gnu = h.as_gnu_mut().ok_or_else(|| io::Error::other("not a GNU header"))?;
+            if name.len() <= gnu.name.len() {
+                gnu.name[..name.len()].copy_from_slice(name);
+            } else {
+                gnu.name.copy_from_slice(&name[..100]);
+            }
+            if let Some(link) = link {
+                if link.len() <= gnu.linkname.len() {
+                    gnu.linkname[..link.len()].copy_from_slice(link);
+                } else {
+                    gnu.linkname.copy_from_slice(&link[..100]);
+                }
+            }
+        }
+        if name.len() > 100 {
+            let (lh, data) = long_record(tar::EntryType::GNULongName, name)?;
+            self.builder.append(&lh, data.as_slice())?;
+        }
+        if let Some(link) = link.filter(|l| l.len() > 100) {
+            let (lh, data) = long_record(tar::EntryType::GNULongLink, link)?;
+            self.builder.append(&lh, data.as_slice())?;
+        }
+        h.set_cksum();
+        match data {
+            Some(reader) => {
+                // Exactly `size` bytes even if the file changed while we read it.
+                let mut exact = reader.take(size).chain(io::repeat(0)).take(size);
+                self.builder.append(&h, &mut exact)?;
+            }
+            None => self.builder.append(&h, io::empty())?,
+        }
+        self.members += 1;
+        Ok(())
+    }
+
+    fn walk_dir(&mut self, abs: &Path, rel: &[u8]) -> Result<()> {
+        let mut names: Vec<std::ffi::OsString> = fs::read_dir(abs)
+            .with_context(|| format!("cannot list {}", abs.display()))?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()
+            .with_context(|| format!("cannot list {}", abs.display()))?;
+        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        for name in names {
+            let mut key = rel.to_vec();
+            if !key.is_empty() {
+                key.push(b'/');
+            }
+            key.extend_from_slice(name.as_bytes());
+            if is_excluded(&String::from_utf8_lossy(&key)) {
+                continue;
+            }
+            let path = abs.join(&name);
+            let meta = match fs::symlink_metadata(&path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
+            };
+            let mut member = b"./".to_vec();
+            member.extend_from_slice(&key);
+            let ft = meta.file_type();
+            let shown = String::from_utf8_lossy(&member).into_owned();
+            if ft.is_dir() {
+                member.push(b'/');
+                self.append(&member, &meta, tar::EntryType::Directory, None, None)
+                    .with_context(|| format!("cannot archive {shown}"))?;
+                self.walk_dir(&path, &key)?;
+            } else if ft.is_symlink() {
+                let target = fs::read_link(&path).with_context(|| format!("cannot read link {}", path.display()))?;
+                self.append(
+                    &member,
+                    &meta,
+                    tar::EntryType::Symlink,
+                    Some(target.as_os_str().as_bytes()),
+                    None,
+                )
+                .with_context(|| format!("cannot archive {shown}"))?;
+            } else if ft.is_file() {
+                if meta.nlink() > 1 {
+                    if let Some(first) = self.hardlinks.get(&(meta.dev(), meta.ino())).cloned() {
+                        self.append(&member, &meta, tar::EntryType::Link, Some(&first), None)
+                            .with_context(|| format!("cannot archive {shown}"))?;
+                        continue;
+                    }
+                    self.hardlinks.insert((meta.dev(), meta.ino()), member.clone());
+                }
+                let mut file = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+                };
+                self.append(&member, &meta, tar::EntryType::Regular, None, Some(&mut file))
+                    .with_context(|| format!("cannot archive {shown}"))?;
+            } else {
+                let what = if ft.is_socket() {
+                    "socket"
+                } else if ft.is_fifo() {
+                    "FIFO"
+                } else if ft.is_block_device() {
+                    "block device"
+                } else if ft.is_char_device() {
+                    "character device"
+                } else {
+                    "special file"
+                };
+                let msg = format!("skipping {what} {shown}");
+                (self.warn)(&msg);
+                self.skipped.push(msg);
+            }
+        }
+        Ok(())
+    }
+}
+
+/// Runs an export. `warn` receives one line per skipped special file.
+pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
+    let root_meta = fs::metadata(&opts.root)
+        .with_context(|| format!("cannot read the data root {}", opts.root.display()))?;
+    if !root_meta.is_dir() {
+        bail!("data root {} is not a directory", opts.root.display());
+    }
+    let parts = PartWriter::create(&opts.out, opts.part_size)?;
+    let mut encoder = zstd::stream::write::Encoder::new(parts, opts.level)
+        .context("cannot start zstd")?;
+    encoder.include_checksum(true).context("cannot configure zstd")?;
+    if opts.threads > 1 {
+        encoder
+            .multithread(opts.threads)
+            .context("cannot start zstd worker threads")?;
+    }
+    let mut builder = tar::Builder::new(encoder);
+    builder.follow_symlinks(false);
+    builder.mode(tar::HeaderMode::Complete);
+    let mut walker = Walker {
+        builder,
+        hardlinks: HashMap::new(),
+        users: HashMap::new(),
+        groups: HashMap::new(),
+        members: 0,
+        skipped: Vec::new(),
+        warn,
+    };
+    walker
+        .append(b"./", &root_meta, tar::EntryType::Directory, None, None)
+        .context("cannot archive ./")?;
+    walker.walk_dir(&opts.root, b"")?;
+    let encoder = walker.builder.into_inner().context("cannot finish the tar stream")?;
+    let parts = encoder.finish().context("cannot finish the zstd stream")?;
+    let index = parts.finish(Compression::Zstd)?;
+    Ok(ExportSummary {
+        index,
+        members: walker.members,
+        skipped: walker.skipped,
+    })
+}

@@ -1,0 +1,344 @@
+//! `hb import`: restore a data root from parts, staged and swapped with rollback
+//! (hermes-box.md §2.2, V4).
+//!
+//! 1. Check the part index: every part a regular file of the listed size and SHA-256.
+//! 2. Validate the whole stream (every rule) without writing anything.
+//! 3. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
+//!    no set-id bits, re-validating every member and re-hashing the parts as it goes.
+//! 4. Owners and modes, never following symlinks: `home` root-owned 0711; `home/agent` and
+//!    `logs` (recursively) owned by the `agent` account (when it exists and we are root).
+//! 5. Re-arm the quiesced marker, so the restored box comes up paused.
+//! 6. [`verify_restored_databases`] (the SQLite hook).
+//! 7. Swap with HUP/INT/TERM blocked: move the old entries into
+//!    `<root>/.hb-restore-rollback-<pid>`, move the staged ones in; on any failure move
+//!    everything back. The root itself ends root-owned 0711.
+
+use std::ffi::{CString, OsString};
+use std::fs;
+use std::io;
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, anyhow, bail};
+use box_proto::archive::parts::PartIndex;
+use box_proto::archive::unpack::Unpacker;
+use box_proto::archive::validate::{self, Limits, WalkError};
+use box_proto::layout;
+use sha2::Digest;
+
+use super::parts::{PartsReader, check_parts};
+
+/// Prefix of the staging dir inside the root.
+pub const STAGE_PREFIX: &str = ".hb-restore-stage-";
+/// Prefix of the rollback dir inside the root.
+pub const ROLLBACK_PREFIX: &str = ".hb-restore-rollback-";
+
+/// What an import did.
+#[derive(Debug, Clone)]
+pub struct ImportSummary {
+    pub members: u64,
+    pub files: u64,
+    pub index: PartIndex,
+}
+
+/// Where a test wants the swap to fail (after this many moves), to prove the rollback.
+#[doc(hidden)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FaultInjection {
+    pub fail_after_moves: Option<usize>,
+}
+
+/// Imports the parts in `from` into `root`.
+pub fn import(root: &Path, from: &Path) -> Result<ImportSummary> {
+    import_with(root, from, FaultInjection::default())
+}
+
+#[doc(hidden)]
+pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<ImportSummary> {
+    let meta = fs::symlink_metadata(root).with_context(|| format!("data root {} is missing", root.display()))?;
+    if !meta.is_dir() {
+        bail!("data root {} is not a directory", root.display());
+    }
+    // 1 and 2.
+    let index = check_parts(from)?;
+    let (reader, _) = PartsReader::new(from, &index);
+    let report = validate::validate(reader, &Limits::default()).map_err(|e| anyhow!("{e}"))?;
+    if report.compression != index.compression {
+        bail!(
+            "the part index says {} but the data is {}",
+            index.compression.as_str(),
+            report.compression.as_str()
+        );
+    }
+    // 3.
+    remove_stale_stages(root)?;
+    let pid = std::process::id();
+    let stage = root.join(format!("{STAGE_PREFIX}{pid}"));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&stage)
+        .with_context(|| format!("cannot create staging dir {}", stage.display()))?;
+    let result = (|| -> Result<ImportSummary> {
+        let (reader, hasher) = PartsReader::new(from, &index);
+        let mut unpacker = Unpacker::new(&stage);
+        let report = match validate::walk(reader, &Limits::default(), |entry, key| unpacker.unpack(entry, key)) {
+            Ok(r) => r,
+            Err(WalkError::Archive(e)) => bail!("{e}"),
+            Err(WalkError::Callback(e)) => bail!("cannot extract into {}: {e}", stage.display()),
+        };
+        let got: [u8; 32] = hasher.borrow().clone().finalize().into();
+        if got != index.total_sha256 {
+            bail!("the parts changed while they were being imported");
+        }
+        unpacker.finish().context("cannot set directory modes")?;
+        // 4.
+        fix_owners_and_modes(&stage)?;
+        // 5.
+        rearm_quiesced(&stage)?;
+        // 6.
+        verify_restored_databases(&stage.join(layout::HOME))?;
+        // 7.
+        swap(root, &stage, pid, fault)?;
+        Ok(ImportSummary {
+            members: report.members,
+            files: report.files,
+            index: index.clone(),
+        })
+    })();
+    if stage.exists() {
+        let _ = remove_tree(&stage);
+    }
+    result
+}
+
+/// SQLite integrity checks of the restored databases, run before the swap. The hb helper
+/// fills this in (hermes `state.db`, Executor's data); a failure aborts the import with the
+/// old state intact.
+pub fn verify_restored_databases(_restored_home: &Path) -> Result<()> {
+    Ok(())
+}
+
+fn remove_stale_stages(root: &Path) -> Result<()> {
+    for entry in fs::read_dir(root)? {
+        let entry = entry?;
+        let name = entry.file_name();
+        if name.as_bytes().starts_with(STAGE_PREFIX.as_bytes()) && entry.file_type()?.is_dir() {
+            remove_tree(&entry.path())?;
+        } else if name.as_bytes().starts_with(ROLLBACK_PREFIX.as_bytes()) {
+            eprintln!(
+                "hb: warning: {} is left from an interrupted restore; it holds the state from before it",
+                entry.path().display()
+            );
+        }
+    }
+    Ok(())
+}
+
+fn remove_tree(p: &Path) -> io::Result<()> {
+    // Make read-only dirs removable (never following links), then remove.
+    fn open_up(p: &Path) {
+        if let Ok(m) = fs::symlink_metadata(p) {
+            if m.is_dir() {
+                let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
+                if let Ok(rd) = fs::read_dir(p) {
+                    for e in rd.flatten() {
+                        open_up(&e.path());
+                    }
+                }
+            }
+        }
+    }
+    open_up(p);
+    fs::remove_dir_all(p)
+}
+
+fn agent_ids() -> Option<(u32, u32)> {
+    if !nix::unistd::geteuid().is_root() {
+        return None;
+    }
+    let user = nix::unistd::User::from_name(layout::AGENT_USER).ok().flatten()?;
+    Some((user.uid.as_raw(), user.gid.as_raw()))
+}
+
+fn lchown(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let c = CString::new(p.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // SAFETY: a valid NUL-terminated path; lchown never follows a final symlink.
+    if unsafe { libc::lchown(c.as_ptr(), uid, gid) } == 0 {
+        Ok(())
+    } else {
+        Err(io::Error::last_os_error())
+    }
+}
+
+fn chown_tree(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
+    let meta = fs::symlink_metadata(p)?;
+    // chown clears set-id bits; put the mode back afterwards (links have none to restore).
+    lchown(p, uid, gid)?;
+    if !meta.file_type().is_symlink() {
+        fs::set_permissions(p, fs::Permissions::from_mode(meta.permissions().mode() & 0o777))?;
+    }
+    if meta.is_dir() {
+        for entry in fs::read_dir(p)? {
+            chown_tree(&entry?.path(), uid, gid)?;
+        }
+    }
+    Ok(())
+}
+
+fn fix_owners_and_modes(stage: &Path) -> Result<()> {
+    let is_root = nix::unistd::geteuid().is_root();
+    let home = stage.join("home");
+    if is_root {
+        lchown(&home, 0, 0).with_context(|| format!("cannot chown {}", home.display()))?;
+    }
+    fs::set_permissions(&home, fs::Permissions::from_mode(0o711))?;
+    if let Some((uid, gid)) = agent_ids() {
+        for sub in [layout::HOME, layout::LOGS_DIR] {
+            let p = stage.join(sub);
+            if fs::symlink_metadata(&p).is_ok() {
+                chown_tree(&p, uid, gid).with_context(|| format!("cannot chown {}", p.display()))?;
+            }
+        }
+    }
+    Ok(())
+}
+
+fn rearm_quiesced(stage: &Path) -> Result<()> {
+    let ids = agent_ids();
+    let home = stage.join(layout::HOME);
+    let mut dir = home.clone();
+    let rel = Path::new(layout::HB_CONFIG_DIR)
+        .strip_prefix(layout::HOME)
+        .map_err(|_| anyhow!("layout: config dir outside the home"))?
+        .to_path_buf();
+    for part in rel.components() {
+        dir.push(part);
+        match fs::symlink_metadata(&dir) {
+            Ok(m) if m.is_dir() => {}
+            Ok(_) => bail!("{} is not a directory; cannot re-arm the pause marker", dir.display()),
+            Err(_) => {
+                fs::DirBuilder::new().mode(0o700).create(&dir)?;
+                if let Some((uid, gid)) = ids {
+                    lchown(&dir, uid, gid)?;
+                }
+            }
+        }
+    }
+    let marker = stage.join(layout::QUIESCED_MARKER);
+    if fs::symlink_metadata(&marker).is_ok() {
+        fs::remove_file(&marker)?;
+    }
+    fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(&marker)
+        .with_context(|| format!("cannot re-arm {}", marker.display()))?;
+    if let Some((uid, gid)) = ids {
+        lchown(&marker, uid, gid)?;
+    }
+    Ok(())
+}
+
+/// Blocks HUP, INT and TERM for its lifetime (the swap must not be cut in half).
+struct SignalsBlocked(nix::sys::signal::SigSet);
+
+impl SignalsBlocked {
+    fn new() -> Result<Self> {
+        use nix::sys::signal::{SigSet, SigmaskHow, Signal, pthread_sigmask};
+        let mut set = SigSet::empty();
+        set.add(Signal::SIGHUP);
+        set.add(Signal::SIGINT);
+        set.add(Signal::SIGTERM);
+        let mut old = SigSet::empty();
+        pthread_sigmask(SigmaskHow::SIG_BLOCK, Some(&set), Some(&mut old))?;
+        Ok(SignalsBlocked(old))
+    }
+}
+
+impl Drop for SignalsBlocked {
+    fn drop(&mut self) {
+        use nix::sys::signal::{SigmaskHow, pthread_sigmask};
+        let _ = pthread_sigmask(SigmaskHow::SIG_SETMASK, Some(&self.0), None);
+    }
+}
+
+fn swap(root: &Path, stage: &Path, pid: u32, fault: FaultInjection) -> Result<()> {
+    let _blocked = SignalsBlocked::new()?;
+    let rollback = root.join(format!("{ROLLBACK_PREFIX}{pid}"));
+    fs::DirBuilder::new()
+        .mode(0o700)
+        .create(&rollback)
+        .with_context(|| format!("cannot create rollback dir {}", rollback.display()))?;
+    let skip = |name: &OsString| {
+        let b = name.as_bytes();
+        b.starts_with(STAGE_PREFIX.as_bytes()) || b.starts_with(ROLLBACK_PREFIX.as_bytes())
+    };
+    let list = |dir: &Path| -> io::Result<Vec<OsString>> {
+        let mut names: Vec<OsString> = fs::read_dir(dir)?
+            .map(|e| e.map(|e| e.file_name()))
+            .collect::<io::Result<_>>()?;
+        names.sort();
+        Ok(names)
+    };
+    let mut moves = 0usize;
+    let mut step = |from: &Path, to: &Path| -> io::Result<()> {
+        if fault.fail_after_moves.is_some_and(|n| moves >= n) {
+            return Err(io::Error::other("injected failure"));
+        }
+        fs::rename(from, to)?;
+        moves += 1;
+        Ok(())
+    };
+    let mut old_moved: Vec<OsString> = Vec::new();
+    let mut new_moved: Vec<OsString> = Vec::new();
+    let attempt = (|| -> io::Result<()> {
+        for name in list(root)?.into_iter().filter(|n| !skip(n)) {
+            step(&root.join(&name), &rollback.join(&name))?;
+            old_moved.push(name);
+        }
+        for name in list(stage)? {
+            step(&stage.join(&name), &root.join(&name))?;
+            new_moved.push(name);
+        }
+        Ok(())
+    })();
+    if let Err(e) = attempt {
+        // Roll back: new entries back into the stage, old ones back into the root.
+        let mut problems = Vec::new();
+        for name in new_moved.iter().rev() {
+            if let Err(e) = fs::rename(root.join(name), stage.join(name)) {
+                problems.push(format!("{}: {e}", name.to_string_lossy()));
+            }
+        }
+        for name in old_moved.iter().rev() {
+            if let Err(e) = fs::rename(rollback.join(name), root.join(name)) {
+                problems.push(format!("{}: {e}", name.to_string_lossy()));
+            }
+        }
+        if problems.is_empty() {
+            let _ = fs::remove_dir(&rollback);
+            bail!("restore swap failed ({e}); the previous state was put back");
+        }
+        bail!(
+            "restore swap failed ({e}) and the rollback could not move everything back ({}); the previous state is in {}",
+            problems.join(", "),
+            rollback.display()
+        );
+    }
+    if nix::unistd::geteuid().is_root() {
+        lchown(root, 0, 0).with_context(|| format!("cannot chown {}", root.display()))?;
+    }
+    fs::set_permissions(root, fs::Permissions::from_mode(0o711))?;
+    let _ = fs::remove_dir(stage);
+    remove_tree(&rollback).with_context(|| format!("cannot remove {}", rollback.display()))?;
+    let _ = fs::File::open(root).and_then(|d| d.sync_all());
+    Ok(())
+}
+
+/// Paths used by an import, for messages and tests.
+pub fn stage_dir(root: &Path) -> PathBuf {
+    root.join(format!("{STAGE_PREFIX}{}", std::process::id()))
+}

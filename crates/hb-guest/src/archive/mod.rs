@@ -1,0 +1,7 @@
+//! `hb export` and `hb import`: the guest half of the backup engine. The guest never sees
+//! the passphrase: it writes and reads plaintext parts (tar → zstd, split, with a part
+//! index), and the host encrypts and decrypts them.
+
+pub mod export;
+pub mod import;
+pub mod parts;
