@@ -14,7 +14,9 @@ Examples:
 
 Environment:
   HB_DATA     durable data root (default /data); tests point it elsewhere
-  HB_CONFIG   configuration (default /etc/hermes-box.env)";
+  HB_CONFIG   configuration (default /etc/hermes-box.env)
+  HB_AGENT_USER  account that owns the home and runs Executor (default agent)
+  HB_WEB_PORT    guest port the host publishes for Executor's web UI (hb workload)";
 
 /// Guest helper of hermes-box-lite: supervises Executor, wires the agents to it, checks health.
 #[derive(Debug, Parser)]
@@ -109,6 +111,10 @@ pub enum Command {
     /// The box's long-running process: reaps children, supervises Executor, bridges the web port
     #[command(hide = true)]
     Workload,
+
+    /// Print Executor's bearer token to stdout (for `box open`; never logged)
+    #[command(hide = true)]
+    Token,
 }
 
 #[derive(Debug, Args)]
@@ -191,6 +197,7 @@ mod tests {
             ],
             &["hb", "import", "--from", "/d/x"],
             &["hb", "workload"],
+            &["hb", "token"],
             &["hb", "--data", "/tmp/d", "init"],
         ];
         for argv in ok {
@@ -225,6 +232,7 @@ mod tests {
             "export",
             "import",
             "workload",
+            "token",
         ] {
             assert!(!listed.contains(&hidden), "{hidden} shown");
         }

@@ -1,6 +1,17 @@
 //! `hb`, the guest helper, as a library: `main.rs` is a thin shell; tests drive the modules.
 
-pub mod archive;
+pub mod account;
 pub mod cli;
 pub mod commands;
+pub mod config;
+pub mod executor;
+pub mod fsutil;
+pub mod paths;
+pub mod pause;
+pub mod procs;
+pub mod sqlite;
+pub mod token;
+pub mod tools;
 pub mod version;
+pub mod wiring;
+pub mod workload;

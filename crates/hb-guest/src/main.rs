@@ -8,6 +8,14 @@ use hb_guest::commands::{self, Context};
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
+    if !matches!(cli.command, Some(Command::Workload)) {
+        // `hb status | head -1` should end quietly, not panic on a closed pipe. The
+        // workload keeps SIGPIPE ignored: a web client hanging up must not kill PID 1.
+        // SAFETY: setting a signal disposition to SIG_DFL before any thread exists.
+        unsafe {
+            libc::signal(libc::SIGPIPE, libc::SIG_DFL);
+        }
+    }
     let ctx = Context {
         data: cli.data.clone(),
         config: cli.config.clone(),
@@ -28,6 +36,7 @@ fn main() -> ExitCode {
         Some(Command::Export(a)) => commands::export::run(&ctx, a),
         Some(Command::Import(a)) => commands::import::run(&ctx, a),
         Some(Command::Workload) => commands::workload::run(&ctx),
+        Some(Command::Token) => commands::token::run(&ctx),
     };
     match result {
         Ok(code) => code,

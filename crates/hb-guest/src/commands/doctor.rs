@@ -1,11 +1,327 @@
-//! `hb doctor`.
+//! `hb doctor [--json]`: every check with ✓/✗ and a one-line fix; exit 1 on any ✗.
+//!
+//! Checks: required tools, the durable layout and its permissions, private secret files,
+//! the login profile, Executor up (or durably paused, with its port closed), a complete
+//! MCP handshake with the current token, the token's source, and the wiring.
 
+use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
 
 use anyhow::Result;
+use box_proto::mcp::{self, ProbeError};
+use serde::Serialize;
 
 use super::Context;
+use super::init::LAYOUT;
+use crate::account::Agent;
+use crate::fsutil::mode_of;
+use crate::paths::Paths;
+use crate::workload::state::WorkloadState;
+use crate::{config, executor, pause, token, wiring};
 
-pub fn run(_ctx: &Context, _args: &crate::cli::JsonArg) -> Result<ExitCode> {
-    super::not_done("doctor", 4)
+/// The login profile provisioning installs (`HB_PROFILE` overrides it for tests).
+pub const PROFILE: &str = "/etc/profile.d/hermes-box.sh";
+
+#[derive(Debug, Serialize)]
+pub struct Check {
+    pub name: String,
+    pub ok: bool,
+    pub detail: String,
+    pub fix: Option<String>,
+}
+
+fn pass(name: impl Into<String>, detail: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        ok: true,
+        detail: detail.into(),
+        fix: None,
+    }
+}
+
+fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<String>) -> Check {
+    Check {
+        name: name.into(),
+        ok: false,
+        detail: detail.into(),
+        fix: Some(fix.into()),
+    }
+}
+
+fn layout_problem(paths: &Paths, agent: &Agent) -> Option<String> {
+    for (rel, mode, agent_owned) in LAYOUT {
+        let p = if rel.is_empty() {
+            paths.data.clone()
+        } else {
+            paths.data.join(rel)
+        };
+        let Ok(meta) = std::fs::symlink_metadata(&p) else {
+            return Some(format!("{} is missing", p.display()));
+        };
+        if !meta.is_dir() {
+            return Some(format!("{} is not a directory", p.display()));
+        }
+        let got = meta.mode() & 0o7777;
+        if got != *mode {
+            return Some(format!(
+                "{} has mode {got:o}, expected {mode:o}",
+                p.display()
+            ));
+        }
+        if *agent_owned && meta.uid() != agent.uid.as_raw() {
+            return Some(format!(
+                "{} is owned by uid {}, expected {} ({})",
+                p.display(),
+                meta.uid(),
+                agent.uid,
+                agent.name
+            ));
+        }
+    }
+    None
+}
+
+fn secret_files(paths: &Paths) -> Vec<std::path::PathBuf> {
+    vec![
+        paths.minted_token(),
+        paths.executor_auth_json(),
+        paths.mcp_env(),
+        paths.wire_marker(),
+        paths.claude_json(),
+        paths.codex_home().join("config.toml"),
+        paths.codex_home().join(".env"),
+        paths.hermes_home().join("config.yaml"),
+        paths.hermes_home().join(".env"),
+        paths.manifest(),
+    ]
+}
+
+fn probe_fix(e: &ProbeError) -> &'static str {
+    match e {
+        ProbeError::Unauthorized { .. } => {
+            "the token does not match the running Executor: restart it (`hb down && hb up`) and re-run `hb wire-mcp`"
+        }
+        ProbeError::Refused { .. } => "start Executor: `hb up` (see `hb logs executor`)",
+        ProbeError::Timeout { .. } => {
+            "Executor hangs: `hb down && hb up`, then see `hb logs executor`"
+        }
+        _ => {
+            "another program answers on Executor's port, or Executor is broken: see `hb logs executor`"
+        }
+    }
+}
+
+pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
+    let paths = Paths::new(&ctx.data);
+    let cfg = config::load(ctx)?;
+    let mut out = Vec::new();
+    let repair = "re-run provisioning: `box repair <box>`";
+
+    let mut required = vec!["node", "claude", "codex"];
+    if cfg.install_executor {
+        required.push("executor");
+    }
+    if cfg.install_hermes {
+        required.push("hermes");
+    }
+    required.extend(["tmux", "git"]);
+    for tool in required {
+        out.push(match executor::find_tool(tool) {
+            Some(p) => pass(format!("{tool} installed"), p.display().to_string()),
+            None => fail(
+                format!("{tool} installed"),
+                "not found on PATH or in /opt/hermes-box/bin",
+                repair,
+            ),
+        });
+    }
+
+    match Agent::resolve() {
+        Ok(agent) => out.push(match layout_problem(&paths, &agent) {
+            None => pass(
+                "durable layout and permissions",
+                format!("{} (home owned by {})", paths.data.display(), agent.name),
+            ),
+            Some(p) => fail(
+                "durable layout and permissions",
+                p,
+                "run `hb init` as root (or `box repair <box>`)",
+            ),
+        }),
+        Err(e) => out.push(fail("agent account", format!("{e:#}"), repair)),
+    }
+    let loose: Vec<String> = secret_files(&paths)
+        .into_iter()
+        .filter(|p| mode_of(p).is_some_and(|m| m & 0o077 != 0))
+        .map(|p| format!("{} ({:o})", p.display(), mode_of(&p).unwrap_or(0)))
+        .collect();
+    out.push(if loose.is_empty() {
+        pass(
+            "secret files private",
+            "token, env and client config files are 0600",
+        )
+    } else {
+        fail(
+            "secret files private",
+            format!("readable by others: {}", loose.join(", ")),
+            "chmod 600 each file listed",
+        )
+    });
+    let profile = std::env::var("HB_PROFILE").unwrap_or_else(|_| PROFILE.into());
+    out.push(if std::fs::File::open(&profile).is_ok() {
+        pass("login profile present", profile)
+    } else {
+        fail(
+            "login profile present",
+            format!("{profile} is missing or unreadable"),
+            repair,
+        )
+    });
+
+    let port = cfg.executor_port;
+    let live = WorkloadState::read_live(&paths);
+    let source = live.as_ref().and_then(|s| s.token_source());
+    let tok = token::current(&paths, source);
+    if !cfg.install_executor {
+        out.push(pass("executor", "disabled (INSTALL_EXECUTOR=0)"));
+    } else if pause::is_paused(&paths) {
+        out.push(pass(
+            "executor durably paused",
+            format!(
+                "marker {}; `hb up` resumes it",
+                paths.quiesced_marker().display()
+            ),
+        ));
+        out.push(if executor::port_open(port) {
+            fail(
+                "executor port closed while paused",
+                format!("127.0.0.1:{port} still accepts connections"),
+                "stop whatever listens there; check `hb status`",
+            )
+        } else {
+            pass(
+                "executor port closed while paused",
+                format!("127.0.0.1:{port}"),
+            )
+        });
+    } else {
+        out.push(if executor::port_open(port) {
+            pass("executor listening", format!("127.0.0.1:{port}"))
+        } else {
+            fail(
+                "executor listening",
+                format!(
+                    "nothing listens on 127.0.0.1:{port}{}",
+                    live.as_ref()
+                        .map_or(" (the workload is not running)".into(), |s| format!(
+                            " (workload: {})",
+                            s.note
+                        ))
+                ),
+                "`hb up`; if that fails see `hb logs executor` and `hb logs workload`",
+            )
+        });
+        let t = tok.as_ref().ok().and_then(|t| t.as_ref()).map(|(t, _)| t);
+        out.push(
+            match mcp::probe(&mcp::executor_url(port), t, &mcp::ProbeOptions::default()) {
+                Ok(h) => pass(
+                    "MCP handshake",
+                    format!(
+                        "{} {} speaks {} ({} ms)",
+                        h.server.name,
+                        h.server.version,
+                        h.protocol_version,
+                        h.elapsed.as_millis()
+                    ),
+                ),
+                Err(e) => fail("MCP handshake", e.to_string(), probe_fix(&e)),
+            },
+        );
+    }
+    match &tok {
+        Ok(Some((_, s))) => out.push(pass("executor token", s.describe())),
+        Ok(None) if !cfg.install_executor => {}
+        Ok(None) => out.push(fail(
+            "executor token",
+            "no token yet",
+            "start Executor (`hb up`); it writes or receives one",
+        )),
+        Err(e) => out.push(fail(
+            "executor token",
+            format!("{e:#}"),
+            "fix or remove the token file named above, then `hb down && hb up`",
+        )),
+    }
+
+    if !cfg.wire_executor_mcp {
+        out.push(pass("MCP wiring", "disabled (WIRE_EXECUTOR_MCP=0)"));
+    } else if let Ok(Some((t, _))) = &tok {
+        let url = mcp::executor_url(port);
+        let clients = wiring::clients(&paths);
+        let problems = wiring::check(&paths, &url, t, &clients);
+        let marker_ok = wiring::is_current(&paths, &url, t, &clients);
+        out.push(if problems.is_empty() && marker_ok {
+            let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
+            pass(
+                "MCP wiring",
+                format!(
+                    "{} carry the current token ({})",
+                    names.join(", "),
+                    wiring::WIRE_VERSION
+                ),
+            )
+        } else if problems.is_empty() {
+            fail(
+                "MCP wiring",
+                "the wiring marker is missing or from another version",
+                "`hb wire-mcp`",
+            )
+        } else {
+            let text: Vec<String> = problems
+                .iter()
+                .map(|(c, p)| format!("{}: {p}", c.name()))
+                .collect();
+            fail("MCP wiring", text.join("; "), "`hb wire-mcp`")
+        });
+    } else {
+        out.push(fail(
+            "MCP wiring",
+            "cannot check without a token",
+            "start Executor (`hb up`), then `hb wire-mcp`",
+        ));
+    }
+    Ok(out)
+}
+
+pub fn run(ctx: &Context, args: &crate::cli::JsonArg) -> Result<ExitCode> {
+    let checks = checks(ctx)?;
+    let ok = checks.iter().all(|c| c.ok);
+    if args.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&serde_json::json!({"ok": ok, "checks": checks}))?
+        );
+    } else {
+        for c in &checks {
+            if c.ok {
+                println!("✓ {}: {}", c.name, c.detail);
+            } else {
+                println!("✗ {}: {}", c.name, c.detail);
+                if let Some(f) = &c.fix {
+                    println!("    fix: {f}");
+                }
+            }
+        }
+        let bad = checks.iter().filter(|c| !c.ok).count();
+        if bad == 0 {
+            println!("all {} checks passed", checks.len());
+        } else {
+            println!("{bad} of {} checks failed", checks.len());
+        }
+    }
+    Ok(if ok {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
 }

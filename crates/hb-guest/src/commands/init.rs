@@ -1,11 +1,74 @@
-//! `hb init`.
+//! `hb init`: the durable layout under the data root, with owners and modes.
+//!
+//! Only the managed directories themselves are created, chmod'ed and chown'ed — never
+//! recursively, and never through a symlink: the agent controls what is inside its home,
+//! and a recursive chown there could be steered (by a planted symlink) onto system files.
 
 use std::process::ExitCode;
 
 use anyhow::Result;
+use nix::unistd::{Gid, Uid};
 
 use super::Context;
+use crate::account::Agent;
+use crate::fsutil::ensure_dir;
+use crate::paths::Paths;
 
-pub fn run(_ctx: &Context) -> Result<ExitCode> {
-    super::not_done("init", 4)
+/// (path relative to the data root, mode, owned by the agent)
+pub const LAYOUT: &[(&str, u32, bool)] = &[
+    ("", 0o711, false),
+    ("home", 0o711, false),
+    ("home/agent", 0o700, true),
+    ("home/agent/.config", 0o700, true),
+    ("home/agent/.config/hermes-box", 0o700, true),
+    ("home/agent/.local", 0o700, true),
+    ("home/agent/.local/share", 0o700, true),
+    ("home/agent/.local/state", 0o700, true),
+    ("home/agent/.cache", 0o700, true),
+    ("home/agent/.executor", 0o700, true),
+    ("home/agent/.claude", 0o700, true),
+    ("home/agent/.codex", 0o700, true),
+    ("home/agent/.hermes", 0o700, true),
+    ("home/agent/workspace", 0o700, true),
+    ("logs", 0o700, true),
+];
+
+/// The pause marker older boxes kept in /tmp (lost on restart); `init` makes it durable.
+const LEGACY_MARKER: &str = "/tmp/hermes-box-executor-paused";
+
+pub fn create_layout(paths: &Paths, agent: &Agent) -> Result<()> {
+    let root = Uid::effective()
+        .is_root()
+        .then_some((Uid::from_raw(0), Gid::from_raw(0)));
+    let agent_owner = agent.owner_if_root().or(root);
+    for (rel, mode, agent_owned) in LAYOUT {
+        let path = if rel.is_empty() {
+            paths.data.clone()
+        } else {
+            paths.data.join(rel)
+        };
+        ensure_dir(&path, *mode, if *agent_owned { agent_owner } else { root })?;
+    }
+    let legacy = std::env::var("HB_LEGACY_QUIESCE_FILE").unwrap_or_else(|_| LEGACY_MARKER.into());
+    if std::path::Path::new(&legacy).exists() {
+        crate::pause::set(paths, agent.owner_if_root())?;
+        let _ = std::fs::remove_file(&legacy);
+        println!(
+            "moved the legacy pause marker {legacy} to {}",
+            paths.quiesced_marker().display()
+        );
+    }
+    Ok(())
+}
+
+pub fn run(ctx: &Context) -> Result<ExitCode> {
+    let paths = Paths::new(&ctx.data);
+    let agent = Agent::resolve()?;
+    create_layout(&paths, &agent)?;
+    println!(
+        "durable layout ready under {} (home owned by {}, private dirs 0700)",
+        paths.data.display(),
+        agent.name
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -14,6 +14,7 @@ pub mod logs;
 pub mod quiesce;
 pub mod resume;
 pub mod status;
+pub mod token;
 pub mod up;
 pub mod versions;
 pub mod wire_mcp;

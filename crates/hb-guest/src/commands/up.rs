@@ -1,11 +1,61 @@
-//! `hb up`.
+//! `hb up`: clear the durable pause and wait until Executor passes the MCP handshake.
 
 use std::process::ExitCode;
+use std::time::{Duration, Instant};
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use box_proto::mcp;
 
 use super::Context;
+use crate::paths::Paths;
+use crate::workload::state::WorkloadState;
+use crate::{config, pause, token};
 
-pub fn run(_ctx: &Context) -> Result<ExitCode> {
-    super::not_done("up", 4)
+/// How long `up`/`resume` wait for Executor to answer.
+pub const READY_WAIT: Duration = Duration::from_secs(60);
+
+/// Waits until the workload runs Executor and it completes the MCP handshake.
+pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Healthy> {
+    let start = Instant::now();
+    let url = mcp::executor_url(port);
+    let mut last = String::from("Executor has not started yet");
+    while start.elapsed() < wait {
+        let Some(state) = WorkloadState::read_live(paths) else {
+            bail!(
+                "the workload is not running (`hb workload` is the box's main process); Executor starts when it runs. Restart the box (`box stop` / `box start`) and see `hb logs workload`"
+            );
+        };
+        let tok = token::current(paths, state.token_source())?;
+        match mcp::probe(
+            &url,
+            tok.as_ref().map(|(t, _)| t),
+            &mcp::ProbeOptions::default(),
+        ) {
+            Ok(h) => return Ok(h),
+            Err(e) => last = format!("{e} [{}]", state.note),
+        }
+        std::thread::sleep(Duration::from_millis(300));
+    }
+    bail!(
+        "Executor did not pass the MCP handshake within {}s: {last}; see `hb logs executor`",
+        wait.as_secs()
+    )
+}
+
+pub fn run(ctx: &Context) -> Result<ExitCode> {
+    let paths = Paths::new(&ctx.data);
+    let cfg = config::load(ctx)?;
+    if !cfg.install_executor {
+        println!("executor: disabled (INSTALL_EXECUTOR=0)");
+        return Ok(ExitCode::SUCCESS);
+    }
+    if pause::clear(&paths)? {
+        println!("executor: pause cleared; starting");
+    }
+    let h = wait_healthy(&paths, cfg.executor_port, READY_WAIT)?;
+    println!(
+        "executor: ready on 127.0.0.1:{} (MCP {} handshake ok, server {} {})",
+        cfg.executor_port, h.protocol_version, h.server.name, h.server.version
+    );
+    Ok(ExitCode::SUCCESS)
 }

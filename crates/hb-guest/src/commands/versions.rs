@@ -1,4 +1,4 @@
-//! `hb versions`.
+//! `hb versions`: every tool's version, as the runtime manifest records it.
 
 use std::process::ExitCode;
 
@@ -7,5 +7,13 @@ use anyhow::Result;
 use super::Context;
 
 pub fn run(_ctx: &Context) -> Result<ExitCode> {
-    super::not_done("versions", 4)
+    for (key, v) in crate::tools::versions() {
+        println!(
+            "{:<10}{}",
+            format!("{key}:"),
+            v.as_deref().unwrap_or("missing")
+        );
+    }
+    println!("{:<10}{}", "hb:", crate::version::LONG);
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,11 +1,77 @@
-//! `hb wire-mcp`.
+//! `hb wire-mcp`: point Claude Code, Codex and (when installed) Hermes at Executor's MCP
+//! endpoint with its bearer token. See [`crate::wiring`] for how the token travels.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use box_proto::mcp::{self, BearerToken};
+use nix::unistd::{Gid, Uid};
 
 use super::Context;
+use crate::paths::Paths;
+use crate::workload::state::WorkloadState;
+use crate::{account, config, executor, pause, token, wiring};
 
-pub fn run(_ctx: &Context) -> Result<ExitCode> {
-    super::not_done("wire-mcp", 4)
+/// The token the clients must carry now. For Executor 1.5.9 it is the token `hb` mints
+/// (and the workload passes to Executor); newer Executors write their own.
+pub fn obtain_token(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<BearerToken> {
+    let preferred = WorkloadState::read_live(paths).and_then(|s| s.token_source());
+    if let Some((t, _)) = token::current(paths, preferred)? {
+        return Ok(t);
+    }
+    let version = executor::find_tool("executor").and_then(|b| executor::installed_version(&b));
+    if executor::reads_auth_json(version) {
+        bail!(
+            "Executor has not written {} yet; start it (`hb up`) and retry",
+            paths.executor_auth_json().display()
+        );
+    }
+    token::ensure_minted(paths, owner)
+}
+
+pub fn run(ctx: &Context) -> Result<ExitCode> {
+    let paths = Paths::new(&ctx.data);
+    let cfg = config::load(ctx)?;
+    let owner = account::Agent::resolve()
+        .ok()
+        .and_then(|a| a.owner_if_root());
+    let url = mcp::executor_url(cfg.executor_port);
+    if !cfg.wire_executor_mcp {
+        let removed = wiring::unwire(&paths, &url, owner)?;
+        if removed.is_empty() {
+            println!("executor MCP wiring disabled (WIRE_EXECUTOR_MCP=0); nothing to remove");
+        } else {
+            println!(
+                "executor MCP wiring disabled (WIRE_EXECUTOR_MCP=0); removed hb's wiring from {}",
+                removed.join(", ")
+            );
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if pause::is_paused(&paths) {
+        bail!("the box is paused; run `hb up` before changing the MCP wiring");
+    }
+    let token = obtain_token(&paths, owner)?;
+    let clients = wiring::clients(&paths);
+    let names: Vec<&str> = clients.iter().map(|c| c.name()).collect();
+    if wiring::is_current(&paths, &url, &token, &clients) {
+        println!(
+            "executor MCP wiring is current for {} ({}); nothing to do",
+            names.join(", "),
+            wiring::WIRE_VERSION
+        );
+        return Ok(ExitCode::SUCCESS);
+    }
+    let out = wiring::wire(&paths, &url, &token, &clients, owner)?;
+    println!(
+        "executor HTTP MCP registered for {} at {url} ({}; {}; the token lives in 0600 files, never on argv)",
+        names.join(", "),
+        if out.changed.is_empty() {
+            "files already current".to_string()
+        } else {
+            format!("updated {}", out.changed.join(", "))
+        },
+        wiring::WIRE_VERSION
+    );
+    Ok(ExitCode::SUCCESS)
 }

@@ -1,4 +1,4 @@
-//! `hb workload`.
+//! `hb workload`: see [`crate::workload`].
 
 use std::process::ExitCode;
 
@@ -6,6 +6,6 @@ use anyhow::Result;
 
 use super::Context;
 
-pub fn run(_ctx: &Context) -> Result<ExitCode> {
-    super::not_done("workload", 4)
+pub fn run(ctx: &Context) -> Result<ExitCode> {
+    crate::workload::run(ctx)
 }
