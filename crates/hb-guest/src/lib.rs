@@ -1,6 +1,7 @@
 //! `hb`, the guest helper, as a library: `main.rs` is a thin shell; tests drive the modules.
 
 pub mod account;
+pub mod archive;
 pub mod cli;
 pub mod commands;
 pub mod config;
