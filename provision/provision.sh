@@ -1,0 +1,297 @@
+#!/usr/bin/env bash
+# hermes-box-lite guest provisioning. Run as root inside the box by `box new`/`repair`
+# (box copies this directory in and installs /etc/hermes-box.env and /usr/local/bin/hb
+# first). Safe to re-run: every step checks before it changes anything, and a run that
+# changes nothing says so.
+#
+# Works on Ubuntu 24.04 (real smolvm guests) and Debian 12 (the simulator's guests).
+# Each step prints `==> step: <name>`; a failing step stops provisioning and names itself
+# (no silent `set -e` exits: every command's status is checked by the step runner).
+#
+# Overrides (tests): HB_CONFIG (default /etc/hermes-box.env), HB_DATA (/data),
+# HB_TOOL_PREFIX (/opt/hermes-box), HB_BIN (/usr/local/bin/hb), PROVISION_SKIP_APT=1.
+
+set -uo pipefail
+umask 022
+export DEBIAN_FRONTEND=noninteractive
+
+HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
+CONFIG=${HB_CONFIG:-/etc/hermes-box.env}
+DATA=${HB_DATA:-/data}
+PREFIX=${HB_TOOL_PREFIX:-/opt/hermes-box}
+HB=${HB_BIN:-/usr/local/bin/hb}
+AGENT=agent
+AGENT_HOME="$DATA/home/agent"
+PROFILE=/etc/profile.d/hermes-box.sh
+
+CHANGED=()          # names of steps that changed something
+CURRENT_STEP=""
+
+say() { printf '    %s\n' "$*"; }
+changed() { CHANGED+=("$CURRENT_STEP"); say "$*"; }
+die() { printf '==> failed: %s: %s\n' "$CURRENT_STEP" "$*" >&2; exit 1; }
+
+# Runs one named step; any non-zero status stops provisioning with the step's name.
+step() {
+  CURRENT_STEP=$1
+  shift
+  printf '==> step: %s\n' "$CURRENT_STEP"
+  "$@"
+  local rc=$?
+  if [ "$rc" -ne 0 ]; then
+    printf '==> failed: %s (exit %s)\n' "$CURRENT_STEP" "$rc" >&2
+    exit 1
+  fi
+}
+
+# --- configuration -------------------------------------------------------------------
+# box.env is KEY=value lines; parsed, not sourced, and only the keys used here.
+INSTALL_HERMES=1
+INSTALL_EXECUTOR=1
+NODE_MAJOR=22
+CLAUDE_CODE_VERSION=latest
+CODEX_VERSION=latest
+EXECUTOR_VERSION=latest
+HERMES_INSTALL_ARGS=--skip-browser
+
+read_config() {
+  [ -r "$CONFIG" ] || { say "no $CONFIG; using defaults"; return 0; }
+  local line key value
+  while IFS= read -r line || [ -n "$line" ]; do
+    line=${line#"${line%%[![:space:]]*}"}
+    case $line in ''|'#'*) continue ;; esac
+    line=${line#export }
+    key=${line%%=*}
+    value=${line#*=}
+    value=${value%\"}; value=${value#\"}; value=${value%\'}; value=${value#\'}
+    case $key in
+      INSTALL_HERMES|INSTALL_EXECUTOR|NODE_MAJOR|CLAUDE_CODE_VERSION|CODEX_VERSION|EXECUTOR_VERSION|HERMES_INSTALL_ARGS)
+        printf -v "$key" '%s' "$value" ;;
+    esac
+  done < "$CONFIG"
+  case $INSTALL_HERMES in 1|true|yes|on) INSTALL_HERMES=1 ;; *) INSTALL_HERMES=0 ;; esac
+  case $INSTALL_EXECUTOR in 1|true|yes|on) INSTALL_EXECUTOR=1 ;; *) INSTALL_EXECUTOR=0 ;; esac
+  say "config: INSTALL_HERMES=$INSTALL_HERMES INSTALL_EXECUTOR=$INSTALL_EXECUTOR NODE_MAJOR=$NODE_MAJOR"
+}
+
+# --- steps ---------------------------------------------------------------------------
+check_system() {
+  [ "$(id -u)" -eq 0 ] || die "must run as root"
+  [ -r /etc/os-release ] || die "no /etc/os-release"
+  # shellcheck disable=SC1091
+  local id version
+  id=$(. /etc/os-release && echo "${ID:-}")
+  version=$(. /etc/os-release && echo "${VERSION_ID:-}")
+  case $id in
+    ubuntu|debian) say "$id $version" ;;
+    *) die "unsupported OS '$id' (Ubuntu 24.04 or Debian 12)" ;;
+  esac
+}
+
+APT_PACKAGES=(ca-certificates curl git jq tmux sudo neovim build-essential xz-utils
+  less procps iproute2 util-linux ripgrep unzip python3 python3-venv)
+
+apt_packages() {
+  if [ "${PROVISION_SKIP_APT:-0}" = 1 ]; then
+    say "PROVISION_SKIP_APT=1: not touching apt"
+    return 0
+  fi
+  local missing=() p
+  for p in "${APT_PACKAGES[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -eq 0 ]; then
+    say "all ${#APT_PACKAGES[@]} packages present"
+    return 0
+  fi
+  say "installing: ${missing[*]}"
+  apt-get update -qq || return 1
+  apt-get install -y -qq --no-install-recommends "${missing[@]}" || return 1
+  apt-get clean
+  changed "installed ${#missing[@]} packages"
+}
+
+agent_user() {
+  if ! getent passwd "$AGENT" >/dev/null; then
+    useradd --home-dir "$AGENT_HOME" --no-create-home --shell /bin/bash --user-group "$AGENT" || return 1
+    changed "created user $AGENT"
+  fi
+  local home shell
+  home=$(getent passwd "$AGENT" | cut -d: -f6)
+  shell=$(getent passwd "$AGENT" | cut -d: -f7)
+  if [ "$home" != "$AGENT_HOME" ] || [ "$shell" != /bin/bash ]; then
+    usermod --home "$AGENT_HOME" --shell /bin/bash "$AGENT" || return 1
+    changed "set $AGENT's home to $AGENT_HOME"
+  fi
+  local sudoers=/etc/sudoers.d/$AGENT want="$AGENT ALL=(ALL) NOPASSWD:ALL"
+  if [ "$(cat "$sudoers" 2>/dev/null)" != "$want" ]; then
+    mkdir -p /etc/sudoers.d
+    printf '%s\n' "$want" > "$sudoers.tmp" && chmod 0440 "$sudoers.tmp" || return 1
+    if command -v visudo >/dev/null && ! visudo -cqf "$sudoers.tmp"; then
+      rm -f "$sudoers.tmp"; die "visudo rejected $sudoers"
+    fi
+    mv -f "$sudoers.tmp" "$sudoers" || return 1
+    changed "passwordless sudo for $AGENT"
+  fi
+  [ "$(stat -c %a "$sudoers")" = 440 ] || { chmod 0440 "$sudoers" && changed "fixed $sudoers mode"; }
+  say "user $AGENT ($(id -u "$AGENT")), home $AGENT_HOME"
+}
+
+node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
+
+nodejs() {
+  if command -v node >/dev/null && [ "$(node_major)" -ge 20 ] && command -v npm >/dev/null; then
+    say "node $(node --version), npm $(npm --version)"
+    return 0
+  fi
+  # The distro's nodejs first (Debian 12 and Ubuntu 24.04 ship 18: too old), then NodeSource.
+  if [ "${PROVISION_SKIP_APT:-0}" != 1 ]; then
+    apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null 2>&1
+    if command -v node >/dev/null && [ "$(node_major)" -ge 20 ] && command -v npm >/dev/null; then
+      changed "node $(node --version) from the distribution"
+      return 0
+    fi
+    local setup=/tmp/nodesource_setup.sh
+    if curl -fsSL --max-time 30 "https://deb.nodesource.com/setup_${NODE_MAJOR}.x" -o "$setup"; then
+      bash "$setup" >/dev/null && apt-get install -y -qq nodejs >/dev/null || return 1
+      rm -f "$setup"
+      if [ "$(node_major)" -ge 20 ]; then
+        changed "node $(node --version) from NodeSource"
+        return 0
+      fi
+    fi
+  fi
+  die "Node.js >= 20 with npm is required and none could be installed (distribution: $(node --version 2>/dev/null || echo none); NodeSource unreachable)"
+}
+
+# Installs one npm package under $PREFIX unless the wanted version is already there.
+npm_tool() {
+  local pkg=$1 spec=$2 dir installed
+  dir="$PREFIX/lib/node_modules/$pkg"
+  installed=$(node -p "require('$dir/package.json').version" 2>/dev/null || true)
+  if [ -n "$installed" ] && { [ "$spec" = latest ] || [ "$spec" = "$installed" ]; }; then
+    say "$pkg $installed"
+    return 0
+  fi
+  say "npm install $pkg@$spec"
+  npm install -g --prefix "$PREFIX" --no-audit --no-fund --loglevel=error "$pkg@$spec" || return 1
+  changed "$pkg $(node -p "require('$dir/package.json').version" 2>/dev/null)"
+}
+
+npm_tools() {
+  mkdir -p "$PREFIX/bin" "$PREFIX/lib" || return 1
+  npm_tool @anthropic-ai/claude-code "$CLAUDE_CODE_VERSION" || return 1
+  npm_tool @openai/codex "$CODEX_VERSION" || return 1
+  if [ "$INSTALL_EXECUTOR" = 1 ]; then
+    npm_tool executor "$EXECUTOR_VERSION" || return 1
+  else
+    say "executor: skipped (INSTALL_EXECUTOR=0)"
+  fi
+  npm cache clean --force >/dev/null 2>&1 || true
+}
+
+hermes() {
+  if [ "$INSTALL_HERMES" != 1 ]; then
+    say "skipped (INSTALL_HERMES=0)"
+    return 0
+  fi
+  if [ -x "$PREFIX/bin/hermes" ] || command -v hermes >/dev/null; then
+    say "hermes present"
+    return 0
+  fi
+  local hermes_home="$AGENT_HOME/.hermes" installer=/tmp/hermes-install.sh
+  mkdir -p "$hermes_home"
+  # The official headless installer where it is reachable; it reads prompts from a pipe
+  # (EOF), so it stays non-interactive.
+  if curl -fsSL --max-time 20 https://hermes-agent.nousresearch.com/install.sh -o "$installer" 2>/dev/null; then
+    # shellcheck disable=SC2086
+    if HERMES_HOME="$hermes_home" bash "$installer" $HERMES_INSTALL_ARGS --skip-setup --non-interactive </dev/null; then
+      rm -f "$installer"
+      local bin
+      for bin in "$(command -v hermes)" /usr/local/bin/hermes /root/.local/bin/hermes; do
+        [ -x "$bin" ] && break
+      done
+      [ -x "$bin" ] && ln -sfn "$bin" "$PREFIX/bin/hermes"
+      changed "hermes from the official installer"
+      return 0
+    fi
+    say "official installer failed; falling back to PyPI"
+  else
+    say "official installer unreachable; using PyPI hermes-agent"
+  fi
+  rm -f "$installer"
+  python3 -m venv "$PREFIX/hermes-venv" || return 1
+  "$PREFIX/hermes-venv/bin/pip" install --quiet --disable-pip-version-check hermes-agent || return 1
+  ln -sfn "$PREFIX/hermes-venv/bin/hermes" "$PREFIX/bin/hermes" || return 1
+  changed "hermes-agent $("$PREFIX/hermes-venv/bin/pip" show hermes-agent 2>/dev/null | sed -n 's/^Version: //p') from PyPI"
+}
+
+hb_binary() {
+  [ -x "$HB" ] || die "$HB is missing; box installs it before provisioning (re-run \`box repair <box>\`)"
+  "$HB" --version >/dev/null || die "$HB does not run on this machine ($(uname -m)); re-run \`box repair <box>\`"
+  say "$("$HB" --version)"
+}
+
+hb_init() {
+  local out
+  out=$(HB_DATA="$DATA" HB_AGENT_USER="$AGENT" "$HB" init) || return 1
+  say "$out"
+}
+
+# Installs a file from this directory when it differs; $4 = owner (default root).
+place() {
+  local src=$HERE/$1 dst=$2 mode=$3 owner=${4:-root}
+  [ -r "$src" ] || die "missing $src"
+  if cmp -s "$src" "$dst" && [ "$(stat -c %a "$dst")" = "${mode#0}" ] && [ "$(stat -c %U "$dst")" = "$owner" ]; then
+    say "$dst current"
+    return 0
+  fi
+  install -D -m "$mode" -o "$owner" -g "$owner" "$src" "$dst" || return 1
+  changed "installed $dst"
+}
+
+login_env() {
+  place profile.sh "$PROFILE" 0644 || return 1
+  place tmux.conf "$PREFIX/tmux.conf" 0644 || return 1
+  place agent-bash-profile.sh "$AGENT_HOME/.bash_profile" 0644 "$AGENT" || return 1
+}
+
+verify() {
+  local missing=() t
+  local tools=(node npm git tmux jq curl nvim sudo)
+  local prefixed=(claude codex)
+  [ "$INSTALL_EXECUTOR" = 1 ] && prefixed+=(executor)
+  [ "$INSTALL_HERMES" = 1 ] && prefixed+=(hermes)
+  for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
+  for t in "${prefixed[@]}"; do [ -x "$PREFIX/bin/$t" ] || command -v "$t" >/dev/null || missing+=("$t"); done
+  [ ${#missing[@]} -eq 0 ] || die "missing after provisioning: ${missing[*]}"
+  say "all tools present"
+}
+
+manifest() {
+  if [ ${#CHANGED[@]} -eq 0 ] && [ -s "$AGENT_HOME/.config/hermes-box/runtime-manifest" ]; then
+    say "runtime manifest current"
+    return 0
+  fi
+  PATH="$PREFIX/bin:$PATH" HB_DATA="$DATA" HB_AGENT_USER="$AGENT" "$HB" write-manifest >/dev/null || return 1
+  changed "runtime manifest written"
+}
+
+step config read_config
+step system check_system
+step apt-packages apt_packages
+step agent-user agent_user
+step nodejs nodejs
+step npm-tools npm_tools
+step hermes hermes
+step hb-binary hb_binary
+step hb-init hb_init
+step login-environment login_env
+step verify verify
+step runtime-manifest manifest
+
+if [ ${#CHANGED[@]} -eq 0 ]; then
+  printf '==> provisioning: already provisioned, nothing changed\n'
+else
+  printf '==> provisioning complete; changed: %s\n' "$(printf '%s\n' "${CHANGED[@]}" | uniq | paste -sd, -)"
+fi
