@@ -13,6 +13,8 @@ use crate::{config, pause, token};
 
 /// How long `up`/`resume` wait for Executor to answer.
 pub const READY_WAIT: Duration = Duration::from_secs(60);
+/// How long to wait for a workload that has not written its state yet.
+const WORKLOAD_GRACE: Duration = Duration::from_secs(10);
 
 /// Waits until the workload runs Executor and it completes the MCP handshake.
 pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Healthy> {
@@ -21,6 +23,11 @@ pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Hea
     let mut last = String::from("Executor has not started yet");
     while start.elapsed() < wait {
         let Some(state) = WorkloadState::read_live(paths) else {
+            // The workload may be just starting (box installs hb, the launcher execs it).
+            if start.elapsed() < WORKLOAD_GRACE {
+                std::thread::sleep(Duration::from_millis(200));
+                continue;
+            }
             bail!(
                 "the workload is not running (`hb workload` is the box's main process); Executor starts when it runs. Restart the box (`box stop` / `box start`) and see `hb logs workload`"
             );
