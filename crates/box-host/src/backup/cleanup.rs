@@ -9,12 +9,18 @@
 //! before it (and the place is removed) or after it (and the step is complete): never in
 //! the middle, never recreating a staging dir the handler just removed. Plain writes into
 //! an open temp file need no lock: once the handler unlinks it, the bytes go nowhere.
+//!
+//! Flows that must do their own rollback on a signal (`box load` creating a VM, which uses
+//! deferred signals) call [`set_deferred`]`(true)`: the handler then removes the registered
+//! temporaries and records the signal without exiting, and every loop of the engine returns
+//! an "interrupted" error at its next [`check`], so the caller can roll back and exit.
 
 use std::fs;
 use std::io;
 use std::os::fd::RawFd;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt};
 use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicI32, Ordering};
 use std::sync::{Mutex, MutexGuard, Once};
 
 use nix::sys::termios::Termios;
@@ -29,6 +35,33 @@ enum Item {
 pub struct Registry {
     next: u64,
     items: Vec<(u64, Item)>,
+}
+
+static SIGNALLED: AtomicI32 = AtomicI32::new(0);
+static DEFERRED: AtomicBool = AtomicBool::new(false);
+
+/// Deferred mode: on a signal, clean up but do not exit (see the module docs).
+pub fn set_deferred(deferred: bool) {
+    DEFERRED.store(deferred, Ordering::SeqCst);
+}
+
+/// The signal received, if any.
+pub fn signalled() -> Option<i32> {
+    match SIGNALLED.load(Ordering::SeqCst) {
+        0 => None,
+        s => Some(s),
+    }
+}
+
+/// Fails once a signal has arrived (deferred mode); engine loops call it per chunk/member.
+pub fn check() -> io::Result<()> {
+    match signalled() {
+        None => Ok(()),
+        Some(sig) => Err(io::Error::new(
+            io::ErrorKind::Interrupted,
+            format!("interrupted by signal {sig}"),
+        )),
+    }
 }
 
 static REGISTRY: Mutex<Registry> = Mutex::new(Registry {
@@ -127,12 +160,15 @@ pub fn install() {
                 let spawned = std::thread::Builder::new()
                     .name("box-cleanup".into())
                     .spawn(move || {
-                        if let Some(sig) = signals.forever().next() {
+                        for sig in signals.forever() {
+                            SIGNALLED.store(sig, Ordering::SeqCst);
                             let mut guard = lock();
                             guard.undo_all();
-                            // Exit while holding the lock: nothing can recreate a temp.
-                            // SAFETY: _exit is async-signal-safe and ends the process.
-                            unsafe { libc::_exit(128 + sig) };
+                            if !DEFERRED.load(Ordering::SeqCst) {
+                                // Exit while holding the lock: nothing can recreate a temp.
+                                // SAFETY: _exit ends the process at once, no unwinding.
+                                unsafe { libc::_exit(128 + sig) };
+                            }
                         }
                     });
                 if let Err(e) = spawned {
@@ -177,6 +213,7 @@ impl Temp {
         for _ in 0..16 {
             let path = dir.join(format!("{prefix}{}", random_suffix()));
             let made = with_lock(|reg| {
+                check()?;
                 fs::OpenOptions::new()
                     .read(true)
                     .write(true)
@@ -210,6 +247,7 @@ impl Temp {
         for _ in 0..16 {
             let path = parent.join(format!("{prefix}{}", random_suffix()));
             let made = with_lock(|reg| {
+                check()?;
                 fs::DirBuilder::new()
                     .mode(0o700)
                     .create(&path)

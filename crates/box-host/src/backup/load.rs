@@ -49,6 +49,7 @@ struct Tap<R> {
 
 impl<R: Read> Read for Tap<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        cleanup::check()?;
         let n = self.inner.read(buf)?;
         self.hasher.update(&buf[..n]);
         self.bytes += n as u64;
@@ -158,6 +159,7 @@ pub fn write_parts(
         let mut hasher = Sha256::new();
         let mut written = 0u64;
         while written < part_size {
+            cleanup::check()?;
             let want = (part_size - written).min(buf.len() as u64) as usize;
             let n = reader.read(&mut buf[..want]).map_err(|e| {
                 BackupError::Corrupt(reader.status().failure().unwrap_or_else(|| e.to_string()))
@@ -252,7 +254,10 @@ pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &
     let (tap, status, shared) = open_tapped(&validated.path, passphrase, "extracting")?;
     let mut unpacker = Unpacker::new(stage.path());
     let walked = validate::walk(tap, &Limits::default(), |entry, key| {
-        cleanup::with_lock(|_| unpacker.unpack(entry, key))
+        cleanup::with_lock(|_| {
+            cleanup::check()?;
+            unpacker.unpack(entry, key)
+        })
     });
     let report = match walked {
         Ok(report) => report,

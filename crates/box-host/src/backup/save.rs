@@ -159,6 +159,7 @@ impl Pipeline {
     pub fn feed(&mut self, mut reader: impl Read) -> Result<u64> {
         let mut total = 0u64;
         loop {
+            cleanup::check()?;
             let mut chunk = vec![0u8; CHUNK];
             let n = match reader.read(&mut chunk) {
                 Ok(0) => break,

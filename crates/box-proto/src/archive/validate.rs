@@ -411,7 +411,16 @@ impl Validator {
             if !comps.is_empty() {
                 let parent = &comps[..comps.len() - 1];
                 let mut r = Resolver::new(self, bound);
-                let found = r.resolve(Vec::new(), parent.iter().map(|p| p.to_vec()).collect(), true)?;
+                let found = r
+                    .resolve(Vec::new(), parent.iter().map(|p| p.to_vec()).collect(), true)
+                    .map_err(|e| match e {
+                        // A missing parent is a path through a missing member.
+                        ArchiveError::Unsafe {
+                            rule: Rule::LinkToMissing,
+                            path,
+                        } => ArchiveError::unsafe_(Rule::ThroughMissingOrNonDirectory, path),
+                        e => e,
+                    })?;
                 if found.1 != Some(&Kind::Dir) && !found.0.is_empty() {
                     return Err(ArchiveError::unsafe_(Rule::ParentNotDirectory, shown_key(key)));
                 }

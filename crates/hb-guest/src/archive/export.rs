@@ -126,7 +126,11 @@ impl<W: Write> Walker<W> {
         h.set_uid(u64::from(meta.uid()));
         h.set_gid(u64::from(meta.gid()));
         h.set_mtime(meta.mtime().max(0) as u64);
-        let size = if kind == tar::EntryType::Regular { meta.len() } else { 0 };
+        let size = if kind == tar::EntryType::Regular {
+            meta.len()
+        } else {
+            0
+        };
         h.set_size(size);
         if let Some(user) = self.user(meta.uid()) {
             let _ = h.set_username(&user);
@@ -135,7 +139,9 @@ impl<W: Write> Walker<W> {
             let _ = h.set_groupname(&group);
         }
         {
-            let gnu = h.as_gnu_mut().ok_or_else(|| io::Error::other("not a GNU header"))?;
+            let gnu = h
+                .as_gnu_mut()
+                .ok_or_else(|| io::Error::other("not a GNU header"))?;
             if name.len() <= gnu.name.len() {
                 gnu.name[..name.len()].copy_from_slice(name);
             } else {
@@ -202,7 +208,8 @@ impl<W: Write> Walker<W> {
                     .with_context(|| format!("cannot archive {shown}"))?;
                 self.walk_dir(&path, &key)?;
             } else if ft.is_symlink() {
-                let target = fs::read_link(&path).with_context(|| format!("cannot read link {}", path.display()))?;
+                let target = fs::read_link(&path)
+                    .with_context(|| format!("cannot read link {}", path.display()))?;
                 self.append(
                     &member,
                     &meta,
@@ -218,15 +225,24 @@ impl<W: Write> Walker<W> {
                             .with_context(|| format!("cannot archive {shown}"))?;
                         continue;
                     }
-                    self.hardlinks.insert((meta.dev(), meta.ino()), member.clone());
+                    self.hardlinks
+                        .insert((meta.dev(), meta.ino()), member.clone());
                 }
                 let mut file = match File::open(&path) {
                     Ok(f) => f,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+                    Err(e) => {
+                        return Err(e).with_context(|| format!("cannot read {}", path.display()));
+                    }
                 };
-                self.append(&member, &meta, tar::EntryType::Regular, None, Some(&mut file))
-                    .with_context(|| format!("cannot archive {shown}"))?;
+                self.append(
+                    &member,
+                    &meta,
+                    tar::EntryType::Regular,
+                    None,
+                    Some(&mut file),
+                )
+                .with_context(|| format!("cannot archive {shown}"))?;
             } else {
                 let what = if ft.is_socket() {
                     "socket"
@@ -256,9 +272,11 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         bail!("data root {} is not a directory", opts.root.display());
     }
     let parts = PartWriter::create(&opts.out, opts.part_size)?;
-    let mut encoder = zstd::stream::write::Encoder::new(parts, opts.level)
-        .context("cannot start zstd")?;
-    encoder.include_checksum(true).context("cannot configure zstd")?;
+    let mut encoder =
+        zstd::stream::write::Encoder::new(parts, opts.level).context("cannot start zstd")?;
+    encoder
+        .include_checksum(true)
+        .context("cannot configure zstd")?;
     if opts.threads > 1 {
         encoder
             .multithread(opts.threads)
@@ -280,7 +298,10 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         .append(b"./", &root_meta, tar::EntryType::Directory, None, None)
         .context("cannot archive ./")?;
     walker.walk_dir(&opts.root, b"")?;
-    let encoder = walker.builder.into_inner().context("cannot finish the tar stream")?;
+    let encoder = walker
+        .builder
+        .into_inner()
+        .context("cannot finish the tar stream")?;
     let parts = encoder.finish().context("cannot finish the zstd stream")?;
     let index = parts.finish(Compression::Zstd)?;
     Ok(ExportSummary {

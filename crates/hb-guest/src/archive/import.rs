@@ -56,7 +56,8 @@ pub fn import(root: &Path, from: &Path) -> Result<ImportSummary> {
 
 #[doc(hidden)]
 pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<ImportSummary> {
-    let meta = fs::symlink_metadata(root).with_context(|| format!("data root {} is missing", root.display()))?;
+    let meta = fs::symlink_metadata(root)
+        .with_context(|| format!("data root {} is missing", root.display()))?;
     if !meta.is_dir() {
         bail!("data root {} is not a directory", root.display());
     }
@@ -82,7 +83,9 @@ pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<Im
     let result = (|| -> Result<ImportSummary> {
         let (reader, hasher) = PartsReader::new(from, &index);
         let mut unpacker = Unpacker::new(&stage);
-        let report = match validate::walk(reader, &Limits::default(), |entry, key| unpacker.unpack(entry, key)) {
+        let report = match validate::walk(reader, &Limits::default(), |entry, key| {
+            unpacker.unpack(entry, key)
+        }) {
             Ok(r) => r,
             Err(WalkError::Archive(e)) => bail!("{e}"),
             Err(WalkError::Callback(e)) => bail!("cannot extract into {}: {e}", stage.display()),
@@ -157,7 +160,9 @@ fn agent_ids() -> Option<(u32, u32)> {
     if !nix::unistd::geteuid().is_root() {
         return None;
     }
-    let user = nix::unistd::User::from_name(layout::AGENT_USER).ok().flatten()?;
+    let user = nix::unistd::User::from_name(layout::AGENT_USER)
+        .ok()
+        .flatten()?;
     Some((user.uid.as_raw(), user.gid.as_raw()))
 }
 
@@ -176,7 +181,10 @@ fn chown_tree(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
     // chown clears set-id bits; put the mode back afterwards (links have none to restore).
     lchown(p, uid, gid)?;
     if !meta.file_type().is_symlink() {
-        fs::set_permissions(p, fs::Permissions::from_mode(meta.permissions().mode() & 0o777))?;
+        fs::set_permissions(
+            p,
+            fs::Permissions::from_mode(meta.permissions().mode() & 0o777),
+        )?;
     }
     if meta.is_dir() {
         for entry in fs::read_dir(p)? {
@@ -197,7 +205,8 @@ fn fix_owners_and_modes(stage: &Path) -> Result<()> {
         for sub in [layout::HOME, layout::LOGS_DIR] {
             let p = stage.join(sub);
             if fs::symlink_metadata(&p).is_ok() {
-                chown_tree(&p, uid, gid).with_context(|| format!("cannot chown {}", p.display()))?;
+                chown_tree(&p, uid, gid)
+                    .with_context(|| format!("cannot chown {}", p.display()))?;
             }
         }
     }
@@ -216,7 +225,10 @@ fn rearm_quiesced(stage: &Path) -> Result<()> {
         dir.push(part);
         match fs::symlink_metadata(&dir) {
             Ok(m) if m.is_dir() => {}
-            Ok(_) => bail!("{} is not a directory; cannot re-arm the pause marker", dir.display()),
+            Ok(_) => bail!(
+                "{} is not a directory; cannot re-arm the pause marker",
+                dir.display()
+            ),
             Err(_) => {
                 fs::DirBuilder::new().mode(0o700).create(&dir)?;
                 if let Some((uid, gid)) = ids {

@@ -31,7 +31,12 @@ impl PartWriter {
         fs::DirBuilder::new()
             .mode(0o700)
             .create(dir)
-            .with_context(|| format!("cannot create export directory {} (it must not exist)", dir.display()))?;
+            .with_context(|| {
+                format!(
+                    "cannot create export directory {} (it must not exist)",
+                    dir.display()
+                )
+            })?;
         Ok(PartWriter {
             dir: dir.to_path_buf(),
             part_size,
@@ -120,17 +125,25 @@ impl Write for PartWriter {
 /// listed size and SHA-256, and the whole stream's hash.
 pub fn check_parts(dir: &Path) -> Result<PartIndex> {
     let path = dir.join(INDEX_FILE);
-    let text = fs::read_to_string(&path).with_context(|| format!("cannot read part index {}", path.display()))?;
-    let index = PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))?;
+    let text = fs::read_to_string(&path)
+        .with_context(|| format!("cannot read part index {}", path.display()))?;
+    let index =
+        PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))?;
     let mut total = Sha256::new();
     for part in &index.parts {
         let p = dir.join(&part.name);
-        let meta = fs::symlink_metadata(&p).with_context(|| format!("missing part {}", p.display()))?;
+        let meta =
+            fs::symlink_metadata(&p).with_context(|| format!("missing part {}", p.display()))?;
         if !meta.file_type().is_file() {
             bail!("part {} is not a regular file", p.display());
         }
         if meta.len() != part.size {
-            bail!("part {} has {} bytes, the index says {}", p.display(), meta.len(), part.size);
+            bail!(
+                "part {} has {} bytes, the index says {}",
+                p.display(),
+                meta.len(),
+                part.size
+            );
         }
         let mut hasher = Sha256::new();
         let mut f = open_nofollow(&p)?;

@@ -1,0 +1,179 @@
+//! Shared helpers of the backup tests: trees, exports, backups, snapshots, gpg, `box`.
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::io::Write;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+
+use box_host::backup::{crypto::EncryptWriter, save};
+use secrecy::SecretString;
+
+pub const PASS: &str = "correct horse battery staple";
+
+pub fn secret(s: &str) -> SecretString {
+    SecretString::from(s)
+}
+
+/// A small agent-like tree: dirs, files with modes, a symlink, a hardlink, a manifest.
+pub fn sample_tree(root: &Path) {
+    let home = root.join("home/agent");
+    fs::create_dir_all(home.join("workspace/src")).unwrap();
+    fs::create_dir_all(home.join(".config/hermes-box")).unwrap();
+    fs::create_dir_all(home.join(".hermes")).unwrap();
+    fs::create_dir_all(root.join("logs")).unwrap();
+    fs::write(
+        home.join(".config/hermes-box/runtime-manifest"),
+        "created_at=2026-11-29T12:00:00Z\nbase_image=ubuntu:24.04\nbox=0.1.0\n",
+    )
+    .unwrap();
+    fs::write(home.join("workspace/probe.txt"), "probe\n").unwrap();
+    std::os::unix::fs::symlink("probe.txt", home.join("workspace/probe-link")).unwrap();
+    fs::hard_link(home.join("workspace/probe.txt"), home.join("workspace/probe-hard")).unwrap();
+    fs::write(home.join("workspace/src/main.rs"), "fn main() {}\n".repeat(500)).unwrap();
+    fs::set_permissions(home.join("workspace/src/main.rs"), fs::Permissions::from_mode(0o640)).unwrap();
+    let big: Vec<u8> = (0..300_000u32).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
+    fs::write(home.join("workspace/blob.bin"), big).unwrap();
+    fs::write(home.join(".hermes/state.db"), b"SQLite format 3\0").unwrap();
+    fs::write(home.join(".hermes/state.db-wal"), b"wal").unwrap();
+    fs::write(root.join("logs/executor.log"), "started\n").unwrap();
+    fs::set_permissions(root.join("logs"), fs::Permissions::from_mode(0o750)).unwrap();
+}
+
+/// `hb export` through the library.
+pub fn export(root: &Path, out: &Path, part_size: u64) -> box_proto::archive::parts::PartIndex {
+    let opts = hb_guest::archive::export::ExportOptions::new(root, out, part_size);
+    hb_guest::archive::export::export(&opts, Box::new(|_| {})).unwrap().index
+}
+
+/// The save pipeline through the library: parts dir → published backup.
+pub fn save_parts(parts: &Path, out: &Path, pass: &str) -> save::Published {
+    let pass = secret(pass);
+    let mut p = save::Pipeline::begin(out, &pass).unwrap();
+    p.feed_parts_dir(parts).unwrap();
+    p.finish().unwrap().verify(&pass).unwrap().publish().unwrap()
+}
+
+/// Encrypts arbitrary plaintext the way a backup is encrypted (no validation).
+pub fn encrypt_bytes(plain: &[u8], out: &Path, pass: &str) {
+    let file = fs::OpenOptions::new().write(true).create_new(true).open(out).unwrap();
+    let mut w = EncryptWriter::new(file, &secret(pass)).unwrap();
+    w.write_all(plain).unwrap();
+    w.finish().unwrap();
+}
+
+pub fn zstd(bytes: &[u8]) -> Vec<u8> {
+    let mut e = zstd::stream::write::Encoder::new(Vec::new(), 3).unwrap();
+    e.include_checksum(true).unwrap();
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+pub fn gzip(bytes: &[u8]) -> Vec<u8> {
+    let mut e = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(bytes).unwrap();
+    e.finish().unwrap()
+}
+
+/// What a tree holds, for byte-for-byte comparison: kind, permission bits, content or target.
+pub fn snapshot(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
+    let mut out = BTreeMap::new();
+    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, Vec<u8>)>) {
+        let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        names.sort();
+        for p in names {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            let m = fs::symlink_metadata(&p).unwrap();
+            let mode = m.mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                let t = fs::read_link(&p).unwrap();
+                out.insert(rel, ('l', 0, t.as_os_str().as_encoded_bytes().to_vec()));
+            } else if m.is_dir() {
+                out.insert(rel, ('d', mode, Vec::new()));
+                walk(root, &p, out);
+            } else {
+                out.insert(rel, ('f', mode, fs::read(&p).unwrap()));
+            }
+        }
+    }
+    walk(root, root, &mut out);
+    out
+}
+
+/// The tree a backup of `root` should reproduce: the snapshot minus the excludes.
+pub fn expected_after_excludes(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
+    snapshot(root)
+        .into_iter()
+        .filter(|(k, _)| {
+            let mut prefix = String::new();
+            for part in k.split('/') {
+                if !prefix.is_empty() {
+                    prefix.push('/');
+                }
+                prefix.push_str(part);
+                if box_proto::archive::excludes::is_excluded(&prefix) {
+                    return false;
+                }
+            }
+            true
+        })
+        .collect()
+}
+
+pub fn gpg_home(dir: &Path) -> PathBuf {
+    let h = dir.join("gnupg");
+    fs::create_dir_all(&h).unwrap();
+    fs::set_permissions(&h, fs::Permissions::from_mode(0o700)).unwrap();
+    h
+}
+
+/// Runs gpg with the passphrase on stdin (fd 0), never in argv.
+pub fn gpg(home: &Path, pass: &str, args: &[&str]) -> Output {
+    let mut child = Command::new("gpg")
+        .arg("--homedir")
+        .arg(home)
+        .args(["--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase-fd", "0"])
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .expect("gpg is installed by scripts/setup.sh");
+    child.stdin.take().unwrap().write_all(format!("{pass}\n").as_bytes()).unwrap();
+    child.wait_with_output().unwrap()
+}
+
+/// A `box` command isolated from the user's config and state.
+pub fn box_cmd(sandbox: &Path) -> Command {
+    let mut c = Command::new(env!("CARGO_BIN_EXE_box"));
+    c.env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
+        .env("HOME", sandbox)
+        .env("XDG_CONFIG_HOME", sandbox.join(".config"))
+        .env("XDG_STATE_HOME", sandbox.join(".state"))
+        .env("BOX_HOME", sandbox.join(".box-home"))
+        .env("BOX_NO_PROGRESS", "1")
+        .env("NO_COLOR", "1")
+        .current_dir(sandbox);
+    c
+}
+
+/// Every entry directly in `dir`, sorted.
+pub fn listing(dir: &Path) -> Vec<String> {
+    let mut v: Vec<String> = fs::read_dir(dir)
+        .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .unwrap_or_default();
+    v.sort();
+    v
+}
+
+/// The example binary that drives the save path (built by `cargo test`).
+pub fn harness() -> PathBuf {
+    let exe = std::env::current_exe().unwrap();
+    let debug = exe.parent().unwrap().parent().unwrap();
+    let p = debug.join("examples/backup_harness");
+    assert!(p.exists(), "build the example first: cargo build --examples ({})", p.display());
+    p
+}
