@@ -32,13 +32,20 @@ fn executor_pid(b: &Box_) -> u64 {
 fn wal_db_with_pending_rows(path: &Path, rows: i64) -> rusqlite::Connection {
     std::fs::create_dir_all(path.parent().unwrap()).unwrap();
     let conn = rusqlite::Connection::open(path).unwrap();
-    let mode: String = conn.query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0)).unwrap();
-    assert_eq!(mode, "wal");
-    conn.execute_batch("PRAGMA wal_autocheckpoint=0; CREATE TABLE messages(id INTEGER PRIMARY KEY, body TEXT);")
+    let mode: String = conn
+        .query_row("PRAGMA journal_mode=WAL", [], |r| r.get(0))
         .unwrap();
+    assert_eq!(mode, "wal");
+    conn.execute_batch(
+        "PRAGMA wal_autocheckpoint=0; CREATE TABLE messages(id INTEGER PRIMARY KEY, body TEXT);",
+    )
+    .unwrap();
     for i in 0..rows {
-        conn.execute("INSERT INTO messages(body) VALUES (?1)", [format!("message {i} {}", "x".repeat(200))])
-            .unwrap();
+        conn.execute(
+            "INSERT INTO messages(body) VALUES (?1)",
+            [format!("message {i} {}", "x".repeat(200))],
+        )
+        .unwrap();
     }
     conn
 }
@@ -87,7 +94,9 @@ fn client(b: &Box_, bin: &Path, args: &[&str]) -> String {
 
 #[test]
 fn workload_supervises_the_real_executor_end_to_end() {
-    let Some(_executor) = common::require_tool("executor") else { return };
+    let Some(_executor) = common::require_tool("executor") else {
+        return;
+    };
     let b = Box_::new();
     std::fs::write(b.config_file(), "INSTALL_HERMES=0\n").unwrap();
     b.init();
@@ -103,7 +112,10 @@ fn workload_supervises_the_real_executor_end_to_end() {
     assert_eq!(h.protocol_version, "2025-11-25");
     let err = mcp::probe(&mcp::executor_url(b.port), None, &ProbeOptions::default()).unwrap_err();
     assert_eq!(err.kind(), "unauthorized", "auth must be on: {err}");
-    assert!(wait_until(Duration::from_secs(5), || port_open(web_port)), "bridge not listening");
+    assert!(
+        wait_until(Duration::from_secs(5), || port_open(web_port)),
+        "bridge not listening"
+    );
     healthy(web_port, &token).expect("handshake through the web bridge");
     assert_eq!(common::mode(&b.hb_config().join("executor-token")), 0o600);
 
@@ -111,7 +123,10 @@ fn workload_supervises_the_real_executor_end_to_end() {
     let holders = procs_with(&token);
     assert!(!holders.is_empty(), "1.5.9 receives the token on argv");
     for (pid, argv) in &holders {
-        assert!(argv.contains("daemon run --foreground"), "token in argv of pid {pid}: {argv}");
+        assert!(
+            argv.contains("daemon run --foreground"),
+            "token in argv of pid {pid}: {argv}"
+        );
     }
     let s = status(&b);
     assert_eq!(s["executor"]["state"], "running");
@@ -125,14 +140,26 @@ fn workload_supervises_the_real_executor_end_to_end() {
     assert!(again.contains("nothing to do"), "{again}");
     if let Some(codex) = common::require_tool("codex") {
         let got = client(&b, &codex, &["mcp", "get", "executor"]);
-        assert!(got.contains(&format!("url: http://127.0.0.1:{}/mcp", b.port)), "{got}");
-        assert!(got.contains("bearer_token_env_var: EXECUTOR_MCP_TOKEN"), "{got}");
+        assert!(
+            got.contains(&format!("url: http://127.0.0.1:{}/mcp", b.port)),
+            "{got}"
+        );
+        assert!(
+            got.contains("bearer_token_env_var: EXECUTOR_MCP_TOKEN"),
+            "{got}"
+        );
         let list = client(&b, &codex, &["mcp", "list"]);
-        assert!(list.contains("executor") && list.contains("enabled"), "{list}");
+        assert!(
+            list.contains("executor") && list.contains("enabled"),
+            "{list}"
+        );
     }
     if let Some(claude) = common::require_tool("claude") {
         let got = client(&b, &claude, &["mcp", "get", "executor"]);
-        assert!(got.contains("Connected"), "claude did not connect with the helper's header: {got}");
+        assert!(
+            got.contains("Connected"),
+            "claude did not connect with the helper's header: {got}"
+        );
         assert!(got.contains("Scope: User config"), "{got}");
     }
     let doctor = b.run(&["doctor"]);
@@ -140,17 +167,27 @@ fn workload_supervises_the_real_executor_end_to_end() {
     assert!(doctor.status.success(), "doctor failed:\n{text}");
     assert!(text.contains("✓ MCP handshake"), "{text}");
     assert!(text.contains("✓ MCP wiring"), "{text}");
-    assert!(text.contains("--auth-token="), "doctor must say how 1.5.9 gets its token: {text}");
+    assert!(
+        text.contains("--auth-token="),
+        "doctor must say how 1.5.9 gets its token: {text}"
+    );
 
     // Durable pause: port closed, not restarted, reported as paused.
     b.ok(&["down"]);
     assert!(!port_open(b.port));
     assert_eq!(healthy(b.port, &token).unwrap_err().kind(), "refused");
     std::thread::sleep(Duration::from_secs(3));
-    assert!(!port_open(b.port), "the workload restarted a paused Executor");
-    assert!(!port_open(web_port), "the bridge listens while Executor is paused");
+    assert!(
+        !port_open(b.port),
+        "the workload restarted a paused Executor"
+    );
+    assert!(
+        !port_open(web_port),
+        "the bridge listens while Executor is paused"
+    );
     assert_eq!(status(&b)["executor"]["state"], "paused");
-    let d: serde_json::Value = serde_json::from_slice(&b.run(&["doctor", "--json"]).stdout).unwrap();
+    let d: serde_json::Value =
+        serde_json::from_slice(&b.run(&["doctor", "--json"]).stdout).unwrap();
     let check = |name: &str| {
         d["checks"]
             .as_array()
@@ -167,10 +204,17 @@ fn workload_supervises_the_real_executor_end_to_end() {
 
     // A killed Executor comes back.
     let pid = executor_pid(&b);
-    nix::sys::signal::kill(nix::unistd::Pid::from_raw(pid as i32), nix::sys::signal::Signal::SIGKILL).unwrap();
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(pid as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
     assert!(
         wait_until(Duration::from_secs(20), || {
-            status(&b)["executor"]["pid"].as_u64().is_some_and(|p| p != pid) && healthy(b.port, &token).is_ok()
+            status(&b)["executor"]["pid"]
+                .as_u64()
+                .is_some_and(|p| p != pid)
+                && healthy(b.port, &token).is_ok()
         }),
         "Executor was not restarted after SIGKILL"
     );
@@ -181,7 +225,10 @@ fn workload_supervises_the_real_executor_end_to_end() {
     let state_db = b.home().join(".hermes/state.db");
     let _idle_writer = wal_db_with_pending_rows(&state_db, 300);
     assert!(wal_len(&state_db) > 0);
-    assert!(rows_in_db_file_alone(&state_db, "messages") < 300, "rows should still be in the WAL");
+    assert!(
+        rows_in_db_file_alone(&state_db, "messages") < 300,
+        "rows should still be in the WAL"
+    );
     let q = b.ok(&["quiesce"]);
     assert!(q.contains("state.db checkpointed"), "{q}");
     assert!(q.contains("data.db checkpointed"), "{q}");
@@ -190,8 +237,15 @@ fn workload_supervises_the_real_executor_end_to_end() {
     assert_eq!(rows_in_db_file_alone(&state_db, "messages"), 300);
     let exec_db = b.home().join(".executor/data.db");
     assert_eq!(wal_len(&exec_db), 0, "Executor's WAL must be checkpointed");
-    assert!(rows_in_db_file_alone(&exec_db, "sqlite_master") > 0, "Executor's schema must be in data.db");
-    assert!(b.home().join(".config/hermes-box/runtime-manifest").exists());
+    assert!(
+        rows_in_db_file_alone(&exec_db, "sqlite_master") > 0,
+        "Executor's schema must be in data.db"
+    );
+    assert!(
+        b.home()
+            .join(".config/hermes-box/runtime-manifest")
+            .exists()
+    );
     b.ok(&["resume"]);
     healthy(b.port, &token).unwrap();
     assert!(!b.hb_config().join("quiesced").exists());
@@ -207,14 +261,25 @@ fn workload_supervises_the_real_executor_end_to_end() {
     b.ok(&["up"]);
 
     // SIGTERM: children stopped, exit 0.
-    let st = wl.terminate(Duration::from_secs(20)).expect("workload did not exit after SIGTERM");
+    let st = wl
+        .terminate(Duration::from_secs(20))
+        .expect("workload did not exit after SIGTERM");
     assert!(st.success(), "workload exit {st:?}: {}", wl.stderr());
     assert!(!port_open(b.port), "Executor survived the workload");
-    assert!(procs_with(&token).is_empty(), "Executor processes left behind");
+    assert!(
+        procs_with(&token).is_empty(),
+        "Executor processes left behind"
+    );
 
     // The token never in output, logs or the clients' config files.
-    assert!(!b.transcript.borrow().contains(&token), "token in hb or client output");
-    assert!(!wl.stderr().contains(&token), "token in the workload's stderr");
+    assert!(
+        !b.transcript.borrow().contains(&token),
+        "token in hb or client output"
+    );
+    assert!(
+        !wl.stderr().contains(&token),
+        "token in the workload's stderr"
+    );
     let holders = files_with(&b.data(), &token);
     let allowed = [
         b.hb_config().join("executor-token"),
@@ -223,7 +288,16 @@ fn workload_supervises_the_real_executor_end_to_end() {
     ];
     for f in &holders {
         let executor_state = f.starts_with(b.home().join(".executor"));
-        assert!(allowed.contains(f) || executor_state, "token written to {}", f.display());
-        assert_eq!(common::mode(f), 0o600, "{} holds the token but is not 0600", f.display());
+        assert!(
+            allowed.contains(f) || executor_state,
+            "token written to {}",
+            f.display()
+        );
+        assert_eq!(
+            common::mode(f),
+            0o600,
+            "{} holds the token but is not 0600",
+            f.display()
+        );
     }
 }

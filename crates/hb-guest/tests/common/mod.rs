@@ -27,7 +27,9 @@ pub fn require_tool(name: &str) -> Option<PathBuf> {
             return Some(c);
         }
     }
-    let why = format!("{name} is not installed (run `bash scripts/setup.sh`, which puts it in {TOOL_PREFIX}/bin)");
+    let why = format!(
+        "{name} is not installed (run `bash scripts/setup.sh`, which puts it in {TOOL_PREFIX}/bin)"
+    );
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{why}");
     }
@@ -63,7 +65,10 @@ pub struct Box_ {
 
 impl Box_ {
     pub fn new() -> Self {
-        let dir = tempfile::Builder::new().prefix("hb-test-").tempdir().expect("tempdir");
+        let dir = tempfile::Builder::new()
+            .prefix("hb-test-")
+            .tempdir()
+            .expect("tempdir");
         Self {
             dir,
             port: free_port(),
@@ -87,7 +92,10 @@ impl Box_ {
 
     /// PATH with the CI tool prefix first.
     pub fn path_env(&self) -> String {
-        format!("{TOOL_PREFIX}/bin:{}", std::env::var("PATH").unwrap_or_default())
+        format!(
+            "{TOOL_PREFIX}/bin:{}",
+            std::env::var("PATH").unwrap_or_default()
+        )
     }
 
     pub fn hb(&self, args: &[&str]) -> Command {
@@ -168,7 +176,10 @@ impl Workload {
 
     /// SIGTERM and wait; returns the exit status.
     pub fn terminate(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
-        let _ = nix::sys::signal::kill(nix::unistd::Pid::from_raw(self.pid()), nix::sys::signal::Signal::SIGTERM);
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(self.pid()),
+            nix::sys::signal::Signal::SIGTERM,
+        );
         let start = Instant::now();
         while start.elapsed() < within {
             if let Ok(Some(st)) = self.child.try_wait() {
@@ -217,7 +228,9 @@ pub fn port_open(port: u16) -> bool {
 pub fn procs_with(needle: &str) -> Vec<(u32, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").expect("/proc").flatten() {
-        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else { continue };
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
         if let Ok(raw) = std::fs::read(format!("/proc/{pid}/cmdline")) {
             let text = String::from_utf8_lossy(&raw).replace('\0', " ");
             if text.contains(needle) {
@@ -233,14 +246,19 @@ pub fn files_with(dir: &Path, needle: &str) -> Vec<PathBuf> {
     let mut out = Vec::new();
     let mut stack = vec![dir.to_path_buf()];
     while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else { continue };
+        let Ok(rd) = std::fs::read_dir(&d) else {
+            continue;
+        };
         for e in rd.flatten() {
             let p = e.path();
-            let Ok(m) = std::fs::symlink_metadata(&p) else { continue };
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
             if m.is_dir() {
                 stack.push(p);
             } else if m.is_file()
-                && std::fs::read(&p).is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
+                && std::fs::read(&p)
+                    .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle.as_bytes()))
             {
                 out.push(p);
             }
@@ -252,5 +270,9 @@ pub fn files_with(dir: &Path, needle: &str) -> Vec<PathBuf> {
 
 pub fn mode(p: &Path) -> u32 {
     use std::os::unix::fs::PermissionsExt;
-    std::fs::symlink_metadata(p).expect("stat").permissions().mode() & 0o7777
+    std::fs::symlink_metadata(p)
+        .expect("stat")
+        .permissions()
+        .mode()
+        & 0o7777
 }

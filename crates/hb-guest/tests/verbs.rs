@@ -1,0 +1,116 @@
+//! The smaller verbs: init (layout, modes, no symlink following), write-manifest, status
+//! without a workload, logs, down without a workload, resume without a quiesce.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::os::unix::fs::MetadataExt;
+
+use common::{Box_, mode};
+
+#[test]
+fn init_creates_the_layout_idempotently_and_refuses_symlinks() {
+    let b = Box_::new();
+    b.init();
+    let data = b.data();
+    assert_eq!(mode(&data), 0o711);
+    assert_eq!(mode(&data.join("home")), 0o711);
+    for d in [
+        "",
+        ".config/hermes-box",
+        ".executor",
+        ".claude",
+        ".codex",
+        ".hermes",
+        "workspace",
+    ] {
+        assert_eq!(mode(&b.home().join(d)), 0o700, "{d}");
+    }
+    assert_eq!(mode(&data.join("logs")), 0o700);
+    // The agent's files inside are not touched by a re-run.
+    std::fs::write(b.home().join("workspace/notes.txt"), "mine").unwrap();
+    std::fs::set_permissions(
+        b.home().join("workspace/notes.txt"),
+        std::os::unix::fs::PermissionsExt::from_mode(0o644),
+    )
+    .unwrap();
+    b.init();
+    assert_eq!(mode(&b.home().join("workspace/notes.txt")), 0o644);
+
+    // A managed dir replaced by a symlink (e.g. to /etc) is refused, never chmod'ed through.
+    let target = b.dir.path().join("elsewhere");
+    std::fs::create_dir(&target).unwrap();
+    std::fs::set_permissions(&target, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::remove_dir(b.home().join(".codex")).unwrap();
+    std::os::unix::fs::symlink(&target, b.home().join(".codex")).unwrap();
+    let out = b.run(&["init"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("is a symlink"));
+    assert_eq!(mode(&target), 0o755);
+}
+
+#[test]
+fn write_manifest_is_private_atomic_and_keeps_unknown_keys() {
+    let b = Box_::new();
+    b.init();
+    let path = b.hb_config().join("runtime-manifest");
+    std::fs::write(&path, "created_at=old\nfuture_key=kept\n").unwrap();
+    b.ok(&["write-manifest"]);
+    assert_eq!(mode(&path), 0o600);
+    assert_eq!(
+        std::fs::metadata(&path).unwrap().uid(),
+        nix::unistd::Uid::effective().as_raw()
+    );
+    let m = box_proto::RuntimeManifest::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    for k in box_proto::manifest::KNOWN_KEYS {
+        assert!(m.get(k).is_some(), "{k} missing");
+    }
+    assert_eq!(m.get("future_key"), Some("kept"));
+    assert_ne!(m.get("created_at"), Some("old"));
+    assert!(m.get("hb").unwrap().starts_with(env!("CARGO_PKG_VERSION")));
+    let leftovers: Vec<_> = std::fs::read_dir(b.hb_config())
+        .unwrap()
+        .flatten()
+        .filter(|e| e.file_name().to_string_lossy().contains(".tmp."))
+        .collect();
+    assert!(leftovers.is_empty());
+}
+
+#[test]
+fn status_and_down_without_a_workload() {
+    let b = Box_::new();
+    b.init();
+    let s: serde_json::Value = serde_json::from_str(&b.ok(&["status", "--json"])).unwrap();
+    assert_eq!(s["executor"]["state"], "stopped");
+    assert!(s["workload"].is_null());
+    assert!(s["memory"]["total_bytes"].as_u64().unwrap() > 0);
+    assert!(s["data"]["total_bytes"].as_u64().unwrap() > 0);
+    let human = b.ok(&["status"]);
+    assert!(human.starts_with("executor: stopped"), "{human}");
+    // Down with nothing running: the marker is written and the port is already closed.
+    b.ok(&["down"]);
+    assert!(b.hb_config().join("quiesced").exists());
+    let s: serde_json::Value = serde_json::from_str(&b.ok(&["status", "--json"])).unwrap();
+    assert_eq!(s["executor"]["state"], "paused");
+    let r = b.ok(&["resume"]);
+    assert!(r.contains("nothing to resume"), "{r}");
+    assert!(
+        b.hb_config().join("quiesced").exists(),
+        "resume without a quiesce must not clear a pause"
+    );
+}
+
+#[test]
+fn logs_shows_the_tail_and_rejects_unknown_services() {
+    let b = Box_::new();
+    b.init();
+    let lines: String = (1..=50).map(|i| format!("line {i}\n")).collect();
+    std::fs::write(b.data().join("logs/executor.log"), lines).unwrap();
+    assert_eq!(b.ok(&["logs", "executor", "-n", "2"]), "line 49\nline 50\n");
+    let out = b.run(&["logs", "../../etc/passwd"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("unknown service"));
+    let out = b.run(&["logs"]);
+    assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
+}
