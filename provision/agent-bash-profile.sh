@@ -1,3 +1,4 @@
+# shellcheck shell=bash
 # ~/.bash_profile of the agent: installed by hermes-box provisioning.
 # /etc/profile (and /etc/profile.d/hermes-box.sh) has already run for this login shell.
 # shellcheck disable=SC1091

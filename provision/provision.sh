@@ -19,6 +19,7 @@ HERE=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)
 CONFIG=${HB_CONFIG:-/etc/hermes-box.env}
 DATA=${HB_DATA:-/data}
 PREFIX=${HB_TOOL_PREFIX:-/opt/hermes-box}
+ASSETS=/opt/hermes-box   # tmux.conf; fixed, the agent's .bash_profile names it
 HB=${HB_BIN:-/usr/local/bin/hb}
 AGENT=agent
 AGENT_HOME="$DATA/home/agent"
@@ -252,7 +253,7 @@ place() {
 
 login_env() {
   place profile.sh "$PROFILE" 0644 || return 1
-  place tmux.conf "$PREFIX/tmux.conf" 0644 || return 1
+  place tmux.conf "$ASSETS/tmux.conf" 0644 || return 1
   place agent-bash-profile.sh "$AGENT_HOME/.bash_profile" 0644 "$AGENT" || return 1
 }
 

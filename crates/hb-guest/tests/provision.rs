@@ -1,0 +1,218 @@
+//! provision/provision.sh: well-formed (bash -n, shellcheck, every step named and
+//! defined, no silent `set -e`), and run for real — twice, to prove idempotence — as root
+//! in a throwaway overlay of this machine's root filesystem (a private mount namespace;
+//! nothing reaches the host). The smolvm simulator will take this role once it can run
+//! provisioning; until then this is the same script on the same Debian 12 userland.
+//!
+//! The overlay run installs missing apt packages from the Debian mirror and uses the npm
+//! tools scripts/setup.sh put in /opt/hermes-box-ci (HB_TOOL_PREFIX), so it needs no npm
+//! download. It needs root and mount namespaces: without them it fails under CI=true and
+//! skips otherwise. HB_SKIP_PROVISION_TEST=1 skips it (e.g. offline).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod common;
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+fn provision_dir() -> PathBuf {
+    Path::new(env!("CARGO_MANIFEST_DIR")).join("../../provision")
+}
+
+fn read(name: &str) -> String {
+    std::fs::read_to_string(provision_dir().join(name)).unwrap()
+}
+
+#[test]
+fn scripts_are_well_formed() {
+    for f in ["provision.sh", "agent-bash-profile.sh"] {
+        let st = Command::new("bash")
+            .arg("-n")
+            .arg(provision_dir().join(f))
+            .status()
+            .unwrap();
+        assert!(st.success(), "bash -n {f}");
+    }
+    let st = Command::new("sh")
+        .arg("-n")
+        .arg(provision_dir().join("profile.sh"))
+        .status()
+        .unwrap();
+    assert!(st.success(), "sh -n profile.sh");
+    match Command::new("shellcheck")
+        .arg("-x")
+        .args(["provision.sh", "agent-bash-profile.sh", "profile.sh"])
+        .current_dir(provision_dir())
+        .output()
+    {
+        Ok(out) => assert!(
+            out.status.success(),
+            "shellcheck:\n{}",
+            String::from_utf8_lossy(&out.stdout)
+        ),
+        Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
+            panic!("shellcheck is not installed (scripts/setup.sh installs it)")
+        }
+        Err(_) => eprintln!("SKIP shellcheck: not installed"),
+    }
+
+    let script = read("provision.sh");
+    // No silent exits: errors are handled by the step runner, not `set -e`.
+    assert!(
+        !script.lines().any(|l| l.trim_start().starts_with("set -e")),
+        "set -e in provision.sh"
+    );
+    let steps: Vec<(&str, &str)> = script
+        .lines()
+        .filter_map(|l| l.strip_prefix("step "))
+        .map(|l| {
+            let mut it = l.split_whitespace();
+            (it.next().unwrap(), it.next().unwrap())
+        })
+        .collect();
+    assert!(steps.len() >= 10, "{steps:?}");
+    for (name, func) in &steps {
+        assert!(
+            script.contains(&format!("\n{func}() {{")),
+            "step {name}: function {func} is not defined"
+        );
+    }
+    for needed in [
+        "apt-packages",
+        "agent-user",
+        "nodejs",
+        "npm-tools",
+        "hermes",
+        "hb-binary",
+        "hb-init",
+        "login-environment",
+        "verify",
+    ] {
+        assert!(steps.iter().any(|(n, _)| *n == needed), "no step {needed}");
+    }
+
+    let profile = read("profile.sh");
+    for var in [
+        "CLAUDE_CONFIG_DIR=/data/home/agent/.claude",
+        "CODEX_HOME=/data/home/agent/.codex",
+        "HERMES_HOME=/data/home/agent/.hermes",
+        "XDG_CONFIG_HOME=/data/home/agent/.config",
+        "/opt/hermes-box/bin",
+    ] {
+        assert!(profile.contains(var), "profile.sh lacks {var}");
+    }
+}
+
+/// Can we make a private mount namespace with an overlay here?
+fn overlay_usable() -> Result<(), String> {
+    if !nix::unistd::Uid::effective().is_root() {
+        return Err("needs root".into());
+    }
+    let probe = Command::new("unshare")
+        .args(["-m", "sh", "-c", "mount -t tmpfs tmpfs /mnt"])
+        .output()
+        .map_err(|e| format!("unshare: {e}"))?;
+    if !probe.status.success() {
+        return Err(format!(
+            "unshare -m failed: {}",
+            String::from_utf8_lossy(&probe.stderr)
+        ));
+    }
+    Ok(())
+}
+
+const RUNNER: &str = r#"
+set -eu
+R=$1; HB=$2; PROV=$3
+mount -t tmpfs tmpfs "$R"
+mkdir "$R/upper" "$R/work" "$R/merged"
+mount -t overlay overlay -o "lowerdir=/,upperdir=$R/upper,workdir=$R/work" "$R/merged"
+M=$R/merged
+for d in proc sys dev; do mount --rbind "/$d" "$M/$d"; done
+mount -t tmpfs tmpfs "$M/tmp"
+install -D -m 0755 "$HB" "$M/usr/local/bin/hb"
+mkdir -p "$M/opt/hermes-box/provision"
+cp -r "$PROV"/. "$M/opt/hermes-box/provision/"
+printf 'INSTALL_HERMES=0\nINSTALL_EXECUTOR=1\n' > "$M/etc/hermes-box.env"
+in_box() { chroot "$M" /usr/bin/env -i PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin HB_TOOL_PREFIX=/opt/hermes-box-ci "$@"; }
+for i in 1 2; do
+  echo "=== run $i"
+  in_box /bin/bash /opt/hermes-box/provision/provision.sh
+done
+echo "=== login"
+in_box runuser -l agent -c 'echo "env: $CLAUDE_CONFIG_DIR $CODEX_HOME $HERMES_HOME $XDG_CONFIG_HOME"; id -un; sudo -n true && echo sudo-ok'
+echo "=== broken hb"
+rm "$M/usr/local/bin/hb"
+if in_box /bin/bash /opt/hermes-box/provision/provision.sh; then echo "unexpected success"; else echo "failed as expected"; fi
+"#;
+
+#[test]
+fn provisioning_runs_twice_in_an_overlay_and_changes_nothing_the_second_time() {
+    if std::env::var("HB_SKIP_PROVISION_TEST").is_ok_and(|v| v == "1") {
+        eprintln!("SKIP: HB_SKIP_PROVISION_TEST=1");
+        return;
+    }
+    if let Err(why) = overlay_usable() {
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("the provisioning test needs root and mount namespaces: {why}");
+        }
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    if common::require_tool("executor").is_none() {
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let out = Command::new("unshare")
+        .args(["-m", "bash", "-c", RUNNER, "runner"])
+        .arg(dir.path())
+        .arg(common::hb_bin())
+        .arg(provision_dir())
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout).into_owned();
+    let stderr = String::from_utf8_lossy(&out.stderr).into_owned();
+    assert!(out.status.success(), "runner failed:\n{stdout}\n{stderr}");
+    let (first, rest) = stdout.split_once("=== run 2").expect("two runs");
+    let (second, rest) = rest.split_once("=== login").expect("login");
+    let (login, broken) = rest.split_once("=== broken hb").expect("broken");
+
+    assert!(
+        first.contains("==> provisioning complete; changed:"),
+        "{first}"
+    );
+    assert!(
+        first.contains("created user agent") || first.contains("agent ("),
+        "{first}"
+    );
+    for step in [
+        "config",
+        "system",
+        "apt-packages",
+        "agent-user",
+        "nodejs",
+        "npm-tools",
+        "hb-init",
+        "verify",
+    ] {
+        assert!(
+            second.contains(&format!("==> step: {step}\n")),
+            "no progress line for {step}:\n{second}"
+        );
+    }
+    assert!(
+        second.contains("==> provisioning: already provisioned, nothing changed"),
+        "the second run changed something:\n{second}"
+    );
+    assert!(
+        login.contains("env: /data/home/agent/.claude /data/home/agent/.codex /data/home/agent/.hermes /data/home/agent/.config"),
+        "{login}"
+    );
+    assert!(login.contains("agent\nsudo-ok"), "{login}");
+    assert!(broken.contains("failed as expected"), "{broken}");
+    assert!(
+        stderr.contains("==> failed: hb-binary"),
+        "the failing step must be named:\n{stderr}"
+    );
+}
