@@ -1,4 +1,116 @@
+//! `smolvm-sim`: smolvm's command line in front of real namespaced Linux guests.
+//! See README.md for the environment variables and what differs from real smolvm.
+
+mod calllog;
+mod cli;
+mod faults;
+mod machine;
+mod output;
+mod personality;
+mod registry;
+mod verbs;
+
+use std::io::Write;
+
+use clap::FromArgMatches;
+
+use crate::cli::{Cli, MachineCmd, ShExtras, TopCmd};
+use crate::faults::{Action, Faults};
+use crate::output::{SimError, VerbResult};
+use crate::personality::Personality;
+
+/// What every verb gets besides its own arguments.
+pub struct Ctx {
+    pub personality: Personality,
+    pub faults: Faults,
+    pub extras: ShExtras,
+}
+
+impl Ctx {
+    /// Consult SMOLVM_SIM_FAIL at the point where `verb` would act on the machine.
+    /// `Fail` becomes the verb's error; `Hang` blocks; `Slow` sleeps; the rest are returned
+    /// for the verb to honour.
+    pub fn fault_point(&self, verb: &str, name: &str) -> Result<Option<Action>, SimError> {
+        match self.faults.check(verb) {
+            Some(Action::Fail) => Err(fault_error(verb, name)),
+            Some(Action::Hang) => faults::hang(),
+            Some(Action::Slow) => {
+                faults::slow();
+                Ok(None)
+            }
+            other => Ok(other),
+        }
+    }
+}
+
+/// Realistic smolvm errors for injected failures.
+pub fn fault_error(verb: &str, name: &str) -> SimError {
+    use output::{agent, config, storage};
+    match verb {
+        "create" => config("create machine", "failed to commit machine record: database is locked"),
+        "start" => agent("start", format!("agent for '{name}' did not become ready within 30s")),
+        "stop" => agent("stop", "failed to stop VM process: Operation not permitted (os error 1)"),
+        "delete" => storage(
+            "delete machine data",
+            format!("{}: Device or resource busy (os error 16)", registry::data_dir(name).display()),
+        ),
+        "exec" => agent("exec", "agent connection closed unexpectedly"),
+        "cp" => agent("transfer file", "agent connection closed unexpectedly"),
+        "update" => config("update", "database is locked"),
+        _ => config("load database", "database is locked"),
+    }
+}
+
 fn main() {
-    println!("smolvm-sim: not built yet");
-    std::process::exit(1)
+    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let boot = argv.get(1).is_some_and(|a| a == "_boot-vm");
+    if !boot {
+        calllog::record(&argv);
+    }
+    let personality = match Personality::from_env() {
+        Ok(p) => p,
+        Err(e) => finish(Err(output::config("personality", e))),
+    };
+    let matches = cli::command(personality).get_matches_from(&argv);
+    let parsed = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    let ctx = Ctx {
+        personality,
+        faults: Faults::from_env(argv.get(1..).unwrap_or_default()),
+        extras: ShExtras::from_matches(&matches, personality),
+    };
+    let res = match parsed.command {
+        TopCmd::BootVm(a) => machine::supervisor::boot(&a.name, personality),
+        TopCmd::Machine(m) => dispatch(&ctx, m),
+    };
+    finish(res)
+}
+
+fn dispatch(ctx: &Ctx, m: MachineCmd) -> VerbResult {
+    match m {
+        MachineCmd::Create(c) => verbs::create::run(ctx, c),
+        MachineCmd::Start(c) => verbs::start::run(ctx, c),
+        MachineCmd::Stop(c) => verbs::stop::run(ctx, c),
+        MachineCmd::Delete(c) => verbs::delete::run(ctx, c),
+        MachineCmd::Ls(c) => verbs::ls::run(ctx, c),
+        MachineCmd::Status(c) => verbs::status::run(ctx, c),
+        MachineCmd::Exec(c) => verbs::exec::run(ctx, c),
+        MachineCmd::Shell(c) => verbs::exec::shell(ctx, c),
+        MachineCmd::Cp(c) => verbs::cp::run(ctx, c),
+        MachineCmd::Update(c) => verbs::update::run(ctx, c),
+        MachineCmd::DataDir(c) => verbs::data_dir::run(ctx, c),
+    }
+}
+
+fn finish(res: VerbResult) -> ! {
+    let code = match res {
+        Ok(code) => code,
+        Err(e) => {
+            let _ = std::io::stdout().flush();
+            eprintln!("Error: {e}");
+            1
+        }
+    };
+    let _ = std::io::stdout().flush();
+    let _ = std::io::stderr().flush();
+    std::process::exit(code)
 }

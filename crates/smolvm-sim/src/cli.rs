@@ -1,0 +1,467 @@
+//! smolvm's command line, as clap derives it, so usage errors read exactly like clap's.
+//!
+//! The derive structs describe the v1.0.4 surface. Flags that only exist in the 1.9.2
+//! personality are added at runtime by [`command`], and read back from the raw matches by
+//! [`ShExtras`]: a 1.0.4 personality then rejects them with clap's own "unexpected argument".
+
+use clap::{Arg, ArgAction, ArgMatches, Args, CommandFactory, Parser, Subcommand};
+
+use crate::personality::Personality;
+
+const ABOUT: &str = "smolvm-sim: a simulator of the smolvm CLI, for tests and demos.
+
+Machines are real Linux guests built from namespaces (mount, PID, UTS, network), not microVMs.
+The guest root filesystem is the HOST's userland (/usr, /etc, /var, /opt ...) read-only under a
+per-machine overlay, so writes inside a guest never touch the host. --image is recorded and
+shown but no image is pulled: the root is always the host's userland.";
+
+const AFTER_HELP: &str = "Environment:
+  SMOLVM_SIM_HOME     state root (default $XDG_DATA_HOME/smolvm-sim or ~/.local/share/smolvm-sim)
+  SMOLVM_SIM_VERSION  personality: 1.0.4 (default) or 1.9.2
+  SMOLVM_SIM_FAIL     fault injection, comma list of VERB:MODE[@TEXT], e.g.
+                        start:once, start:always, create:after, delete:always, stop:always,
+                        exec:hang@hb quiesce, cp:truncate, state:unreachable@mybox
+                      VERB is create|start|stop|delete|ls|status|exec|cp|update|data-dir|state.
+                      MODE: once | N (first N calls fail) | always | after (act, then fail) |
+                        hang (block until killed) | slow (sleep SMOLVM_SIM_SLOW_SECS, default 3) |
+                        truncate (cp download writes half the file, exits 0) |
+                        datadir (delete: the data dir cannot be removed) |
+                        unreachable | failed (state: reported state of running | stopped machines).
+                      @TEXT limits the fault to calls whose arguments contain TEXT
+                        (for state: machines whose name contains TEXT).
+  Every call is logged as one JSON line to $SMOLVM_SIM_HOME/calls.jsonl.";
+
+#[derive(Parser, Debug)]
+#[command(name = "smolvm", bin_name = "smolvm", version, about = ABOUT, after_long_help = AFTER_HELP)]
+pub struct Cli {
+    #[command(subcommand)]
+    pub command: TopCmd,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum TopCmd {
+    /// Manage machines
+    #[command(visible_alias = "vm", subcommand)]
+    Machine(MachineCmd),
+    /// Internal: the machine supervisor (started by `machine start`)
+    #[command(name = "_boot-vm", hide = true)]
+    BootVm(BootVmArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BootVmArgs {
+    #[arg(long)]
+    pub name: String,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum MachineCmd {
+    /// Run a command in a running machine
+    Exec(ExecCmd),
+    /// Create a new machine (writes the record only; nothing boots)
+    Create(CreateCmd),
+    /// Start a machine and its workload
+    Start(StartCmd),
+    /// Stop a running machine
+    Stop(StopCmd),
+    /// Delete a machine
+    #[command(visible_alias = "rm")]
+    Delete(DeleteCmd),
+    /// Show machine status
+    Status(StatusCmd),
+    /// List machines
+    #[command(visible_alias = "list")]
+    Ls(LsCmd),
+    /// Update a stopped machine's configuration
+    Update(UpdateCmd),
+    /// Open a root shell in a running machine (exec -it -- /bin/sh)
+    #[command(visible_alias = "sh")]
+    Shell(ShellCmd),
+    /// Copy a single file between the host and a running machine
+    Cp(CpCmd),
+    /// Print the machine's host data directory
+    #[command(name = "data-dir")]
+    DataDir(DataDirCmd),
+}
+
+#[derive(Args, Debug)]
+pub struct ExecCmd {
+    /// Command and arguments to run in the guest
+    #[arg(trailing_var_arg = true, required = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+    /// Machine name
+    #[arg(long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Working directory in the guest
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Environment variable (repeatable)
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Secret from a host environment variable
+    #[arg(long = "secret-env", value_name = "GUEST_VAR=HOST_VAR")]
+    pub secret_env: Vec<String>,
+    /// Secret from a host file
+    #[arg(long = "secret-file", value_name = "GUEST_VAR=PATH")]
+    pub secret_file: Vec<String>,
+    /// Kill the command after this long (exit 124), e.g. 30s, 5m
+    #[arg(long, value_parser = parse_duration, value_name = "DURATION")]
+    pub timeout: Option<std::time::Duration>,
+    /// Keep stdin open
+    #[arg(short = 'i', long)]
+    pub interactive: bool,
+    /// Allocate a pseudo-TTY
+    #[arg(short = 't', long)]
+    pub tty: bool,
+    /// Stream output as it arrives
+    #[arg(long)]
+    pub stream: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct CreateCmd {
+    /// Machine name (default: vm-<id>)
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// OCI image (recorded only: the simulator's root is the host userland)
+    #[arg(short = 'I', long, value_name = "IMAGE", value_parser = parse_image)]
+    pub image: Option<String>,
+    /// Number of vCPUs
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub cpus: u8,
+    /// Memory in MiB
+    #[arg(long, default_value_t = 8192, value_name = "MiB")]
+    pub mem: u32,
+    /// Storage disk size in GiB
+    #[arg(long, value_name = "GiB")]
+    pub storage: Option<u64>,
+    /// Overlay disk size in GiB
+    #[arg(long, value_name = "GiB")]
+    pub overlay: Option<u64>,
+    /// Volume mount (recorded only)
+    #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
+    pub volume: Vec<String>,
+    /// Publish a guest port on host 127.0.0.1
+    #[arg(short = 'p', long = "port", value_parser = parse_port, value_name = "HOST:GUEST")]
+    pub port: Vec<(u16, u16)>,
+    /// Outbound networking
+    #[arg(long)]
+    pub net: bool,
+    /// Network backend
+    #[arg(long = "net-backend", value_parser = ["tsi", "virtio-net"])]
+    pub net_backend: Option<String>,
+    /// Egress allowlist CIDR (implies --net; not enforced)
+    #[arg(long = "allow-cidr", value_name = "CIDR")]
+    pub allow_cidr: Vec<String>,
+    /// Egress allowlist host (implies --net; not enforced)
+    #[arg(long = "allow-host", value_name = "HOSTNAME")]
+    pub allow_host: Vec<String>,
+    /// Only allow outbound traffic to localhost (implies --net; not enforced)
+    #[arg(long)]
+    pub outbound_localhost_only: bool,
+    /// GPU (recorded only)
+    #[arg(long)]
+    pub gpu: bool,
+    /// GPU VRAM in MiB (recorded only)
+    #[arg(long = "gpu-vram", value_name = "MiB")]
+    pub gpu_vram_mib: Option<u32>,
+    /// Init command run on the first start (repeatable)
+    #[arg(long = "init", value_name = "COMMAND")]
+    pub init: Vec<String>,
+    /// Environment variable for init, the workload and every exec
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    /// Default working directory
+    #[arg(short = 'w', long = "workdir", value_name = "DIR")]
+    pub workdir: Option<String>,
+    /// Forward the SSH agent (recorded only)
+    #[arg(long)]
+    pub ssh_agent: bool,
+    /// Secret from a host environment variable
+    #[arg(long = "secret-env", value_name = "GUEST_VAR=HOST_VAR")]
+    pub secret_env: Vec<String>,
+    /// Secret from a host file
+    #[arg(long = "secret-file", value_name = "GUEST_VAR=PATH")]
+    pub secret_file: Vec<String>,
+    /// Smolfile (not supported by the simulator)
+    #[arg(long = "smolfile", visible_short_alias = 's', value_name = "PATH")]
+    pub smolfile: Option<std::path::PathBuf>,
+    /// Create from a .smolmachine (not supported by the simulator)
+    #[arg(long, value_name = "PATH", conflicts_with_all = ["image", "smolfile"])]
+    pub from: Option<std::path::PathBuf>,
+    /// Persistent workload command, launched on every start (needs `--`)
+    #[arg(last = true, value_name = "COMMAND")]
+    pub command: Vec<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StartCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// Forkable (accepted, ignored)
+    #[arg(long)]
+    pub forkable: bool,
+    /// HTTP proxy (accepted, ignored)
+    #[arg(long, value_name = "URL")]
+    pub proxy: Option<String>,
+    /// No-proxy list (accepted, ignored)
+    #[arg(long = "no-proxy", value_name = "LIST")]
+    pub no_proxy: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct StopCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct DeleteCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: String,
+    /// Do not ask for confirmation
+    #[arg(short, long)]
+    pub force: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct StatusCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: Option<String>,
+    /// JSON output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct LsCmd {
+    /// Show details
+    #[arg(short, long)]
+    pub verbose: bool,
+    /// JSON output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Args, Debug)]
+pub struct UpdateCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: String,
+    #[arg(short = 'v', long = "volume", value_name = "HOST:GUEST[:ro]")]
+    pub volume: Vec<String>,
+    #[arg(long, value_name = "HOST:GUEST")]
+    pub remove_volume: Vec<String>,
+    #[arg(short = 'p', long = "port", value_parser = parse_port, value_name = "HOST:GUEST")]
+    pub port: Vec<(u16, u16)>,
+    #[arg(long, value_parser = parse_port, value_name = "HOST:GUEST")]
+    pub remove_port: Vec<(u16, u16)>,
+    #[arg(long, value_name = "N")]
+    pub cpus: Option<u8>,
+    #[arg(long, value_name = "MiB")]
+    pub mem: Option<u32>,
+    #[arg(long)]
+    pub net: bool,
+    #[arg(long, conflicts_with = "net")]
+    pub no_net: bool,
+    #[arg(short = 'e', long = "env", value_name = "KEY=VALUE")]
+    pub env: Vec<String>,
+    #[arg(long, value_name = "KEY")]
+    pub remove_env: Vec<String>,
+    #[arg(short = 'w', long, value_name = "DIR")]
+    pub workdir: Option<String>,
+    #[arg(long)]
+    pub gpu: bool,
+    #[arg(long, conflicts_with = "gpu")]
+    pub no_gpu: bool,
+    #[arg(long, value_name = "GiB")]
+    pub storage: Option<u64>,
+    #[arg(long, value_name = "GiB")]
+    pub overlay: Option<u64>,
+}
+
+#[derive(Args, Debug)]
+pub struct ShellCmd {
+    /// Machine name
+    #[arg(long, short = 'n', value_name = "NAME")]
+    pub name: Option<String>,
+}
+
+#[derive(Args, Debug)]
+pub struct CpCmd {
+    /// Source: a local path or MACHINE:/guest/path
+    #[arg(value_name = "SRC")]
+    pub src: String,
+    /// Destination: a local path or MACHINE:/guest/path
+    #[arg(value_name = "DST")]
+    pub dst: String,
+}
+
+#[derive(Args, Debug)]
+pub struct DataDirCmd {
+    /// Machine name
+    #[arg(short = 'n', long, value_name = "NAME")]
+    pub name: String,
+}
+
+/// Flags only the 1.9.2 personality has, read from the raw matches.
+#[derive(Debug, Default)]
+pub struct ShExtras {
+    pub labels: Vec<String>,
+    pub detach: bool,
+    pub cp_mode: Option<String>,
+    pub cp_uid: Option<u32>,
+    pub cp_gid: Option<u32>,
+    pub cascade: bool,
+}
+
+/// The clap command for a personality.
+pub fn command(p: Personality) -> clap::Command {
+    let cmd = Cli::command().version(p.version());
+    if p.is_head() {
+        cmd.mut_subcommand("machine", |m| {
+            m.mut_subcommand("create", |c| {
+                c.arg(
+                    Arg::new("label")
+                        .long("label")
+                        .value_name("KEY=VALUE")
+                        .action(ArgAction::Append)
+                        .help("Label (repeatable)"),
+                )
+            })
+            .mut_subcommand("exec", |c| {
+                c.arg(
+                    Arg::new("detach")
+                        .short('d')
+                        .long("detach")
+                        .action(ArgAction::SetTrue)
+                        .conflicts_with_all(["interactive", "tty", "stream"])
+                        .help("Run in the background and print the guest PID"),
+                )
+            })
+            .mut_subcommand("cp", |c| {
+                c.arg(Arg::new("mode").long("mode").value_name("OCTAL").help("File mode (upload)"))
+                    .arg(
+                        Arg::new("uid")
+                            .long("uid")
+                            .value_name("UID")
+                            .value_parser(clap::value_parser!(u32))
+                            .help("Owner uid (upload)"),
+                    )
+                    .arg(
+                        Arg::new("gid")
+                            .long("gid")
+                            .value_name("GID")
+                            .value_parser(clap::value_parser!(u32))
+                            .help("Owner gid (upload)"),
+                    )
+            })
+            .mut_subcommand("delete", |c| {
+                c.arg(
+                    Arg::new("cascade")
+                        .long("cascade")
+                        .action(ArgAction::SetTrue)
+                        .help("Delete clones first"),
+                )
+            })
+        })
+    } else {
+        cmd
+    }
+}
+
+impl ShExtras {
+    pub fn from_matches(m: &ArgMatches, p: Personality) -> Self {
+        let mut x = ShExtras::default();
+        if !p.is_head() {
+            return x;
+        }
+        let Some(mm) = m.subcommand_matches("machine") else {
+            return x;
+        };
+        if let Some(c) = mm.subcommand_matches("create") {
+            x.labels = c.get_many::<String>("label").map(|v| v.cloned().collect()).unwrap_or_default();
+        }
+        if let Some(c) = mm.subcommand_matches("exec") {
+            x.detach = c.get_flag("detach");
+        }
+        if let Some(c) = mm.subcommand_matches("cp") {
+            x.cp_mode = c.get_one::<String>("mode").cloned();
+            x.cp_uid = c.get_one::<u32>("uid").copied();
+            x.cp_gid = c.get_one::<u32>("gid").copied();
+        }
+        if let Some(c) = mm.subcommand_matches("delete") {
+            x.cascade = c.get_flag("cascade");
+        }
+        x
+    }
+}
+
+fn parse_image(s: &str) -> Result<String, String> {
+    if s.trim().is_empty() {
+        return Err("image reference must not be empty".to_string());
+    }
+    Ok(s.to_string())
+}
+
+/// `HOST:GUEST` or `PORT`, with smolvm's messages.
+pub fn parse_port(spec: &str) -> Result<(u16, u16), String> {
+    if let Some((h, g)) = spec.split_once(':') {
+        let host: u16 = h.parse().map_err(|_| format!("invalid host port: {h}"))?;
+        if host == 0 {
+            return Err("host port 0 is not valid for VM port forwarding".to_string());
+        }
+        let guest: u16 = g.parse().map_err(|_| format!("invalid guest port: {g}"))?;
+        if guest == 0 {
+            return Err("guest port 0 is not valid for VM port forwarding".to_string());
+        }
+        Ok((host, guest))
+    } else {
+        let port: u16 = spec.parse().map_err(|_| format!("invalid port: {spec}"))?;
+        if port == 0 {
+            return Err("port 0 is not valid for VM port forwarding".to_string());
+        }
+        Ok((port, port))
+    }
+}
+
+/// humantime-style durations: `30s`, `5m`, `1h`, `500ms`, `1m30s`; zero is rejected.
+pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
+    let t = s.trim();
+    if t.is_empty() {
+        return Err("value was empty".to_string());
+    }
+    let mut total = std::time::Duration::ZERO;
+    let mut rest = t;
+    while !rest.is_empty() {
+        let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
+        if digits == 0 {
+            return Err(format!("expected number at 0"));
+        }
+        let n: u64 = rest[..digits].parse().map_err(|_| "number is too large".to_string())?;
+        rest = rest[digits..].trim_start();
+        let ulen = rest.chars().take_while(|c| c.is_ascii_alphabetic()).count();
+        if ulen == 0 {
+            return Err("time unit needed, for example 1sec or 1ms".to_string());
+        }
+        let unit = &rest[..ulen];
+        rest = rest[ulen..].trim_start();
+        let d = match unit {
+            "ms" | "msec" | "millis" => std::time::Duration::from_millis(n),
+            "s" | "sec" | "secs" | "second" | "seconds" => std::time::Duration::from_secs(n),
+            "m" | "min" | "mins" | "minute" | "minutes" => std::time::Duration::from_secs(n * 60),
+            "h" | "hr" | "hrs" | "hour" | "hours" => std::time::Duration::from_secs(n * 3600),
+            "d" | "day" | "days" => std::time::Duration::from_secs(n * 86400),
+            other => return Err(format!("unknown time unit {other:?}, supported units: ns, us, ms, sec, min, hours, days, weeks, months, years (and few variations)")),
+        };
+        total += d;
+    }
+    if total.is_zero() {
+        return Err("timeout must be greater than 0 (e.g., 5sec, 30s)".to_string());
+    }
+    Ok(total)
+}

@@ -1,0 +1,6 @@
+//! The guest: root filesystem, namespaces, network and the supervisor that keeps them alive.
+
+pub mod namespaces;
+pub mod network;
+pub mod rootfs;
+pub mod supervisor;

@@ -1,0 +1,308 @@
+//! Machine records under SMOLVM_SIM_HOME: one JSON file per machine, written atomically
+//! (temp file + rename) while holding an exclusive flock on `registry.lock`, so concurrent
+//! invocations behave like smolvm's DB reservation (exactly one `create` of a name wins).
+
+use std::collections::BTreeMap;
+use std::fs::{self, File, OpenOptions};
+use std::io::Write;
+use std::os::unix::fs::OpenOptionsExt;
+use std::path::{Path, PathBuf};
+
+use serde::{Deserialize, Serialize};
+use sha2::{Digest, Sha256};
+
+use crate::faults::Faults;
+use crate::output::{SimError, storage};
+
+/// The simulator's state root.
+pub fn home() -> PathBuf {
+    let p = if let Some(h) = std::env::var_os("SMOLVM_SIM_HOME").filter(|v| !v.is_empty()) {
+        PathBuf::from(h)
+    } else if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
+        PathBuf::from(x).join("smolvm-sim")
+    } else {
+        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        home.join(".local/share/smolvm-sim")
+    };
+    if p.is_absolute() {
+        p
+    } else {
+        std::env::current_dir().map(|c| c.join(&p)).unwrap_or(p)
+    }
+}
+
+fn machines_dir() -> PathBuf {
+    home().join("machines")
+}
+
+/// `<home>/vms/<first 16 hex of sha256(name)>`, like smolvm's per-machine data dir.
+pub fn data_dir(name: &str) -> PathBuf {
+    let h = Sha256::digest(name.as_bytes());
+    home().join("vms").join(&hex::encode(h)[..16])
+}
+
+fn record_path(name: &str) -> PathBuf {
+    machines_dir().join(format!("{name}.json"))
+}
+
+fn io_err(op: &str, path: &Path, e: std::io::Error) -> SimError {
+    storage(op, format!("{}: {e}", path.display()))
+}
+
+/// Exclusive lock on the registry, released on drop (or by the kernel when we die).
+pub struct RegistryLock {
+    _file: File,
+}
+
+pub fn lock() -> Result<RegistryLock, SimError> {
+    let h = home();
+    fs::create_dir_all(&h).map_err(|e| io_err("open database", &h, e))?;
+    let p = h.join("registry.lock");
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&p)
+        .map_err(|e| io_err("open database", &p, e))?;
+    // Blocking: contenders queue, like SQLite's busy timeout.
+    // SAFETY: flock on a valid fd we own.
+    let rc = unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&f), libc::LOCK_EX) };
+    if rc != 0 {
+        return Err(io_err("lock database", &p, std::io::Error::last_os_error()));
+    }
+    Ok(RegistryLock { _file: f })
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone, Copy, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum State {
+    Created,
+    Running,
+    Stopped,
+    Failed,
+    Unreachable,
+}
+
+impl State {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            State::Created => "created",
+            State::Running => "running",
+            State::Stopped => "stopped",
+            State::Failed => "failed",
+            State::Unreachable => "unreachable",
+        }
+    }
+    /// Rust `{:?}` form, as smolvm's InvalidState error prints it.
+    pub fn debug_name(self) -> &'static str {
+        match self {
+            State::Created => "Created",
+            State::Running => "Running",
+            State::Stopped => "Stopped",
+            State::Failed => "Failed",
+            State::Unreachable => "Unreachable",
+        }
+    }
+}
+
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Record {
+    pub name: String,
+    pub state: State,
+    pub pid: Option<i32>,
+    #[serde(default)]
+    pub pid_start_time: Option<u64>,
+    /// Host-view PID of the guest's PID 1 (what exec/cp join).
+    #[serde(default)]
+    pub init_pid: Option<i32>,
+    #[serde(default)]
+    pub slirp_pid: Option<i32>,
+    pub cpus: u8,
+    pub mem: u32,
+    pub image: Option<String>,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub ports: Vec<(u16, u16)>,
+    pub mounts: Vec<String>,
+    pub network: bool,
+    pub net_backend: Option<String>,
+    pub env: Vec<(String, String)>,
+    pub workdir: Option<String>,
+    pub storage_gb: Option<u64>,
+    pub overlay_gb: Option<u64>,
+    pub init: Vec<String>,
+    pub init_completed: bool,
+    pub created_at: u64,
+    #[serde(default)]
+    pub labels: BTreeMap<String, String>,
+    #[serde(default)]
+    pub secret_env: Vec<String>,
+    #[serde(default)]
+    pub secret_file: Vec<String>,
+    #[serde(default)]
+    pub gpu: bool,
+    #[serde(default)]
+    pub gpu_vram_mib: Option<u32>,
+    #[serde(default)]
+    pub allowed_cidrs: Vec<String>,
+}
+
+pub fn load(name: &str) -> Result<Option<Record>, SimError> {
+    let p = record_path(name);
+    match fs::read(&p) {
+        Ok(b) => serde_json::from_slice(&b)
+            .map(Some)
+            .map_err(|e| storage("read machine record", format!("{}: {e}", p.display()))),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
+        Err(e) => Err(io_err("read machine record", &p, e)),
+    }
+}
+
+pub fn list() -> Result<Vec<Record>, SimError> {
+    let d = machines_dir();
+    let mut out = Vec::new();
+    let rd = match fs::read_dir(&d) {
+        Ok(r) => r,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(out),
+        Err(e) => return Err(io_err("list machines", &d, e)),
+    };
+    for ent in rd.flatten() {
+        let fname = ent.file_name();
+        let Some(n) = fname.to_str().and_then(|s| s.strip_suffix(".json")) else {
+            continue;
+        };
+        if let Some(r) = load(n)? {
+            out.push(r);
+        }
+    }
+    Ok(out)
+}
+
+/// Write a record atomically. Call with the registry lock held.
+pub fn save(r: &Record) -> Result<(), SimError> {
+    let d = machines_dir();
+    fs::create_dir_all(&d).map_err(|e| io_err("write machine record", &d, e))?;
+    let fin = record_path(&r.name);
+    let tmp = d.join(format!(".{}.json.tmp{}", r.name, std::process::id()));
+    let body = serde_json::to_vec_pretty(r).map_err(|e| storage("serialize record", e.to_string()))?;
+    let mut f = OpenOptions::new()
+        .create(true)
+        .truncate(true)
+        .write(true)
+        .mode(0o600)
+        .open(&tmp)
+        .map_err(|e| io_err("write machine record", &tmp, e))?;
+    f.write_all(&body).and_then(|_| f.sync_all()).map_err(|e| io_err("write machine record", &tmp, e))?;
+    fs::rename(&tmp, &fin).map_err(|e| io_err("write machine record", &fin, e))?;
+    Ok(())
+}
+
+pub fn remove(name: &str) -> Result<(), SimError> {
+    let p = record_path(name);
+    match fs::remove_file(&p) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
+        Err(e) => Err(io_err("remove machine record", &p, e)),
+    }
+}
+
+/// Field 22 of /proc/PID/stat (start time in clock ticks), or None when the PID is gone or a
+/// zombie.
+pub fn proc_start_time(pid: i32) -> Option<u64> {
+    let s = fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    let rest = &s[s.rfind(')')? + 2..];
+    let fields: Vec<&str> = rest.split_whitespace().collect();
+    if fields.first() == Some(&"Z") || fields.first() == Some(&"X") {
+        return None;
+    }
+    fields.get(19)?.parse().ok()
+}
+
+/// Is the process that this record points at still the one we started?
+pub fn pid_alive(pid: Option<i32>, start: Option<u64>) -> bool {
+    match pid {
+        Some(p) if p > 0 => match (proc_start_time(p), start) {
+            (Some(now), Some(then)) => now == then,
+            (Some(_), None) => true,
+            _ => false,
+        },
+        _ => false,
+    }
+}
+
+impl Record {
+    /// The supervisor is alive and so is the guest's PID 1.
+    pub fn really_running(&self) -> bool {
+        self.state == State::Running
+            && pid_alive(self.pid, self.pid_start_time)
+            && self.init_pid.is_some_and(|p| proc_start_time(p).is_some())
+    }
+
+    /// The state smolvm would report: probed live, with `state:` faults applied.
+    pub fn live_state(&self, faults: &Faults) -> State {
+        let running = self.really_running();
+        let base = if running {
+            State::Running
+        } else if self.state == State::Running {
+            State::Stopped
+        } else {
+            self.state
+        };
+        if let Some(mode) = faults.state_override(&self.name) {
+            match (mode.as_str(), running) {
+                ("unreachable", true) => return State::Unreachable,
+                ("failed", false) => return State::Failed,
+                _ => {}
+            }
+        }
+        base
+    }
+
+    /// The PID smolvm would show (only while the process lives).
+    pub fn live_pid(&self) -> Option<i32> {
+        if self.really_running() { self.pid } else { None }
+    }
+}
+
+pub fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_secs())
+        .unwrap_or(0)
+}
+
+/// smolvm's `validate_vm_name`.
+pub fn validate_name(name: &str) -> Result<(), String> {
+    let label = "machine name";
+    let Some(first) = name.chars().next() else {
+        return Err(format!("{label} cannot be empty"));
+    };
+    if name.len() > 128 {
+        return Err(format!("{label} too long: {} characters (max 128)", name.len()));
+    }
+    if !first.is_ascii_alphanumeric() {
+        return Err(format!("{label} must start with a letter or digit (got: {name:?})"));
+    }
+    if name.ends_with('-') {
+        return Err(format!("{label} cannot end with a hyphen (got: {name:?})"));
+    }
+    let mut prev_h = false;
+    for c in name.chars() {
+        if c == '-' {
+            if prev_h {
+                return Err(format!("{label} cannot contain consecutive hyphens"));
+            }
+            prev_h = true;
+        } else {
+            prev_h = false;
+        }
+        if !c.is_ascii_alphanumeric() && c != '-' && c != '_' {
+            if c == '/' || c == '\\' {
+                return Err(format!("{label} cannot contain path separators"));
+            }
+            return Err(format!("{label} contains invalid character: '{c}'"));
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,105 @@
+//! `machine create`: writes the record only; nothing boots.
+
+use std::io::Read;
+
+use crate::Ctx;
+use crate::cli::CreateCmd;
+use crate::faults::Action;
+use crate::output::{self, VerbResult, config};
+use crate::registry::{self, Record, State};
+
+pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
+    if let Some(from) = &c.from {
+        if !from.exists() {
+            return Err(config(
+                "create from .smolmachine",
+                format!("file not found: {}", from.display()),
+            ));
+        }
+        return Err(config("create from .smolmachine", "not supported by smolvm-sim"));
+    }
+    if c.smolfile.is_some() {
+        return Err(config("smolfile", "Smolfiles are not supported by smolvm-sim"));
+    }
+    let net = c.net || !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only;
+    let name = c.name.clone().unwrap_or_else(generate_name);
+    registry::validate_name(&name).map_err(|r| config("create machine", r))?;
+    let mut seen = std::collections::HashSet::new();
+    for (h, _) in &c.port {
+        if !seen.insert(*h) {
+            return Err(config(
+                "validate ports",
+                format!("duplicate host port {h}: each host port can only be mapped once"),
+            ));
+        }
+    }
+    let mut labels = std::collections::BTreeMap::new();
+    for l in &ctx.extras.labels {
+        match l.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                labels.insert(k.to_string(), v.to_string());
+            }
+            _ => return Err(config("create machine", format!("invalid label '{l}': expected KEY=VALUE"))),
+        }
+    }
+    let mut allowed = c.allow_cidr.clone();
+    if c.outbound_localhost_only {
+        allowed.push("127.0.0.0/8".to_string());
+    }
+    let record = Record {
+        name: name.clone(),
+        state: State::Created,
+        pid: None,
+        pid_start_time: None,
+        init_pid: None,
+        slirp_pid: None,
+        cpus: c.cpus,
+        mem: c.mem,
+        image: c.image.clone(),
+        entrypoint: Vec::new(),
+        cmd: c.command.clone(),
+        ports: c.port.clone(),
+        mounts: c.volume.clone(),
+        network: net,
+        net_backend: c.net_backend.clone(),
+        env: super::parse_env(&c.env),
+        workdir: c.workdir.clone(),
+        storage_gb: c.storage,
+        overlay_gb: c.overlay,
+        init: c.init.clone(),
+        init_completed: false,
+        created_at: registry::now_secs(),
+        labels,
+        secret_env: c.secret_env.clone(),
+        secret_file: c.secret_file.clone(),
+        gpu: c.gpu,
+        gpu_vram_mib: c.gpu_vram_mib,
+        allowed_cidrs: allowed,
+    };
+
+    let _lock = registry::lock()?;
+    if registry::load(&name)?.is_some() {
+        return Err(config(
+            "create machine",
+            format!("machine '{name}' already exists or is being created"),
+        ));
+    }
+    let fault = ctx.fault_point("create", &name)?;
+    registry::save(&record)?;
+    if fault == Some(Action::After) {
+        return Err(crate::fault_error("create", &name));
+    }
+    print!(
+        "{}",
+        output::create_success(&name, c.cpus, c.mem, c.volume.len(), c.port.len(), c.init.len())
+    );
+    Ok(0)
+}
+
+fn generate_name() -> String {
+    let mut buf = [0u8; 4];
+    if let Ok(mut f) = std::fs::File::open("/dev/urandom") {
+        let _ = f.read_exact(&mut buf);
+    }
+    format!("vm-{}", hex::encode(buf))
+}

@@ -1,0 +1,73 @@
+//! `machine delete` (alias `rm`): stop if running, confirm unless -f, remove the record and
+//! the data dir (the guest's whole filesystem). Not idempotent, like smolvm.
+
+use std::io::BufRead;
+
+use crate::Ctx;
+use crate::cli::DeleteCmd;
+use crate::faults::Action;
+use crate::machine::supervisor;
+use crate::output::{self, VerbResult, storage};
+use crate::registry::{self, State};
+
+pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
+    let name = c.name.clone();
+    let _lock = registry::lock()?;
+    let r = super::require(&name)?;
+    let fault = ctx.fault_point("delete", &name)?;
+    match r.live_state(&ctx.faults) {
+        State::Running => {
+            println!("Stopping machine '{name}'...");
+            supervisor::kill_machine(&r);
+        }
+        State::Unreachable => supervisor::kill_machine(&r),
+        _ => {}
+    }
+    if r.state == State::Running {
+        let mut r2 = r.clone();
+        super::stop::mark_stopped(&mut r2)?;
+    }
+    if !c.force && !ctx.extras.cascade {
+        eprint!("Delete machine '{name}'? [y/N] ");
+        let mut input = String::new();
+        let ok = std::io::stdin().lock().read_line(&mut input).is_ok();
+        let a = input.trim().to_lowercase();
+        if !ok || (a != "y" && a != "yes") {
+            println!("Cancelled");
+            return Ok(0);
+        }
+    }
+    let data = registry::data_dir(&name);
+    let datadir_fails = fault == Some(Action::Datadir);
+    let remove_data = || -> Result<(), std::io::Error> {
+        if datadir_fails {
+            return Err(std::io::Error::from_raw_os_error(libc::ENOTEMPTY));
+        }
+        std::fs::remove_dir_all(&data)
+    };
+    if ctx.personality.is_head() {
+        // 1.9.2: data dir first; on failure the record stays, so a retry is safe.
+        if data.exists() {
+            println!("Cleaning up data directory for vm: {name}");
+            remove_data().map_err(|e| storage("delete machine data", format!("{}: {e}", data.display())))?;
+        }
+        registry::remove(&name)?;
+    } else {
+        // 1.0.4: record first; a data dir that cannot be removed is only a warning.
+        registry::remove(&name)?;
+        if data.exists() {
+            println!("Cleaning up data directory for vm: {name}");
+            if let Err(e) = remove_data() {
+                output::warn(&format!(
+                    "Failed to remove VM data directory: {} error={e}",
+                    data.display()
+                ));
+            }
+        }
+    }
+    if fault == Some(Action::After) {
+        return Err(crate::fault_error("delete", &name));
+    }
+    println!("Deleted machine: {name}");
+    Ok(0)
+}

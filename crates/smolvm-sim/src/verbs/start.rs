@@ -1,0 +1,70 @@
+//! `machine start`: boot the guest and its workload; idempotent when already running.
+
+use crate::Ctx;
+use crate::cli::StartCmd;
+use crate::faults::Action;
+use crate::machine::{rootfs, supervisor};
+use crate::output::{self, VerbResult, config};
+use crate::registry::{self, State};
+
+pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
+    let name = c.name.clone().unwrap_or_else(|| "default".to_string());
+    let _lock = registry::lock()?;
+    let mut r = super::require(&name)?;
+    match r.live_state(&ctx.faults) {
+        State::Running => {
+            println!("Machine '{name}' already running{}", output::pid_suffix(r.live_pid()));
+            return Ok(0);
+        }
+        State::Unreachable => {
+            println!(
+                "Machine '{name}' is unreachable (PID {} alive but agent unresponsive); cleaning up.",
+                r.pid.unwrap_or(0)
+            );
+            supervisor::kill_machine(&r);
+        }
+        _ => {}
+    }
+    for other in registry::list()? {
+        if other.name == name || !other.really_running() {
+            continue;
+        }
+        for (h, _) in &r.ports {
+            if other.ports.iter().any(|(oh, _)| oh == h) {
+                return Err(config(
+                    "start machine",
+                    format!("host port {h} is already in use by running machine '{}'", other.name),
+                ));
+            }
+        }
+    }
+    if !r.ports.is_empty() && r.net_backend.as_deref() == Some("tsi") {
+        return Err(config(
+            "ports",
+            "published ports require the virtio-net backend (TSI is outbound-only); \
+             remove --net-backend tsi or set it to virtio-net",
+        ));
+    }
+    let fault = ctx.fault_point("start", &name)?;
+    rootfs::check_home(&registry::home()).map_err(|e| config("start machine", e))?;
+    eprintln!("{}", output::starting(&name, r.mounts.len(), r.ports.len()));
+    let l = supervisor::launch(&r)?;
+    let first_boot = !r.init_completed;
+    r.state = State::Running;
+    r.pid = Some(l.pid);
+    r.pid_start_time = registry::proc_start_time(l.pid);
+    r.init_pid = Some(l.init_pid);
+    r.slirp_pid = l.slirp_pid;
+    if !r.init.is_empty() || r.image.is_some() {
+        r.init_completed = true;
+    }
+    registry::save(&r)?;
+    if fault == Some(Action::After) {
+        return Err(crate::fault_error("start", &name));
+    }
+    if !first_boot && !r.init.is_empty() {
+        println!("Init already completed, skipping {} command(s)", r.init.len());
+    }
+    println!("Machine '{name}' running (PID: {})", l.pid);
+    Ok(0)
+}

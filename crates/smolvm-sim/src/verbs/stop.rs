@@ -1,0 +1,47 @@
+//! `machine stop`: end the supervisor and with it every process, mount and namespace of the
+//! machine; idempotent when not running.
+
+use crate::Ctx;
+use crate::cli::StopCmd;
+use crate::faults::Action;
+use crate::machine::supervisor;
+use crate::output::VerbResult;
+use crate::registry::{self, State};
+
+pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
+    let name = c.name.clone().unwrap_or_else(|| "default".to_string());
+    let _lock = registry::lock()?;
+    let mut r = super::require(&name)?;
+    match r.live_state(&ctx.faults) {
+        State::Running => {}
+        State::Unreachable => {
+            ctx.fault_point("stop", &name)?;
+            supervisor::kill_machine(&r);
+            mark_stopped(&mut r)?;
+            println!("Stopped machine: {name}");
+            return Ok(0);
+        }
+        other => {
+            println!("Machine '{name}' is not running (state: {})", other.as_str());
+            return Ok(0);
+        }
+    }
+    let fault = ctx.fault_point("stop", &name)?;
+    println!("Stopping machine '{name}'...");
+    supervisor::kill_machine(&r);
+    mark_stopped(&mut r)?;
+    if fault == Some(Action::After) {
+        return Err(crate::fault_error("stop", &name));
+    }
+    println!("Stopped machine: {name}");
+    Ok(0)
+}
+
+pub fn mark_stopped(r: &mut registry::Record) -> Result<(), crate::output::SimError> {
+    r.state = State::Stopped;
+    r.pid = None;
+    r.pid_start_time = None;
+    r.init_pid = None;
+    r.slirp_pid = None;
+    registry::save(r)
+}

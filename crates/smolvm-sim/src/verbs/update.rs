@@ -1,0 +1,119 @@
+//! `machine update`: change a stopped machine's record.
+
+use crate::Ctx;
+use crate::cli::UpdateCmd;
+use crate::output::{SimError, VerbResult, config};
+use crate::registry::{self, State};
+
+pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
+    let _lock = registry::lock()?;
+    let mut r = registry::load(&c.name)?
+        .ok_or_else(|| config("update", format!("machine '{}' not found", c.name)))?;
+    let st = if r.really_running() { State::Running } else { r.live_state(&ctx.faults) };
+    if !matches!(st, State::Stopped | State::Created) {
+        return Err(SimError::InvalidState { expected: "stopped".into(), actual: st.debug_name().into() });
+    }
+    ctx.fault_point("update", &c.name)?;
+    for spec in &c.env {
+        if !spec.contains('=') {
+            return Err(config("update", format!("invalid env format '{spec}': expected KEY=VALUE")));
+        }
+    }
+    let mut ports = r.ports.clone();
+    ports.retain(|p| !c.remove_port.contains(p));
+    for p in &c.port {
+        if ports.iter().any(|(h, _)| *h == p.0) {
+            return Err(config(
+                "update",
+                format!("duplicate host port {}: each host port can only be mapped once", p.0),
+            ));
+        }
+        ports.push(*p);
+    }
+    let mut changes: Vec<String> = Vec::new();
+    for rm in &c.remove_volume {
+        let before = r.mounts.len();
+        r.mounts.retain(|m| !m.starts_with(&format!("{rm}")) && m != rm);
+        if r.mounts.len() < before {
+            changes.push(format!("  removed volume: {rm}"));
+        }
+    }
+    for v in &c.volume {
+        r.mounts.push(v.clone());
+        changes.push(format!("  added volume: {v}"));
+    }
+    for rm in &c.remove_port {
+        if r.ports.contains(rm) {
+            changes.push(format!("  removed port: {}:{}", rm.0, rm.1));
+        }
+    }
+    for p in &c.port {
+        changes.push(format!("  added port: {}:{}", p.0, p.1));
+    }
+    r.ports = ports;
+    if let Some(cpus) = c.cpus {
+        changes.push(format!("  cpus: {} → {cpus}", r.cpus));
+        r.cpus = cpus;
+    }
+    if let Some(mem) = c.mem {
+        changes.push(format!("  memory: {} MiB → {mem} MiB", r.mem));
+        r.mem = mem;
+    }
+    if c.net {
+        changes.push("  network: enabled".to_string());
+        r.network = true;
+    }
+    if c.no_net {
+        changes.push("  network: disabled".to_string());
+        r.network = false;
+        if !r.allowed_cidrs.is_empty() {
+            changes.push("  cleared allow_cidrs".to_string());
+            r.allowed_cidrs.clear();
+        }
+    }
+    for k in &c.remove_env {
+        let before = r.env.len();
+        r.env.retain(|(ek, _)| ek != k);
+        if r.env.len() < before {
+            changes.push(format!("  removed env: {k}"));
+        }
+    }
+    for spec in &c.env {
+        if let Some((k, v)) = spec.split_once('=') {
+            r.env.retain(|(ek, _)| ek != k);
+            r.env.push((k.to_string(), v.to_string()));
+            changes.push(format!("  env: {k}={v}"));
+        }
+    }
+    if let Some(w) = &c.workdir {
+        changes.push(format!("  workdir: {w}"));
+        r.workdir = Some(w.clone());
+    }
+    if c.gpu {
+        changes.push("  gpu: enabled".to_string());
+        r.gpu = true;
+    }
+    if c.no_gpu {
+        changes.push("  gpu: disabled".to_string());
+        r.gpu = false;
+    }
+    if let Some(s) = c.storage {
+        changes.push(format!("  storage: {} GiB → {s} GiB", r.storage_gb.unwrap_or(20)));
+        r.storage_gb = Some(s);
+    }
+    if let Some(o) = c.overlay {
+        changes.push(format!("  overlay: {} GiB → {o} GiB", r.overlay_gb.unwrap_or(10)));
+        r.overlay_gb = Some(o);
+    }
+    if changes.is_empty() {
+        println!("No changes specified.");
+        return Ok(0);
+    }
+    registry::save(&r)?;
+    println!("Updated machine '{}':", c.name);
+    for ch in &changes {
+        println!("{ch}");
+    }
+    println!("\nStart with: smolvm machine start --name {}", c.name);
+    Ok(0)
+}
