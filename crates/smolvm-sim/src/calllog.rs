@@ -10,7 +10,9 @@ const LOGGED_ENV: [&str; 2] = ["SMOLVM_SIM_VERSION", "SMOLVM_SIM_FAIL"];
 
 fn sensitive(key: &str) -> bool {
     let k = key.to_ascii_uppercase();
-    ["TOKEN", "PASS", "SECRET", "KEY"].iter().any(|w| k.contains(w))
+    ["TOKEN", "PASS", "SECRET", "KEY"]
+        .iter()
+        .any(|w| k.contains(w))
 }
 
 fn redact_kv(kv: &str) -> String {
@@ -43,7 +45,10 @@ pub fn redact(argv: &[String]) -> Vec<String> {
             out.push(a.clone());
         } else if let Some(v) = a.strip_prefix("--env=") {
             out.push(format!("--env={}", redact_kv(v)));
-        } else if let Some(v) = a.strip_prefix("-e").filter(|v| !v.is_empty() && !a.starts_with("--")) {
+        } else if let Some(v) = a
+            .strip_prefix("-e")
+            .filter(|v| !v.is_empty() && !a.starts_with("--"))
+        {
             let v = v.strip_prefix('=').unwrap_or(v);
             out.push(format!("-e{}", redact_kv(v)));
         } else {
@@ -72,7 +77,9 @@ pub fn record(argv: &[String]) {
         "pid": std::process::id(),
         "ts": crate::registry::now_secs(),
     });
-    let Ok(mut s) = serde_json::to_string(&line) else { return };
+    let Ok(mut s) = serde_json::to_string(&line) else {
+        return;
+    };
     s.push('\n');
     if let Ok(mut f) = std::fs::OpenOptions::new()
         .create(true)
@@ -95,14 +102,36 @@ mod tests {
     #[test]
     fn redacts_sensitive_env_only() {
         let got = redact(&v(&[
-            "smolvm", "machine", "create", "-e", "API_TOKEN=abc", "--env", "MODE=x", "--env=DB_PASSWORD=p",
-            "-eMY_KEY=k", "--", "sh", "-e", "SECRET=keep-guest-argv",
+            "smolvm",
+            "machine",
+            "create",
+            "-e",
+            "API_TOKEN=abc",
+            "--env",
+            "MODE=x",
+            "--env=DB_PASSWORD=p",
+            "-eMY_KEY=k",
+            "--",
+            "sh",
+            "-e",
+            "SECRET=keep-guest-argv",
         ]));
         assert_eq!(
             got,
             v(&[
-                "smolvm", "machine", "create", "-e", "API_TOKEN=<redacted>", "--env", "MODE=x",
-                "--env=DB_PASSWORD=<redacted>", "-eMY_KEY=<redacted>", "--", "sh", "-e", "SECRET=keep-guest-argv",
+                "smolvm",
+                "machine",
+                "create",
+                "-e",
+                "API_TOKEN=<redacted>",
+                "--env",
+                "MODE=x",
+                "--env=DB_PASSWORD=<redacted>",
+                "-eMY_KEY=<redacted>",
+                "--",
+                "sh",
+                "-e",
+                "SECRET=keep-guest-argv",
             ])
         );
     }

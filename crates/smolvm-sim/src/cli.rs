@@ -39,6 +39,7 @@ pub struct Cli {
 }
 
 #[derive(Subcommand, Debug)]
+#[allow(clippy::large_enum_variant)]
 pub enum TopCmd {
     /// Manage machines
     #[command(visible_alias = "vm", subcommand)]
@@ -344,21 +345,26 @@ pub fn command(p: Personality) -> clap::Command {
                 )
             })
             .mut_subcommand("cp", |c| {
-                c.arg(Arg::new("mode").long("mode").value_name("OCTAL").help("File mode (upload)"))
-                    .arg(
-                        Arg::new("uid")
-                            .long("uid")
-                            .value_name("UID")
-                            .value_parser(clap::value_parser!(u32))
-                            .help("Owner uid (upload)"),
-                    )
-                    .arg(
-                        Arg::new("gid")
-                            .long("gid")
-                            .value_name("GID")
-                            .value_parser(clap::value_parser!(u32))
-                            .help("Owner gid (upload)"),
-                    )
+                c.arg(
+                    Arg::new("mode")
+                        .long("mode")
+                        .value_name("OCTAL")
+                        .help("File mode (upload)"),
+                )
+                .arg(
+                    Arg::new("uid")
+                        .long("uid")
+                        .value_name("UID")
+                        .value_parser(clap::value_parser!(u32))
+                        .help("Owner uid (upload)"),
+                )
+                .arg(
+                    Arg::new("gid")
+                        .long("gid")
+                        .value_name("GID")
+                        .value_parser(clap::value_parser!(u32))
+                        .help("Owner gid (upload)"),
+                )
             })
             .mut_subcommand("delete", |c| {
                 c.arg(
@@ -384,7 +390,10 @@ impl ShExtras {
             return x;
         };
         if let Some(c) = mm.subcommand_matches("create") {
-            x.labels = c.get_many::<String>("label").map(|v| v.cloned().collect()).unwrap_or_default();
+            x.labels = c
+                .get_many::<String>("label")
+                .map(|v| v.cloned().collect())
+                .unwrap_or_default();
         }
         if let Some(c) = mm.subcommand_matches("exec") {
             x.detach = c.get_flag("detach");
@@ -440,9 +449,11 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     while !rest.is_empty() {
         let digits = rest.chars().take_while(|c| c.is_ascii_digit()).count();
         if digits == 0 {
-            return Err(format!("expected number at 0"));
+            return Err("expected number at 0".to_string());
         }
-        let n: u64 = rest[..digits].parse().map_err(|_| "number is too large".to_string())?;
+        let n: u64 = rest[..digits]
+            .parse()
+            .map_err(|_| "number is too large".to_string())?;
         rest = rest[digits..].trim_start();
         let ulen = rest.chars().take_while(|c| c.is_ascii_alphabetic()).count();
         if ulen == 0 {
@@ -456,7 +467,11 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
             "m" | "min" | "mins" | "minute" | "minutes" => std::time::Duration::from_secs(n * 60),
             "h" | "hr" | "hrs" | "hour" | "hours" => std::time::Duration::from_secs(n * 3600),
             "d" | "day" | "days" => std::time::Duration::from_secs(n * 86400),
-            other => return Err(format!("unknown time unit {other:?}, supported units: ns, us, ms, sec, min, hours, days, weeks, months, years (and few variations)")),
+            other => {
+                return Err(format!(
+                    "unknown time unit {other:?}, supported units: ns, us, ms, sec, min, hours, days, weeks, months, years (and few variations)"
+                ));
+            }
         };
         total += d;
     }

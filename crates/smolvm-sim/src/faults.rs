@@ -62,7 +62,12 @@ impl Faults {
                 "list" => "ls".to_string(),
                 v => v.to_string(),
             };
-            specs.push(Spec { raw: item.to_string(), verb, mode: mode.trim().to_string(), text });
+            specs.push(Spec {
+                raw: item.to_string(),
+                verb,
+                mode: mode.trim().to_string(),
+                text,
+            });
         }
         Faults { specs, args }
     }

@@ -47,12 +47,24 @@ impl Ctx {
 pub fn fault_error(verb: &str, name: &str) -> SimError {
     use output::{agent, config, storage};
     match verb {
-        "create" => config("create machine", "failed to commit machine record: database is locked"),
-        "start" => agent("start", format!("agent for '{name}' did not become ready within 30s")),
-        "stop" => agent("stop", "failed to stop VM process: Operation not permitted (os error 1)"),
+        "create" => config(
+            "create machine",
+            "failed to commit machine record: database is locked",
+        ),
+        "start" => agent(
+            "start",
+            format!("agent for '{name}' did not become ready within 30s"),
+        ),
+        "stop" => agent(
+            "stop",
+            "failed to stop VM process: Operation not permitted (os error 1)",
+        ),
         "delete" => storage(
             "delete machine data",
-            format!("{}: Device or resource busy (os error 16)", registry::data_dir(name).display()),
+            format!(
+                "{}: Device or resource busy (os error 16)",
+                registry::data_dir(name).display()
+            ),
         ),
         "exec" => agent("exec", "agent connection closed unexpectedly"),
         "cp" => agent("transfer file", "agent connection closed unexpectedly"),
@@ -62,7 +74,9 @@ pub fn fault_error(verb: &str, name: &str) -> SimError {
 }
 
 fn main() {
-    let argv: Vec<String> = std::env::args_os().map(|a| a.to_string_lossy().into_owned()).collect();
+    let argv: Vec<String> = std::env::args_os()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
     let boot = argv.get(1).is_some_and(|a| a == "_boot-vm");
     if !boot {
         calllog::record(&argv);

@@ -22,7 +22,9 @@ impl fmt::Display for SimError {
             SimError::InvalidState { expected, actual } => {
                 write!(f, "invalid vm state: expected {expected}, got {actual}")
             }
-            SimError::Storage { op, reason } => write!(f, "storage operation failed: {op}: {reason}"),
+            SimError::Storage { op, reason } => {
+                write!(f, "storage operation failed: {op}: {reason}")
+            }
         }
     }
 }
@@ -33,13 +35,22 @@ pub fn not_found(name: &str) -> SimError {
     SimError::VmNotFound(name.to_string())
 }
 pub fn config(op: &str, reason: impl Into<String>) -> SimError {
-    SimError::Config { op: op.to_string(), reason: reason.into() }
+    SimError::Config {
+        op: op.to_string(),
+        reason: reason.into(),
+    }
 }
 pub fn agent(op: &str, reason: impl Into<String>) -> SimError {
-    SimError::Agent { op: op.to_string(), reason: reason.into() }
+    SimError::Agent {
+        op: op.to_string(),
+        reason: reason.into(),
+    }
 }
 pub fn storage(op: &str, reason: impl Into<String>) -> SimError {
-    SimError::Storage { op: op.to_string(), reason: reason.into() }
+    SimError::Storage {
+        op: op.to_string(),
+        reason: reason.into(),
+    }
 }
 
 /// Result of a verb: the process exit code, or a smolvm error.
@@ -53,7 +64,14 @@ pub fn not_running(name: &str) -> SimError {
     )
 }
 
-pub fn create_success(name: &str, cpus: u8, mem: u32, mounts: usize, ports: usize, init: usize) -> String {
+pub fn create_success(
+    name: &str,
+    cpus: u8,
+    mem: u32,
+    mounts: usize,
+    ports: usize,
+    init: usize,
+) -> String {
     let mut s = format!("Created machine: {name}\n  CPUs: {cpus}, Memory: {mem} MiB\n");
     if mounts > 0 {
         s += &format!("  Mounts: {mounts}\n");
@@ -70,8 +88,16 @@ pub fn create_success(name: &str, cpus: u8, mem: u32, mounts: usize, ports: usiz
 }
 
 pub fn starting(name: &str, mounts: usize, ports: usize) -> String {
-    let m = if mounts > 0 { format!(" with {mounts} mount(s)") } else { String::new() };
-    let p = if ports > 0 { format!(" and {ports} port mapping(s)") } else { String::new() };
+    let m = if mounts > 0 {
+        format!(" with {mounts} mount(s)")
+    } else {
+        String::new()
+    };
+    let p = if ports > 0 {
+        format!(" and {ports} port mapping(s)")
+    } else {
+        String::new()
+    };
     format!("Starting machine '{name}'{m}{p}...")
 }
 

@@ -39,7 +39,9 @@ impl Personality {
     pub fn hostname(self, name: &str) -> String {
         let dns_label = !name.is_empty()
             && name.len() <= 63
-            && name.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
+            && name
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'-');
         if self.is_head() && dns_label {
             name.to_string()
         } else {

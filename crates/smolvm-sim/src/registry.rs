@@ -21,7 +21,9 @@ pub fn home() -> PathBuf {
     } else if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         PathBuf::from(x).join("smolvm-sim")
     } else {
-        let home = std::env::var_os("HOME").map(PathBuf::from).unwrap_or_else(|| PathBuf::from("/root"));
+        let home = std::env::var_os("HOME")
+            .map(PathBuf::from)
+            .unwrap_or_else(|| PathBuf::from("/root"));
         home.join(".local/share/smolvm-sim")
     };
     if p.is_absolute() {
@@ -185,7 +187,8 @@ pub fn save(r: &Record) -> Result<(), SimError> {
     fs::create_dir_all(&d).map_err(|e| io_err("write machine record", &d, e))?;
     let fin = record_path(&r.name);
     let tmp = d.join(format!(".{}.json.tmp{}", r.name, std::process::id()));
-    let body = serde_json::to_vec_pretty(r).map_err(|e| storage("serialize record", e.to_string()))?;
+    let body =
+        serde_json::to_vec_pretty(r).map_err(|e| storage("serialize record", e.to_string()))?;
     let mut f = OpenOptions::new()
         .create(true)
         .truncate(true)
@@ -193,7 +196,9 @@ pub fn save(r: &Record) -> Result<(), SimError> {
         .mode(0o600)
         .open(&tmp)
         .map_err(|e| io_err("write machine record", &tmp, e))?;
-    f.write_all(&body).and_then(|_| f.sync_all()).map_err(|e| io_err("write machine record", &tmp, e))?;
+    f.write_all(&body)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| io_err("write machine record", &tmp, e))?;
     fs::rename(&tmp, &fin).map_err(|e| io_err("write machine record", &fin, e))?;
     Ok(())
 }
@@ -261,7 +266,11 @@ impl Record {
 
     /// The PID smolvm would show (only while the process lives).
     pub fn live_pid(&self) -> Option<i32> {
-        if self.really_running() { self.pid } else { None }
+        if self.really_running() {
+            self.pid
+        } else {
+            None
+        }
     }
 }
 
@@ -279,10 +288,15 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         return Err(format!("{label} cannot be empty"));
     };
     if name.len() > 128 {
-        return Err(format!("{label} too long: {} characters (max 128)", name.len()));
+        return Err(format!(
+            "{label} too long: {} characters (max 128)",
+            name.len()
+        ));
     }
     if !first.is_ascii_alphanumeric() {
-        return Err(format!("{label} must start with a letter or digit (got: {name:?})"));
+        return Err(format!(
+            "{label} must start with a letter or digit (got: {name:?})"
+        ));
     }
     if name.ends_with('-') {
         return Err(format!("{label} cannot end with a hyphen (got: {name:?})"));

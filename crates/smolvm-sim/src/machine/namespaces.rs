@@ -24,7 +24,11 @@ pub unsafe fn clone_into_new_namespaces() -> std::io::Result<i32> {
             0usize,
         )
     };
-    if r < 0 { Err(std::io::Error::last_os_error()) } else { Ok(r as i32) }
+    if r < 0 {
+        Err(std::io::Error::last_os_error())
+    } else {
+        Ok(r as i32)
+    }
 }
 
 /// Open file descriptors on a running guest's namespaces (via its PID 1's host PID).
@@ -38,7 +42,12 @@ pub struct GuestNs {
 impl GuestNs {
     pub fn open(init_pid: i32) -> std::io::Result<Self> {
         let o = |n: &str| File::open(format!("/proc/{init_pid}/ns/{n}"));
-        Ok(GuestNs { pid: o("pid")?, mnt: o("mnt")?, uts: o("uts")?, net: o("net")? })
+        Ok(GuestNs {
+            pid: o("pid")?,
+            mnt: o("mnt")?,
+            uts: o("uts")?,
+            net: o("net")?,
+        })
     }
 
     /// Raw fds for use after fork (in pre_exec), in join order.

@@ -29,12 +29,17 @@ pub fn start(target_pid: i32, data: &Path) -> Result<Slirp, String> {
     let (ready_r, ready_w) = super::namespaces::pipe().map_err(|e| format!("pipe: {e}"))?;
     let (er, rw) = (exit_r.as_raw_fd(), ready_w.as_raw_fd());
     let mut cmd = Command::new("slirp4netns");
-    cmd.args(["--configure", "--mtu=65520", "--disable-host-loopback", "--api-socket"])
-        .arg(&sock)
-        .args(["--exit-fd", "3", "--ready-fd", "4"])
-        .arg(target_pid.to_string())
-        .arg("tap0")
-        .stdin(Stdio::null());
+    cmd.args([
+        "--configure",
+        "--mtu=65520",
+        "--disable-host-loopback",
+        "--api-socket",
+    ])
+    .arg(&sock)
+    .args(["--exit-fd", "3", "--ready-fd", "4"])
+    .arg(target_pid.to_string())
+    .arg("tap0")
+    .stdin(Stdio::null());
     // SAFETY: only async-signal-safe calls (dup2) between fork and exec.
     unsafe {
         cmd.pre_exec(move || {
@@ -53,7 +58,11 @@ pub fn start(target_pid: i32, data: &Path) -> Result<Slirp, String> {
     })?;
     drop(exit_r);
     drop(ready_w);
-    let mut slirp = Slirp { child, sock, _exit_w: exit_w };
+    let mut slirp = Slirp {
+        child,
+        sock,
+        _exit_w: exit_w,
+    };
     let mut f = std::fs::File::from(ready_r);
     let mut b = [0u8; 1];
     match f.read(&mut b) {
@@ -84,12 +93,15 @@ pub fn add_hostfwd(sock: &Path, addr: &str, host_port: u16, guest_port: u16) -> 
             "guest_port": guest_port,
         }
     });
-    let mut s = UnixStream::connect(sock).map_err(|e| format!("connect {}: {e}", sock.display()))?;
+    let mut s =
+        UnixStream::connect(sock).map_err(|e| format!("connect {}: {e}", sock.display()))?;
     s.set_read_timeout(Some(Duration::from_secs(5))).ok();
-    s.write_all(req.to_string().as_bytes()).map_err(|e| format!("slirp api: {e}"))?;
+    s.write_all(req.to_string().as_bytes())
+        .map_err(|e| format!("slirp api: {e}"))?;
     let _ = s.shutdown(std::net::Shutdown::Write);
     let mut resp = String::new();
-    s.read_to_string(&mut resp).map_err(|e| format!("slirp api: {e}"))?;
+    s.read_to_string(&mut resp)
+        .map_err(|e| format!("slirp api: {e}"))?;
     let v: serde_json::Value = serde_json::from_str(&resp).unwrap_or(serde_json::Value::Null);
     if v.get("return").is_some() {
         Ok(())

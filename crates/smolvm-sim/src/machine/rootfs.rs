@@ -15,8 +15,9 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 /// Host directories the guest sees through a per-machine overlay (symlinks are copied).
-pub const OVERLAID: [&str; 11] =
-    ["usr", "etc", "opt", "var", "srv", "bin", "sbin", "lib", "lib32", "lib64", "libx32"];
+pub const OVERLAID: [&str; 11] = [
+    "usr", "etc", "opt", "var", "srv", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
 
 /// Guest-private directories in the persistent skeleton, with their modes.
 const PRIVATE_DIRS: [(&str, u32); 12] = [
@@ -47,7 +48,9 @@ pub fn check_home(home: &Path) -> Result<(), String> {
     let h = fs::canonicalize(home).unwrap_or_else(|_| home.to_path_buf());
     for d in OVERLAID {
         let host = Path::new("/").join(d);
-        let Ok(real) = fs::canonicalize(&host) else { continue };
+        let Ok(real) = fs::canonicalize(&host) else {
+            continue;
+        };
         if h.starts_with(&real) {
             return Err(format!(
                 "SMOLVM_SIM_HOME ({}) is inside {}, which smolvm-sim overlays into every guest; \
@@ -110,7 +113,8 @@ fn mkdir_mode(p: &Path, mode: u32) -> Result<(), String> {
 pub fn prepare(data: &Path) -> Result<(), String> {
     let g = guest_dir(data);
     for sub in ["top", "upper", "work"] {
-        fs::create_dir_all(g.join(sub)).map_err(|e| format!("mkdir {}: {e}", g.join(sub).display()))?;
+        fs::create_dir_all(g.join(sub))
+            .map_err(|e| format!("mkdir {}: {e}", g.join(sub).display()))?;
     }
     fs::create_dir_all(mountpoint(data)).map_err(|e| format!("mkdir rootfs: {e}"))?;
     Ok(())
@@ -120,19 +124,34 @@ pub fn prepare(data: &Path) -> Result<(), String> {
 /// namespace, before anything else happens there.
 pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
     // Nothing we mount may propagate back to the host.
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
     let g = guest_dir(data);
     let top = g.join("top");
     let r = mountpoint(data);
-    mount(Some(&top.to_string_lossy()), &r, None, libc::MS_BIND | libc::MS_REC, None)?;
+    mount(
+        Some(&top.to_string_lossy()),
+        &r,
+        None,
+        libc::MS_BIND | libc::MS_REC,
+        None,
+    )?;
 
     for d in OVERLAID {
         let host = Path::new("/").join(d);
-        let Ok(md) = fs::symlink_metadata(&host) else { continue };
+        let Ok(md) = fs::symlink_metadata(&host) else {
+            continue;
+        };
         let target = r.join(d);
         if md.file_type().is_symlink() {
             if fs::symlink_metadata(&target).is_err() {
-                let to = fs::read_link(&host).map_err(|e| format!("readlink {}: {e}", host.display()))?;
+                let to = fs::read_link(&host)
+                    .map_err(|e| format!("readlink {}: {e}", host.display()))?;
                 symlink(&to, &target).map_err(|e| format!("symlink {}: {e}", target.display()))?;
             }
             continue;
@@ -159,8 +178,20 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
 
     let nodev = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     mount(Some("proc"), &r.join("proc"), Some("proc"), nodev, None)?;
-    mount(Some("sysfs"), &r.join("sys"), Some("sysfs"), nodev | libc::MS_RDONLY, None)?;
-    mount(Some("tmpfs"), &r.join("run"), Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("mode=755"))?;
+    mount(
+        Some("sysfs"),
+        &r.join("sys"),
+        Some("sysfs"),
+        nodev | libc::MS_RDONLY,
+        None,
+    )?;
+    mount(
+        Some("tmpfs"),
+        &r.join("run"),
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=755"),
+    )?;
     make_dev(&r.join("dev"))?;
     if network {
         fix_resolv_conf(&r.join("etc"))?;
@@ -176,7 +207,10 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
     }
     // SAFETY: as above.
     if unsafe { libc::umount2(dot.as_ptr(), libc::MNT_DETACH) } != 0 {
-        return Err(format!("umount old root: {}", std::io::Error::last_os_error()));
+        return Err(format!(
+            "umount old root: {}",
+            std::io::Error::last_os_error()
+        ));
     }
     std::env::set_current_dir("/").map_err(|e| format!("chdir /: {e}"))?;
     Ok(())
@@ -184,7 +218,13 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
 
 /// A minimal /dev: tmpfs with bind-mounted host device nodes, a private devpts, shm.
 fn make_dev(dev: &Path) -> Result<(), String> {
-    mount(Some("tmpfs"), dev, Some("tmpfs"), libc::MS_NOSUID, Some("mode=755,size=65536k"))?;
+    mount(
+        Some("tmpfs"),
+        dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID,
+        Some("mode=755,size=65536k"),
+    )?;
     for n in ["null", "zero", "full", "random", "urandom", "tty"] {
         let t = dev.join(n);
         fs::write(&t, b"").map_err(|e| format!("create {}: {e}", t.display()))?;
@@ -201,7 +241,13 @@ fn make_dev(dev: &Path) -> Result<(), String> {
     )?;
     let shm = dev.join("shm");
     mkdir_mode(&shm, 0o1777)?;
-    mount(Some("tmpfs"), &shm, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("mode=1777"))?;
+    mount(
+        Some("tmpfs"),
+        &shm,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("mode=1777"),
+    )?;
     for (l, to) in [
         ("ptmx", "pts/ptmx"),
         ("fd", "/proc/self/fd"),
@@ -227,9 +273,7 @@ fn fix_resolv_conf(etc: &Path) -> Result<(), String> {
             .map(|s| {
                 !s.lines().any(|l| {
                     let l = l.trim();
-                    l.starts_with("nameserver")
-                        && !l.contains(" 127.")
-                        && !l.contains(" ::1")
+                    l.starts_with("nameserver") && !l.contains(" 127.") && !l.contains(" ::1")
                 })
             })
             .unwrap_or(true),
@@ -239,7 +283,8 @@ fn fix_resolv_conf(etc: &Path) -> Result<(), String> {
         if md.is_ok() {
             fs::remove_file(&p).map_err(|e| format!("remove guest resolv.conf: {e}"))?;
         }
-        fs::write(&p, "nameserver 10.0.2.3\n").map_err(|e| format!("write guest resolv.conf: {e}"))?;
+        fs::write(&p, "nameserver 10.0.2.3\n")
+            .map_err(|e| format!("write guest resolv.conf: {e}"))?;
     }
     Ok(())
 }

@@ -24,9 +24,14 @@ pub const DEFAULT_PATH: &str = "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bi
 
 /// The environment of the workload and of every exec: the image-like defaults, then the
 /// record's env, then `extra` (later keys win).
-pub fn guest_env(record_env: &[(String, String)], extra: &[(String, String)]) -> Vec<(String, String)> {
-    let mut out: Vec<(String, String)> =
-        vec![("PATH".into(), DEFAULT_PATH.into()), ("HOME".into(), "/root".into())];
+pub fn guest_env(
+    record_env: &[(String, String)],
+    extra: &[(String, String)],
+) -> Vec<(String, String)> {
+    let mut out: Vec<(String, String)> = vec![
+        ("PATH".into(), DEFAULT_PATH.into()),
+        ("HOME".into(), "/root".into()),
+    ];
     for (k, v) in record_env.iter().chain(extra) {
         out.retain(|(ok, _)| ok != k);
         out.push((k.clone(), v.clone()));
@@ -52,7 +57,9 @@ pub fn launch(r: &Record) -> Result<Launched, SimError> {
         .append(true)
         .open(data.join("agent-console.log"))
         .map_err(|e| agent("create agent manager", e.to_string()))?;
-    let console2 = console.try_clone().map_err(|e| agent("create agent manager", e.to_string()))?;
+    let console2 = console
+        .try_clone()
+        .map_err(|e| agent("create agent manager", e.to_string()))?;
     let (rd, wr) = namespaces::pipe().map_err(|e| agent("start", e.to_string()))?;
     let exe = std::env::current_exe().map_err(|e| agent("start", e.to_string()))?;
     let wfd = wr.as_raw_fd();
@@ -74,11 +81,16 @@ pub fn launch(r: &Record) -> Result<Launched, SimError> {
             Ok(())
         });
     }
-    let mut child = cmd.spawn().map_err(|e| agent("start", format!("spawn supervisor: {e}")))?;
+    let mut child = cmd
+        .spawn()
+        .map_err(|e| agent("start", format!("spawn supervisor: {e}")))?;
     drop(wr);
     let line = read_line(File::from(rd));
     if let Some(rest) = line.strip_prefix("ok ") {
-        let nums: Vec<i32> = rest.split_whitespace().filter_map(|n| n.parse().ok()).collect();
+        let nums: Vec<i32> = rest
+            .split_whitespace()
+            .filter_map(|n| n.parse().ok())
+            .collect();
         if nums.len() == 3 {
             return Ok(Launched {
                 pid: nums[0],
@@ -143,11 +155,14 @@ pub fn kill_machine(r: &Record) {
         }
     }
     if let Some(ip) = r.init_pid {
-        wait_until(Duration::from_secs(3), || registry::proc_start_time(ip).is_none());
+        wait_until(Duration::from_secs(3), || {
+            registry::proc_start_time(ip).is_none()
+        });
     }
     if let Some(sp) = r.slirp_pid {
         let is_slirp = || {
-            std::fs::read_to_string(format!("/proc/{sp}/comm")).is_ok_and(|c| c.trim() == "slirp4netns")
+            std::fs::read_to_string(format!("/proc/{sp}/comm"))
+                .is_ok_and(|c| c.trim() == "slirp4netns")
                 && registry::proc_start_time(sp).is_some()
         };
         if !wait_until(Duration::from_secs(2), || !is_slirp()) && is_slirp() {
@@ -193,7 +208,8 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
     match start_guest(&r, p) {
         Ok((init_pid, slirp)) => {
             let sp = slirp.as_ref().map_or(0, |s| s.child.id() as i32);
-            let _ = report.write_all(format!("ok {} {init_pid} {sp}\n", std::process::id()).as_bytes());
+            let _ =
+                report.write_all(format!("ok {} {init_pid} {sp}\n", std::process::id()).as_bytes());
             drop(report);
             supervise(init_pid, slirp);
             Ok(0)
@@ -237,7 +253,11 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
             Ok(s) => s,
             Err(e) => {
                 kill_guest(pid);
-                return Err(("agent", "configure virtio-net", format!("failed to start virtio network runtime: {e}")));
+                return Err((
+                    "agent",
+                    "configure virtio-net",
+                    format!("failed to start virtio network runtime: {e}"),
+                ));
             }
         };
         for (h, g) in &r.ports {
@@ -248,7 +268,8 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
                 return Err((
                     "agent",
                     "configure virtio-net",
-                    "failed to start virtio network runtime: Address already in use (os error 98)".to_string(),
+                    "failed to start virtio network runtime: Address already in use (os error 98)"
+                        .to_string(),
                 ));
             }
             if let Err(e) = network::add_hostfwd(&s.sock, "::1", *h, *g) {
@@ -273,7 +294,11 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
         Some(SimError::Config { reason, .. }) => ("config", "start machine", reason),
         Some(SimError::Agent { op, reason }) if op == "init" => ("agent", "init", reason),
         Some(SimError::Agent { reason, .. }) => ("agent", "start background CMD", reason),
-        _ => ("agent", "start", "guest init exited during boot".to_string()),
+        _ => (
+            "agent",
+            "start",
+            "guest init exited during boot".to_string(),
+        ),
     })
 }
 
@@ -287,7 +312,10 @@ fn supervise(init_pid: i32, slirp: Option<network::Slirp>) {
             libc::sigaddset(&mut set, s);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
-        let ts = libc::timespec { tv_sec: 1, tv_nsec: 0 };
+        let ts = libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
         loop {
             let sig = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
             if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
@@ -295,7 +323,9 @@ fn supervise(init_pid: i32, slirp: Option<network::Slirp>) {
             }
             let mut st = 0;
             let w = libc::waitpid(init_pid, &mut st, libc::WNOHANG);
-            if w == init_pid || (w < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)) {
+            if w == init_pid
+                || (w < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+            {
                 break;
             }
         }
@@ -311,7 +341,14 @@ fn supervise(init_pid: i32, slirp: Option<network::Slirp>) {
 
 /// The guest's PID 1: build the root, set the hostname, bring up lo, wait for the network,
 /// run first-boot init commands and the workload, then reap orphans forever.
-fn guest_init(r: &Record, p: Personality, data: &Path, parent: i32, go_r: OwnedFd, rep_w: OwnedFd) -> ! {
+fn guest_init(
+    r: &Record,
+    p: Personality,
+    data: &Path,
+    parent: i32,
+    go_r: OwnedFd,
+    rep_w: OwnedFd,
+) -> ! {
     // SAFETY: prctl is a plain syscall. (The parent is invisible from a new PID namespace,
     // so the tiny "supervisor died before prctl" window cannot be checked; the supervisor's
     // own teardown covers it.)
@@ -319,7 +356,20 @@ fn guest_init(r: &Record, p: Personality, data: &Path, parent: i32, go_r: OwnedF
     // SAFETY: as above; fd 3 is the supervisor's report pipe, not ours to keep.
     unsafe {
         libc::close(3);
-        libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL as libc::c_ulong, 0, 0, 0);
+        libc::prctl(
+            libc::PR_SET_NAME,
+            c"smolvm-agent".as_ptr() as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
+        libc::prctl(
+            libc::PR_SET_PDEATHSIG,
+            libc::SIGKILL as libc::c_ulong,
+            0,
+            0,
+            0,
+        );
     }
     let mut rep = File::from(rep_w);
     let fail = |rep: &mut File, kind: &str, op: &str, reason: String| -> ! {
@@ -329,13 +379,28 @@ fn guest_init(r: &Record, p: Personality, data: &Path, parent: i32, go_r: OwnedF
     };
     let network = r.network || !r.ports.is_empty();
     if let Err(e) = rootfs::assemble_and_pivot(data, network) {
-        fail(&mut rep, "config", "start machine", format!("guest root filesystem: {e}"));
+        fail(
+            &mut rep,
+            "config",
+            "start machine",
+            format!("guest root filesystem: {e}"),
+        );
     }
     if let Err(e) = namespaces::set_hostname(&p.hostname(&r.name)) {
-        fail(&mut rep, "config", "start machine", format!("sethostname: {e}"));
+        fail(
+            &mut rep,
+            "config",
+            "start machine",
+            format!("sethostname: {e}"),
+        );
     }
     if let Err(e) = namespaces::loopback_up() {
-        fail(&mut rep, "config", "start machine", format!("loopback up: {e}"));
+        fail(
+            &mut rep,
+            "config",
+            "start machine",
+            format!("loopback up: {e}"),
+        );
     }
     let mut b = [0u8; 1];
     if File::from(go_r).read(&mut b).ok() != Some(1) {
@@ -387,7 +452,12 @@ fn guest_init(r: &Record, p: Personality, data: &Path, parent: i32, go_r: OwnedF
             });
         }
         if let Err(e) = cmd.spawn() {
-            fail(&mut rep, "agent", "start background CMD", format!("failed to start workload {prog:?}: {e}"));
+            fail(
+                &mut rep,
+                "agent",
+                "start background CMD",
+                format!("failed to start workload {prog:?}: {e}"),
+            );
         }
     }
     let _ = rep.write_all(b"ok\n");

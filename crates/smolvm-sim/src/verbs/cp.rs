@@ -37,16 +37,28 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
     let fault = ctx.fault_point("cp", &name)?;
     let init = r.init_pid.ok_or_else(|| output::not_running(&name))?;
     let ns = GuestNs::open(init).map_err(|_| output::not_running(&name))?;
-    let gp = if gpath.starts_with('/') { PathBuf::from(&gpath) } else { Path::new("/").join(&gpath) };
+    let gp = if gpath.starts_with('/') {
+        PathBuf::from(&gpath)
+    } else {
+        Path::new("/").join(&gpath)
+    };
     if upload {
         let mode = match &ctx.extras.cp_mode {
             Some(m) => u32::from_str_radix(m.trim_start_matches("0o"), 8)
                 .ok()
                 .filter(|v| *v <= 0o7777)
-                .ok_or_else(|| config("cp", format!("invalid --mode '{m}': expected an octal mode like 0644")))?,
+                .ok_or_else(|| {
+                    config(
+                        "cp",
+                        format!("invalid --mode '{m}': expected an octal mode like 0644"),
+                    )
+                })?,
             None => 0o644,
         };
-        let owner = (ctx.extras.cp_uid.unwrap_or(0), ctx.extras.cp_gid.unwrap_or(0));
+        let owner = (
+            ctx.extras.cp_uid.unwrap_or(0),
+            ctx.extras.cp_gid.unwrap_or(0),
+        );
         upload_file(&ns, &local, &gpath, &gp, mode, owner)?;
     } else {
         download_file(&ns, &gpath, &gp, &local, fault == Some(Action::Truncate))?;
@@ -58,39 +70,71 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
 }
 
 fn join_mnt(ns: &GuestNs) -> Result<(), SimError> {
-    namespaces::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS).map_err(|e| agent("connect", format!("join machine filesystem: {e}")))
+    namespaces::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS)
+        .map_err(|e| agent("connect", format!("join machine filesystem: {e}")))
 }
 
 fn progress(label: &str, done: u64, total: Option<u64>) {
     match total {
-        Some(t) => eprintln!("{label}: {} / {} (100%)", output::format_bytes(done), output::format_bytes(t)),
+        Some(t) => eprintln!(
+            "{label}: {} / {} (100%)",
+            output::format_bytes(done),
+            output::format_bytes(t)
+        ),
         None => eprintln!("{label}: {}", output::format_bytes(done)),
     }
 }
 
-fn upload_file(ns: &GuestNs, local: &str, gpath: &str, gp: &Path, mode: u32, owner: (u32, u32)) -> Result<(), SimError> {
-    let mut src = File::open(local).map_err(|e| agent("read local file", format!("{local}: {e}")))?;
-    let md = src.metadata().map_err(|e| agent("stat local file", format!("{local}: {e}")))?;
+fn upload_file(
+    ns: &GuestNs,
+    local: &str,
+    gpath: &str,
+    gp: &Path,
+    mode: u32,
+    owner: (u32, u32),
+) -> Result<(), SimError> {
+    let mut src =
+        File::open(local).map_err(|e| agent("read local file", format!("{local}: {e}")))?;
+    let md = src
+        .metadata()
+        .map_err(|e| agent("stat local file", format!("{local}: {e}")))?;
     if md.is_dir() {
-        return Err(agent("read local file", format!("{local}: Is a directory (os error 21)")));
+        return Err(agent(
+            "read local file",
+            format!("{local}: Is a directory (os error 21)"),
+        ));
     }
     if md.len() > MAX_BYTES {
         return Err(agent(
             "write file",
-            format!("{local}: file too large: {} bytes (max {MAX_BYTES} bytes per transfer)", md.len()),
+            format!(
+                "{local}: file too large: {} bytes (max {MAX_BYTES} bytes per transfer)",
+                md.len()
+            ),
         ));
     }
     join_mnt(ns)?;
     let werr = |e: std::io::Error| agent("write file", format!("{gpath}: {e}"));
     if gp.is_dir() {
-        return Err(agent("write file", format!("{gpath}: Is a directory (os error 21)")));
+        return Err(agent(
+            "write file",
+            format!("{gpath}: Is a directory (os error 21)"),
+        ));
     }
     let parent = gp.parent().unwrap_or(Path::new("/"));
     fs::create_dir_all(parent).map_err(werr)?;
-    let base = gp.file_name().map(|b| b.to_string_lossy().into_owned()).unwrap_or_default();
+    let base = gp
+        .file_name()
+        .map(|b| b.to_string_lossy().into_owned())
+        .unwrap_or_default();
     let staging = parent.join(format!(".{base}.smolvm-upload.{}", std::process::id()));
     let res = (|| -> std::io::Result<u64> {
-        let mut dst = OpenOptions::new().write(true).create(true).truncate(true).mode(0o600).open(&staging)?;
+        let mut dst = OpenOptions::new()
+            .write(true)
+            .create(true)
+            .truncate(true)
+            .mode(0o600)
+            .open(&staging)?;
         let n = std::io::copy(&mut src, &mut dst)?;
         dst.sync_all()?;
         std::os::unix::fs::fchown(&dst, Some(owner.0), Some(owner.1))?;
@@ -110,13 +154,28 @@ fn upload_file(ns: &GuestNs, local: &str, gpath: &str, gp: &Path, mode: u32, own
     }
 }
 
-fn download_file(ns: &GuestNs, gpath: &str, gp: &Path, local: &str, truncate: bool) -> Result<(), SimError> {
+fn download_file(
+    ns: &GuestNs,
+    gpath: &str,
+    gp: &Path,
+    local: &str,
+    truncate: bool,
+) -> Result<(), SimError> {
     let lp = Path::new(local);
-    let mut dst = File::create(lp).map_err(|e| agent("write local file", format!("{local}: {e}")))?;
+    let mut dst =
+        File::create(lp).map_err(|e| agent("write local file", format!("{local}: {e}")))?;
     // Keep a handle on the local directory: after joining the guest, host paths are gone.
-    let dir = lp.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let dir = lp
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let dirf = File::open(dir).map_err(|e| agent("write local file", format!("{local}: {e}")))?;
-    let base = CString::new(lp.file_name().map(|b| b.as_encoded_bytes().to_vec()).unwrap_or_default()).unwrap_or_default();
+    let base = CString::new(
+        lp.file_name()
+            .map(|b| b.as_encoded_bytes().to_vec())
+            .unwrap_or_default(),
+    )
+    .unwrap_or_default();
     let remove_local = || {
         // SAFETY: unlinkat relative to a directory fd we hold.
         unsafe { libc::unlinkat(dirf.as_raw_fd(), base.as_ptr(), 0) };
@@ -126,15 +185,24 @@ fn download_file(ns: &GuestNs, gpath: &str, gp: &Path, local: &str, truncate: bo
         return Err(e);
     }
     let res = (|| -> Result<u64, SimError> {
-        let mut src = File::open(gp).map_err(|e| agent("read file", format!("failed to open {gpath}: {e}")))?;
-        let md = src.metadata().map_err(|e| agent("read file", format!("failed to stat {gpath}: {e}")))?;
+        let mut src = File::open(gp)
+            .map_err(|e| agent("read file", format!("failed to open {gpath}: {e}")))?;
+        let md = src
+            .metadata()
+            .map_err(|e| agent("read file", format!("failed to stat {gpath}: {e}")))?;
         if md.is_dir() {
-            return Err(agent("read file", format!("failed to read {gpath}: Is a directory (os error 21)")));
+            return Err(agent(
+                "read file",
+                format!("failed to read {gpath}: Is a directory (os error 21)"),
+            ));
         }
         if md.len() > MAX_BYTES {
             return Err(agent(
                 "read file",
-                format!("{gpath}: file too large: {} bytes (max {MAX_BYTES} bytes per transfer)", md.len()),
+                format!(
+                    "{gpath}: file too large: {} bytes (max {MAX_BYTES} bytes per transfer)",
+                    md.len()
+                ),
             ));
         }
         let rerr = |e: std::io::Error| agent("read file", format!("{gpath}: {e}"));
@@ -144,7 +212,9 @@ fn download_file(ns: &GuestNs, gpath: &str, gp: &Path, local: &str, truncate: bo
         } else {
             std::io::copy(&mut src, &mut dst).map_err(rerr)?
         };
-        dst.flush().and_then(|_| dst.sync_all()).map_err(|e| agent("write local file", format!("{local}: {e}")))?;
+        dst.flush()
+            .and_then(|_| dst.sync_all())
+            .map_err(|e| agent("write local file", format!("{local}: {e}")))?;
         Ok(n)
     })();
     match res {

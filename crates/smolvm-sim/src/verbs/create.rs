@@ -16,12 +16,19 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
                 format!("file not found: {}", from.display()),
             ));
         }
-        return Err(config("create from .smolmachine", "not supported by smolvm-sim"));
+        return Err(config(
+            "create from .smolmachine",
+            "not supported by smolvm-sim",
+        ));
     }
     if c.smolfile.is_some() {
-        return Err(config("smolfile", "Smolfiles are not supported by smolvm-sim"));
+        return Err(config(
+            "smolfile",
+            "Smolfiles are not supported by smolvm-sim",
+        ));
     }
-    let net = c.net || !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only;
+    let net =
+        c.net || !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only;
     let name = c.name.clone().unwrap_or_else(generate_name);
     registry::validate_name(&name).map_err(|r| config("create machine", r))?;
     let mut seen = std::collections::HashSet::new();
@@ -39,7 +46,12 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
             Some((k, v)) if !k.is_empty() => {
                 labels.insert(k.to_string(), v.to_string());
             }
-            _ => return Err(config("create machine", format!("invalid label '{l}': expected KEY=VALUE"))),
+            _ => {
+                return Err(config(
+                    "create machine",
+                    format!("invalid label '{l}': expected KEY=VALUE"),
+                ));
+            }
         }
     }
     let mut allowed = c.allow_cidr.clone();
@@ -91,7 +103,14 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
     }
     print!(
         "{}",
-        output::create_success(&name, c.cpus, c.mem, c.volume.len(), c.port.len(), c.init.len())
+        output::create_success(
+            &name,
+            c.cpus,
+            c.mem,
+            c.volume.len(),
+            c.port.len(),
+            c.init.len()
+        )
     );
     Ok(0)
 }

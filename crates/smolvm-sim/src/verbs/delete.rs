@@ -49,7 +49,8 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
         // 1.9.2: data dir first; on failure the record stays, so a retry is safe.
         if data.exists() {
             println!("Cleaning up data directory for vm: {name}");
-            remove_data().map_err(|e| storage("delete machine data", format!("{}: {e}", data.display())))?;
+            remove_data()
+                .map_err(|e| storage("delete machine data", format!("{}: {e}", data.display())))?;
         }
         registry::remove(&name)?;
     } else {

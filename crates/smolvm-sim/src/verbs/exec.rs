@@ -62,7 +62,8 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
     }
     for s in c.secret_file.iter() {
         if let Some((g, p)) = s.split_once('=') {
-            let v = std::fs::read_to_string(p).map_err(|e| agent("resolve secret", format!("{g}: {p}: {e}")))?;
+            let v = std::fs::read_to_string(p)
+                .map_err(|e| agent("resolve secret", format!("{g}: {p}: {e}")))?;
             extra.push((g.to_string(), v.trim_end_matches('\n').to_string()));
         }
     }
@@ -76,7 +77,9 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
 }
 
 fn exit_code(st: std::process::ExitStatus) -> i32 {
-    st.code().or_else(|| st.signal().map(|s| 128 + s)).unwrap_or(1)
+    st.code()
+        .or_else(|| st.signal().map(|s| 128 + s))
+        .unwrap_or(1)
 }
 
 /// A pty master from the guest's own devpts instance, and the slave's number.
@@ -87,13 +90,21 @@ fn guest_pty(init_pid: i32) -> Result<(OwnedFd, u32), SimError> {
     unsafe {
         let fd = libc::open(c.as_ptr(), libc::O_RDWR | libc::O_NOCTTY | libc::O_CLOEXEC);
         if fd < 0 {
-            return Err(agent("exec", format!("open pty: {}", std::io::Error::last_os_error())));
+            return Err(agent(
+                "exec",
+                format!("open pty: {}", std::io::Error::last_os_error()),
+            ));
         }
         let m = OwnedFd::from_raw_fd(fd);
         let mut unlock: libc::c_int = 0;
         let mut n: libc::c_uint = 0;
-        if libc::ioctl(fd, libc::TIOCSPTLCK, &mut unlock) != 0 || libc::ioctl(fd, libc::TIOCGPTN, &mut n) != 0 {
-            return Err(agent("exec", format!("pty: {}", std::io::Error::last_os_error())));
+        if libc::ioctl(fd, libc::TIOCSPTLCK, &mut unlock) != 0
+            || libc::ioctl(fd, libc::TIOCGPTN, &mut n) != 0
+        {
+            return Err(agent(
+                "exec",
+                format!("pty: {}", std::io::Error::last_os_error()),
+            ));
         }
         Ok((m, n))
     }
@@ -107,28 +118,51 @@ fn run_in_guest(
     timeout: Option<Duration>,
     io: Io,
 ) -> VerbResult {
-    let init_pid = r.init_pid.ok_or_else(|| crate::output::not_running(&r.name))?;
+    let init_pid = r
+        .init_pid
+        .ok_or_else(|| crate::output::not_running(&r.name))?;
     let ns = GuestNs::open(init_pid).map_err(|_| crate::output::not_running(&r.name))?;
-    let (prog, args) = argv.split_first().ok_or_else(|| agent("exec", "empty command"))?;
+    let (prog, args) = argv
+        .split_first()
+        .ok_or_else(|| agent("exec", "empty command"))?;
     let pty = match io {
         Io::Tty => Some(guest_pty(init_pid)?),
         _ => None,
     };
     // Children of this process are born in the guest's PID namespace. (Threads cannot be
     // created while that is in effect, so it is undone right after the spawn.)
-    let own_pidns = std::fs::File::open("/proc/self/ns/pid").map_err(|e| agent("exec", e.to_string()))?;
-    namespaces::setns(ns.pid.as_raw_fd(), libc::CLONE_NEWPID).map_err(|e| agent("exec", format!("join pid namespace: {e}")))?;
-    let cwd = std::ffi::CString::new(workdir.unwrap_or_else(|| "/".to_string())).unwrap_or_default();
+    let own_pidns =
+        std::fs::File::open("/proc/self/ns/pid").map_err(|e| agent("exec", e.to_string()))?;
+    namespaces::setns(ns.pid.as_raw_fd(), libc::CLONE_NEWPID)
+        .map_err(|e| agent("exec", format!("join pid namespace: {e}")))?;
+    let cwd =
+        std::ffi::CString::new(workdir.unwrap_or_else(|| "/".to_string())).unwrap_or_default();
     let cwd_display = cwd.to_string_lossy().into_owned();
     let joins = ns.raw_after_fork();
-    let slave_path = pty.as_ref().map(|(_, n)| std::ffi::CString::new(format!("/dev/pts/{n}")).unwrap_or_default());
+    let slave_path = pty
+        .as_ref()
+        .map(|(_, n)| std::ffi::CString::new(format!("/dev/pts/{n}")).unwrap_or_default());
     let mut cmd = Command::new(prog);
-    cmd.args(args).env_clear().envs(env.iter().map(|(k, v)| (k, v)));
+    cmd.args(args)
+        .env_clear()
+        .envs(env.iter().map(|(k, v)| (k, v)));
     match io {
-        Io::Buffered => cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(Stdio::piped()),
-        Io::Stream => cmd.stdin(Stdio::null()).stdout(Stdio::inherit()).stderr(Stdio::inherit()),
-        Io::Interactive => cmd.stdin(Stdio::inherit()).stdout(Stdio::inherit()).stderr(Stdio::inherit()),
-        Io::Tty | Io::Detach => cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::null()),
+        Io::Buffered => cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped()),
+        Io::Stream => cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit()),
+        Io::Interactive => cmd
+            .stdin(Stdio::inherit())
+            .stdout(Stdio::inherit())
+            .stderr(Stdio::inherit()),
+        Io::Tty | Io::Detach => cmd
+            .stdin(Stdio::null())
+            .stdout(Stdio::null())
+            .stderr(Stdio::null()),
     };
     // SAFETY: between fork and exec only syscalls (setns, chdir, setsid, open, ioctl, dup2).
     unsafe {
@@ -163,7 +197,9 @@ fn run_in_guest(
     let mut child = match spawned {
         Ok(c) => c,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
-            eprintln!("exec failed: {prog}: executable file not found in $PATH or cwd {cwd_display} missing");
+            eprintln!(
+                "exec failed: {prog}: executable file not found in $PATH or cwd {cwd_display} missing"
+            );
             return Ok(127);
         }
         Err(e) if e.raw_os_error() == Some(libc::EACCES) => {
@@ -261,7 +297,10 @@ impl Drain {
 
 /// Copy host stdin → pty master and master → host stdout until the command exits and the
 /// guest side has no more output.
-fn relay_pty(master: RawFd, child: &mut std::process::Child) -> std::io::Result<std::process::ExitStatus> {
+fn relay_pty(
+    master: RawFd,
+    child: &mut std::process::Child,
+) -> std::io::Result<std::process::ExitStatus> {
     use nix::sys::termios;
     let stdin = std::io::stdin();
     let saved = termios::tcgetattr(&stdin).ok();
@@ -282,8 +321,16 @@ fn relay_pty(master: RawFd, child: &mut std::process::Child) -> std::io::Result<
     let mut buf = [0u8; 8192];
     loop {
         let mut fds = [
-            libc::pollfd { fd: master, events: libc::POLLIN, revents: 0 },
-            libc::pollfd { fd: if stdin_open { 0 } else { -1 }, events: libc::POLLIN, revents: 0 },
+            libc::pollfd {
+                fd: master,
+                events: libc::POLLIN,
+                revents: 0,
+            },
+            libc::pollfd {
+                fd: if stdin_open { 0 } else { -1 },
+                events: libc::POLLIN,
+                revents: 0,
+            },
         ];
         // SAFETY: poll/read/write on fds we hold, with buffers we own.
         unsafe {

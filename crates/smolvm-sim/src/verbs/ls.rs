@@ -93,7 +93,11 @@ pub fn run(ctx: &Ctx, c: LsCmd) -> VerbResult {
                 let mut parts = m.splitn(3, ':');
                 let h = parts.next().unwrap_or_default();
                 let g = parts.next().unwrap_or_default();
-                let ro = if parts.next() == Some("ro") { " (ro)" } else { "" };
+                let ro = if parts.next() == Some("ro") {
+                    " (ro)"
+                } else {
+                    ""
+                };
                 println!("  Mount: {h} -> {g}{ro}");
             }
             for (h, g) in &r.ports {
@@ -132,5 +136,10 @@ fn rfc3339(secs: u64) -> String {
     let d = doy - (153 * mp + 2) / 5 + 1;
     let m = if mp < 10 { mp + 3 } else { mp - 9 };
     let y = if m <= 2 { y + 1 } else { y };
-    format!("{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z", rem / 3600, (rem % 3600) / 60, rem % 60)
+    format!(
+        "{y:04}-{m:02}-{d:02}T{:02}:{:02}:{:02}Z",
+        rem / 3600,
+        (rem % 3600) / 60,
+        rem % 60
+    )
 }

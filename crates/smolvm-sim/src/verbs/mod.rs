@@ -31,6 +31,9 @@ pub fn require_running(ctx: &crate::Ctx, name: &str) -> Result<Record, SimError>
 /// `KEY=VALUE` pairs; entries without `=` are ignored, as smolvm's parse_env_list does.
 pub fn parse_env(list: &[String]) -> Vec<(String, String)> {
     list.iter()
-        .filter_map(|s| s.split_once('=').map(|(k, v)| (k.to_string(), v.to_string())))
+        .filter_map(|s| {
+            s.split_once('=')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
         .collect()
 }

@@ -13,7 +13,10 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     let mut r = super::require(&name)?;
     match r.live_state(&ctx.faults) {
         State::Running => {
-            println!("Machine '{name}' already running{}", output::pid_suffix(r.live_pid()));
+            println!(
+                "Machine '{name}' already running{}",
+                output::pid_suffix(r.live_pid())
+            );
             return Ok(0);
         }
         State::Unreachable => {
@@ -33,7 +36,10 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
             if other.ports.iter().any(|(oh, _)| oh == h) {
                 return Err(config(
                     "start machine",
-                    format!("host port {h} is already in use by running machine '{}'", other.name),
+                    format!(
+                        "host port {h} is already in use by running machine '{}'",
+                        other.name
+                    ),
                 ));
             }
         }
@@ -63,7 +69,10 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
         return Err(crate::fault_error("start", &name));
     }
     if !first_boot && !r.init.is_empty() {
-        println!("Init already completed, skipping {} command(s)", r.init.len());
+        println!(
+            "Init already completed, skipping {} command(s)",
+            r.init.len()
+        );
     }
     println!("Machine '{name}' running (PID: {})", l.pid);
     Ok(0)

@@ -11,7 +11,10 @@ pub fn run(ctx: &Ctx, c: StatusCmd) -> VerbResult {
     ctx.fault_point("status", &label)?;
     if c.json {
         let Some(r) = rec else {
-            return Err(config("machine status", format!("machine '{label}' not found")));
+            return Err(config(
+                "machine status",
+                format!("machine '{label}' not found"),
+            ));
         };
         println!("{}", super::ls::pretty(&super::ls::status_json(ctx, &r)));
         return Ok(0);
@@ -20,7 +23,10 @@ pub fn run(ctx: &Ctx, c: StatusCmd) -> VerbResult {
         Some(r) => {
             let st = r.live_state(&ctx.faults);
             if st == State::Running {
-                println!("Machine '{label}': running{}", output::pid_suffix(r.live_pid()));
+                println!(
+                    "Machine '{label}': running{}",
+                    output::pid_suffix(r.live_pid())
+                );
             } else {
                 println!("Machine '{label}': {}", st.as_str());
             }

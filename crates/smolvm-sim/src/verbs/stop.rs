@@ -22,7 +22,10 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
             return Ok(0);
         }
         other => {
-            println!("Machine '{name}' is not running (state: {})", other.as_str());
+            println!(
+                "Machine '{name}' is not running (state: {})",
+                other.as_str()
+            );
             return Ok(0);
         }
     }

@@ -9,14 +9,24 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
     let _lock = registry::lock()?;
     let mut r = registry::load(&c.name)?
         .ok_or_else(|| config("update", format!("machine '{}' not found", c.name)))?;
-    let st = if r.really_running() { State::Running } else { r.live_state(&ctx.faults) };
+    let st = if r.really_running() {
+        State::Running
+    } else {
+        r.live_state(&ctx.faults)
+    };
     if !matches!(st, State::Stopped | State::Created) {
-        return Err(SimError::InvalidState { expected: "stopped".into(), actual: st.debug_name().into() });
+        return Err(SimError::InvalidState {
+            expected: "stopped".into(),
+            actual: st.debug_name().into(),
+        });
     }
     ctx.fault_point("update", &c.name)?;
     for spec in &c.env {
         if !spec.contains('=') {
-            return Err(config("update", format!("invalid env format '{spec}': expected KEY=VALUE")));
+            return Err(config(
+                "update",
+                format!("invalid env format '{spec}': expected KEY=VALUE"),
+            ));
         }
     }
     let mut ports = r.ports.clone();
@@ -25,7 +35,10 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
         if ports.iter().any(|(h, _)| *h == p.0) {
             return Err(config(
                 "update",
-                format!("duplicate host port {}: each host port can only be mapped once", p.0),
+                format!(
+                    "duplicate host port {}: each host port can only be mapped once",
+                    p.0
+                ),
             ));
         }
         ports.push(*p);
@@ -33,7 +46,8 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
     let mut changes: Vec<String> = Vec::new();
     for rm in &c.remove_volume {
         let before = r.mounts.len();
-        r.mounts.retain(|m| !m.starts_with(&format!("{rm}")) && m != rm);
+        r.mounts
+            .retain(|m| !m.starts_with(&format!("{rm}:")) && m != rm);
         if r.mounts.len() < before {
             changes.push(format!("  removed volume: {rm}"));
         }
@@ -98,11 +112,17 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
         r.gpu = false;
     }
     if let Some(s) = c.storage {
-        changes.push(format!("  storage: {} GiB → {s} GiB", r.storage_gb.unwrap_or(20)));
+        changes.push(format!(
+            "  storage: {} GiB → {s} GiB",
+            r.storage_gb.unwrap_or(20)
+        ));
         r.storage_gb = Some(s);
     }
     if let Some(o) = c.overlay {
-        changes.push(format!("  overlay: {} GiB → {o} GiB", r.overlay_gb.unwrap_or(10)));
+        changes.push(format!(
+            "  overlay: {} GiB → {o} GiB",
+            r.overlay_gb.unwrap_or(10)
+        ));
         r.overlay_gb = Some(o);
     }
     if changes.is_empty() {

@@ -1,0 +1,1489 @@
+//! The smolvm contract, checked through the command line only.
+//!
+//! By default it runs the freshly built `smolvm-sim`. Point it at a real smolvm with
+//! `SMOLVM=/path/to/smolvm just contract` (tests that look at simulator internals, fault
+//! injection, the call log or personalities are skipped then). Guest images for a real smolvm:
+//! SMOLVM_CONTRACT_IMAGE (default ubuntu:24.04) and SMOLVM_CONTRACT_PY_IMAGE (default
+//! python:3.12-slim, for the tests whose workload is `python3 -m http.server`).
+//! The slow real-network test (`apt-get install -y cowsay`) runs only with
+//! SMOLVM_SIM_NET_TESTS=1.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeSet;
+use std::io::{Read, Write};
+use std::net::{TcpListener, TcpStream};
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::time::{Duration, Instant};
+
+// ---------------------------------------------------------------------------------------------
+// Harness
+// ---------------------------------------------------------------------------------------------
+
+fn binary() -> PathBuf {
+    match std::env::var_os("SMOLVM") {
+        Some(p) if !p.is_empty() => PathBuf::from(p),
+        _ => PathBuf::from(env!("CARGO_BIN_EXE_smolvm-sim")),
+    }
+}
+
+/// True when the binary under test is the simulator (sim-only checks run).
+fn is_sim() -> bool {
+    binary()
+        .file_name()
+        .is_some_and(|n| n.to_string_lossy().contains("smolvm-sim"))
+}
+
+/// Guests need root and namespaces (and slirp4netns) under the simulator. Where they are
+/// missing: fail under CI=true, else say why and skip.
+fn guests_available() -> bool {
+    if !is_sim() {
+        return true;
+    }
+    let mut why = Vec::new();
+    // SAFETY: geteuid has no preconditions.
+    if unsafe { libc::geteuid() } != 0 {
+        why.push("not root");
+    }
+    if !Path::new("/proc/self/ns/mnt").exists() {
+        why.push("no namespaces");
+    }
+    let slirp = std::env::var_os("PATH")
+        .map(|p| std::env::split_paths(&p).any(|d| d.join("slirp4netns").exists()))
+        .unwrap_or(false);
+    if !slirp {
+        why.push("slirp4netns not installed (just setup)");
+    }
+    if why.is_empty() {
+        return true;
+    }
+    let msg = format!("guest tests need {}", why.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{msg} (CI=true: failing instead of skipping)");
+    }
+    eprintln!("SKIP: {msg}");
+    false
+}
+
+fn image() -> String {
+    std::env::var("SMOLVM_CONTRACT_IMAGE").unwrap_or_else(|_| "ubuntu:24.04".into())
+}
+fn py_image() -> String {
+    std::env::var("SMOLVM_CONTRACT_PY_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into())
+}
+
+static SEQ: AtomicU32 = AtomicU32::new(0);
+
+/// A free high TCP port, distinct per call and per test process.
+fn free_port() -> u16 {
+    loop {
+        let n = SEQ.fetch_add(1, Ordering::SeqCst);
+        let p = 20000 + ((std::process::id() * 37 + n * 7) % 40000) as u16;
+        if TcpListener::bind(("127.0.0.1", p)).is_ok() {
+            return p;
+        }
+    }
+}
+
+struct Out {
+    code: i32,
+    stdout: String,
+    stderr: String,
+}
+
+impl From<Output> for Out {
+    fn from(o: Output) -> Self {
+        Out {
+            code: o.status.code().unwrap_or(-1),
+            stdout: String::from_utf8_lossy(&o.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&o.stderr).into_owned(),
+        }
+    }
+}
+
+impl std::fmt::Debug for Out {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// One isolated simulator home; every machine it created is deleted on drop, even when the
+/// test failed.
+struct Smol {
+    home: tempfile::TempDir,
+    env: Vec<(String, String)>,
+    names: std::cell::RefCell<Vec<String>>,
+}
+
+impl Smol {
+    fn new() -> Self {
+        let home = tempfile::Builder::new()
+            .prefix("smolvm-contract-")
+            .tempdir_in("/tmp")
+            .unwrap();
+        Smol {
+            home,
+            env: Vec::new(),
+            names: Default::default(),
+        }
+    }
+
+    fn with_env(mut self, k: &str, v: &str) -> Self {
+        self.env.push((k.into(), v.into()));
+        self
+    }
+
+    fn home(&self) -> &Path {
+        self.home.path()
+    }
+
+    /// A unique machine name (lowercase DNS label), registered for cleanup.
+    fn name(&self, tag: &str) -> String {
+        let n = format!(
+            "ct{}-{tag}-{}",
+            std::process::id(),
+            SEQ.fetch_add(1, Ordering::SeqCst)
+        );
+        self.names.borrow_mut().push(n.clone());
+        n
+    }
+
+    fn cmd(&self, args: &[&str]) -> Command {
+        let mut c = Command::new(binary());
+        c.args(args)
+            .env("SMOLVM_SIM_HOME", self.home())
+            .env_remove("SMOLVM_SIM_FAIL")
+            .env_remove("SMOLVM_SIM_VERSION")
+            .stdin(Stdio::null());
+        for (k, v) in &self.env {
+            c.env(k, v);
+        }
+        c
+    }
+
+    fn run(&self, args: &[&str]) -> Out {
+        self.cmd(args).output().unwrap().into()
+    }
+
+    fn run_env(&self, env: &[(&str, &str)], args: &[&str]) -> Out {
+        let mut c = self.cmd(args);
+        for (k, v) in env {
+            c.env(k, v);
+        }
+        c.output().unwrap().into()
+    }
+
+    fn ok(&self, args: &[&str]) -> Out {
+        let o = self.run(args);
+        assert_eq!(o.code, 0, "{args:?} failed: {o:?}");
+        o
+    }
+
+    fn create(&self, name: &str, extra: &[&str]) -> Out {
+        let mut a = vec!["machine", "create", "--name", name];
+        a.extend_from_slice(extra);
+        self.ok(&a)
+    }
+
+    fn start(&self, name: &str) -> Out {
+        self.ok(&["machine", "start", "--name", name])
+    }
+
+    fn exec(&self, name: &str, argv: &[&str]) -> Out {
+        let mut a = vec!["machine", "exec", "--name", name, "--"];
+        a.extend_from_slice(argv);
+        self.run(&a)
+    }
+
+    fn sh(&self, name: &str, script: &str) -> Out {
+        self.exec(name, &["/bin/sh", "-c", script])
+    }
+
+    fn ls_json(&self) -> Vec<serde_json::Value> {
+        let o = self.ok(&["machine", "ls", "--json"]);
+        serde_json::from_str::<serde_json::Value>(&o.stdout)
+            .unwrap()
+            .as_array()
+            .unwrap()
+            .clone()
+    }
+
+    fn state(&self, name: &str) -> Option<String> {
+        self.ls_json()
+            .into_iter()
+            .find(|m| m["name"] == name)
+            .map(|m| m["state"].as_str().unwrap().to_string())
+    }
+
+    fn calls(&self) -> Vec<serde_json::Value> {
+        std::fs::read_to_string(self.home().join("calls.jsonl"))
+            .unwrap_or_default()
+            .lines()
+            .map(|l| serde_json::from_str(l).unwrap())
+            .collect()
+    }
+}
+
+impl Drop for Smol {
+    fn drop(&mut self) {
+        for n in self.names.borrow().iter() {
+            let _ = self.cmd(&["machine", "delete", "--name", n, "-f"]).output();
+        }
+    }
+}
+
+fn http_get(port: u16, path: &str) -> Option<String> {
+    let mut s =
+        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
+            .ok()?;
+    s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
+    write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
+    let mut b = String::new();
+    s.read_to_string(&mut b).ok()?;
+    if b.starts_with("HTTP/") {
+        Some(b)
+    } else {
+        None
+    }
+}
+
+fn wait_http(port: u16, path: &str, max: Duration) -> Option<String> {
+    let t0 = Instant::now();
+    while t0.elapsed() < max {
+        if let Some(b) = http_get(port, path) {
+            return Some(b);
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    None
+}
+
+/// Every live process whose namespace link `/proc/PID/ns/<ns>` equals `target`.
+fn procs_in_ns(ns: &str, target: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if !n.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(l) = std::fs::read_link(format!("/proc/{n}/ns/{ns}"))
+            && l.to_string_lossy() == target
+        {
+            out.push(n);
+        }
+    }
+    out
+}
+
+fn mounts_mentioning(needle: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let n = e.file_name().to_string_lossy().into_owned();
+        if !n.chars().all(|c| c.is_ascii_digit()) {
+            continue;
+        }
+        if let Ok(m) = std::fs::read_to_string(format!("/proc/{n}/mountinfo")) {
+            for l in m.lines().filter(|l| l.contains(needle)) {
+                out.push(format!("{n}: {l}"));
+            }
+        }
+    }
+    out
+}
+
+/// The guest PID 1 (host view) of a running simulator machine: the supervisor's only child
+/// that is not slirp4netns.
+fn sim_guest_init(smol: &Smol, name: &str) -> i32 {
+    let sup = smol
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == name)
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap();
+    let kids = std::fs::read_to_string(format!("/proc/{sup}/task/{sup}/children")).unwrap();
+    kids.split_whitespace()
+        .map(|k| k.parse::<i32>().unwrap())
+        .find(|k| {
+            std::fs::read_to_string(format!("/proc/{k}/comm"))
+                .map(|c| c.trim() != "slirp4netns")
+                .unwrap_or(false)
+        })
+        .unwrap()
+}
+
+const S104_KEYS: [&str; 25] = [
+    "cmd",
+    "cpus",
+    "created_at",
+    "entrypoint",
+    "ephemeral",
+    "gpu",
+    "gpu_vram_mib",
+    "health_cmd",
+    "health_interval_secs",
+    "health_retries",
+    "health_startup_grace_secs",
+    "health_timeout_secs",
+    "image",
+    "memory_mib",
+    "mounts",
+    "name",
+    "network",
+    "overlay_gb",
+    "pid",
+    "ports",
+    "restart_count",
+    "restart_max_retries",
+    "restart_policy",
+    "state",
+    "storage_gb",
+];
+const SHEAD_EXTRA: [&str; 6] = [
+    "cuda",
+    "cuda_fork_pool_size",
+    "cuda_vram_limit_mib",
+    "forkable",
+    "forkpoint_held",
+    "labels",
+];
+
+/// Keys in the order they appear in pretty JSON text of one object.
+fn key_order(obj_text: &str) -> Vec<String> {
+    obj_text
+        .lines()
+        .filter(|l| l.starts_with("    \""))
+        .map(|l| {
+            l.trim()
+                .trim_start_matches('"')
+                .split('"')
+                .next()
+                .unwrap()
+                .to_string()
+        })
+        .collect()
+}
+
+// ---------------------------------------------------------------------------------------------
+// Surface: version, usage errors, outputs of record-only verbs
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn version() {
+    let s = Smol::new();
+    let o = s.ok(&["--version"]);
+    if is_sim() {
+        assert_eq!(o.stdout, "smolvm 1.0.4\n");
+        let o = s.run_env(&[("SMOLVM_SIM_VERSION", "1.9.2")], &["--version"]);
+        assert_eq!(o.stdout, "smolvm 1.9.2\n");
+    } else {
+        assert!(o.stdout.starts_with("smolvm "), "{o:?}");
+    }
+}
+
+#[test]
+fn usage_errors_exit_2_like_clap() {
+    let s = Smol::new();
+    let o = s.run(&["machine", "ls", "--bogus"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(
+        o.stderr
+            .starts_with("error: unexpected argument '--bogus' found"),
+        "{o:?}"
+    );
+    // -n is not accepted on exec.
+    let o = s.run(&["machine", "exec", "-n", "x", "--", "true"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(
+        o.stderr
+            .starts_with("error: unexpected argument '-n' found"),
+        "{o:?}"
+    );
+    // create's workload needs `--`.
+    let o = s.run(&["machine", "create", "--name", "x", "sleep", "1"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(
+        o.stderr
+            .starts_with("error: unexpected argument 'sleep' found"),
+        "{o:?}"
+    );
+    let o = s.run(&["machine", "frobnicate"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    let o = s.run(&["machine", "create", "--name", "x", "-p", "0:80"]);
+    assert_eq!(o.code, 2, "{o:?}");
+    assert!(
+        o.stderr
+            .contains("host port 0 is not valid for VM port forwarding"),
+        "{o:?}"
+    );
+    // -n works on the other verbs (here: a clean not-found, not a usage error).
+    for verb in ["start", "stop", "status", "data-dir"] {
+        let o = s.run(&["machine", verb, "-n", "nope-missing"]);
+        assert_eq!(o.code, 1, "{verb}: {o:?}");
+    }
+}
+
+#[test]
+fn empty_listing() {
+    if !is_sim() {
+        return; // a real host may have machines
+    }
+    let s = Smol::new();
+    assert_eq!(s.ok(&["machine", "ls", "--json"]).stdout, "[]\n");
+    assert_eq!(s.ok(&["machine", "ls"]).stdout, "No machines found\n");
+    assert_eq!(s.ok(&["vm", "list", "--json"]).stdout, "[]\n");
+}
+
+#[test]
+fn not_found_errors() {
+    let s = Smol::new();
+    let n = "ct-missing-machine";
+    for args in [
+        vec!["machine", "start", "--name", n],
+        vec!["machine", "stop", "--name", n],
+        vec!["machine", "delete", "--name", n, "-f"],
+        vec!["machine", "rm", "--name", n, "-f"],
+        vec!["machine", "data-dir", "--name", n],
+        vec!["machine", "status", "--name", n],
+        vec!["machine", "exec", "--name", n, "--", "true"],
+        vec!["machine", "cp", "/etc/hostname", &format!("{n}:/tmp/x")],
+    ] {
+        let o = s.run(&args);
+        assert_eq!(o.code, 1, "{args:?}: {o:?}");
+        assert_eq!(o.stderr, format!("Error: vm not found: {n}\n"), "{args:?}");
+        assert_eq!(o.stdout, "", "{args:?}");
+    }
+    let o = s.run(&["machine", "status", "--name", n, "--json"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        format!("Error: config operation failed: machine status: machine '{n}' not found\n")
+    );
+    let o = s.run(&["machine", "update", "--name", n, "--net"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        format!("Error: config operation failed: update: machine '{n}' not found\n")
+    );
+}
+
+#[test]
+fn create_outputs_and_errors() {
+    let s = Smol::new();
+    let n = s.name("create");
+    let o = s.create(
+        &n,
+        &[
+            "--image",
+            &image(),
+            "-p",
+            &format!("{}:80", free_port()),
+            "--net",
+        ],
+    );
+    assert_eq!(
+        o.stdout,
+        format!(
+            "Created machine: {n}\n  CPUs: 4, Memory: 8192 MiB\n  Ports: 1\n\nUse 'smolvm machine start --name {n}' to start the machine\nThen use 'smolvm machine exec --name {n} -- <command>' to run commands\n"
+        )
+    );
+    let o = s.run(&["machine", "create", "--name", &n]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        format!(
+            "Error: config operation failed: create machine: machine '{n}' already exists or is being created\n"
+        )
+    );
+    let o = s.run(&["machine", "create", "--name", "-bad"]);
+    assert_eq!(o.code, 2, "a leading dash is a flag to clap: {o:?}");
+    let o = s.run(&["machine", "create", "--name", "bad--name"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        "Error: config operation failed: create machine: machine name cannot contain consecutive hyphens\n"
+    );
+    let o = s.run(&["machine", "create", "--name", "bad.name"]);
+    assert_eq!(
+        o.stderr,
+        "Error: config operation failed: create machine: machine name contains invalid character: '.'\n"
+    );
+
+    // A record only: state created, status text, data-dir.
+    assert_eq!(s.state(&n).as_deref(), Some("created"));
+    assert_eq!(
+        s.ok(&["machine", "status", "--name", &n]).stdout,
+        format!("Machine '{n}': created\n")
+    );
+    let dd = s.ok(&["machine", "data-dir", "--name", &n]).stdout;
+    let last = Path::new(dd.trim())
+        .file_name()
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert_eq!(last.len(), 16, "{dd}");
+    assert!(last.chars().all(|c| c.is_ascii_hexdigit()));
+    if is_sim() {
+        assert!(
+            dd.starts_with(&s.home().join("vms").to_string_lossy().into_owned()),
+            "{dd}"
+        );
+    }
+    // Stop on a machine that never ran: idempotent, exit 0.
+    assert_eq!(
+        s.ok(&["machine", "stop", "--name", &n]).stdout,
+        format!("Machine '{n}' is not running (state: created)\n")
+    );
+    // exec never auto-starts.
+    let o = s.exec(&n, &["true"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        format!(
+            "Error: agent operation failed: connect: machine '{n}' is not running. Use 'smolvm machine start --name {n}' first.\n"
+        )
+    );
+    assert_eq!(
+        s.state(&n).as_deref(),
+        Some("created"),
+        "exec must not start the machine"
+    );
+    // update only when stopped; output lines.
+    let o = s.ok(&["machine", "update", "--name", &n, "--net"]);
+    assert_eq!(
+        o.stdout,
+        format!(
+            "Updated machine '{n}':\n  network: enabled\n\nStart with: smolvm machine start --name {n}\n"
+        )
+    );
+    assert_eq!(
+        s.ok(&["machine", "update", "--name", &n]).stdout,
+        "No changes specified.\n"
+    );
+}
+
+#[test]
+fn ls_json_shape_alphabetical_and_shuffled() {
+    let s = Smol::new();
+    let names: Vec<String> = (0..4).map(|i| s.name(&format!("ls{i}"))).collect();
+    for n in &names {
+        s.create(n, &["--image", &image()]);
+    }
+    let mut orders = BTreeSet::new();
+    for _ in 0..10 {
+        let o = s.ok(&["machine", "ls", "--json"]);
+        assert!(
+            o.stdout.starts_with("[\n  {\n    \""),
+            "pretty, 2-space indent: {}",
+            o.stdout
+        );
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let arr = v.as_array().unwrap();
+        let ours: Vec<String> = arr
+            .iter()
+            .map(|m| m["name"].as_str().unwrap().to_string())
+            .filter(|n| names.contains(n))
+            .collect();
+        assert_eq!(ours.len(), names.len());
+        orders.insert(ours.join(","));
+        // Keys alphabetical in the text, and (for the simulator) exactly the S104 set.
+        let first_obj = &o.stdout[..o.stdout.find("\n  }").unwrap()];
+        let keys = key_order(first_obj);
+        let mut sorted = keys.clone();
+        sorted.sort();
+        assert_eq!(keys, sorted, "keys must be alphabetical");
+        if is_sim() {
+            assert_eq!(
+                keys,
+                S104_KEYS.iter().map(|k| k.to_string()).collect::<Vec<_>>()
+            );
+        } else {
+            for k in S104_KEYS {
+                assert!(keys.iter().any(|x| x == k), "missing key {k}");
+            }
+        }
+        for m in arr
+            .iter()
+            .filter(|m| names.iter().any(|n| m["name"] == n.as_str()))
+        {
+            assert_eq!(m["state"], "created");
+            assert_eq!(m["pid"], serde_json::Value::Null);
+            assert_eq!(m["cpus"], 4);
+            assert_eq!(m["memory_mib"], 8192);
+            assert_eq!(m["ports"], 0);
+            assert_eq!(m["image"], image().as_str());
+        }
+    }
+    assert!(
+        orders.len() > 1,
+        "ls --json order must vary between calls: {orders:?}"
+    );
+    let status = s
+        .ok(&["machine", "status", "--name", &names[0], "--json"])
+        .stdout;
+    assert!(status.starts_with("{\n  \"cmd\": "), "{status}");
+}
+
+#[test]
+fn delete_without_force_on_non_tty_cancels() {
+    let s = Smol::new();
+    let n = s.name("del");
+    s.create(&n, &[]);
+    let o = s.run(&["machine", "delete", "--name", &n]);
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.stderr, format!("Delete machine '{n}'? [y/N] "));
+    assert_eq!(o.stdout, "Cancelled\n");
+    assert!(s.state(&n).is_some(), "nothing deleted");
+    let o = s.ok(&["machine", "delete", "--name", &n, "--force"]);
+    assert_eq!(
+        o.stdout,
+        format!("Deleted machine: {n}\n"),
+        "never started: no data dir to clean"
+    );
+    assert!(s.state(&n).is_none());
+    let o = s.run(&["machine", "delete", "--name", &n, "-f"]);
+    assert_eq!(
+        (o.code, o.stderr.as_str()),
+        (1, format!("Error: vm not found: {n}\n").as_str()),
+        "not idempotent"
+    );
+}
+
+#[test]
+fn concurrent_creates_have_one_winner() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("race");
+    let kids: Vec<_> = (0..8)
+        .map(|_| {
+            s.cmd(&["machine", "create", "--name", &n])
+                .stdout(Stdio::piped())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    let outs: Vec<Out> = kids
+        .into_iter()
+        .map(|k| k.wait_with_output().unwrap().into())
+        .collect();
+    assert_eq!(outs.iter().filter(|o| o.code == 0).count(), 1, "{outs:?}");
+    for o in outs.iter().filter(|o| o.code != 0) {
+        assert_eq!(o.code, 1);
+        assert_eq!(
+            o.stderr,
+            format!(
+                "Error: config operation failed: create machine: machine '{n}' already exists or is being created\n"
+            )
+        );
+    }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Guests: lifecycle, ports, exec, cp, isolation, cleanup
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn lifecycle_published_port_and_timings() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("http");
+    let port = free_port();
+    s.create(
+        &n,
+        &["--image", &py_image(), "--net", "-p", &format!("{port}:{port}"), "--", "/bin/sh", "-c", &format!(
+            "echo hello-from-guest > /tmp/index.html && cd /tmp && exec python3 -m http.server {port}"
+        )],
+    );
+    let t0 = Instant::now();
+    let o = s.start(&n);
+    let start_time = t0.elapsed();
+    let pid: i64 = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == n.as_str())
+        .unwrap()["pid"]
+        .as_i64()
+        .unwrap();
+    assert_eq!(o.stdout, format!("Machine '{n}' running (PID: {pid})\n"));
+    assert_eq!(
+        o.stderr,
+        format!("Starting machine '{n}' and 1 port mapping(s)...\n")
+    );
+    assert_eq!(s.state(&n).as_deref(), Some("running"));
+    assert_eq!(
+        s.ok(&["machine", "status", "--name", &n]).stdout,
+        format!("Machine '{n}': running (PID: {pid})\n")
+    );
+    // Idempotent start.
+    assert_eq!(
+        s.start(&n).stdout,
+        format!("Machine '{n}' already running (PID: {pid})\n")
+    );
+
+    let body =
+        wait_http(port, "/index.html", Duration::from_secs(20)).expect("published port answers");
+    assert!(body.contains("hello-from-guest"), "{body}");
+    let ready = t0.elapsed();
+
+    // exec round trip, and exec sees the workload's processes.
+    let t1 = Instant::now();
+    for _ in 0..5 {
+        assert_eq!(s.exec(&n, &["true"]).code, 0);
+    }
+    let rtt = t1.elapsed() / 5;
+    let o = s.sh(&n, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '");
+    assert!(
+        o.stdout.contains("http.server"),
+        "exec must share the workload's PID namespace: {o:?}"
+    );
+    eprintln!(
+        "MEASURED start: {start_time:?} (service answering after {ready:?}); exec round trip: {rtt:?}"
+    );
+
+    let o = s.ok(&["machine", "stop", "--name", &n]);
+    assert_eq!(
+        o.stdout,
+        format!("Stopping machine '{n}'...\nStopped machine: {n}\n")
+    );
+    assert!(
+        http_get(port, "/index.html").is_none(),
+        "port must stop answering after stop"
+    );
+    assert_eq!(
+        s.ok(&["machine", "stop", "--name", &n]).stdout,
+        format!("Machine '{n}' is not running (state: stopped)\n")
+    );
+    assert_eq!(s.state(&n).as_deref(), Some("stopped"));
+    assert_eq!(s.exec(&n, &["true"]).code, 1);
+
+    // Start again: files persist (the guest overlay survives stop/start), port answers again.
+    s.start(&n);
+    let body =
+        wait_http(port, "/index.html", Duration::from_secs(20)).expect("answers after restart");
+    assert!(body.contains("hello-from-guest"));
+}
+
+#[test]
+fn loopback_only_service_is_not_published_and_guests_do_not_collide() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let port = free_port();
+    let a = s.name("lo-a");
+    let b = s.name("lo-b");
+    for (n, extra) in [
+        (&a, vec!["-p".to_string(), format!("{port}:4788")]),
+        (&b, vec![]),
+    ] {
+        let mut args = vec!["--image".to_string(), py_image(), "--net".into()];
+        args.extend(extra);
+        args.extend([
+            "--".into(),
+            "/bin/sh".into(),
+            "-c".into(),
+            format!(
+                "echo {n} > /tmp/id && cd /tmp && exec python3 -m http.server 4788 --bind 127.0.0.1"
+            ),
+        ]);
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        s.create(n, &refs);
+        s.start(n);
+    }
+    let fetch = "import urllib.request,time\nfor i in range(100):\n  try:\n    print(urllib.request.urlopen('http://127.0.0.1:4788/id').read().decode().strip()); break\n  except Exception: time.sleep(0.1)";
+    assert_eq!(s.exec(&a, &["python3", "-c", fetch]).stdout.trim(), a);
+    assert_eq!(s.exec(&b, &["python3", "-c", fetch]).stdout.trim(), b);
+    // Published port relays to the guest's non-loopback address: nothing listens there.
+    std::thread::sleep(Duration::from_millis(200));
+    assert!(
+        http_get(port, "/id").is_none(),
+        "a 127.0.0.1-only guest service must not be reachable"
+    );
+}
+
+#[test]
+fn exec_semantics() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("exec");
+    s.create(
+        &n,
+        &[
+            "--image",
+            &image(),
+            "-e",
+            "FROM_RECORD=rec",
+            "-e",
+            "OVERRIDE=rec",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    s.start(&n);
+    let o = s.sh(&n, "echo out; echo err >&2; exit 7");
+    assert_eq!(
+        (o.code, o.stdout.as_str(), o.stderr.as_str()),
+        (7, "out\n", "err\n")
+    );
+    let o = s.run(&[
+        "machine",
+        "exec",
+        "--name",
+        &n,
+        "-e",
+        "OVERRIDE=cli",
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo $FROM_RECORD $OVERRIDE; pwd; id -u",
+    ]);
+    assert_eq!(o.stdout, "rec cli\n/\n0\n", "{o:?}");
+    let o = s.run(&["machine", "exec", "--name", &n, "-w", "/tmp", "--", "pwd"]);
+    assert_eq!(o.stdout, "/tmp\n");
+    // --timeout → 124, promptly.
+    let t0 = Instant::now();
+    let o = s.run(&[
+        "machine",
+        "exec",
+        "--name",
+        &n,
+        "--timeout",
+        "1s",
+        "--",
+        "sleep",
+        "30",
+    ]);
+    assert_eq!(o.code, 124, "{o:?}");
+    assert!(t0.elapsed() < Duration::from_secs(10));
+    // stdin is not forwarded by default; -i forwards it.
+    let mut c = s.cmd(&["machine", "exec", "--name", &n, "--", "cat"]);
+    let o: Out = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(|mut ch| {
+            ch.stdin.take().unwrap().write_all(b"ignored\n").ok();
+            ch.wait_with_output().unwrap()
+        })
+        .unwrap()
+        .into();
+    assert_eq!(o.stdout, "", "{o:?}");
+    let mut c = s.cmd(&["machine", "exec", "-i", "--name", &n, "--", "cat"]);
+    let o: Out = c
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .map(|mut ch| {
+            ch.stdin.take().unwrap().write_all(b"forwarded\n").ok();
+            ch.wait_with_output().unwrap()
+        })
+        .unwrap()
+        .into();
+    assert_eq!(o.stdout, "forwarded\n", "{o:?}");
+    let o = s.run(&[
+        "machine",
+        "exec",
+        "--stream",
+        "--name",
+        &n,
+        "--",
+        "/bin/sh",
+        "-c",
+        "echo a; echo b >&2",
+    ]);
+    assert_eq!(
+        (o.code, o.stdout.as_str(), o.stderr.as_str()),
+        (0, "a\n", "b\n")
+    );
+    // -t allocates a terminal.
+    let o = s.run(&[
+        "machine",
+        "exec",
+        "-t",
+        "--name",
+        &n,
+        "--",
+        "/bin/sh",
+        "-c",
+        "test -t 0 && test -t 1 && echo tty",
+    ]);
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.contains("tty"), "{o:?}");
+    // A missing command is the guest's failure, not smolvm's.
+    let o = s.exec(&n, &["/no/such/binary"]);
+    assert_ne!(o.code, 0);
+    assert!(!o.stderr.starts_with("Error: "), "{o:?}");
+    if is_sim() {
+        assert_eq!(s.exec(&n, &["hostname"]).stdout, "container\n");
+    }
+}
+
+#[test]
+fn cp_rules() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("cp");
+    s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("src.bin");
+    let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
+    std::fs::write(&src, &data).unwrap();
+    let src_s = src.to_str().unwrap();
+
+    // Requires a running machine.
+    let o = s.run(&["machine", "cp", src_s, &format!("{n}:/tmp/x")]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.contains("is not running"), "{o:?}");
+    s.start(&n);
+
+    let o = s.run(&["machine", "cp", src_s, "/tmp/nowhere"]);
+    assert_eq!(o.code, 1);
+    assert_eq!(
+        o.stderr,
+        "Error: config operation failed: cp: one of SRC or DST must use machine:path syntax (e.g., myvm:/workspace/file)\n"
+    );
+    let o = s.run(&[
+        "machine",
+        "cp",
+        src_s,
+        &format!("{n}:/opt/new/deep/file.bin"),
+    ]);
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.stdout, "", "progress goes to stderr only");
+    let o = s.sh(&n, "stat -c '%a %u %g %s' /opt/new/deep/file.bin");
+    assert_eq!(o.stdout, format!("644 0 0 {}\n", data.len()));
+    assert!(
+        !Path::new("/opt/new/deep/file.bin").exists(),
+        "upload must not touch the host"
+    );
+
+    let back = tmp.path().join("back.bin");
+    let o = s.run(&[
+        "machine",
+        "cp",
+        &format!("{n}:/opt/new/deep/file.bin"),
+        back.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(o.stdout, "");
+    assert_eq!(std::fs::read(&back).unwrap(), data);
+
+    // A failed download deletes the local destination.
+    std::fs::write(&back, b"old").unwrap();
+    let o = s.run(&[
+        "machine",
+        "cp",
+        &format!("{n}:/no/such/file"),
+        back.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("Error: "), "{o:?}");
+    assert!(!back.exists(), "local dst must be removed on error");
+
+    // Directories are refused both ways.
+    let o = s.run(&[
+        "machine",
+        "cp",
+        tmp.path().to_str().unwrap(),
+        &format!("{n}:/tmp/dir"),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+    let o = s.run(&[
+        "machine",
+        "cp",
+        &format!("{n}:/etc"),
+        tmp.path().join("etc").to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+
+    // Files over 4 GiB are refused (sparse, nothing is read).
+    let big = tmp.path().join("big");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(4 * 1024 * 1024 * 1024 + 1)
+        .unwrap();
+    let o = s.run(&[
+        "machine",
+        "cp",
+        big.to_str().unwrap(),
+        &format!("{n}:/tmp/big"),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stderr.starts_with("Error: "));
+
+    // The first colon decides: SRC with a colon is the machine side.
+    let o = s.run(&[
+        "machine",
+        "cp",
+        &format!("{n}:/opt/new/deep/file.bin"),
+        &format!("{n}:/tmp/x"),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+}
+
+#[test]
+fn guest_writes_leave_host_and_other_guests_unchanged() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let a = s.name("iso-a");
+    let b = s.name("iso-b");
+    for n in [&a, &b] {
+        s.create(n, &["--image", &image(), "--", "sleep", "infinity"]);
+        s.start(n);
+    }
+    let marker = format!("ct-marker-{}", std::process::id());
+    let o = s.sh(
+        &a,
+        &format!(
+            "printf '#!/bin/sh\\necho {marker}\\n' > /usr/local/bin/{marker} && chmod 755 /usr/local/bin/{marker} && echo {marker} >> /etc/{marker}.conf && mkdir -p /data/x && echo y > /data/x/y && {marker}"
+        ),
+    );
+    assert_eq!(o.stdout.trim(), marker, "{o:?}");
+    assert!(
+        !Path::new(&format!("/usr/local/bin/{marker}")).exists(),
+        "host /usr/local/bin changed"
+    );
+    assert!(
+        !Path::new(&format!("/etc/{marker}.conf")).exists(),
+        "host /etc changed"
+    );
+    let o = s.sh(
+        &b,
+        &format!("ls /usr/local/bin/{marker} /etc/{marker}.conf /data/x 2>&1; true"),
+    );
+    assert!(
+        o.stdout.matches("No such file").count() == 3,
+        "other machine changed: {o:?}"
+    );
+    // Persistence across stop/start.
+    s.ok(&["machine", "stop", "--name", &a]);
+    s.start(&a);
+    assert_eq!(
+        s.sh(&a, &format!("{marker}; cat /data/x/y")).stdout,
+        format!("{marker}\ny\n")
+    );
+}
+
+#[test]
+fn delete_force_leaves_nothing_behind() {
+    if !guests_available() || !is_sim() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("gone");
+    s.create(
+        &n,
+        &[
+            "--net",
+            "-p",
+            &format!("{}:80", free_port()),
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    s.start(&n);
+    s.sh(&n, "sleep 1000 & sleep 1000 & true");
+    let data = s
+        .ok(&["machine", "data-dir", "--name", &n])
+        .stdout
+        .trim()
+        .to_string();
+    let init = sim_guest_init(&s, &n);
+    let pidns = std::fs::read_link(format!("/proc/{init}/ns/pid"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let netns = std::fs::read_link(format!("/proc/{init}/ns/net"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    let mntns = std::fs::read_link(format!("/proc/{init}/ns/mnt"))
+        .unwrap()
+        .to_string_lossy()
+        .into_owned();
+    assert!(procs_in_ns("pid", &pidns).len() >= 3);
+    let o = s.ok(&["machine", "delete", "--name", &n, "-f"]);
+    assert_eq!(
+        o.stdout,
+        format!(
+            "Stopping machine '{n}'...\nCleaning up data directory for vm: {n}\nDeleted machine: {n}\n"
+        )
+    );
+    assert!(
+        procs_in_ns("pid", &pidns).is_empty(),
+        "processes of the machine remain"
+    );
+    assert!(
+        procs_in_ns("net", &netns).is_empty(),
+        "network namespace still in use"
+    );
+    assert!(
+        procs_in_ns("mnt", &mntns).is_empty(),
+        "mount namespace still in use"
+    );
+    assert!(
+        mounts_mentioning(&data).is_empty(),
+        "mounts remain: {:?}",
+        mounts_mentioning(&data)
+    );
+    let slirp_left = std::fs::read_dir("/proc").unwrap().flatten().any(|e| {
+        std::fs::read_to_string(e.path().join("cmdline"))
+            .map(|c| c.contains(&data))
+            .unwrap_or(false)
+    });
+    assert!(!slirp_left, "a process still refers to the data dir");
+    assert!(!Path::new(&data).exists(), "data dir removed");
+}
+
+#[test]
+fn net_apt_install_cowsay_is_isolated() {
+    if std::env::var("SMOLVM_SIM_NET_TESTS").ok().as_deref() != Some("1") {
+        eprintln!("SKIP: set SMOLVM_SIM_NET_TESTS=1 to run apt-get install inside a guest");
+        return;
+    }
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let a = s.name("apt-a");
+    let b = s.name("apt-b");
+    for n in [&a, &b] {
+        s.create(
+            n,
+            &["--image", &image(), "--net", "--", "sleep", "infinity"],
+        );
+        s.start(n);
+    }
+    let host_had = Path::new("/usr/games/cowsay").exists();
+    let o = s.sh(&a, "export DEBIAN_FRONTEND=noninteractive; apt-get update -qq && apt-get install -y -qq cowsay >/dev/null && /usr/games/cowsay moo");
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(o.stdout.contains("moo"));
+    assert_eq!(
+        Path::new("/usr/games/cowsay").exists(),
+        host_had,
+        "host changed"
+    );
+    let o = s.sh(
+        &b,
+        "test -e /usr/games/cowsay && echo present || echo absent",
+    );
+    assert_eq!(o.stdout.trim(), if host_had { "present" } else { "absent" });
+}
+
+// ---------------------------------------------------------------------------------------------
+// Simulator-only: personalities, fault injection, call log
+// ---------------------------------------------------------------------------------------------
+
+#[test]
+fn personality_1_9_2_differences() {
+    if !is_sim() {
+        return;
+    }
+    let old = Smol::new();
+    let new = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.9.2");
+    // create --label, exec -d and cp --mode exist only in 1.9.2.
+    assert_eq!(
+        old.run(&["machine", "create", "--name", "x", "--label", "a=b"])
+            .code,
+        2
+    );
+    let n = new.name("head");
+    new.create(&n, &["--label", "team=core", "--", "sleep", "infinity"]);
+    let m = new
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == n.as_str())
+        .unwrap();
+    let keys: BTreeSet<&str> = m.as_object().unwrap().keys().map(String::as_str).collect();
+    let want: BTreeSet<&str> = S104_KEYS
+        .iter()
+        .chain(SHEAD_EXTRA.iter())
+        .copied()
+        .collect();
+    assert_eq!(keys, want);
+    assert_eq!(m["labels"]["team"], "core");
+    assert_eq!(
+        old.run(&["machine", "exec", "--name", "x", "-d", "--", "true"])
+            .code,
+        2
+    );
+    assert_eq!(
+        old.run(&["machine", "cp", "--mode", "0755", "a", "x:/b"])
+            .code,
+        2
+    );
+    if !guests_available() {
+        return;
+    }
+    new.start(&n);
+    assert_eq!(new.exec(&n, &["hostname"]).stdout, format!("{n}\n"));
+    let o = new.run(&["machine", "exec", "--name", &n, "-d", "--", "sleep", "300"]);
+    assert_eq!(o.code, 0, "{o:?}");
+    let gpid: i32 = o.stdout.trim().parse().unwrap();
+    assert_eq!(
+        new.sh(&n, &format!("cat /proc/{gpid}/comm")).stdout,
+        "sleep\n",
+        "detached process survives"
+    );
+    let f = new.home().join("tool");
+    std::fs::write(&f, "#!/bin/sh\necho ok\n").unwrap();
+    let o = new.run(&[
+        "machine",
+        "cp",
+        "--mode",
+        "0755",
+        "--uid",
+        "1000",
+        f.to_str().unwrap(),
+        &format!("{n}:/usr/local/bin/tool"),
+    ]);
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(
+        new.sh(&n, "stat -c '%a %u' /usr/local/bin/tool; tool")
+            .stdout,
+        "755 1000\nok\n"
+    );
+}
+
+#[test]
+fn delete_when_data_dir_cannot_be_removed_differs_by_version() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    for (ver, record_kept) in [("1.0.4", false), ("1.9.2", true)] {
+        let s = Smol::new().with_env("SMOLVM_SIM_VERSION", ver);
+        let n = s.name("dd");
+        s.create(&n, &["--", "sleep", "infinity"]);
+        s.start(&n);
+        let o = s.run_env(
+            &[("SMOLVM_SIM_FAIL", "delete:datadir")],
+            &["machine", "delete", "--name", &n, "-f"],
+        );
+        if record_kept {
+            assert_eq!(o.code, 1, "{o:?}");
+            assert!(
+                o.stderr
+                    .starts_with("Error: storage operation failed: delete machine data: "),
+                "{o:?}"
+            );
+            assert!(
+                o.stderr.ends_with(": Directory not empty (os error 39)\n"),
+                "{o:?}"
+            );
+            assert!(s.state(&n).is_some());
+        } else {
+            assert_eq!(o.code, 0, "{o:?}");
+            assert!(o.stdout.ends_with(&format!("Deleted machine: {n}\n")));
+            assert!(o.stderr.contains("WARN"), "{o:?}");
+            assert!(s.state(&n).is_none());
+        }
+    }
+}
+
+#[test]
+fn faults_start_once_and_always_stop_always() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("f-start");
+    s.create(&n, &["--", "sleep", "infinity"]);
+    let once = [("SMOLVM_SIM_FAIL", "start:once")];
+    let o = s.run_env(&once, &["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr.starts_with("Error: agent operation failed: "),
+        "{o:?}"
+    );
+    assert_ne!(s.state(&n).as_deref(), Some("running"));
+    let o = s.run_env(&once, &["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 0, "second start succeeds: {o:?}");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "stop:always")],
+        &["machine", "stop", "--name", &n],
+    );
+    assert_eq!(o.code, 1);
+    assert_eq!(s.state(&n).as_deref(), Some("running"));
+    s.ok(&["machine", "stop", "--name", &n]);
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "start:always")],
+        &["machine", "start", "--name", &n],
+    );
+    assert_eq!(o.code, 1);
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "start:always")],
+        &["machine", "start", "--name", &n],
+    );
+    assert_eq!(o.code, 1);
+}
+
+#[test]
+fn faults_create_after_and_delete_always() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("f-create");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "create:after")],
+        &["machine", "create", "--name", &n],
+    );
+    assert_eq!(o.code, 1);
+    assert!(
+        o.stderr
+            .starts_with("Error: config operation failed: create machine: "),
+        "{o:?}"
+    );
+    assert_eq!(o.stdout, "");
+    assert_eq!(
+        s.state(&n).as_deref(),
+        Some("created"),
+        "the record exists anyway"
+    );
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "delete:always")],
+        &["machine", "delete", "--name", &n, "-f"],
+    );
+    assert_eq!(o.code, 1);
+    assert!(o.stderr.starts_with("Error: "));
+    assert!(s.state(&n).is_some());
+}
+
+#[test]
+fn faults_exec_hang_matching_and_cp_truncate_and_state() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("f-exec");
+    s.create(&n, &["--", "sleep", "infinity"]);
+    s.start(&n);
+    // Only calls whose argv contains the text hang.
+    let fail = [("SMOLVM_SIM_FAIL", "exec:hang@hb quiesce")];
+    let o = s.run_env(
+        &fail,
+        &[
+            "machine", "exec", "--name", &n, "--", "echo", "hb", "status",
+        ],
+    );
+    assert_eq!(o.code, 0);
+    let mut c = s.cmd(&[
+        "machine", "exec", "--name", &n, "--", "echo", "hb", "quiesce",
+    ]);
+    c.env("SMOLVM_SIM_FAIL", "exec:hang@hb quiesce")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let mut child = c.spawn().unwrap();
+    std::thread::sleep(Duration::from_millis(700));
+    assert!(child.try_wait().unwrap().is_none(), "exec:hang must block");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    // cp:truncate: a silent corruption (exit 0, half the bytes).
+    s.sh(&n, "head -c 100000 /dev/urandom > /tmp/blob");
+    let dst = s.home().join("blob");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "cp:truncate")],
+        &[
+            "machine",
+            "cp",
+            &format!("{n}:/tmp/blob"),
+            dst.to_str().unwrap(),
+        ],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(std::fs::metadata(&dst).unwrap().len(), 50000);
+
+    // state:unreachable for a running machine.
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "state:unreachable")],
+        &["machine", "ls", "--json"],
+    );
+    let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+    assert_eq!(v[0]["state"], "unreachable");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "state:unreachable")],
+        &["machine", "status", "--name", &n],
+    );
+    assert_eq!(o.stdout, format!("Machine '{n}': unreachable\n"));
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "state:unreachable")],
+        &["machine", "exec", "--name", &n, "--", "true"],
+    );
+    assert_eq!(o.code, 1, "an unreachable agent cannot exec: {o:?}");
+}
+
+#[test]
+fn call_log_records_argv_and_redacts_secrets() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("log");
+    s.run_env(
+        &[
+            ("SMOLVM_SIM_FAIL", "exec:hang@never-matches"),
+            ("SMOLVM_SIM_VERSION", "1.0.4"),
+        ],
+        &[
+            "machine",
+            "create",
+            "--name",
+            &n,
+            "-e",
+            "GITHUB_TOKEN=ghp_supersecret",
+            "-e",
+            "MODE=dev",
+            "--env=DB_PASSWORD=hunter2",
+        ],
+    );
+    let calls = s.calls();
+    let c = calls
+        .iter()
+        .find(|c| c["argv"][1] == "machine" && c["argv"][2] == "create")
+        .unwrap();
+    let argv: Vec<&str> = c["argv"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|a| a.as_str().unwrap())
+        .collect();
+    assert_eq!(
+        &argv[1..],
+        [
+            "machine",
+            "create",
+            "--name",
+            n.as_str(),
+            "-e",
+            "GITHUB_TOKEN=<redacted>",
+            "-e",
+            "MODE=dev",
+            "--env=DB_PASSWORD=<redacted>"
+        ]
+    );
+    assert_eq!(c["env"]["SMOLVM_SIM_FAIL"], "exec:hang@never-matches");
+    assert_eq!(c["env"]["SMOLVM_SIM_VERSION"], "1.0.4");
+    let raw = std::fs::read_to_string(s.home().join("calls.jsonl")).unwrap();
+    assert!(!raw.contains("supersecret") && !raw.contains("hunter2"));
+}
