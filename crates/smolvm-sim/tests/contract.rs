@@ -238,9 +238,16 @@ impl Drop for Smol {
 }
 
 fn http_get(port: u16, path: &str) -> Option<String> {
-    let mut s =
-        TcpStream::connect_timeout(&([127, 0, 0, 1], port).into(), Duration::from_millis(500))
-            .ok()?;
+    http_get_at(std::net::IpAddr::from([127, 0, 0, 1]), port, path)
+}
+
+/// True when this host has an IPv6 loopback to test `[::1]` publishing against.
+fn has_ipv6_loopback() -> bool {
+    TcpListener::bind("[::1]:0").is_ok()
+}
+
+fn http_get_at(ip: std::net::IpAddr, port: u16, path: &str) -> Option<String> {
+    let mut s = TcpStream::connect_timeout(&(ip, port).into(), Duration::from_millis(500)).ok()?;
     s.set_read_timeout(Some(Duration::from_secs(2))).ok()?;
     write!(s, "GET {path} HTTP/1.0\r\nHost: localhost\r\n\r\n").ok()?;
     let mut b = String::new();
@@ -734,6 +741,12 @@ fn lifecycle_published_port_and_timings() {
         wait_http(port, "/index.html", Duration::from_secs(20)).expect("published port answers");
     assert!(body.contains("hello-from-guest"), "{body}");
     let ready = t0.elapsed();
+    let v6 = std::net::IpAddr::from(std::net::Ipv6Addr::LOCALHOST);
+    if has_ipv6_loopback() {
+        let b6 =
+            http_get_at(v6, port, "/index.html").expect("[::1] is published too (best effort)");
+        assert!(b6.contains("hello-from-guest"));
+    }
 
     // exec round trip, and exec sees the workload's processes.
     let t1 = Instant::now();

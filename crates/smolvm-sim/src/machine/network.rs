@@ -113,3 +113,39 @@ pub fn add_hostfwd(sock: &Path, addr: &str, host_port: u16, guest_port: u16) -> 
             .to_string())
     }
 }
+
+/// `[::1]:HOST` for each published port, relayed to slirp's `127.0.0.1:HOST` forward (this
+/// slirp4netns cannot listen on IPv6 itself). The guest side is unchanged: connections still
+/// arrive at the guest's eth address. Best effort: a host without IPv6 loopback is skipped.
+/// Threads live in the supervisor, which is in the host namespaces.
+pub fn ipv6_loopback_relays(ports: &[(u16, u16)]) {
+    for &(h, _) in ports {
+        let Ok(l) = std::net::TcpListener::bind(("::1", h)) else {
+            eprintln!("smolvm-sim: [::1]:{h} not published (best effort)");
+            continue;
+        };
+        std::thread::spawn(move || {
+            for c in l.incoming().flatten() {
+                std::thread::spawn(move || relay(c, h));
+            }
+        });
+    }
+}
+
+fn relay(client: std::net::TcpStream, port: u16) {
+    let Ok(up) = std::net::TcpStream::connect(("127.0.0.1", port)) else {
+        return;
+    };
+    let (Ok(mut c2), Ok(mut u2)) = (client.try_clone(), up.try_clone()) else {
+        return;
+    };
+    let t = std::thread::spawn(move || {
+        let mut c = client;
+        let mut u = up;
+        let _ = std::io::copy(&mut c, &mut u);
+        let _ = u.shutdown(std::net::Shutdown::Write);
+    });
+    let _ = std::io::copy(&mut u2, &mut c2);
+    let _ = c2.shutdown(std::net::Shutdown::Write);
+    let _ = t.join();
+}

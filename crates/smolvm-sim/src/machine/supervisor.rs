@@ -211,7 +211,9 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
             let _ =
                 report.write_all(format!("ok {} {init_pid} {sp}\n", std::process::id()).as_bytes());
             drop(report);
-            supervise(init_pid, slirp);
+            let set = block_stop_signals();
+            network::ipv6_loopback_relays(&r.ports);
+            supervise(&set, init_pid, slirp);
             Ok(0)
         }
         Err((kind, op, reason)) => {
@@ -272,9 +274,6 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
                         .to_string(),
                 ));
             }
-            if let Err(e) = network::add_hostfwd(&s.sock, "::1", *h, *g) {
-                eprintln!("smolvm-sim: [::1]:{h} not published (best effort): {e}");
-            }
         }
         slirp = Some(s);
     }
@@ -302,9 +301,10 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
     })
 }
 
-/// Wait for SIGTERM/SIGINT/SIGHUP or the guest's death, then tear everything down.
-fn supervise(init_pid: i32, slirp: Option<network::Slirp>) {
-    // SAFETY: signal-mask and wait syscalls on our own children, single-threaded.
+/// Block the signals the supervisor waits for (before any thread exists, so every thread
+/// inherits the mask and only `supervise` receives them).
+fn block_stop_signals() -> libc::sigset_t {
+    // SAFETY: building and installing a signal mask.
     unsafe {
         let mut set: libc::sigset_t = std::mem::zeroed();
         libc::sigemptyset(&mut set);
@@ -312,12 +312,20 @@ fn supervise(init_pid: i32, slirp: Option<network::Slirp>) {
             libc::sigaddset(&mut set, s);
         }
         libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        set
+    }
+}
+
+/// Wait for SIGTERM/SIGINT/SIGHUP or the guest's death, then tear everything down.
+fn supervise(set: &libc::sigset_t, init_pid: i32, slirp: Option<network::Slirp>) {
+    // SAFETY: wait syscalls on our own children.
+    unsafe {
         let ts = libc::timespec {
             tv_sec: 1,
             tv_nsec: 0,
         };
         loop {
-            let sig = libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
+            let sig = libc::sigtimedwait(set, std::ptr::null_mut(), &ts);
             if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
                 break;
             }
