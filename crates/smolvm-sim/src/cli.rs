@@ -480,3 +480,35 @@ pub fn parse_duration(s: &str) -> Result<std::time::Duration, String> {
     }
     Ok(total)
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::time::Duration;
+
+    #[test]
+    fn durations_like_humantime() {
+        assert_eq!(parse_duration("30s"), Ok(Duration::from_secs(30)));
+        assert_eq!(parse_duration("1m30s"), Ok(Duration::from_secs(90)));
+        assert_eq!(parse_duration("250ms"), Ok(Duration::from_millis(250)));
+        assert!(parse_duration("5").is_err());
+        assert!(parse_duration("0s").is_err());
+    }
+
+    #[test]
+    fn ports_like_smolvm() {
+        assert_eq!(parse_port("8080:80"), Ok((8080, 80)));
+        assert_eq!(parse_port("22"), Ok((22, 22)));
+        assert_eq!(
+            parse_port("0:1"),
+            Err("host port 0 is not valid for VM port forwarding".into())
+        );
+        assert_eq!(parse_port("x:1"), Err("invalid host port: x".into()));
+    }
+
+    #[test]
+    fn clap_surface_is_consistent() {
+        command(Personality::V104).debug_assert();
+        command(Personality::V192).debug_assert();
+    }
+}

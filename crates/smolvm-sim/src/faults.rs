@@ -154,3 +154,27 @@ pub fn hang() -> ! {
         std::thread::sleep(std::time::Duration::from_secs(3600));
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_and_matches_text() {
+        let f = Faults::parse(
+            "exec:hang@hb quiesce, cp:truncate ,rm:after,junk,state:unreachable@box-a",
+            "machine exec --name b -- hb quiesce --now".into(),
+        );
+        assert_eq!(f.check("exec"), Some(Action::Hang));
+        assert_eq!(f.check("cp"), Some(Action::Truncate));
+        assert_eq!(f.check("delete"), Some(Action::After));
+        assert_eq!(f.check("start"), None);
+        assert_eq!(f.state_override("box-a1").as_deref(), Some("unreachable"));
+        assert_eq!(f.state_override("other"), None);
+        let g = Faults::parse(
+            "exec:hang@hb quiesce",
+            "machine exec --name b -- hb status".into(),
+        );
+        assert_eq!(g.check("exec"), None);
+    }
+}

@@ -49,3 +49,16 @@ impl Personality {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hostname_by_version() {
+        assert_eq!(Personality::V104.hostname("box-a"), "container");
+        assert_eq!(Personality::V192.hostname("box-a"), "box-a");
+        assert_eq!(Personality::V192.hostname("Box_A"), "container");
+        assert_eq!(Personality::V192.hostname(&"a".repeat(64)), "container");
+    }
+}

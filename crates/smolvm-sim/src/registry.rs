@@ -320,3 +320,33 @@ pub fn validate_name(name: &str) -> Result<(), String> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn names_like_smolvm() {
+        assert!(validate_name("box-alpha_1").is_ok());
+        assert_eq!(
+            validate_name("").unwrap_err(),
+            "machine name cannot be empty"
+        );
+        assert_eq!(
+            validate_name("a-").unwrap_err(),
+            "machine name cannot end with a hyphen (got: \"a-\")"
+        );
+        assert_eq!(
+            validate_name("a/b").unwrap_err(),
+            "machine name cannot contain path separators"
+        );
+        assert!(validate_name(&"a".repeat(129)).is_err());
+    }
+
+    #[test]
+    fn proc_start_time_of_self() {
+        assert!(proc_start_time(std::process::id() as i32).is_some());
+        assert!(pid_alive(Some(std::process::id() as i32), None));
+        assert!(!pid_alive(None, None));
+    }
+}

@@ -1500,3 +1500,131 @@ fn call_log_records_argv_and_redacts_secrets() {
     let raw = std::fs::read_to_string(s.home().join("calls.jsonl")).unwrap();
     assert!(!raw.contains("supersecret") && !raw.contains("hunter2"));
 }
+
+#[test]
+fn box_flow_workload_waits_for_uploaded_helper() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("boxflow");
+    let launcher =
+        "while [ ! -x /usr/local/bin/hb ]; do sleep 0.1; done; exec /usr/local/bin/hb workload";
+    s.create(
+        &n,
+        &[
+            "--image",
+            &image(),
+            "--net",
+            "-e",
+            "BOX_NAME=flow",
+            "--",
+            "/bin/sh",
+            "-c",
+            launcher,
+        ],
+    );
+    s.start(&n);
+    let tmp = tempfile::tempdir().unwrap();
+    let hb = tmp.path().join("hb");
+    std::fs::write(
+        &hb,
+        "#!/bin/sh\ncase \"$1\" in\n workload) echo \"$BOX_NAME\" > /data/workload-ran; exec sleep infinity;;\n status) cat /data/workload-ran;;\nesac\n",
+    )
+    .unwrap();
+    let o = s.run(&[
+        "machine",
+        "cp",
+        hb.to_str().unwrap(),
+        &format!("{n}:/usr/local/bin/hb"),
+    ]);
+    assert_eq!(o.code, 0, "{o:?}");
+    // Uploaded 0644: not yet executable, so the launcher keeps waiting.
+    std::thread::sleep(Duration::from_millis(300));
+    assert_eq!(
+        s.sh(&n, "test -e /data/workload-ran && echo ran || echo waiting")
+            .stdout,
+        "waiting\n"
+    );
+    assert_eq!(s.exec(&n, &["chmod", "0755", "/usr/local/bin/hb"]).code, 0);
+    let t0 = Instant::now();
+    loop {
+        let o = s.exec(&n, &["hb", "status"]);
+        if o.code == 0 && o.stdout == "flow\n" {
+            break;
+        }
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "workload never ran: {o:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    // After stop/start the launcher finds hb at once.
+    s.ok(&["machine", "stop", "--name", &n]);
+    s.sh(&n, "true"); // not running: fails, ignored
+    s.start(&n);
+    let t0 = Instant::now();
+    while !s
+        .sh(&n, "cat /proc/[0-9]*/cmdline | tr '\\0' ' '")
+        .stdout
+        .contains("sleep infinity")
+    {
+        assert!(
+            t0.elapsed() < Duration::from_secs(10),
+            "workload not restarted"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+#[test]
+fn secret_references_resolve_at_start_and_exec() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("secret");
+    s.create(
+        &n,
+        &[
+            "--secret-env",
+            "GUEST_TOKEN=CT_HOST_TOKEN",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "an unset host variable fails the start: {o:?}");
+    assert!(
+        o.stderr
+            .contains("\nError: agent operation failed: resolve secrets: "),
+        "{o:?}"
+    );
+    let env = [("CT_HOST_TOKEN", "tok-value-123")];
+    assert_eq!(s.run_env(&env, &["machine", "start", "--name", &n]).code, 0);
+    let o = s.run_env(
+        &env,
+        &[
+            "machine",
+            "exec",
+            "--name",
+            &n,
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo $GUEST_TOKEN",
+        ],
+    );
+    assert_eq!(o.stdout, "tok-value-123\n");
+    let raw = std::fs::read_to_string(s.home().join("calls.jsonl")).unwrap();
+    assert!(
+        !raw.contains("tok-value-123"),
+        "the call log never holds a secret value"
+    );
+    let rec = std::fs::read_to_string(s.home().join("machines").join(format!("{n}.json"))).unwrap();
+    assert!(
+        !rec.contains("tok-value-123"),
+        "the record holds only the reference"
+    );
+}

@@ -39,6 +39,32 @@ pub fn guest_env(
     out
 }
 
+/// `--secret-env GUEST=HOSTVAR` / `--secret-file GUEST=/path` references, resolved now (at
+/// each start and each exec, as smolvm does) from this process's environment and files.
+/// Unresolvable references fail like smolvm's secret resolution.
+pub fn resolve_secrets(
+    env_refs: &[String],
+    file_refs: &[String],
+) -> Result<Vec<(String, String)>, String> {
+    let mut out = Vec::new();
+    for s in env_refs {
+        let (g, h) = s
+            .split_once('=')
+            .ok_or_else(|| format!("invalid secret '{s}': expected GUEST_VAR=HOST_VAR"))?;
+        let v = std::env::var(h)
+            .map_err(|_| format!("secret '{g}': host environment variable '{h}' is not set"))?;
+        out.push((g.to_string(), v));
+    }
+    for s in file_refs {
+        let (g, p) = s
+            .split_once('=')
+            .ok_or_else(|| format!("invalid secret '{s}': expected GUEST_VAR=PATH"))?;
+        let v = std::fs::read_to_string(p).map_err(|e| format!("secret '{g}': {p}: {e}"))?;
+        out.push((g.to_string(), v.trim_end_matches('\n').to_string()));
+    }
+    Ok(out)
+}
+
 /// What `start` learns from a successful boot.
 pub struct Launched {
     pub pid: i32,
@@ -292,6 +318,9 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
     Err(match parse_err(&line) {
         Some(SimError::Config { reason, .. }) => ("config", "start machine", reason),
         Some(SimError::Agent { op, reason }) if op == "init" => ("agent", "init", reason),
+        Some(SimError::Agent { op, reason }) if op == "resolve secrets" => {
+            ("agent", "resolve secrets", reason)
+        }
         Some(SimError::Agent { reason, .. }) => ("agent", "start background CMD", reason),
         _ => (
             "agent",
@@ -415,7 +444,11 @@ fn guest_init(
         // SAFETY: the supervisor went away; nothing to report to.
         unsafe { libc::_exit(1) }
     }
-    let env = guest_env(&r.env, &[]);
+    let secrets = match resolve_secrets(&r.secret_env, &r.secret_file) {
+        Ok(s) => s,
+        Err(e) => fail(&mut rep, "agent", "resolve secrets", e),
+    };
+    let env = guest_env(&r.env, &secrets);
     let cwd = r.workdir.clone().unwrap_or_else(|| "/".to_string());
     if !r.init_completed {
         for (i, c) in r.init.iter().enumerate() {

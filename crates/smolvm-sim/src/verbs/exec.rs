@@ -18,7 +18,7 @@ use crate::Ctx;
 use crate::cli::{ExecCmd, ShellCmd};
 use crate::faults::Action;
 use crate::machine::namespaces::{self, GuestNs};
-use crate::machine::supervisor::guest_env;
+use crate::machine::supervisor::{self, guest_env};
 use crate::output::{SimError, VerbResult, agent};
 use crate::registry::Record;
 
@@ -35,7 +35,9 @@ pub fn shell(ctx: &Ctx, c: ShellCmd) -> VerbResult {
     let r = super::require_running(ctx, &name)?;
     ctx.fault_point("exec", &name)?;
     let argv = vec!["/bin/sh".to_string()];
-    let env = guest_env(&r.env, &[]);
+    let secrets = supervisor::resolve_secrets(&r.secret_env, &r.secret_file)
+        .map_err(|e| agent("resolve secrets", e))?;
+    let env = guest_env(&r.env, &secrets);
     run_in_guest(&r, &argv, env, r.workdir.clone(), None, Io::Tty)
 }
 
@@ -54,19 +56,14 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
     } else {
         Io::Buffered
     };
-    let mut extra = super::parse_env(&c.env);
-    for s in c.secret_env.iter() {
-        if let Some((g, h)) = s.split_once('=') {
-            extra.push((g.to_string(), std::env::var(h).unwrap_or_default()));
-        }
-    }
-    for s in c.secret_file.iter() {
-        if let Some((g, p)) = s.split_once('=') {
-            let v = std::fs::read_to_string(p)
-                .map_err(|e| agent("resolve secret", format!("{g}: {p}: {e}")))?;
-            extra.push((g.to_string(), v.trim_end_matches('\n').to_string()));
-        }
-    }
+    // Record env, the record's secrets, then this call's secrets and -e (later wins).
+    let mut extra = supervisor::resolve_secrets(&r.secret_env, &r.secret_file)
+        .map_err(|e| agent("resolve secrets", e))?;
+    extra.extend(
+        supervisor::resolve_secrets(&c.secret_env, &c.secret_file)
+            .map_err(|e| agent("resolve secrets", e))?,
+    );
+    extra.extend(super::parse_env(&c.env));
     let env = guest_env(&r.env, &extra);
     let workdir = c.workdir.clone().or_else(|| r.workdir.clone());
     let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io)?;
@@ -318,6 +315,7 @@ fn relay_pty(
     }
     let mut stdin_open = true;
     let mut exited = None;
+    let mut last_size: (u16, u16) = (0, 0);
     let mut buf = [0u8; 8192];
     loop {
         let mut fds = [
@@ -335,6 +333,16 @@ fn relay_pty(
         // SAFETY: poll/read/write on fds we hold, with buffers we own.
         unsafe {
             let pr = libc::poll(fds.as_mut_ptr(), 2, 100);
+            if saved.is_some() {
+                // Follow the host terminal's size (cheap poll instead of a SIGWINCH handler).
+                let mut ws: libc::winsize = std::mem::zeroed();
+                if libc::ioctl(0, libc::TIOCGWINSZ, &mut ws) == 0
+                    && (ws.ws_row, ws.ws_col) != last_size
+                {
+                    last_size = (ws.ws_row, ws.ws_col);
+                    libc::ioctl(master, libc::TIOCSWINSZ, &ws);
+                }
+            }
             if pr == 0 {
                 if let Ok(Some(st)) = child.try_wait() {
                     exited = Some(st);
