@@ -16,8 +16,12 @@ use crate::output::{SimError, storage};
 
 /// The simulator's state root.
 pub fn home() -> PathBuf {
+    let head = std::env::var("SMOLVM_SIM_VERSION").is_ok_and(|v| v.trim() == "1.9.2");
     let p = if let Some(h) = std::env::var_os("SMOLVM_SIM_HOME").filter(|v| !v.is_empty()) {
         PathBuf::from(h)
+    } else if let Some(d) = std::env::var_os("SMOLVM_DATA_DIR").filter(|v| head && !v.is_empty()) {
+        // smolvm >= 1.2.5 on Linux: HOME is pointed at SMOLVM_DATA_DIR and XDG vars cleared.
+        PathBuf::from(d).join(".local/share/smolvm-sim")
     } else if let Some(x) = std::env::var_os("XDG_DATA_HOME").filter(|v| !v.is_empty()) {
         PathBuf::from(x).join("smolvm-sim")
     } else {
@@ -120,6 +124,11 @@ pub struct Record {
     pub init_pid: Option<i32>,
     #[serde(default)]
     pub slirp_pid: Option<i32>,
+    /// Host PID and start time of the workload launched at the last start.
+    #[serde(default)]
+    pub workload_pid: Option<i32>,
+    #[serde(default)]
+    pub workload_start_time: Option<u64>,
     pub cpus: u8,
     pub mem: u32,
     pub image: Option<String>,
@@ -262,6 +271,11 @@ impl Record {
             }
         }
         base
+    }
+
+    /// Is the workload launched at the last start still running?
+    pub fn workload_alive(&self) -> bool {
+        self.really_running() && pid_alive(self.workload_pid, self.workload_start_time)
     }
 
     /// The PID smolvm would show (only while the process lives).

@@ -1628,3 +1628,74 @@ fn secret_references_resolve_at_start_and_exec() {
         "the record holds only the reference"
     );
 }
+
+#[test]
+fn backgrounded_exec_processes_by_version_and_workload() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    // (personality, workload?, survives?)
+    for (ver, workload, survives) in [
+        ("1.0.4", false, false),
+        ("1.0.4", true, true),
+        ("1.9.2", false, true),
+    ] {
+        let s = Smol::new().with_env("SMOLVM_SIM_VERSION", ver);
+        let n = s.name("bg");
+        if workload {
+            s.create(&n, &["--", "sleep", "infinity"]);
+        } else {
+            s.create(&n, &[]);
+        }
+        s.start(&n);
+        let o = s.sh(&n, "sleep 300 >/dev/null 2>&1 & echo $!");
+        let pid = o.stdout.trim().to_string();
+        assert!(!pid.is_empty(), "{o:?}");
+        let alive = s
+            .sh(
+                &n,
+                &format!(
+                    "grep -q '^State:.*[RSD]' /proc/{pid}/status 2>/dev/null && echo yes || echo no"
+                ),
+            )
+            .stdout;
+        assert_eq!(
+            alive.trim() == "yes",
+            survives,
+            "{ver} workload={workload}: {alive}"
+        );
+    }
+}
+
+#[test]
+fn smolvm_data_dir_is_honoured_only_by_1_9_2() {
+    if !is_sim() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let d = tmp.path().to_str().unwrap();
+    let run = |ver: &str| -> Out {
+        Command::new(binary())
+            .args(["machine", "create", "--name", "dd-probe"])
+            .env_remove("SMOLVM_SIM_HOME")
+            .env("HOME", tmp.path().join("home"))
+            .env_remove("XDG_DATA_HOME")
+            .env("SMOLVM_DATA_DIR", d)
+            .env("SMOLVM_SIM_VERSION", ver)
+            .output()
+            .unwrap()
+            .into()
+    };
+    assert_eq!(run("1.9.2").code, 0);
+    assert!(
+        tmp.path()
+            .join(".local/share/smolvm-sim/machines/dd-probe.json")
+            .exists()
+    );
+    assert_eq!(run("1.0.4").code, 0);
+    assert!(
+        tmp.path()
+            .join("home/.local/share/smolvm-sim/machines/dd-probe.json")
+            .exists()
+    );
+}

@@ -68,6 +68,8 @@ pub fn resolve_secrets(
 /// What `start` learns from a successful boot.
 pub struct Launched {
     pub pid: i32,
+    /// Host PID of the workload (0: none).
+    pub workload_pid: i32,
     pub init_pid: i32,
     pub slirp_pid: Option<i32>,
 }
@@ -117,9 +119,10 @@ pub fn launch(r: &Record) -> Result<Launched, SimError> {
             .split_whitespace()
             .filter_map(|n| n.parse().ok())
             .collect();
-        if nums.len() == 3 {
+        if nums.len() == 4 {
             return Ok(Launched {
                 pid: nums[0],
+                workload_pid: nums[3],
                 init_pid: nums[1],
                 slirp_pid: (nums[2] > 0).then_some(nums[2]),
             });
@@ -233,9 +236,19 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
     };
     match start_guest(&r, p) {
         Ok((init_pid, slirp)) => {
+            // The workload is the guest PID 1's only child right after boot.
+            let workload = if r.entrypoint.is_empty() && r.cmd.is_empty() {
+                0
+            } else {
+                std::fs::read_to_string(format!("/proc/{init_pid}/task/{init_pid}/children"))
+                    .ok()
+                    .and_then(|c| c.split_whitespace().next().and_then(|w| w.parse().ok()))
+                    .unwrap_or(0)
+            };
             let sp = slirp.as_ref().map_or(0, |s| s.child.id() as i32);
-            let _ =
-                report.write_all(format!("ok {} {init_pid} {sp}\n", std::process::id()).as_bytes());
+            let _ = report.write_all(
+                format!("ok {} {init_pid} {sp} {workload}\n", std::process::id()).as_bytes(),
+            );
             drop(report);
             let set = block_stop_signals();
             network::ipv6_loopback_relays(&r.ports);
@@ -503,11 +516,20 @@ fn guest_init(
     }
     let _ = rep.write_all(b"ok\n");
     drop(rep);
-    loop {
-        // SAFETY: reaping any child; PID 1 of the guest inherits every orphan.
-        let w = unsafe { libc::waitpid(-1, std::ptr::null_mut(), 0) };
-        if w < 0 {
-            std::thread::sleep(Duration::from_millis(500));
+    // Reap every orphan promptly: wait for SIGCHLD (blocked, so it queues) between rounds.
+    // SAFETY: signal-mask and wait syscalls; PID 1 of the guest inherits every orphan.
+    unsafe {
+        let mut set: libc::sigset_t = std::mem::zeroed();
+        libc::sigemptyset(&mut set);
+        libc::sigaddset(&mut set, libc::SIGCHLD);
+        libc::sigprocmask(libc::SIG_BLOCK, &set, std::ptr::null_mut());
+        let ts = libc::timespec {
+            tv_sec: 1,
+            tv_nsec: 0,
+        };
+        loop {
+            while libc::waitpid(-1, std::ptr::null_mut(), libc::WNOHANG) > 0 {}
+            libc::sigtimedwait(&set, std::ptr::null_mut(), &ts);
         }
     }
 }

@@ -65,6 +65,8 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         pid_start_time: None,
         init_pid: None,
         slirp_pid: None,
+        workload_pid: None,
+        workload_start_time: None,
         cpus: c.cpus,
         mem: c.mem,
         image: c.image.clone(),

@@ -38,7 +38,8 @@ pub fn shell(ctx: &Ctx, c: ShellCmd) -> VerbResult {
     let secrets = supervisor::resolve_secrets(&r.secret_env, &r.secret_file)
         .map_err(|e| agent("resolve secrets", e))?;
     let env = guest_env(&r.env, &secrets);
-    run_in_guest(&r, &argv, env, r.workdir.clone(), None, Io::Tty)
+    let fresh = fresh_container(ctx, &r);
+    run_in_guest(&r, &argv, env, r.workdir.clone(), None, Io::Tty, fresh)
 }
 
 pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
@@ -66,11 +67,56 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
     extra.extend(super::parse_env(&c.env));
     let env = guest_env(&r.env, &extra);
     let workdir = c.workdir.clone().or_else(|| r.workdir.clone());
-    let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io)?;
+    let fresh = fresh_container(ctx, &r);
+    let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io, fresh)?;
     if fault == Some(Action::After) {
         return Err(crate::fault_error("exec", &name));
     }
     Ok(code)
+}
+
+/// smolvm 1.0.4 without a running workload runs each exec in a fresh container whose PID 1
+/// is the command: whatever the command left in the background dies with it. (With a
+/// workload, and from 1.4 on always, exec joins a long-lived container and they survive.)
+fn fresh_container(ctx: &Ctx, r: &Record) -> bool {
+    !ctx.personality.is_head() && !r.workload_alive()
+}
+
+/// Kill every process of the exec's session (it called setsid), as a container teardown would.
+fn kill_session(sid: i32) {
+    let Ok(rd) = std::fs::read_dir("/proc") else {
+        return;
+    };
+    let mut killed = Vec::new();
+    for e in rd.flatten() {
+        let Some(pid) = e.file_name().to_str().and_then(|n| n.parse::<i32>().ok()) else {
+            continue;
+        };
+        let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
+            continue;
+        };
+        let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+            continue;
+        };
+        // Fields after ")": state ppid pgrp session ...
+        let session = rest
+            .split_whitespace()
+            .nth(3)
+            .and_then(|v| v.parse::<i32>().ok());
+        if session == Some(sid) {
+            // SAFETY: kill(2) on a process of the session we created.
+            unsafe { libc::kill(pid, libc::SIGKILL) };
+            killed.push(pid);
+        }
+    }
+    let t0 = std::time::Instant::now();
+    while killed
+        .iter()
+        .any(|p| crate::registry::proc_start_time(*p).is_some())
+        && t0.elapsed() < Duration::from_secs(2)
+    {
+        std::thread::sleep(Duration::from_millis(2));
+    }
 }
 
 fn exit_code(st: std::process::ExitStatus) -> i32 {
@@ -114,6 +160,7 @@ fn run_in_guest(
     workdir: Option<String>,
     timeout: Option<Duration>,
     io: Io,
+    fresh_container: bool,
 ) -> VerbResult {
     let init_pid = r
         .init_pid
@@ -231,6 +278,9 @@ fn run_in_guest(
             let out = drain(child.stdout.take());
             let err = drain(child.stderr.take());
             let st = child.wait();
+            if fresh_container {
+                kill_session(pid);
+            }
             let out = out.finish();
             let err = err.finish();
             let _ = std::io::stdout().write_all(&out);
@@ -245,6 +295,9 @@ fn run_in_guest(
         _ => child.wait(),
     };
     done.store(true, Ordering::SeqCst);
+    if fresh_container {
+        kill_session(pid);
+    }
     let st = status.map_err(|e| agent("exec", e.to_string()))?;
     if timed_out.load(Ordering::SeqCst) {
         return Ok(124);

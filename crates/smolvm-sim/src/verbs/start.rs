@@ -61,6 +61,8 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     r.pid_start_time = registry::proc_start_time(l.pid);
     r.init_pid = Some(l.init_pid);
     r.slirp_pid = l.slirp_pid;
+    r.workload_pid = (l.workload_pid > 0).then_some(l.workload_pid);
+    r.workload_start_time = r.workload_pid.and_then(registry::proc_start_time);
     if !r.init.is_empty() || r.image.is_some() {
         r.init_completed = true;
     }

@@ -46,5 +46,7 @@ pub fn mark_stopped(r: &mut registry::Record) -> Result<(), crate::output::SimEr
     r.pid_start_time = None;
     r.init_pid = None;
     r.slirp_pid = None;
+    r.workload_pid = None;
+    r.workload_start_time = None;
     registry::save(r)
 }
