@@ -181,7 +181,7 @@ fn check_box(
     match record.web_port {
         Some(port) if ctx.config.env.install_executor => {
             let result = guest::read_token(smolvm, &record.machine)
-                .and_then(|token| guest::host_handshake(port, &token, 3));
+                .and_then(|token| guest::host_handshake(port, &token, 3, None));
             match result {
                 Ok(h) => checks.push(Check::new(
                     s,

@@ -53,6 +53,8 @@ struct NewRun<'a> {
     row_written: bool,
     registry_lock: Option<LockGuard>,
     port: Option<u16>,
+    /// `box load --keep-on-failure`: a failure keeps the VM (as BOX_KEEP_ON_FAILURE=1 does).
+    keep_on_failure: bool,
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
@@ -76,6 +78,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         row_written: false,
         registry_lock: None,
         port: None,
+        keep_on_failure: false,
     };
     match run.steps() {
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -93,6 +96,24 @@ impl NewRun<'_> {
     }
 
     fn steps(&mut self) -> Result<(), Stop> {
+        self.build()?;
+        self.created = false; // success: nothing to undo
+        ui::say(format!("Ready. Enter with: box enter {}", self.name));
+        if let Some(p) = self.port {
+            ui::say(format!(
+                "Executor web: http://127.0.0.1:{p} (box open {})",
+                self.name
+            ));
+        }
+        ui::say(format!(
+            "Authenticate inside, then box save {} to capture the state.",
+            self.name
+        ));
+        Ok(())
+    }
+
+    /// Create, start, provision, wire and check: everything `new` does but the last words.
+    fn build(&mut self) -> Result<(), Stop> {
         let env = &self.ctx.config.env;
         self.checkpoint()?;
         let version = self.smolvm.version()?;
@@ -136,6 +157,7 @@ impl NewRun<'_> {
             create_env.push(("HB_WEB_PORT".to_string(), port.to_string()));
             self.port = Some(port);
         }
+        create_env.extend(test_guest_env());
         self.checkpoint()?;
         ui::say(format!(
             "Creating box '{}' from {}",
@@ -180,7 +202,8 @@ impl NewRun<'_> {
         self.checkpoint()?;
 
         ui::say(format!("Starting '{}'", self.name));
-        self.smolvm.start(&self.machine)?;
+        self.smolvm
+            .start_cancellable(&self.machine, Some(self.signals.flag()))?;
         self.checkpoint()?;
 
         self.stage = STAGE_PROVISION;
@@ -195,19 +218,6 @@ impl NewRun<'_> {
         let port = self.port;
         self.setup().health(port)?;
         self.checkpoint()?;
-
-        self.created = false; // success: nothing to undo
-        ui::say(format!("Ready. Enter with: box enter {}", self.name));
-        if let Some(p) = self.port {
-            ui::say(format!(
-                "Executor web: http://127.0.0.1:{p} (box open {})",
-                self.name
-            ));
-        }
-        ui::say(format!(
-            "Authenticate inside, then box save {} to capture the state.",
-            self.name
-        ));
         Ok(())
     }
 
@@ -244,7 +254,8 @@ impl NewRun<'_> {
             }
         };
         if self.created {
-            if std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+            if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1")
+            {
                 ui::warn(format!(
                     "BOX_KEEP_ON_FAILURE=1: keeping the VM '{}' for inspection; remove it with: box rm {} --force",
                     self.machine, self.name
@@ -269,4 +280,75 @@ impl NewRun<'_> {
         ui::warn(format!("transcript: {}", self.transcript.path().display()));
         code
     }
+}
+
+/// A box that [`create_and_provision`] created, started, provisioned, wired and checked for
+/// a caller that goes on working on it (`box load`). The caller owns it from here: on a
+/// later failure it must delete it with `lifecycle::cleanup::rollback_created` (the
+/// registry row is written).
+pub struct Provisioned {
+    pub machine: String,
+    pub port: Option<u16>,
+    pub smolvm: Smolvm,
+    pub transcript: Transcript,
+}
+
+/// `box new`'s create-and-provision flow without its box lock (the caller holds it) and
+/// without its closing words. On failure or a signal it has already undone what it created
+/// (§3.4; `keep_on_failure` keeps the VM) and reported it; the `Err` is the exit status.
+pub fn create_and_provision(
+    ctx: &Context,
+    name: &BoxName,
+    verb: &str,
+    keep_on_failure: bool,
+) -> Result<Provisioned, ExitCode> {
+    let setup = || -> Result<(DeferredSignals, Transcript)> {
+        Ok((
+            DeferredSignals::install()?,
+            Transcript::create(&ctx.state, name.as_str(), verb)?,
+        ))
+    };
+    let (signals, transcript) = match setup() {
+        Ok(v) => v,
+        Err(e) => {
+            ui::error(format!("{e:#}"));
+            return Err(ExitCode::FAILURE);
+        }
+    };
+    let mut run = NewRun {
+        ctx,
+        smolvm: Smolvm::from_env(),
+        signals,
+        machine: name.to_string(),
+        name: name.clone(),
+        transcript,
+        stage: STAGE_CREATE,
+        created: false,
+        row_written: false,
+        registry_lock: None,
+        port: None,
+        keep_on_failure,
+    };
+    match run.build() {
+        Ok(()) => Ok(Provisioned {
+            machine: run.machine,
+            port: run.port,
+            smolvm: run.smolvm,
+            transcript: run.transcript,
+        }),
+        Err(stop) => Err(run.fail(stop)),
+    }
+}
+
+/// `BOX_TEST_GUEST_ENV="K=V,K=V"`: extra persisted guest environment, for tests against the
+/// simulator only (e.g. pointing provisioning at npm tools the host already has). Never
+/// secrets: smolvm records these and shows them on its argv.
+fn test_guest_env() -> Vec<(String, String)> {
+    std::env::var("BOX_TEST_GUEST_ENV")
+        .unwrap_or_default()
+        .split(',')
+        .filter_map(|kv| kv.split_once('='))
+        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
 }

@@ -4,6 +4,7 @@
 //! hb drops to `agent` itself where a verb needs it. The Executor token comes back on hb's
 //! stdout only, straight into a `BearerToken`, and is never printed, logged or put on argv.
 
+use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
@@ -33,6 +34,17 @@ pub fn launcher() -> Vec<String> {
 
 /// Runs `hb <args>` as root in the guest and returns its output, whatever its status.
 pub fn hb(smolvm: &Smolvm, machine: &str, args: &[&str], timeout: Duration) -> Result<Output> {
+    hb_cancellable(smolvm, machine, args, timeout, None)
+}
+
+/// [`hb`], cut short when a signal is pending (see `runner::CallOpts::cancel`).
+pub fn hb_cancellable(
+    smolvm: &Smolvm,
+    machine: &str,
+    args: &[&str],
+    timeout: Duration,
+    cancel: Option<&AtomicUsize>,
+) -> Result<Output> {
     let mut argv = vec![HB_PATH];
     argv.extend_from_slice(args);
     Ok(smolvm.exec(
@@ -40,6 +52,7 @@ pub fn hb(smolvm: &Smolvm, machine: &str, args: &[&str], timeout: Duration) -> R
         &argv,
         ExecOpts {
             timeout: Some(timeout),
+            cancel,
             ..ExecOpts::default()
         },
     )?)
@@ -68,6 +81,15 @@ pub fn status(out: &Output) -> String {
 
 /// The last few non-empty lines of stderr (else stdout), for an error message.
 pub fn last_lines(stderr: &str, stdout: &str) -> String {
+    // hb doctor marks failed checks with ✗: those say more than the last lines.
+    let failed: Vec<&str> = stdout
+        .lines()
+        .chain(stderr.lines())
+        .filter(|l| l.trim_start().starts_with('✗'))
+        .collect();
+    if !failed.is_empty() {
+        return format!(": {}", failed.join(" | "));
+    }
     let src = if stderr.trim().is_empty() {
         stdout
     } else {
@@ -126,7 +148,12 @@ fn token_from_file(text: &str) -> Option<BearerToken> {
 
 /// The full MCP handshake from the host through the published port, retried (Executor may
 /// still be starting) up to `tries` times, one second apart.
-pub fn host_handshake(port: u16, token: &BearerToken, tries: u32) -> Result<Healthy> {
+pub fn host_handshake(
+    port: u16,
+    token: &BearerToken,
+    tries: u32,
+    cancel: Option<&AtomicUsize>,
+) -> Result<Healthy> {
     let url = mcp::executor_url(port);
     let opts = ProbeOptions::default();
     let mut last = None;
@@ -135,6 +162,15 @@ pub fn host_handshake(port: u16, token: &BearerToken, tries: u32) -> Result<Heal
         match mcp::probe(&url, Some(token), &opts) {
             Ok(h) => return Ok(h),
             Err(e) => last = Some(e),
+        }
+        if let Some(signal) = cancel.map(|c| c.load(std::sync::atomic::Ordering::SeqCst))
+            && signal != 0
+        {
+            return Err(crate::smolvm::SmolvmError::Interrupted {
+                call: format!("MCP handshake through port {port}"),
+                signal,
+            }
+            .into());
         }
         if attempt + 1 < tries {
             std::thread::sleep(Duration::from_secs(1).saturating_sub(started.elapsed()));
@@ -176,5 +212,9 @@ mod tests {
         assert_eq!(last_lines("a\n\nb\nc\nd\n", "x"), ": b | c | d");
         assert_eq!(last_lines(" \n", "x\n"), ": x");
         assert_eq!(last_lines("", ""), "");
+        assert_eq!(
+            last_lines("", "✓ a\n✗ b: no\n   fix: x\n✓ c\n"),
+            ": ✗ b: no"
+        );
     }
 }

@@ -38,6 +38,7 @@ impl Setup<'_> {
             argv,
             ExecOpts {
                 timeout: Some(timeout),
+                cancel: self.cancel,
                 ..ExecOpts::default()
             },
         )?;
@@ -87,7 +88,12 @@ impl Setup<'_> {
             f.write_all(self.env.render().as_bytes())
                 .with_context(|| format!("cannot write {}", env_file.display()))?;
             drop(f);
-            Ok(self.smolvm.copy_in(&env_file, self.machine, GUEST_CONFIG)?)
+            Ok(self.smolvm.copy_in_cancellable(
+                &env_file,
+                self.machine,
+                GUEST_CONFIG,
+                self.cancel,
+            )?)
         })();
         let _ = std::fs::remove_file(&env_file);
         copied?;
@@ -101,8 +107,12 @@ impl Setup<'_> {
             timeouts::EXEC,
         )?;
         for (path, rel) in guest_assets::files_under(&provision)? {
-            self.smolvm
-                .copy_in(&path, self.machine, &format!("{PROVISION_DIR}/{rel}"))?;
+            self.smolvm.copy_in_cancellable(
+                &path,
+                self.machine,
+                &format!("{PROVISION_DIR}/{rel}"),
+                self.cancel,
+            )?;
         }
         // Scripts keep their executable bit (cp before 1.9 has no --mode).
         self.exec_ok(
@@ -118,7 +128,8 @@ impl Setup<'_> {
             .with_context(|| format!("cannot read {}", hb_local.display()))?
             .len();
         let staged = format!("{HB_PATH}.new");
-        self.smolvm.copy_in(&hb_local, self.machine, &staged)?;
+        self.smolvm
+            .copy_in_cancellable(&hb_local, self.machine, &staged, self.cancel)?;
         self.exec_ok(
             "install hb",
             &[
@@ -183,7 +194,13 @@ impl Setup<'_> {
     pub fn hb_step(&mut self, args: &[&str]) -> Result<()> {
         let label = format!("hb {}", args.join(" "));
         ui::say(&label);
-        let out = guest::hb(self.smolvm, self.machine, args, Duration::from_secs(300))?;
+        let out = guest::hb_cancellable(
+            self.smolvm,
+            self.machine,
+            args,
+            Duration::from_secs(300),
+            self.cancel,
+        )?;
         self.transcript.block(&label, &out.stdout);
         self.transcript
             .block(&format!("{label} (stderr)"), &out.stderr);
@@ -198,9 +215,14 @@ impl Setup<'_> {
         Ok(())
     }
 
-    /// `hb init` and, when Executor is wired, `hb wire-mcp`.
+    /// `hb init`, `hb up` (with Executor) and, when Executor is wired, `hb wire-mcp`.
     pub fn runtime(&mut self) -> Result<()> {
         self.hb_step(&["init"])?;
+        if self.env.install_executor {
+            // Starts Executor under the workload and waits until it answers; wire-mcp
+            // then reads the token it uses.
+            self.hb_step(&["up"])?;
+        }
         if self.env.install_executor && self.env.wire_executor_mcp {
             self.hb_step(&["wire-mcp"])?;
         }
@@ -213,7 +235,7 @@ impl Setup<'_> {
         match port {
             Some(port) if self.env.install_executor => {
                 let token = guest::read_token(self.smolvm, self.machine)?;
-                let healthy = guest::host_handshake(port, &token, 30)?;
+                let healthy = guest::host_handshake(port, &token, 30, self.cancel)?;
                 ui::say(format!(
                     "host Executor MCP: healthy on http://127.0.0.1:{port} ({} {})",
                     healthy.server.name, healthy.server.version

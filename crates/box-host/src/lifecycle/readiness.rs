@@ -48,7 +48,7 @@ pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> 
     guest::hb_ok(smolvm, &record.machine, &["up"], Duration::from_secs(180))?;
     if let Some(port) = record.web_port {
         let token = guest::read_token(smolvm, &record.machine)?;
-        guest::host_handshake(port, &token, 30)?;
+        guest::host_handshake(port, &token, 30, None)?;
     }
     Ok(())
 }

@@ -193,8 +193,30 @@ impl Smolvm {
 
     /// `machine start` (idempotent in smolvm: a running machine is fine).
     pub fn start(&self, name: &str) -> Result<(), SmolvmError> {
-        self.checked(args(["machine", "start", "--name", name]), timeouts::START)
-            .map(drop)
+        self.start_cancellable(name, None)
+    }
+
+    /// `machine start`, cut short when `cancel` becomes non-zero (a pending signal during
+    /// `box new`: the first start pulls an image and may take minutes; the rollback that
+    /// follows deletes the machine with `-f`, which also stops a half-started one).
+    pub fn start_cancellable(
+        &self,
+        name: &str,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
+        let a = args(["machine", "start", "--name", name]);
+        let call = Self::call_name(&a);
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                timeout: self.deadline(timeouts::START),
+                on_line: None,
+                cancel,
+            },
+        )?;
+        check(&call, out).map(drop)
     }
 
     /// `machine stop` (idempotent in smolvm: a stopped machine is fine).
@@ -274,13 +296,35 @@ impl Smolvm {
 
     /// `machine cp LOCAL N:/guest/path` (single files only).
     pub fn copy_in(&self, local: &Path, name: &str, guest: &str) -> Result<(), SmolvmError> {
+        self.copy_in_cancellable(local, name, guest, None)
+    }
+
+    /// [`Self::copy_in`], cut short when `cancel` becomes non-zero.
+    pub fn copy_in_cancellable(
+        &self,
+        local: &Path,
+        name: &str,
+        guest: &str,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
         let a = vec![
             OsString::from("machine"),
             "cp".into(),
             local.as_os_str().to_owned(),
             format!("{name}:{guest}").into(),
         ];
-        self.checked(a, timeouts::COPY).map(drop)
+        let call = Self::call_name(&a);
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                timeout: self.deadline(timeouts::COPY),
+                on_line: None,
+                cancel,
+            },
+        )?;
+        check(&call, out).map(drop)
     }
 
     /// `machine cp N:/guest/path LOCAL`.
