@@ -8,5 +8,6 @@ pub mod config;
 pub mod lifecycle;
 pub mod smolvm;
 pub mod state;
+pub mod transfer;
 pub mod ui;
 pub mod version;

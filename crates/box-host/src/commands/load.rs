@@ -1,11 +1,289 @@
-//! `box load`.
+//! `box load <file> [name] [--keep-on-failure]` (DESIGN.md "load"; reference/hermes-box.md
+//! §2):
+//!
+//! file exists → box lock, name free → passphrase → pass 1 decrypts and validates the whole
+//! backup before any smolvm call → a fresh box created and provisioned as `box new` does →
+//! `hb quiesce` → pass 2 cuts the plaintext into parts (hash equal to pass 1's), each
+//! copied in 0600 into a 0700 guest scratch dir → `hb import` (staged, owners fixed, quiesce
+//! marker re-armed, swapped with rollback) → guest scratch removed → guest assets refreshed
+//! (provisioning again, then `hb init`) → `hb resume` + `hb up` → `hb wire-mcp` (the running
+//! Executor's token wins over the restored one) → doctor →
+//! `Restored and verified. Enter with: box enter <name>`.
+//!
+//! On a failure or HUP/INT/TERM: the guest scratch goes first, the box is never resumed,
+//! and the VM this invocation created is deleted (§3.4) unless `--keep-on-failure` /
+//! `BOX_KEEP_ON_FAILURE=1`; the transcript stays in `<state>/logs`.
 
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use box_proto::BoxName;
+use secrecy::SecretString;
 
 use super::Context;
+use super::new::{self, Provisioned};
+use crate::backup::load::{self, ValidatedBackup};
+use crate::backup::progress::human;
+use crate::backup::{cleanup, passphrase};
+use crate::lifecycle::cleanup::rollback_created;
+use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::signals::DeferredSignals;
+use crate::state::{LockKey, Registry, locks};
+use crate::transfer::guest_hb::{Guest, timeouts};
+use crate::transfer::{self, guest_dir, host_dir, parts_in};
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::LoadArgs) -> Result<ExitCode> {
-    super::not_done("load", 6)
+pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
+    if std::fs::symlink_metadata(&args.file).is_err() {
+        bail!("no such archive: {}", args.file.display());
+    }
+    load::check_backup_file(&args.file)?;
+    let name = BoxName::parse(&args.name)?;
+    cleanup::install();
+    cleanup::set_deferred(true);
+    let signals = DeferredSignals::install()?;
+    let _lock = locks::try_acquire(
+        &ctx.state,
+        LockKey::Box(name.clone()),
+        &format!("box load {name}"),
+    )?;
+    if Registry::new(&ctx.state).get(&name)?.is_some() {
+        bail!(
+            "box '{name}' already exists; load into another name: box load {} <name>",
+            args.file.display()
+        );
+    }
+    let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+    let part_size = transfer::part_size()?;
+
+    ui::say("Decrypting and validating archive before creating a VM");
+    let validated = match load::validate_backup(&args.file, &pass) {
+        Ok(v) => v,
+        Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
+        Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
+    };
+    describe(&validated);
+    if signals.pending().is_some() {
+        return Ok(interrupted(&signals, &name));
+    }
+
+    ui::say(format!("Creating and provisioning fresh instance '{name}'"));
+    let provisioned = match new::create_and_provision(ctx, &name, "load", args.keep_on_failure) {
+        Ok(p) => p,
+        Err(code) => {
+            ui::error(format!(
+                "destination provisioning failed; nothing was restored into '{name}'"
+            ));
+            return Ok(code);
+        }
+    };
+    let mut run = LoadRun {
+        ctx,
+        name,
+        box_: provisioned,
+        signals,
+        guest_dir: None,
+        keep_on_failure: args.keep_on_failure,
+    };
+    match run.restore(&validated, &pass, part_size) {
+        Ok(()) => {
+            run.box_.transcript.line("restored and verified");
+            println!("Restored and verified. Enter with: box enter {}", run.name);
+            Ok(ExitCode::SUCCESS)
+        }
+        Err(e) => Ok(run.fail(&e)),
+    }
+}
+
+fn interrupted(signals: &DeferredSignals, name: &BoxName) -> ExitCode {
+    let sig = signals.pending().unwrap_or(15);
+    ui::error(format!(
+        "box load {name} interrupted by {} before any VM was created",
+        DeferredSignals::name(sig)
+    ));
+    ExitCode::from(DeferredSignals::exit_status(sig))
+}
+
+fn describe(v: &ValidatedBackup) {
+    let created = v
+        .manifest
+        .as_ref()
+        .and_then(|m| m.get("created_at"))
+        .map(|t| format!(", saved {t}"))
+        .unwrap_or_default();
+    ui::say(format!(
+        "Archive ok: {} members, {} of {} data{created}",
+        v.report.members,
+        human(v.plaintext_size),
+        v.report.compression.as_str()
+    ));
+    if let Some(e) = &v.manifest_error {
+        ui::warn(format!(
+            "the runtime manifest in this backup is unreadable: {e}"
+        ));
+    } else if v.manifest.is_none() {
+        ui::warn("this backup has no runtime manifest (a seed backup?)");
+    }
+}
+
+/// The restore into a box this invocation created.
+struct LoadRun<'a> {
+    ctx: &'a Context,
+    name: BoxName,
+    box_: Provisioned,
+    signals: DeferredSignals,
+    guest_dir: Option<String>,
+    keep_on_failure: bool,
+}
+
+impl LoadRun<'_> {
+    fn checkpoint(&self) -> Result<()> {
+        transfer::checkpoint(Some(self.signals.flag()))
+    }
+
+    fn guest(&mut self) -> Guest<'_> {
+        Guest {
+            smolvm: &self.box_.smolvm,
+            machine: &self.box_.machine,
+            transcript: &mut self.box_.transcript,
+            cancel: Some(self.signals.flag()),
+        }
+    }
+
+    fn setup(&mut self) -> Setup<'_> {
+        Setup {
+            smolvm: &self.box_.smolvm,
+            state: &self.ctx.state,
+            env: &self.ctx.config.env,
+            machine: &self.box_.machine,
+            transcript: &mut self.box_.transcript,
+            cancel: Some(self.signals.flag()),
+        }
+    }
+
+    fn restore(
+        &mut self,
+        validated: &ValidatedBackup,
+        pass: &SecretString,
+        part_size: u64,
+    ) -> Result<()> {
+        let name = self.name.clone();
+        self.checkpoint()?;
+        ui::say(format!("Pausing '{name}' for the restore"));
+        self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
+        self.checkpoint()?;
+
+        let scratch = guest_dir::new_path("load");
+        self.guest_dir = Some(scratch.clone());
+        self.guest().exec_ok(
+            "creating the guest scratch dir",
+            &["mkdir", "-m", "0700", "--", &scratch],
+            timeouts::SHORT,
+            true,
+        )?;
+        ui::say(format!("Copying the archive into '{name}'"));
+        let host = host_dir::create(&self.ctx.state, "load")?;
+        let cancel = Some(self.signals.flag());
+        let index = {
+            let mut guest = Guest {
+                smolvm: &self.box_.smolvm,
+                machine: &self.box_.machine,
+                transcript: &mut self.box_.transcript,
+                cancel,
+            };
+            parts_in::copy_in(
+                &mut guest,
+                validated,
+                pass,
+                host.path(),
+                &scratch,
+                part_size,
+                cancel,
+            )?
+        };
+        drop(host);
+        self.checkpoint()?;
+
+        ui::say(format!(
+            "Restoring /data inside '{name}' ({} part(s))",
+            index.parts.len()
+        ));
+        self.guest()
+            .hb(&["import", "--from", &scratch], timeouts::BULK, true)?;
+        guest_dir::remove(&mut self.guest(), &scratch)?;
+        self.guest_dir = None;
+        self.checkpoint()?;
+
+        ui::say(format!("Refreshing guest assets in '{name}'"));
+        self.setup().provision()?;
+        self.checkpoint()?;
+        self.guest().hb(&["init"], timeouts::SHORT, true)?;
+        self.guest()
+            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.checkpoint()?;
+
+        ui::say(format!("Starting the restored services in '{name}'"));
+        // resume undoes the restored quiesce record (and its pause); up clears any pause
+        // left and waits until Executor answers.
+        self.guest().hb(&["resume"], timeouts::RESUME, true)?;
+        self.guest().hb(&["up"], timeouts::RESUME, true)?;
+        self.checkpoint()?;
+        let env = &self.ctx.config.env;
+        if env.install_executor && env.wire_executor_mcp {
+            self.guest().hb(&["wire-mcp"], timeouts::SHORT, true)?;
+        }
+        self.checkpoint()?;
+        let port = self.box_.port;
+        self.setup().health(port)?;
+        self.checkpoint()?;
+        Ok(())
+    }
+
+    /// Reports, removes the guest scratch, and deletes the VM (or keeps it on request).
+    /// Never resumes: a half-restored box must not run.
+    fn fail(&mut self, e: &anyhow::Error) -> ExitCode {
+        let name = self.name.clone();
+        let code = match self.signals.pending() {
+            Some(sig) => {
+                ui::error(format!(
+                    "box load {name} interrupted by {}",
+                    DeferredSignals::name(sig)
+                ));
+                ExitCode::from(DeferredSignals::exit_status(sig))
+            }
+            None => {
+                ui::error(format!(
+                    "restore failed; attempting cleanup of the incomplete destination: {e:#}"
+                ));
+                ExitCode::FAILURE
+            }
+        };
+        self.box_.transcript.line(&format!("failed: {e:#}"));
+        if let Some(scratch) = self.guest_dir.take()
+            && let Err(err) = guest_dir::remove(&mut self.guest(), &scratch)
+        {
+            guest_dir::warn_left(&self.box_.machine, &scratch, &err);
+        }
+        if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+            ui::warn(format!(
+                "keeping the half-restored VM '{}' for inspection (it stays paused); remove it with: box rm {name} --force",
+                self.box_.machine
+            ));
+        } else {
+            let outcome = rollback_created(
+                &self.ctx.state,
+                &self.box_.smolvm,
+                &name,
+                &self.box_.machine,
+                None,
+                true,
+            );
+            self.box_.transcript.line(&format!("rollback: {outcome:?}"));
+        }
+        ui::warn(format!(
+            "transcript: {}",
+            self.box_.transcript.path().display()
+        ));
+        code
+    }
 }

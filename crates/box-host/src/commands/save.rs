@@ -1,11 +1,251 @@
-//! `box save`.
+//! `box save <name> [out]` (DESIGN.md "save"; reference/hermes-box.md §1.7):
+//!
+//! box lock → refuse an existing destination → passphrase → `hb quiesce` → `hb
+//! write-manifest` → `hb export` into a 0700 guest scratch dir → each part out, checked and
+//! streamed through the engine, deleted → guest scratch removed → `hb resume` → verify →
+//! publish → `Saved and verified <size> -> <path>`.
+//!
+//! On a failure or HUP/INT/TERM the cleanup runs in the seed's order: guest scratch (the
+//! plaintext parts) first, then host temporaries, then `hb resume` — so Executor never
+//! comes back while plaintext sits in the guest — then the lock goes. Nothing is published
+//! unless it was verified. A SIGKILL cannot be cleaned up after: the next save of the same
+//! box removes the guest scratch and resumes the box (`hb quiesce` keeps the first
+//! record, so the next `hb resume` undoes what the killed run did), and sweeps the host
+//! scratch dir.
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
-use anyhow::Result;
+use anyhow::{Result, bail};
+use box_proto::BoxName;
+use box_proto::archive::naming::backup_file_name;
+use secrecy::SecretString;
 
 use super::Context;
+use crate::backup::progress::human;
+use crate::backup::save::{self, Pipeline, Published};
+use crate::backup::{cleanup, passphrase};
+use crate::lifecycle::boxes;
+use crate::lifecycle::progress::Transcript;
+use crate::lifecycle::signals::DeferredSignals;
+use crate::smolvm::Smolvm;
+use crate::state::BoxRecord;
+use crate::transfer::guest_hb::{Guest, timeouts};
+use crate::transfer::{self, guest_dir, host_dir, parts_out};
+use crate::ui;
 
-pub fn run(_ctx: &Context, _args: &crate::cli::SaveArgs) -> Result<ExitCode> {
-    super::not_done("save", 6)
+/// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`.
+pub fn default_out(backup_dir: &Path, name: &BoxName) -> Result<PathBuf> {
+    let stamp = transfer::stamp();
+    match backup_file_name(name.as_str(), &stamp) {
+        Some(file) => Ok(backup_dir.join(file)),
+        None => bail!("cannot name a backup of '{name}' at {stamp}"),
+    }
+}
+
+/// One run of `box save`: what it changed so far, so cleanup undoes exactly that.
+struct SaveRun<'a> {
+    ctx: &'a Context,
+    record: BoxRecord,
+    smolvm: Smolvm,
+    signals: DeferredSignals,
+    transcript: Transcript,
+    /// `hb quiesce` was called (a failed one may still have paused): resume on the way out.
+    paused: bool,
+    /// The guest scratch dir, while it may exist.
+    guest_dir: Option<String>,
+}
+
+pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
+    let record = boxes::registered(ctx, &args.name)?;
+    // Our own rollback must run on a signal, so the engine's handler only cleans up its
+    // temporaries and records the signal; DeferredSignals makes the rest wait for us.
+    cleanup::install();
+    cleanup::set_deferred(true);
+    let signals = DeferredSignals::install()?;
+    let _lock = boxes::lock(ctx, &record, &format!("box save {}", record.name))?;
+    let out = match &args.out {
+        Some(out) => out.clone(),
+        None => default_out(&ctx.config.backup_dir(), &record.name)?,
+    };
+    save::check_destination(&out)?;
+    let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
+    let transcript = Transcript::create(&ctx.state, record.name.as_str(), "save")?;
+    let mut run = SaveRun {
+        ctx,
+        record,
+        smolvm: Smolvm::from_env(),
+        signals,
+        transcript,
+        paused: false,
+        guest_dir: None,
+    };
+    let result = run.steps(&out, &pass);
+    let failed = result.as_ref().err().map(|e| run.report(e));
+    let resumed = run.cleanup();
+    if let Err(e) = &resumed {
+        ui::error(format!("box '{}' did not resume: {e:#}", run.record.name));
+        ui::warn(format!(
+            "Executor may stay paused; try: box stop {0} && box start {0}",
+            run.record.name
+        ));
+    }
+    if let Some(code) = failed {
+        ui::warn(format!("transcript: {}", run.transcript.path().display()));
+        return Ok(code);
+    }
+    if let Ok(published) = result {
+        println!(
+            "Saved and verified {} -> {}",
+            human(published.size),
+            published.path.display()
+        );
+    }
+    Ok(if resumed.is_ok() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    })
+}
+
+impl SaveRun<'_> {
+    fn checkpoint(&self) -> Result<()> {
+        transfer::checkpoint(Some(self.signals.flag()))
+    }
+
+    fn guest(&mut self) -> Guest<'_> {
+        Guest {
+            smolvm: &self.smolvm,
+            machine: &self.record.machine,
+            transcript: &mut self.transcript,
+            cancel: Some(self.signals.flag()),
+        }
+    }
+
+    fn steps(&mut self, out: &Path, pass: &SecretString) -> Result<Published> {
+        let name = self.record.name.clone();
+        let machine = boxes::machine(&self.smolvm, &self.record)?;
+        if !machine.state.is_running() {
+            bail!(
+                "box '{name}' is {}; start it with: box start {name}",
+                machine.state
+            );
+        }
+        let part_size = transfer::part_size()?;
+        self.checkpoint()?;
+        // Leftovers of a killed save or load of this box (we hold its lock).
+        host_dir::sweep_stale(&self.ctx.state);
+        guest_dir::sweep_stale(&mut self.guest())?;
+
+        ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
+        // Before the call: a pause can take effect and still report failure.
+        self.paused = true;
+        self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
+        self.checkpoint()?;
+        self.guest()
+            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.checkpoint()?;
+
+        let scratch = guest_dir::new_path("save");
+        self.guest_dir = Some(scratch.clone());
+        ui::say(format!("Archiving /data inside '{name}'"));
+        let size_arg = part_size.to_string();
+        self.guest().hb(
+            &["export", "--out", &scratch, "--part-size", &size_arg],
+            timeouts::BULK,
+            true,
+        )?;
+        self.checkpoint()?;
+
+        ui::say(format!("Copying out and encrypting into {}", out.display()));
+        let host = host_dir::create(&self.ctx.state, "save")?;
+        let pipeline = Pipeline::begin(out, pass)?;
+        let cancel = Some(self.signals.flag());
+        let (sealed, index) = {
+            let mut guest = Guest {
+                smolvm: &self.smolvm,
+                machine: &self.record.machine,
+                transcript: &mut self.transcript,
+                cancel,
+            };
+            parts_out::copy_out_and_seal(&mut guest, &scratch, host.path(), pipeline, cancel)?
+        };
+        drop(host);
+        self.transcript.line(&format!(
+            "{} members, {} part(s)",
+            sealed.report.members,
+            index.parts.len()
+        ));
+
+        // Plaintext leaves the guest before Executor comes back.
+        guest_dir::remove(&mut self.guest(), &scratch)?;
+        self.guest_dir = None;
+        self.resume()?;
+        self.checkpoint()?;
+
+        ui::say("Verifying the encrypted backup");
+        let verified = sealed.verify(pass)?;
+        self.checkpoint()?;
+        let published = verified.publish()?;
+        self.transcript
+            .line(&format!("published {}", published.path.display()));
+        Ok(published)
+    }
+
+    /// `hb resume`, once.
+    fn resume(&mut self) -> Result<()> {
+        if !self.paused {
+            return Ok(());
+        }
+        self.paused = false;
+        ui::say(format!("Resuming '{}'", self.record.name));
+        self.guest()
+            .hb(&["resume"], timeouts::RESUME, false)
+            .map(drop)
+    }
+
+    /// The seed's cleanup order: guest scratch, host temporaries (already dropped with
+    /// `steps`), resume. Returns the resume's failure.
+    fn cleanup(&mut self) -> Result<()> {
+        if let Some(scratch) = self.guest_dir.take()
+            && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
+        {
+            guest_dir::warn_left(&self.record.machine, &scratch, &e);
+        }
+        self.resume()
+    }
+
+    fn report(&mut self, e: &anyhow::Error) -> ExitCode {
+        let name = self.record.name.clone();
+        let code = match self.signals.pending() {
+            Some(sig) => {
+                ui::error(format!(
+                    "box save {name} interrupted by {}; nothing was published",
+                    DeferredSignals::name(sig)
+                ));
+                ExitCode::from(DeferredSignals::exit_status(sig))
+            }
+            None => {
+                ui::error(format!("box save {name} failed: {e:#}"));
+                ExitCode::FAILURE
+            }
+        };
+        self.transcript.line(&format!("failed: {e:#}"));
+        code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn default_name_has_box_and_stamp() {
+        let name = BoxName::parse("alpha").unwrap();
+        let out = default_out(Path::new("/b"), &name).unwrap();
+        let file = out.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(file.starts_with("alpha-"), "{file}");
+        assert!(file.ends_with(".tar.zst.gpg"), "{file}");
+        assert_eq!(out.parent().unwrap(), Path::new("/b"));
+    }
 }

@@ -1,0 +1,84 @@
+//! Moving a box's `/data` through smolvm for `box save` and `box load` (DESIGN.md "save",
+//! "load"; reference/hermes-box.md §1.7, §2, §3.4).
+//!
+//! The backup engine (`crate::backup`) does the cryptography and validation; this module
+//! does what sits between it and the guest:
+//!
+//! * [`guest_dir`]: the 0700 guest scratch dir under `/root` (never `/tmp`, which smolvm
+//!   does not share reliably) that holds plaintext parts, and its removal;
+//! * [`host_dir`]: the 0700 host scratch dir under `<state>/tmp` that holds at most one
+//!   plaintext part at a time, and the sweep of dirs a killed run left behind;
+//! * [`parts_out`] (save): copy each part out, check it against the part index, stream it
+//!   into the engine, delete it;
+//! * [`parts_in`] (load): pass 2 of the engine cuts the plaintext into parts, each is
+//!   copied in 0600, then the index that `hb import` insists on;
+//! * [`progress`]: bytes, rate and ETA per phase on a terminal;
+//! * [`guest_hb`]: the `hb` verbs a transfer runs, with the transcript and a pending-signal
+//!   flag that cuts long ones short.
+
+pub mod guest_dir;
+pub mod guest_hb;
+pub mod host_dir;
+pub mod parts_in;
+pub mod parts_out;
+pub mod progress;
+
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+use anyhow::{Result, bail};
+
+/// A HUP, INT or TERM arrived; the run stops at its next checkpoint and cleans up.
+#[derive(Debug, thiserror::Error)]
+#[error("interrupted by {}", crate::lifecycle::signals::DeferredSignals::name(*.0))]
+pub struct Interrupted(pub usize);
+
+/// Fails with [`Interrupted`] once a signal is pending on `flag`.
+pub fn checkpoint(flag: Option<&AtomicUsize>) -> Result<()> {
+    match flag.map(|f| f.load(Ordering::SeqCst)) {
+        Some(sig) if sig != 0 => Err(Interrupted(sig).into()),
+        _ => Ok(()),
+    }
+}
+
+/// `hb export`'s default part size: 1 GiB.
+pub const DEFAULT_PART_SIZE: u64 = 1 << 30;
+/// smolvm's `machine cp` refuses files of 4 GiB and more; a part stays below.
+pub const MAX_PART_SIZE: u64 = (4 << 30) - 1;
+
+/// The part size for this run: `BOX_PART_SIZE` (bytes; tests use small ones), else 1 GiB.
+pub fn part_size() -> Result<u64> {
+    match std::env::var("BOX_PART_SIZE") {
+        Ok(v) if !v.trim().is_empty() => parse_part_size(&v),
+        _ => Ok(DEFAULT_PART_SIZE),
+    }
+}
+
+fn parse_part_size(v: &str) -> Result<u64> {
+    match v.trim().parse::<u64>() {
+        Ok(n) if (1..=MAX_PART_SIZE).contains(&n) => Ok(n),
+        _ => bail!(
+            "BOX_PART_SIZE must be a number of bytes from 1 to {MAX_PART_SIZE} (smolvm copies files below 4 GiB), not {:?}",
+            v.chars().take(40).collect::<String>()
+        ),
+    }
+}
+
+/// `20261129-120000`, the stamp used in scratch names.
+pub fn stamp() -> String {
+    chrono::Utc::now().format("%Y%m%d-%H%M%S").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn part_sizes() {
+        assert_eq!(parse_part_size("1048576").unwrap(), 1 << 20);
+        assert_eq!(parse_part_size(" 1 ").unwrap(), 1);
+        assert!(parse_part_size("0").is_err());
+        assert!(parse_part_size("4294967296").is_err());
+        assert!(parse_part_size("1GiB").is_err());
+        assert_eq!(parse_part_size("4294967295").unwrap(), MAX_PART_SIZE);
+    }
+}

@@ -1,0 +1,97 @@
+//! Save: the parts `hb export` wrote in the guest scratch dir come out one at a time. Each
+//! is copied with `machine cp` into the host scratch dir, checked against the part index
+//! (size first, for a clear "arrived truncated", then SHA-256 while it streams into the
+//! engine), and deleted. The index's total must equal what the engine hashed.
+
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::sync::atomic::AtomicUsize;
+
+use anyhow::{Context as _, Result, bail};
+use box_proto::archive::parts::{INDEX_FILE, PartIndex};
+
+use super::guest_hb::Guest;
+use super::progress::Phase;
+use super::{MAX_PART_SIZE, checkpoint};
+use crate::backup::hex_sha;
+use crate::backup::progress::human;
+use crate::backup::save::{Pipeline, Sealed, read_index};
+
+/// Copies the index and every part out of `guest_dir` and through `pipeline`; returns the
+/// sealed (encrypted, validated, hashed) temp file and the index.
+pub fn copy_out_and_seal(
+    guest: &mut Guest<'_>,
+    guest_dir: &str,
+    host_dir: &Path,
+    mut pipeline: Pipeline,
+    cancel: Option<&AtomicUsize>,
+) -> Result<(Sealed, PartIndex)> {
+    let index_path = host_dir.join(INDEX_FILE);
+    guest
+        .smolvm
+        .copy_out(
+            guest.machine,
+            &format!("{guest_dir}/{INDEX_FILE}"),
+            &index_path,
+        )
+        .context("cannot copy the part index out of the box")?;
+    let index = read_index(host_dir)?;
+    let _ = std::fs::remove_file(&index_path);
+    if let Some(big) = index.parts.iter().find(|p| p.size > MAX_PART_SIZE) {
+        bail!(
+            "{} is {} bytes, more than smolvm can copy (4 GiB); set BOX_PART_SIZE lower",
+            big.name,
+            big.size
+        );
+    }
+    guest.transcript.line(&format!(
+        "part index: {} part(s), {} bytes, SHA-256 {}",
+        index.parts.len(),
+        index.total_size,
+        hex_sha(&index.total_sha256)
+    ));
+    let mut phase = Phase::new("copying out", Some(index.total_size));
+    for part in &index.parts {
+        checkpoint(cancel)?;
+        let local = host_dir.join(&part.name);
+        guest
+            .smolvm
+            .copy_out(guest.machine, &format!("{guest_dir}/{}", part.name), &local)
+            .with_context(|| format!("cannot copy {} out of the box", part.name))?;
+        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o600))
+            .with_context(|| format!("cannot make {} private", local.display()))?;
+        let got = std::fs::metadata(&local)
+            .with_context(|| format!("{} did not arrive", part.name))?
+            .len();
+        if got != part.size {
+            let _ = std::fs::remove_file(&local);
+            bail!(
+                "{} arrived truncated from the box: {got} of {} bytes (smolvm machine cp); nothing was published, retry the save",
+                part.name,
+                part.size
+            );
+        }
+        let fed = pipeline.feed_part(&local, Some(part));
+        let _ = std::fs::remove_file(&local);
+        fed?;
+        phase.add(part.size);
+    }
+    let took = phase.finish();
+    checkpoint(cancel)?;
+    let sealed = pipeline.finish()?;
+    if sealed.sha256 != index.total_sha256 || sealed.plaintext_size != index.total_size {
+        bail!(
+            "the parts do not add up to the export (index: {} bytes, SHA-256 {}; received: {} bytes, SHA-256 {})",
+            index.total_size,
+            hex_sha(&index.total_sha256),
+            sealed.plaintext_size,
+            hex_sha(&sealed.sha256)
+        );
+    }
+    guest.transcript.line(&format!(
+        "copied out and encrypted {} in {:.1}s",
+        human(index.total_size),
+        took.as_secs_f64()
+    ));
+    Ok((sealed, index))
+}
