@@ -1,0 +1,260 @@
+//! The box lifecycle end to end: the real `box` against the smolvm simulator (real
+//! namespaced guests, real published ports) with the real `hb` and a real provisioning run
+//! inside, on both simulator personalities (smolvm 1.0.4 and 1.9.2).
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lifecycle_support;
+
+use std::net::TcpListener;
+
+use box_host::state::LockKey;
+use box_proto::BoxName;
+use lifecycle_support::World;
+
+fn full_lifecycle(version: &str) {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new(version);
+    // An unrelated process holds the first port of the range: box must skip it.
+    let stranger = TcpListener::bind(("127.0.0.1", w.port_lo)).unwrap();
+
+    let new = w.run(&["new", "alpha"]);
+    assert!(new.ok(), "{new}");
+    assert!(
+        new.stdout.contains("Ready. Enter with: box enter alpha"),
+        "{new}"
+    );
+    assert!(
+        new.stdout.contains("==>   ["),
+        "provisioning steps are shown: {new}"
+    );
+    assert!(new.stdout.contains("npm-tools"), "{new}");
+    let port = w.port_hi;
+    assert_eq!(
+        w.row("alpha")["web_port"],
+        port,
+        "the taken port {} was not skipped",
+        w.port_lo
+    );
+    assert!(
+        new.stdout.contains(&format!(
+            "host Executor MCP: healthy on http://127.0.0.1:{port}"
+        )),
+        "{new}"
+    );
+    drop(stranger);
+    // 1.0.4 needs the NIC workaround between create and the first start; 1.9 does not.
+    assert_eq!(
+        w.called(&["machine", "update", "--name", "alpha", "--net"]),
+        version == "1.0.4"
+    );
+    // Every create is the waiting launcher with the port published on loopback.
+    let create = w
+        .calls()
+        .into_iter()
+        .find(|c| c.get(1).is_some_and(|v| v == "create"))
+        .unwrap();
+    let create = create.join(" ");
+    assert!(create.contains(&format!("-p {port}:{port}")), "{create}");
+    assert!(
+        create.contains(&format!("-e HB_WEB_PORT={port}")),
+        "{create}"
+    );
+    assert!(
+        create.contains("exec /usr/local/bin/hb workload"),
+        "{create}"
+    );
+
+    let ls = w.run(&["ls", "--json"]);
+    assert!(ls.ok(), "{ls}");
+    let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
+    assert_eq!(rows[0]["name"], "alpha");
+    assert_eq!(rows[0]["state"], "running");
+    assert_eq!(rows[0]["web_port"], port);
+
+    let doctor = w.run(&["doctor"]);
+    assert!(doctor.ok(), "{doctor}");
+    assert!(doctor.stdout.contains("hb doctor passed"), "{doctor}");
+    assert!(
+        doctor.stdout.contains(&format!(
+            "host Executor MCP: healthy on http://127.0.0.1:{port}"
+        )),
+        "{doctor}"
+    );
+
+    // A held box lock: clear refusal and not a single smolvm call.
+    let before = w.calls().len();
+    let held = w.hold(
+        LockKey::Box(BoxName::parse("alpha").unwrap()),
+        "box save alpha",
+    );
+    let stop = w.run(&["stop", "alpha"]);
+    assert_eq!(stop.code, Some(1), "{stop}");
+    assert!(
+        stop.stderr
+            .contains("another operation (box save alpha, pid ")
+            && stop.stderr.contains("holds the 'alpha' lock"),
+        "{stop}"
+    );
+    assert_eq!(
+        w.calls().len(),
+        before,
+        "box stop called smolvm while the lock was held"
+    );
+    drop(held);
+
+    let stop = w.run(&["stop", "alpha"]);
+    assert!(stop.ok(), "{stop}");
+    let calls: Vec<String> = w.calls().iter().map(|c| c.join(" ")).collect();
+    let down = calls
+        .iter()
+        .rposition(|c| c.ends_with("-- /usr/local/bin/hb down"));
+    let mstop = calls.iter().rposition(|c| c == "machine stop --name alpha");
+    assert!(
+        down.is_some() && down < mstop,
+        "hb down must precede machine stop: {calls:#?}"
+    );
+    assert_eq!(w.machines(), [("alpha".to_string(), "stopped".to_string())]);
+    let ls = w.run(&["ls"]);
+    assert!(
+        ls.stdout
+            .lines()
+            .any(|l| l.split_whitespace().collect::<Vec<_>>()
+                == ["alpha", "stopped", &format!("http://127.0.0.1:{port}")]),
+        "{ls}"
+    );
+
+    let start = w.run(&["start", "alpha"]);
+    assert!(start.ok(), "{start}");
+    assert!(
+        start.stdout.contains("'alpha' is running and healthy"),
+        "{start}"
+    );
+    let doctor = w.run(&["doctor", "alpha", "--json"]);
+    assert!(doctor.ok(), "{doctor}");
+    let report: serde_json::Value = serde_json::from_str(&doctor.stdout).unwrap();
+    assert_eq!(report["ok"], true);
+    assert!(
+        report["checks"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .any(|c| c["name"] == "host-mcp" && c["status"] == "ok"),
+        "{doctor}"
+    );
+
+    // box open: the opener gets the authenticated URL; nothing else ever sees the token.
+    let opened = w.dir.path().join("opened-url");
+    let browser = w.dir.path().join("record-browser");
+    std::fs::write(
+        &browser,
+        format!(
+            "#!/bin/sh\nprintf '%s\\n' \"$#\" \"$1\" > '{}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&browser, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let open = w.run_env(
+        &["open", "alpha"],
+        &[("BOX_BROWSER", browser.to_str().unwrap())],
+    );
+    assert!(open.ok(), "{open}");
+    assert!(
+        open.stdout.contains(&format!(
+            "Opening authenticated Executor UI at http://127.0.0.1:{port}"
+        )),
+        "{open}"
+    );
+    let got = std::fs::read_to_string(&opened).unwrap();
+    let mut lines = got.lines();
+    assert_eq!(
+        lines.next(),
+        Some("1"),
+        "the URL must be the opener's only argument"
+    );
+    let url = lines.next().unwrap();
+    let prefix = format!("http://127.0.0.1:{port}/?_token=");
+    assert!(url.starts_with(&prefix), "{url}");
+    let token = &url[prefix.len()..];
+    assert!(
+        token.len() >= 16,
+        "implausible token length {}",
+        token.len()
+    );
+
+    // rm: no terminal and no --force is refused; with --force the box is gone.
+    let rm = w.run(&["rm", "alpha"]);
+    assert_eq!(rm.code, Some(1), "{rm}");
+    assert!(
+        rm.stderr
+            .contains("refusing non-interactive deletion without --force"),
+        "{rm}"
+    );
+    assert!(rm.stderr.contains("no backup found for 'alpha'"), "{rm}");
+    assert_eq!(w.machines().len(), 1);
+    let rm = w.run(&["rm", "alpha", "--force"]);
+    assert!(rm.ok(), "{rm}");
+    assert!(rm.stdout.contains("deleted 'alpha'"), "{rm}");
+    assert!(w.machines().is_empty());
+    assert!(!w.row_exists("alpha"));
+    let ls = w.run(&["ls"]);
+    assert!(ls.stdout.contains("No hermes-box-lite boxes yet"), "{ls}");
+    w.assert_no_locks("alpha");
+
+    // The token never reached our output, our logs or smolvm's argv.
+    assert!(!w.transcript.contains(token), "token in box output");
+    assert!(!w.logs().contains(token), "token in box logs");
+    assert!(
+        !w.calls_text().contains(token),
+        "token in the smolvm call log"
+    );
+}
+
+#[test]
+fn full_lifecycle_on_smolvm_1_0_4() {
+    full_lifecycle("1.0.4");
+}
+
+#[test]
+fn full_lifecycle_on_smolvm_1_9_2() {
+    full_lifecycle("1.9.2");
+}
+
+#[test]
+fn two_concurrent_news_of_one_name_make_exactly_one_machine() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+    // A slow create widens the window in which both are in flight.
+    let env = [
+        ("SMOLVM_SIM_FAIL", "create:slow"),
+        ("SMOLVM_SIM_SLOW_SECS", "1"),
+    ];
+    let a = w.spawn(&["new", "same"], &env);
+    let b = w.spawn(&["new", "same"], &env);
+    let a = w.collect(a, "box new same (a)");
+    let b = w.collect(b, "box new same (b)");
+    let (won, lost) = if a.ok() { (a, b) } else { (b, a) };
+    assert!(won.ok(), "{won}");
+    assert_eq!(lost.code, Some(1), "{lost}");
+    assert!(
+        lost.stderr.contains("holds the 'same' lock")
+            || lost.stderr.contains("already registered")
+            || lost.stderr.contains("already exists"),
+        "{lost}"
+    );
+    assert_eq!(w.machines(), [("same".to_string(), "running".to_string())]);
+    let creates = w
+        .calls()
+        .iter()
+        .filter(|c| c.get(1).is_some_and(|v| v == "create"))
+        .count();
+    assert_eq!(creates, 1, "{}", w.calls_text());
+    let rm = w.run(&["rm", "same", "--force"]);
+    assert!(rm.ok(), "{rm}");
+    w.assert_no_locks("same");
+}

@@ -1,0 +1,361 @@
+//! Shared harness of the lifecycle tests: the real `box`, the smolvm simulator with real
+//! namespaced guests, and the real `hb` inside them. Each test gets its own BOX_HOME,
+//! SMOLVM_SIM_HOME and a free pair of host ports, and every machine is deleted at the end.
+#![allow(dead_code)]
+
+use std::net::TcpListener;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use box_host::state::{LockGuard, LockKey, StateDir, locks};
+use box_proto::BoxName;
+
+/// The lifecycle tests share the CPU (two cores in CI) and host ports: one at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// npm tools the host already has (scripts/setup.sh, hb's section), pinned so provisioning
+/// inside a simulator guest (which sees the host userland) finds them and needs no network.
+const TOOL_PREFIX: &str = "/opt/hermes-box-ci";
+
+pub fn box_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_box"))
+}
+
+/// `smolvm-sim` and `hb` are built beside `box` by `cargo test --workspace`.
+pub fn sibling(name: &str) -> PathBuf {
+    let p = box_bin().with_file_name(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build -p smolvm-sim -p hb-guest, or cargo test --workspace)",
+        p.display()
+    );
+    p
+}
+
+/// The simulator needs root (namespaces, overlay mounts) and the tools under TOOL_PREFIX.
+/// Returns false (and says why) when they are missing outside CI; fails under CI=true.
+pub fn prerequisites() -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (the simulator builds namespaced guests)".to_string());
+    }
+    for t in ["executor", "codex", "claude"] {
+        if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
+            missing.push(format!("{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh)"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("lifecycle tests need: {}", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// What a finished `box` call printed.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    fn from(out: Output) -> Self {
+        Self {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// One test's world.
+pub struct World {
+    _serial: MutexGuard<'static, ()>,
+    pub dir: tempfile::TempDir,
+    pub home: PathBuf,
+    pub sim_home: PathBuf,
+    pub config: PathBuf,
+    pub version: String,
+    pub port_lo: u16,
+    pub port_hi: u16,
+    /// Everything `box` printed in this world, for secret scans.
+    pub transcript: String,
+    pub extra_env: Vec<(String, String)>,
+}
+
+fn free_port_pair() -> u16 {
+    for _ in 0..200 {
+        let base = 20000 + rand::random::<u16>() % 20000;
+        let ok = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
+        if ok(base) && ok(base + 1) {
+            return base;
+        }
+    }
+    panic!("no free port pair for the test");
+}
+
+impl World {
+    pub fn new(version: &str) -> Self {
+        let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+        let dir = tempfile::tempdir().unwrap();
+        let home = dir.path().join("box-home");
+        let sim_home = dir.path().join("sim-home");
+        std::fs::create_dir_all(&sim_home).unwrap();
+        let port_lo = free_port_pair();
+        let config = dir.path().join("box.env");
+        std::fs::write(
+            &config,
+            format!(
+                "# lifecycle test config: tools the host has, no network installs\n\
+                 INSTALL_HERMES=0\n\
+                 NODE_MAJOR=20\n\
+                 CLAUDE_CODE_VERSION=2.1.197\n\
+                 CODEX_VERSION=0.171.0\n\
+                 EXECUTOR_VERSION=1.5.9\n\
+                 EXECUTOR_PORT_LO={port_lo}\n\
+                 EXECUTOR_PORT_HI={}\n\
+                 BOX_CPUS=2\n\
+                 BOX_MEM_MIB=2048\n\
+                 BACKUP_DIR={}\n",
+                port_lo + 1,
+                dir.path().join("backups").display()
+            ),
+        )
+        .unwrap();
+        Self {
+            _serial: serial,
+            home,
+            sim_home,
+            config,
+            version: version.to_string(),
+            port_lo,
+            port_hi: port_lo + 1,
+            dir,
+            transcript: String::new(),
+            extra_env: Vec::new(),
+        }
+    }
+
+    /// Environment for `box` and the simulator.
+    fn apply_env(&self, cmd: &mut Command) {
+        cmd.env("BOX_HOME", &self.home)
+            .env("BOX_CONFIG", &self.config)
+            .env("SMOLVM", sibling("smolvm-sim"))
+            .env("SMOLVM_SIM_HOME", &self.sim_home)
+            .env("SMOLVM_SIM_VERSION", &self.version)
+            .env(
+                "BOX_TEST_GUEST_ENV",
+                format!(
+                    "HB_TOOL_PREFIX={TOOL_PREFIX},PATH={TOOL_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                ),
+            )
+            .env("NO_COLOR", "1")
+            .env_remove("SMOLVM_SIM_FAIL")
+            .env_remove("BOX_SMOLVM_TIMEOUT")
+            .env_remove("BOX_SKIP_PROVISION")
+            .env_remove("BOX_BROWSER")
+            .env_remove("BOX_KEEP_ON_FAILURE")
+            .env_remove("INSTALL_EXECUTOR")
+            .env_remove("EXPOSE_EXECUTOR_WEB")
+            .env_remove("BOX_HB_BINARY")
+            .env_remove("BOX_PROVISION_DIR");
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+    }
+
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(box_bin());
+        cmd.args(args).stdin(Stdio::null());
+        self.apply_env(&mut cmd);
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // No controlling terminal, as in CI: `box rm` must refuse without --force.
+        unsafe {
+            use std::os::unix::process::CommandExt;
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    /// Runs `box args…` with extra environment and waits (bounded by the call deadlines).
+    pub fn run_env(&mut self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let out = self.command(args, env).output().unwrap();
+        let run = Run::from(out);
+        self.transcript
+            .push_str(&format!("$ box {}\n{run}\n", args.join(" ")));
+        run
+    }
+
+    pub fn run(&mut self, args: &[&str]) -> Run {
+        self.run_env(args, &[])
+    }
+
+    /// Starts `box args…` in the background, output piped.
+    pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        let mut cmd = self.command(args, env);
+        cmd.stdout(Stdio::piped()).stderr(Stdio::piped());
+        cmd.spawn().unwrap()
+    }
+
+    pub fn collect(&mut self, child: Child, label: &str) -> Run {
+        let run = Run::from(child.wait_with_output().unwrap());
+        self.transcript.push_str(&format!("$ {label}\n{run}\n"));
+        run
+    }
+
+    /// The simulator directly (for inspection and cleanup), without faults.
+    pub fn sim(&self, args: &[&str]) -> Output {
+        let mut cmd = Command::new(sibling("smolvm-sim"));
+        cmd.args(args).stdin(Stdio::null());
+        self.apply_env(&mut cmd);
+        cmd.output().unwrap()
+    }
+
+    /// `(name, state)` of every machine the simulator has.
+    pub fn machines(&self) -> Vec<(String, String)> {
+        let out = self.sim(&["machine", "ls", "--json"]);
+        assert!(
+            out.status.success(),
+            "sim ls failed: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let mut m: Vec<(String, String)> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|m| {
+                (
+                    m["name"].as_str().unwrap().to_string(),
+                    m["state"].as_str().unwrap_or("").to_string(),
+                )
+            })
+            .collect();
+        m.sort();
+        m
+    }
+
+    /// argv (after the program) of every smolvm call so far.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(self.sim_home.join("calls.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| {
+                v["argv"]
+                    .as_array()
+                    .unwrap()
+                    .iter()
+                    .skip(1)
+                    .map(|a| a.as_str().unwrap_or("").to_string())
+                    .collect()
+            })
+            .collect()
+    }
+
+    pub fn calls_text(&self) -> String {
+        std::fs::read_to_string(self.sim_home.join("calls.jsonl")).unwrap_or_default()
+    }
+
+    /// Whether some call's argv starts with `prefix`.
+    pub fn called(&self, prefix: &[&str]) -> bool {
+        self.calls()
+            .iter()
+            .any(|c| c.len() >= prefix.len() && c.iter().zip(prefix).all(|(a, b)| a == b))
+    }
+
+    pub fn state(&self) -> StateDir {
+        StateDir::at(self.home.clone())
+    }
+
+    pub fn row_exists(&self, name: &str) -> bool {
+        self.home
+            .join("boxes")
+            .join(format!("{name}.json"))
+            .exists()
+    }
+
+    pub fn row(&self, name: &str) -> serde_json::Value {
+        let text =
+            std::fs::read_to_string(self.home.join("boxes").join(format!("{name}.json"))).unwrap();
+        serde_json::from_str(&text).unwrap()
+    }
+
+    /// Takes a lock from this (another) process, as a concurrent `box` would.
+    pub fn hold(&self, key: LockKey, operation: &str) -> LockGuard {
+        locks::try_acquire(&self.state(), key, operation).unwrap()
+    }
+
+    /// Asserts that neither the registry lock nor `name`'s lock is held by anyone.
+    pub fn assert_no_locks(&self, name: &str) {
+        let state = self.state();
+        locks::try_acquire(&state, LockKey::Registry, "test").expect("registry lock still held");
+        locks::try_acquire(&state, LockKey::Box(BoxName::parse(name).unwrap()), "test")
+            .expect("box lock still held");
+    }
+
+    /// Waits until a smolvm call containing `needle` in its argv has been logged.
+    pub fn wait_for_call(&self, needle: &str, timeout: Duration) {
+        let deadline = Instant::now() + timeout;
+        while Instant::now() < deadline {
+            if self.calls().iter().any(|c| c.join(" ").contains(needle)) {
+                return;
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        panic!(
+            "no smolvm call with {needle:?} within {timeout:?}; calls:\n{}",
+            self.calls_text()
+        );
+    }
+
+    /// Every log file box wrote, concatenated.
+    pub fn logs(&self) -> String {
+        let mut all = String::new();
+        if let Ok(rd) = std::fs::read_dir(self.home.join("logs")) {
+            for e in rd.flatten() {
+                all.push_str(&std::fs::read_to_string(e.path()).unwrap_or_default());
+            }
+        }
+        all
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        // Always leave no machine behind, whatever the test did.
+        let out = self.sim(&["machine", "ls", "--json"]);
+        if let Ok(serde_json::Value::Array(ms)) = serde_json::from_slice(&out.stdout) {
+            for m in ms {
+                if let Some(name) = m["name"].as_str() {
+                    let _ = self.sim(&["machine", "delete", "--name", name, "-f"]);
+                }
+            }
+        }
+    }
+}
