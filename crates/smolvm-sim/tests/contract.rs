@@ -73,6 +73,17 @@ fn py_image() -> String {
     std::env::var("SMOLVM_CONTRACT_PY_IMAGE").unwrap_or_else(|_| "python:3.12-slim".into())
 }
 
+/// True when libtest runs tests in parallel (anything but `--test-threads=1`).
+fn concurrent_tests() -> bool {
+    let args: Vec<String> = std::env::args().collect();
+    let one = args
+        .windows(2)
+        .any(|w| w[0] == "--test-threads" && w[1] == "1")
+        || args.iter().any(|a| a == "--test-threads=1")
+        || std::env::var("RUST_TEST_THREADS").is_ok_and(|v| v == "1");
+    !one
+}
+
 static SEQ: AtomicU32 = AtomicU32::new(0);
 
 /// A free high TCP port, distinct per call and per test process.
@@ -270,8 +281,10 @@ fn wait_http(port: u16, path: &str, max: Duration) -> Option<String> {
     None
 }
 
-/// Every live process whose namespace link `/proc/PID/ns/<ns>` equals `target`.
-fn procs_in_ns(ns: &str, target: &str) -> Vec<String> {
+/// Every live process whose namespace link `/proc/PID/ns/<ns>` equals `target`, as
+/// (pid, start time). Namespace inode numbers are reused once freed, so "still there" checks
+/// compare these identities, not the inode alone.
+fn procs_in_ns(ns: &str, target: &str) -> Vec<(String, String)> {
     let mut out = Vec::new();
     for e in std::fs::read_dir("/proc").unwrap().flatten() {
         let n = e.file_name().to_string_lossy().into_owned();
@@ -281,10 +294,29 @@ fn procs_in_ns(ns: &str, target: &str) -> Vec<String> {
         if let Ok(l) = std::fs::read_link(format!("/proc/{n}/ns/{ns}"))
             && l.to_string_lossy() == target
         {
-            out.push(n);
+            out.push((n.clone(), start_time(&n)));
         }
     }
     out
+}
+
+fn start_time(pid: &str) -> String {
+    std::fs::read_to_string(format!("/proc/{pid}/stat"))
+        .ok()
+        .and_then(|s| {
+            let rest = s[s.rfind(')')? + 2..].to_string();
+            rest.split_whitespace().nth(19).map(str::to_string)
+        })
+        .unwrap_or_default()
+}
+
+/// Which of `before` still live (same PID, same start time).
+fn survivors(before: &[(String, String)]) -> Vec<String> {
+    before
+        .iter()
+        .filter(|(p, st)| !st.is_empty() && start_time(p) == *st)
+        .map(|(p, _)| p.clone())
+        .collect()
 }
 
 fn mounts_mentioning(needle: &str) -> Vec<String> {
@@ -1134,7 +1166,10 @@ fn delete_force_leaves_nothing_behind() {
         .unwrap()
         .to_string_lossy()
         .into_owned();
-    assert!(procs_in_ns("pid", &pidns).len() >= 3);
+    let in_pid = procs_in_ns("pid", &pidns);
+    let in_net = procs_in_ns("net", &netns);
+    let in_mnt = procs_in_ns("mnt", &mntns);
+    assert!(in_pid.len() >= 3, "{in_pid:?}");
     let o = s.ok(&["machine", "delete", "--name", &n, "-f"]);
     assert_eq!(
         o.stdout,
@@ -1143,17 +1178,23 @@ fn delete_force_leaves_nothing_behind() {
         )
     );
     assert!(
-        procs_in_ns("pid", &pidns).is_empty(),
+        survivors(&in_pid).is_empty(),
         "processes of the machine remain"
     );
     assert!(
-        procs_in_ns("net", &netns).is_empty(),
+        survivors(&in_net).is_empty(),
         "network namespace still in use"
     );
     assert!(
-        procs_in_ns("mnt", &mntns).is_empty(),
+        survivors(&in_mnt).is_empty(),
         "mount namespace still in use"
     );
+    if !concurrent_tests() {
+        // Run alone (just contract), a freed namespace inode is not reused by another test.
+        assert!(procs_in_ns("pid", &pidns).is_empty());
+        assert!(procs_in_ns("net", &netns).is_empty());
+        assert!(procs_in_ns("mnt", &mntns).is_empty());
+    }
     assert!(
         mounts_mentioning(&data).is_empty(),
         "mounts remain: {:?}",
