@@ -246,11 +246,30 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
                     .unwrap_or(0)
             };
             let sp = slirp.as_ref().map_or(0, |s| s.child.id() as i32);
-            let _ = report.write_all(
-                format!("ok {} {init_pid} {sp} {workload}\n", std::process::id()).as_bytes(),
-            );
-            drop(report);
+            // From here a `stop` may arrive at any time: queue it for `supervise`.
             let set = block_stop_signals();
+            // Record the running machine ourselves (`start` holds the registry lock and waits
+            // for us), so it is not orphaned if `start` dies before it saves.
+            let me = std::process::id() as i32;
+            let mut rec = registry::load(name)
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| r.clone());
+            rec.state = registry::State::Running;
+            rec.pid = Some(me);
+            rec.pid_start_time = registry::proc_start_time(me);
+            rec.init_pid = Some(init_pid);
+            rec.slirp_pid = (sp > 0).then_some(sp);
+            rec.workload_pid = (workload > 0).then_some(workload);
+            rec.workload_start_time = rec.workload_pid.and_then(registry::proc_start_time);
+            if !rec.init.is_empty() || rec.image.is_some() {
+                rec.init_completed = true;
+            }
+            if let Err(e) = registry::save(&rec) {
+                eprintln!("smolvm-sim: recording '{name}' as running: {e}");
+            }
+            let _ = report.write_all(format!("ok {me} {init_pid} {sp} {workload}\n").as_bytes());
+            drop(report);
             network::ipv6_loopback_relays(&r.ports);
             supervise(&set, init_pid, slirp);
             Ok(0)
