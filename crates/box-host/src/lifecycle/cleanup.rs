@@ -111,3 +111,46 @@ pub fn rollback_created(
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::state::BoxRecord;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A smolvm whose delete succeeds but whose listing then cannot be read: the "status
+    /// ambiguous" case, which the simulator cannot single out (all `ls` calls look alike).
+    fn ambiguous_smolvm(dir: &std::path::Path) -> Smolvm {
+        let path = dir.join("smolvm");
+        std::fs::write(
+            &path,
+            "#!/bin/sh\ncase \"$2\" in\n  delete) echo 'Deleted machine: alpha';;\n  ls) echo 'Error: config operation failed: load database: database is locked' >&2; exit 1;;\nesac\n",
+        )
+        .unwrap();
+        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
+        Smolvm::with_binary(path, None)
+    }
+
+    #[test]
+    fn an_unreadable_listing_after_delete_keeps_the_row() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::at(tmp.path().join("state"));
+        let name = BoxName::parse("alpha").unwrap();
+        let reg = Registry::new(&state);
+        reg.insert(&BoxRecord {
+            name: name.clone(),
+            machine: "alpha".into(),
+            web_port: None,
+            created_at: "2026-11-29T07:00:00Z".into(),
+            box_version: "0.1.0".into(),
+            base_image: "ubuntu:24.04".into(),
+        })
+        .unwrap();
+        let smolvm = ambiguous_smolvm(tmp.path());
+        let outcome = rollback_created(&state, &smolvm, &name, "alpha", None, true);
+        assert_eq!(outcome, Rollback::Uncertain);
+        assert!(reg.get(&name).unwrap().is_some(), "the row must be kept");
+        // And nothing holds the registry lock afterwards.
+        locks::try_acquire(&state, LockKey::Registry, "test").unwrap();
+    }
+}
