@@ -57,4 +57,24 @@ else
 fi
 # --- end hb / agents (issue 4) ---
 
+# --- host lifecycle (issue 5) ---
+# The lifecycle tests (crates/box-host/tests/lifecycle*.rs) provision for real inside
+# simulator guests, which see this host's userland: with provision.sh's apt packages
+# already here, its apt step finds nothing to install and needs no network. The npm tools
+# it needs come from hb's section above (/opt/hermes-box-ci, pinned versions).
+lifecycle_apt=(ca-certificates curl git jq tmux sudo neovim build-essential xz-utils
+  less procps iproute2 util-linux ripgrep unzip python3 python3-venv)
+lifecycle_missing=()
+for p in "${lifecycle_apt[@]}"; do
+  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || lifecycle_missing+=("$p")
+done
+if [ ${#lifecycle_missing[@]} -gt 0 ]; then
+  log "apt-get install ${lifecycle_missing[*]} (provision.sh's packages, for the lifecycle tests)"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lifecycle_missing[@]}"
+else
+  log "lifecycle test packages: all present"
+fi
+# --- end host lifecycle (issue 5) ---
+
 log "setup complete"
