@@ -3,9 +3,11 @@
 //! Overlayfs refuses an upper dir inside its lower dir, so `/` cannot be the lower layer while
 //! the machine's state lives under SMOLVM_SIM_HOME. Instead the root is assembled per top-level
 //! directory: a persistent skeleton (`<data>/guest/top`, which holds the guest's own `/root`,
-//! `/home`, `/tmp`, `/data`, `/workspace` ...) is bind-mounted as the new root, and each host
-//! system directory (`/usr`, `/etc`, `/var`, `/opt` ...) is an overlay whose lower layer is the
-//! host directory (read-only) and whose upper layer is `<data>/guest/upper/<dir>`. `/proc`,
+//! `/home`, `/tmp`, `/data`, `/workspace`, `/opt`, `/srv` ...) is bind-mounted as the new root,
+//! and each host system directory (`/usr`, `/etc`, `/var`, `/lib*` ...) is an overlay whose
+//! lower layer is the host directory (read-only) and whose upper layer is
+//! `<data>/guest/upper/<dir>`. `/usr/local` is the guest's own (`<data>/guest/usr-local`), so
+//! site-local host tools never leak into a guest. `/proc`,
 //! `/sys` (read-only), a minimal `/dev` and `/run` are fresh per boot. Everything else persists
 //! across stop/start, like smolvm's persistent overlay; deleting the machine removes it.
 
@@ -15,12 +17,21 @@ use std::os::unix::fs::{PermissionsExt, symlink};
 use std::path::{Path, PathBuf};
 
 /// Host directories the guest sees through a per-machine overlay (symlinks are copied).
-pub const OVERLAID: [&str; 11] = [
-    "usr", "etc", "opt", "var", "srv", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+pub const OVERLAID: [&str; 9] = [
+    "usr", "etc", "var", "bin", "sbin", "lib", "lib32", "lib64", "libx32",
+];
+
+/// The parts of the host userland that are site-local rather than distro packages start
+/// empty in a guest, as in a stock image: `/usr/local` (hidden by a private directory with the
+/// usual skeleton), `/opt` and `/srv` (private directories).
+const USR_LOCAL_SKELETON: [&str; 9] = [
+    "bin", "etc", "games", "include", "lib", "man", "sbin", "share", "src",
 ];
 
 /// Guest-private directories in the persistent skeleton, with their modes.
-const PRIVATE_DIRS: [(&str, u32); 12] = [
+const PRIVATE_DIRS: [(&str, u32); 14] = [
+    ("opt", 0o755),
+    ("srv", 0o755),
     ("root", 0o700),
     ("home", 0o755),
     ("tmp", 0o1777),
@@ -175,6 +186,19 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
     for (d, mode) in PRIVATE_DIRS {
         mkdir_mode(&r.join(d), mode)?;
     }
+    let local = g.join("usr-local");
+    for d in USR_LOCAL_SKELETON {
+        mkdir_mode(&local.join(d), 0o755)?;
+    }
+    if r.join("usr/local").is_dir() {
+        mount(
+            Some(&local.to_string_lossy()),
+            &r.join("usr/local"),
+            None,
+            libc::MS_BIND,
+            None,
+        )?;
+    }
 
     let nodev = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     mount(Some("proc"), &r.join("proc"), Some("proc"), nodev, None)?;
@@ -192,6 +216,7 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("mode=755"),
     )?;
+    mkdir_mode(&r.join("run/lock"), 0o1777)?;
     make_dev(&r.join("dev"))?;
     if network {
         fix_resolv_conf(&r.join("etc"))?;
