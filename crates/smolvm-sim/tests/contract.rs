@@ -881,6 +881,25 @@ fn exec_semantics() {
         ],
     );
     s.start(&n);
+    let o = s.run(&["machine", "update", "--name", &n, "--net"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert_eq!(
+        o.stderr,
+        "Error: invalid vm state: expected stopped, got Running\n"
+    );
+    let table = s.ok(&["machine", "ls"]).stdout;
+    let mut lines = table.lines();
+    assert!(
+        lines
+            .next()
+            .unwrap()
+            .starts_with("NAME                 STATE         CPUS     MEMORY")
+    );
+    assert_eq!(lines.next().unwrap(), "-".repeat(88));
+    assert!(
+        table.contains(&format!("{n:<20} running")) || n.len() > 18,
+        "{table}"
+    );
     let o = s.sh(&n, "echo out; echo err >&2; exit 7");
     assert_eq!(
         (o.code, o.stdout.as_str(), o.stderr.as_str()),
