@@ -75,6 +75,23 @@ if [ ${#lifecycle_missing[@]} -gt 0 ]; then
 else
   log "lifecycle test packages: all present"
 fi
+# Simulator guests get a private, empty /opt (like a stock image) but overlay /var from the
+# host, so the lifecycle tests and the demo reach hb's pinned npm tools through a
+# hard-linked copy under /var (no extra disk; a plain copy where links cannot be made).
+lifecycle_tools=/var/lib/hermes-box-lifecycle-tools
+if [ -x /opt/hermes-box-ci/bin/executor ]; then
+  lifecycle_stamp=$(cd /opt/hermes-box-ci && find . -name package.json -path '*/node_modules/*' -maxdepth 4 -exec md5sum {} + 2>/dev/null | sort | md5sum)
+  if [ "$(cat "$lifecycle_tools/.stamp" 2>/dev/null)" != "$lifecycle_stamp" ]; then
+    log "linking /opt/hermes-box-ci into $lifecycle_tools (for simulator guests)"
+    as_root rm -rf "$lifecycle_tools"
+    as_root cp -al /opt/hermes-box-ci "$lifecycle_tools" 2>/dev/null || as_root cp -a /opt/hermes-box-ci "$lifecycle_tools"
+    printf '%s\n' "$lifecycle_stamp" | as_root tee "$lifecycle_tools/.stamp" >/dev/null
+  else
+    log "lifecycle test tools: $lifecycle_tools up to date"
+  fi
+else
+  log "WARNING: /opt/hermes-box-ci has no executor; the lifecycle tests will fail under CI=true"
+fi
 # --- end host lifecycle (issue 5) ---
 
 log "setup complete"
