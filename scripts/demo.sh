@@ -53,7 +53,7 @@ else
     echo "BOX_CPUS=2"
     echo "BOX_MEM_MIB=2048"
   } > "$BOX_CONFIG"
-  tools=/opt/hermes-box-ci
+  tools=/var/lib/hermes-box-lifecycle-tools   # scripts/setup.sh; guests cannot see /opt
   if [ -x "$tools/bin/executor" ]; then
     ver() { node -p "require('$tools/lib/node_modules/$1/package.json').version" 2>/dev/null; }
     {

@@ -15,9 +15,10 @@ use box_proto::BoxName;
 /// The lifecycle tests share the CPU (two cores in CI) and host ports: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// npm tools the host already has (scripts/setup.sh, hb's section), pinned so provisioning
+/// npm tools the host already has (scripts/setup.sh links them under /var, which simulator
+/// guests overlay from the host; their /opt is private), pinned so provisioning
 /// inside a simulator guest (which sees the host userland) finds them and needs no network.
-const TOOL_PREFIX: &str = "/opt/hermes-box-ci";
+const TOOL_PREFIX: &str = "/var/lib/hermes-box-lifecycle-tools";
 
 pub fn box_bin() -> PathBuf {
     PathBuf::from(env!("CARGO_BIN_EXE_box"))
