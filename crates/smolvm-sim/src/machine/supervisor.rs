@@ -385,6 +385,7 @@ fn supervise(set: &libc::sigset_t, init_pid: i32, slirp: Option<network::Slirp>)
             tv_sec: 1,
             tv_nsec: 0,
         };
+        let mut reaped = false;
         loop {
             let sig = libc::sigtimedwait(set, std::ptr::null_mut(), &ts);
             if sig == libc::SIGTERM || sig == libc::SIGINT || sig == libc::SIGHUP {
@@ -395,11 +396,15 @@ fn supervise(set: &libc::sigset_t, init_pid: i32, slirp: Option<network::Slirp>)
             if w == init_pid
                 || (w < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
             {
+                reaped = true;
                 break;
             }
         }
-        libc::kill(init_pid, libc::SIGKILL);
-        libc::waitpid(init_pid, std::ptr::null_mut(), 0);
+        // Never signal a PID we have already reaped: it may belong to someone else now.
+        if !reaped {
+            libc::kill(init_pid, libc::SIGKILL);
+            libc::waitpid(init_pid, std::ptr::null_mut(), 0);
+        }
     }
     if let Some(mut s) = slirp {
         let _ = s.child.kill();
