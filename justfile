@@ -40,6 +40,12 @@ bench:
 demo:
     bash scripts/demo.sh
 
-# Cross-built release tarballs into dist/
+# Cross-built release tarballs into dist/ (installs the cross toolchain first: zig, qemu, targets)
 release:
+    bash scripts/setup.sh --release
     bash scripts/release.sh
+
+# Build the release twice in separate trees and compare every byte (reproducibility proof)
+release-check:
+    bash scripts/setup.sh --release
+    bash scripts/release.sh --check

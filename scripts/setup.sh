@@ -6,6 +6,16 @@ set -euo pipefail
 log() { printf '==> %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# `--release` adds the cross toolchain `just release` and CI's aarch64 check need (see the
+# release section at the end); without it this script stays cheap, as CI runs it every time.
+with_release=0
+for arg in "$@"; do
+  case "$arg" in
+    --release) with_release=1 ;;
+    *) echo "usage: scripts/setup.sh [--release]" >&2; exit 2 ;;
+  esac
+done
+
 apt_packages=(
   gnupg tar gzip zstd python3 git curl ca-certificates jq
   iproute2 util-linux slirp4netns procps psmisc
@@ -28,6 +38,51 @@ if ! command -v just >/dev/null 2>&1; then
   log "pip install rust-just (the 'just' command runner)"
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore rust-just
   command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+fi
+
+# --- release (issue 8) ---
+# Cross-building `hb` and `box` (scripts/release.sh, scripts/ci-aarch64.sh). zstd-sys and the
+# bundled SQLite compile C, so the Linux musl and macOS targets link with zig through
+# cargo-zigbuild (zig ships musl and macOS libc headers for every target). Versions are pinned:
+# a release is reproducible for the same commit *and* toolchain. Each step runs only when its
+# tool is missing or at another version.
+if [ "$with_release" -eq 1 ]; then
+  release_zig_version=0.17.1
+  release_zigbuild_version=0.24.1
+  release_targets=(x86_64-unknown-linux-musl aarch64-unknown-linux-musl aarch64-unknown-linux-gnu
+                   aarch64-apple-darwin)
+  # libc6-arm64-cross: the aarch64 glibc qemu needs to run the aarch64 Linux box here.
+  release_apt=(qemu-user-static libc6-arm64-cross binutils file)
+
+  missing=()
+  for p in "${release_apt[@]}"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "apt-get install ${missing[*]} (release)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  fi
+
+  installed_targets=$(rustup target list --installed)
+  for t in "${release_targets[@]}"; do
+    if ! grep -qx "$t" <<<"$installed_targets"; then
+      log "rustup target add $t"
+      rustup target add "$t"
+    fi
+  done
+
+  if [ "$(python3 -m ziglang version 2>/dev/null || true)" != "$release_zig_version" ]; then
+    log "pip install ziglang==$release_zig_version (zig, the C compiler and linker for cross targets)"
+    python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore \
+      "ziglang==$release_zig_version"
+  fi
+
+  if [ "$(cargo-zigbuild -V 2>/dev/null || true)" != "cargo-zigbuild $release_zigbuild_version" ]; then
+    log "cargo install cargo-zigbuild $release_zigbuild_version"
+    cargo install --locked --quiet cargo-zigbuild --version "$release_zigbuild_version"
+  fi
+  log "release toolchain: zig $release_zig_version, cargo-zigbuild $release_zigbuild_version, targets ${release_targets[*]}"
 fi
 
 # --- hb / agents (issue 4) ---
