@@ -1298,6 +1298,22 @@ fn personality_1_9_2_differences() {
         .collect();
     assert_eq!(keys, want);
     assert_eq!(m["labels"]["team"], "core");
+    let stray = new.name("stray");
+    let o = new.run(&[
+        "machine", "create", "--name", &stray, "--", "sleep", "--mem", "1",
+    ]);
+    assert_eq!(
+        o.stderr,
+        "note: --mem came after `--`, so it was passed to the workload and did not configure the machine. Machine options go before `--`.\n"
+    );
+    let stray_old = old.name("stray");
+    assert_eq!(
+        old.run(&[
+            "machine", "create", "--name", &stray_old, "--", "sleep", "--mem", "1"
+        ])
+        .stderr,
+        ""
+    );
     assert_eq!(
         old.run(&["machine", "exec", "--name", "x", "-d", "--", "true"])
             .code,

@@ -9,6 +9,9 @@ use crate::output::{self, VerbResult, config};
 use crate::registry::{self, Record, State};
 
 pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
+    if ctx.personality.is_head() {
+        note_stray_flags(ctx, &c.command);
+    }
     if let Some(from) = &c.from {
         if !from.exists() {
             return Err(config(
@@ -123,4 +126,36 @@ fn generate_name() -> String {
         let _ = f.read_exact(&mut buf);
     }
     format!("vm-{}", hex::encode(buf))
+}
+
+/// 1.9.2 names machine options written after `--` (they went to the workload).
+fn note_stray_flags(ctx: &Ctx, command: &[String]) {
+    let cmd = crate::cli::command(ctx.personality);
+    let Some(create) = cmd
+        .find_subcommand("machine")
+        .and_then(|m| m.find_subcommand("create"))
+    else {
+        return;
+    };
+    let longs: Vec<String> = create
+        .get_arguments()
+        .filter_map(|a| a.get_long().map(|l| format!("--{l}")))
+        .collect();
+    let mut found: Vec<&str> = Vec::new();
+    for w in command {
+        if longs.iter().any(|l| l == w) && !found.contains(&w.as_str()) {
+            found.push(w);
+        }
+    }
+    if !found.is_empty() {
+        eprintln!(
+            "note: {} came after `--`, so {} passed to the workload and did not configure the machine. Machine options go before `--`.",
+            found.join(", "),
+            if found.len() == 1 {
+                "it was"
+            } else {
+                "they were"
+            }
+        );
+    }
 }
