@@ -1778,3 +1778,59 @@ fn smolvm_data_dir_is_honoured_only_by_1_9_2() {
             .exists()
     );
 }
+
+#[test]
+fn faults_counted_slow_failed_and_after() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("f-misc");
+    s.create(&n, &[]);
+    // `N`: the first N calls fail, then calls succeed (counted across processes).
+    let two = [("SMOLVM_SIM_FAIL", "data-dir:2")];
+    assert_eq!(
+        s.run_env(&two, &["machine", "data-dir", "--name", &n]).code,
+        1
+    );
+    assert_eq!(
+        s.run_env(&two, &["machine", "data-dir", "--name", &n]).code,
+        1
+    );
+    assert_eq!(
+        s.run_env(&two, &["machine", "data-dir", "--name", &n]).code,
+        0
+    );
+    // slow: delayed, then normal.
+    let t0 = Instant::now();
+    let o = s.run_env(
+        &[
+            ("SMOLVM_SIM_FAIL", "ls:slow"),
+            ("SMOLVM_SIM_SLOW_SECS", "0.4"),
+        ],
+        &["machine", "ls", "--json"],
+    );
+    assert_eq!(o.code, 0);
+    assert!(t0.elapsed() >= Duration::from_millis(400));
+    // state:failed for a machine that is not running.
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "state:failed")],
+        &["machine", "status", "--name", &n],
+    );
+    assert_eq!(o.stdout, format!("Machine '{n}': failed\n"));
+    // always on a read-only verb, and @TEXT not matching leaves the call alone.
+    let o = s.run_env(&[("SMOLVM_SIM_FAIL", "ls:always")], &["machine", "ls"]);
+    assert_eq!((o.code, o.stderr.starts_with("Error: ")), (1, true));
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "status:always@nomatch")],
+        &["machine", "status", "--name", &n],
+    );
+    assert_eq!(o.code, 0);
+    // delete:after: gone, but exit 1.
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "delete:after")],
+        &["machine", "delete", "--name", &n, "-f"],
+    );
+    assert_eq!(o.code, 1);
+    assert!(s.state(&n).is_none());
+}
