@@ -135,3 +135,57 @@ pub fn format_bytes(bytes: u64) -> String {
 pub fn warn(msg: &str) {
     eprintln!("WARN smolvm: {msg}");
 }
+
+// Lifecycle lines (smolvm's `src/cli/vm_common.rs` at v1.0.4; unchanged at 1.9.2).
+
+pub fn already_running(name: &str, pid: Option<i32>) -> String {
+    format!("Machine '{name}' already running{}", pid_suffix(pid))
+}
+pub fn unreachable_cleanup(name: &str, pid: i32) -> String {
+    format!(
+        "Machine '{name}' is unreachable (PID {pid} alive but agent unresponsive); cleaning up."
+    )
+}
+pub fn init_skipped(n: usize) -> String {
+    format!("Init already completed, skipping {n} command(s)")
+}
+pub fn running(name: &str, pid: i32) -> String {
+    format!("Machine '{name}' running (PID: {pid})")
+}
+pub fn stopping(name: &str) -> String {
+    format!("Stopping machine '{name}'...")
+}
+pub fn stopped(name: &str) -> String {
+    format!("Stopped machine: {name}")
+}
+pub fn not_running_state(name: &str, state: &str) -> String {
+    format!("Machine '{name}' is not running (state: {state})")
+}
+/// Written to stderr without a newline, then stdin is read.
+pub fn delete_prompt(name: &str) -> String {
+    format!("Delete machine '{name}'? [y/N] ")
+}
+pub const CANCELLED: &str = "Cancelled";
+pub fn cleaning_up(name: &str) -> String {
+    format!("Cleaning up data directory for vm: {name}")
+}
+pub fn deleted(name: &str) -> String {
+    format!("Deleted machine: {name}")
+}
+pub fn status_line(label: &str, state: &str, pid: Option<i32>) -> String {
+    if state == "running" {
+        format!("Machine '{label}': running{}", pid_suffix(pid))
+    } else {
+        format!("Machine '{label}': {state}")
+    }
+}
+pub const NO_MACHINES: &str = "No machines found";
+pub const NO_CHANGES: &str = "No changes specified.";
+pub fn updated(name: &str, changes: &[String]) -> String {
+    let mut s = format!("Updated machine '{name}':\n");
+    for c in changes {
+        s += c;
+        s.push('\n');
+    }
+    s + &format!("\nStart with: smolvm machine start --name {name}\n")
+}

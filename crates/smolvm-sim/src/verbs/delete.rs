@@ -17,7 +17,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     let fault = ctx.fault_point("delete", &name)?;
     match r.live_state(&ctx.faults) {
         State::Running => {
-            println!("Stopping machine '{name}'...");
+            println!("{}", output::stopping(&name));
             supervisor::kill_machine(&r);
         }
         State::Unreachable => supervisor::kill_machine(&r),
@@ -28,12 +28,12 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
         super::stop::mark_stopped(&mut r2)?;
     }
     if !c.force && !ctx.extras.cascade {
-        eprint!("Delete machine '{name}'? [y/N] ");
+        eprint!("{}", output::delete_prompt(&name));
         let mut input = String::new();
         let ok = std::io::stdin().lock().read_line(&mut input).is_ok();
         let a = input.trim().to_lowercase();
         if !ok || (a != "y" && a != "yes") {
-            println!("Cancelled");
+            println!("{}", output::CANCELLED);
             return Ok(0);
         }
     }
@@ -48,7 +48,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     if ctx.personality.is_head() {
         // 1.9.2: data dir first; on failure the record stays, so a retry is safe.
         if data.exists() {
-            println!("Cleaning up data directory for vm: {name}");
+            println!("{}", output::cleaning_up(&name));
             remove_data()
                 .map_err(|e| storage("delete machine data", format!("{}: {e}", data.display())))?;
         }
@@ -57,7 +57,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
         // 1.0.4: record first; a data dir that cannot be removed is only a warning.
         registry::remove(&name)?;
         if data.exists() {
-            println!("Cleaning up data directory for vm: {name}");
+            println!("{}", output::cleaning_up(&name));
             if let Err(e) = remove_data() {
                 output::warn(&format!(
                     "Failed to remove VM data directory: {} error={e}",
@@ -69,6 +69,6 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     if fault == Some(Action::After) {
         return Err(crate::fault_error("delete", &name));
     }
-    println!("Deleted machine: {name}");
+    println!("{}", output::deleted(&name));
     Ok(0)
 }

@@ -58,7 +58,7 @@ pub fn run(ctx: &Ctx, c: LsCmd) -> VerbResult {
     let mut vms = registry::list()?;
     ctx.fault_point("ls", "")?;
     if vms.is_empty() {
-        println!("{}", if c.json { "[]" } else { "No machines found" });
+        println!("{}", if c.json { "[]" } else { output::NO_MACHINES });
         return Ok(0);
     }
     // smolvm iterates a HashMap: the order is arbitrary. Shuffle so callers never rely on it.

@@ -13,17 +13,11 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     let mut r = super::require(&name)?;
     match r.live_state(&ctx.faults) {
         State::Running => {
-            println!(
-                "Machine '{name}' already running{}",
-                output::pid_suffix(r.live_pid())
-            );
+            println!("{}", output::already_running(&name, r.live_pid()));
             return Ok(0);
         }
         State::Unreachable => {
-            println!(
-                "Machine '{name}' is unreachable (PID {} alive but agent unresponsive); cleaning up.",
-                r.pid.unwrap_or(0)
-            );
+            println!("{}", output::unreachable_cleanup(&name, r.pid.unwrap_or(0)));
             supervisor::kill_machine(&r);
         }
         _ => {}
@@ -71,11 +65,8 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
         return Err(crate::fault_error("start", &name));
     }
     if !first_boot && !r.init.is_empty() {
-        println!(
-            "Init already completed, skipping {} command(s)",
-            r.init.len()
-        );
+        println!("{}", output::init_skipped(r.init.len()));
     }
-    println!("Machine '{name}' running (PID: {})", l.pid);
+    println!("{}", output::running(&name, l.pid));
     Ok(0)
 }

@@ -3,7 +3,7 @@
 use crate::Ctx;
 use crate::cli::StatusCmd;
 use crate::output::{self, VerbResult, config};
-use crate::registry::{self, State};
+use crate::registry;
 
 pub fn run(ctx: &Ctx, c: StatusCmd) -> VerbResult {
     let label = c.name.clone().unwrap_or_else(|| "default".to_string());
@@ -22,17 +22,10 @@ pub fn run(ctx: &Ctx, c: StatusCmd) -> VerbResult {
     match rec {
         Some(r) => {
             let st = r.live_state(&ctx.faults);
-            if st == State::Running {
-                println!(
-                    "Machine '{label}': running{}",
-                    output::pid_suffix(r.live_pid())
-                );
-            } else {
-                println!("Machine '{label}': {}", st.as_str());
-            }
+            println!("{}", output::status_line(&label, st.as_str(), r.live_pid()));
         }
         None if c.name.is_some() => return Err(output::not_found(&label)),
-        None => println!("Machine '{label}': not running"),
+        None => println!("{}", output::status_line(&label, "not running", None)),
     }
     Ok(0)
 }

@@ -5,7 +5,7 @@ use crate::Ctx;
 use crate::cli::StopCmd;
 use crate::faults::Action;
 use crate::machine::supervisor;
-use crate::output::VerbResult;
+use crate::output::{self, VerbResult};
 use crate::registry::{self, State};
 
 pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
@@ -18,25 +18,22 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
             ctx.fault_point("stop", &name)?;
             supervisor::kill_machine(&r);
             mark_stopped(&mut r)?;
-            println!("Stopped machine: {name}");
+            println!("{}", output::stopped(&name));
             return Ok(0);
         }
         other => {
-            println!(
-                "Machine '{name}' is not running (state: {})",
-                other.as_str()
-            );
+            println!("{}", output::not_running_state(&name, other.as_str()));
             return Ok(0);
         }
     }
     let fault = ctx.fault_point("stop", &name)?;
-    println!("Stopping machine '{name}'...");
+    println!("{}", output::stopping(&name));
     supervisor::kill_machine(&r);
     mark_stopped(&mut r)?;
     if fault == Some(Action::After) {
         return Err(crate::fault_error("stop", &name));
     }
-    println!("Stopped machine: {name}");
+    println!("{}", output::stopped(&name));
     Ok(0)
 }
 

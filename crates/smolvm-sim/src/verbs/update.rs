@@ -2,7 +2,7 @@
 
 use crate::Ctx;
 use crate::cli::UpdateCmd;
-use crate::output::{SimError, VerbResult, config};
+use crate::output::{self, SimError, VerbResult, config};
 use crate::registry::{self, State};
 
 pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
@@ -126,14 +126,10 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
         r.overlay_gb = Some(o);
     }
     if changes.is_empty() {
-        println!("No changes specified.");
+        println!("{}", output::NO_CHANGES);
         return Ok(0);
     }
     registry::save(&r)?;
-    println!("Updated machine '{}':", c.name);
-    for ch in &changes {
-        println!("{ch}");
-    }
-    println!("\nStart with: smolvm machine start --name {}", c.name);
+    print!("{}", output::updated(&c.name, &changes));
     Ok(0)
 }
