@@ -258,3 +258,102 @@ fn two_concurrent_news_of_one_name_make_exactly_one_machine() {
     assert!(rm.ok(), "{rm}");
     w.assert_no_locks("same");
 }
+
+#[test]
+fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+
+    // Hostile names are refused before any smolvm call.
+    for bad in ["../evil", "Alpha", "a b", "x\u{1b}[31m", "-rf", "a--b", ""] {
+        for verb in ["new", "stop", "rm", "open", "doctor"] {
+            let r = w.run(&[verb, bad]);
+            assert_ne!(r.code, Some(0), "box {verb} {bad:?}: {r}");
+            assert!(!r.stderr.contains('\u{1b}'), "raw escape echoed: {r}");
+        }
+    }
+    assert!(w.calls().is_empty(), "{}", w.calls_text());
+
+    // ls answers while a box is being created (it takes no lock).
+    let child = w.spawn(
+        &["new", "alpha"],
+        &[
+            ("SMOLVM_SIM_FAIL", "create:slow"),
+            ("SMOLVM_SIM_SLOW_SECS", "2"),
+        ],
+    );
+    w.wait_for_call("machine create", std::time::Duration::from_secs(30));
+    let ls = w.run(&["ls"]);
+    assert!(ls.ok(), "{ls}");
+    let new = w.collect(child, "box new alpha");
+    assert!(new.ok(), "{new}");
+
+    // repair re-provisions and never touches /data contents.
+    let put = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "sh",
+        "-c",
+        "echo precious > /data/home/agent/workspace/keep.txt",
+    ]);
+    assert!(put.status.success());
+    let repair = w.run(&["repair", "alpha"]);
+    assert!(repair.ok(), "{repair}");
+    assert!(
+        repair.stdout.contains("repair completed for 'alpha'"),
+        "{repair}"
+    );
+    assert!(repair.stdout.contains("==>   ["), "{repair}");
+    let got = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "cat",
+        "/data/home/agent/workspace/keep.txt",
+    ]);
+    assert_eq!(String::from_utf8_lossy(&got.stdout), "precious\n");
+
+    // Without web exposure: no published port, doctor says the host check is skipped,
+    // open says how to enable it.
+    let new = w.run_env(&["new", "beta"], &[("EXPOSE_EXECUTOR_WEB", "0")]);
+    assert!(new.ok(), "{new}");
+    assert!(
+        new.stdout
+            .contains("host endpoint check skipped: web exposure is off"),
+        "{new}"
+    );
+    let create = w
+        .calls()
+        .into_iter()
+        .find(|c| c.get(1).is_some_and(|v| v == "create") && c.contains(&"beta".to_string()))
+        .unwrap();
+    assert!(!create.contains(&"-p".to_string()), "{create:?}");
+    let doctor = w.run(&["doctor", "beta"]);
+    assert!(doctor.ok(), "{doctor}");
+    assert!(
+        doctor
+            .stdout
+            .contains("host endpoint check skipped: web exposure is off"),
+        "{doctor}"
+    );
+    let open = w.run(&["open", "beta"]);
+    assert_eq!(open.code, Some(1), "{open}");
+    assert!(
+        open.stderr
+            .contains("'beta' has no exposed Executor host port")
+            && open.stderr.contains("EXPOSE_EXECUTOR_WEB=1"),
+        "{open}"
+    );
+    for name in ["alpha", "beta"] {
+        let rm = w.run(&["rm", name, "--force"]);
+        assert!(rm.ok(), "{rm}");
+    }
+    assert!(w.machines().is_empty());
+}

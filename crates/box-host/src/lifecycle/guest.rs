@@ -160,7 +160,14 @@ pub fn host_handshake(
     for attempt in 0..tries.max(1) {
         let started = Instant::now();
         match mcp::probe(&url, Some(token), &opts) {
-            Ok(h) => return Ok(h),
+            Ok(h) => {
+                tracing::debug!(
+                    port,
+                    elapsed_ms = h.elapsed.as_secs_f64() * 1000.0,
+                    "MCP handshake finished"
+                );
+                return Ok(h);
+            }
             Err(e) => last = Some(e),
         }
         if let Some(signal) = cancel.map(|c| c.load(std::sync::atomic::Ordering::SeqCst))

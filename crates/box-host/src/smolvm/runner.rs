@@ -148,6 +148,13 @@ pub fn run(
         if let Some((code, at)) = exited {
             // Done when both pipes closed, or a grandchild keeps one open past the grace.
             if open_streams <= 0 || at.elapsed() > PIPE_GRACE {
+                // Argv never holds a secret; durations let `box` time itself without smolvm.
+                tracing::debug!(
+                    call,
+                    code = ?code,
+                    elapsed_ms = start.elapsed().as_secs_f64() * 1000.0,
+                    "smolvm call finished"
+                );
                 return Ok(Output {
                     code,
                     stdout,
