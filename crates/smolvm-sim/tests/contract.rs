@@ -1834,3 +1834,55 @@ fn faults_counted_slow_failed_and_after() {
     assert_eq!(o.code, 1);
     assert!(s.state(&n).is_none());
 }
+
+#[test]
+fn init_commands_run_on_first_start_only() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("init");
+    s.create(
+        &n,
+        &[
+            "--image",
+            &image(),
+            "--init",
+            "echo once >> /data/init-log",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    s.start(&n);
+    s.ok(&["machine", "stop", "--name", &n]);
+    let o = s.start(&n);
+    assert!(
+        o.stdout
+            .starts_with("Init already completed, skipping 1 command(s)\n"),
+        "{o:?}"
+    );
+    assert_eq!(s.sh(&n, "cat /data/init-log").stdout, "once\n");
+    if is_sim() {
+        let bad = s.name("init-bad");
+        s.create(
+            &bad,
+            &[
+                "--init",
+                "echo broken >&2; exit 3",
+                "--",
+                "sleep",
+                "infinity",
+            ],
+        );
+        let o = s.run(&["machine", "start", "--name", &bad]);
+        assert_eq!(o.code, 1);
+        assert!(
+            o.stderr.ends_with(
+                "Error: agent operation failed: init: init[0] failed (exit 3): broken\n"
+            ),
+            "{o:?}"
+        );
+        assert_ne!(s.state(&bad).as_deref(), Some("running"));
+    }
+}
