@@ -320,6 +320,43 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     ]);
     assert_eq!(String::from_utf8_lossy(&got.stdout), "precious\n");
 
+    // enter: starts a stopped box, attaches tmux session `main` as agent, on a real pty.
+    let stop = w.run(&["stop", "alpha"]);
+    assert!(stop.ok(), "{stop}");
+    let mut cmd = std::process::Command::new("script");
+    cmd.args([
+        "-qec",
+        &format!("{} enter alpha", lifecycle_support::box_bin().display()),
+        "/dev/null",
+    ]);
+    let probe = w.command(&[], &[]);
+    for (k, v) in probe.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        let _ = stdin.write_all(b"echo hello-from-$(whoami)-in-$TMUX_PANE\r");
+        std::thread::sleep(std::time::Duration::from_secs(1));
+        let _ = stdin.write_all(b"exit\r");
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    });
+    let enter = w.collect(child, "script box enter alpha");
+    assert!(enter.ok(), "{enter}");
+    assert!(enter.stdout.contains("hello-from-agent-in-%"), "{enter}");
+    assert_eq!(
+        w.machines()[0],
+        ("alpha".to_string(), "running".to_string())
+    );
+
     // Without web exposure: no published port, doctor says the host check is skipped,
     // open says how to enable it.
     let new = w.run_env(&["new", "beta"], &[("EXPOSE_EXECUTOR_WEB", "0")]);
