@@ -213,4 +213,36 @@ mod tests {
         let err = parse_machine_list("null").unwrap_err();
         assert_eq!(err, "expected a JSON array of machines, got null");
     }
+
+    proptest::proptest! {
+        #[test]
+        fn never_panics_on_arbitrary_text(text in ".{0,200}") {
+            let _ = parse_machine_list(&text);
+        }
+
+        #[test]
+        fn order_and_extra_keys_do_not_matter(
+            names in proptest::collection::btree_set("[a-z][a-z0-9-]{0,10}", 0..8),
+            state in "[a-z]{1,12}",
+            extra in "[a-z_]{1,10}",
+            seed in 0u64..1000,
+        ) {
+            let mut items: Vec<String> = names
+                .iter()
+                .map(|n| format!(r#"{{"{extra}x": [null, {{}}], "name": "{n}", "state": "{state}"}}"#))
+                .collect();
+            // A deterministic shuffle: rotate by the seed.
+            if !items.is_empty() {
+                let k = (seed as usize) % items.len();
+                items.rotate_left(k);
+            }
+            let parsed = parse_machine_list(&format!("[{}]", items.join(","))).unwrap();
+            let got: Vec<&str> = parsed.iter().map(|m| m.name.as_str()).collect();
+            let want: Vec<&str> = names.iter().map(String::as_str).collect();
+            proptest::prop_assert_eq!(got, want);
+            for m in &parsed {
+                proptest::prop_assert_eq!(m.state.as_str(), state.as_str());
+            }
+        }
+    }
 }
