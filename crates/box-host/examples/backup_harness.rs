@@ -18,7 +18,10 @@ use anyhow::{Result, bail};
 use box_host::backup::{cleanup, load, passphrase, save};
 
 fn pause() {
-    if let Some(ms) = std::env::var("HARNESS_PAUSE_MS").ok().and_then(|v| v.parse::<u64>().ok()) {
+    if let Some(ms) = std::env::var("HARNESS_PAUSE_MS")
+        .ok()
+        .and_then(|v| v.parse::<u64>().ok())
+    {
         std::thread::sleep(Duration::from_millis(ms));
     }
 }
@@ -32,7 +35,12 @@ fn phase(name: &str) {
 fn run() -> Result<()> {
     let args: Vec<String> = std::env::args().skip(1).collect();
     cleanup::install();
-    match args.iter().map(String::as_str).collect::<Vec<_>>().as_slice() {
+    match args
+        .iter()
+        .map(String::as_str)
+        .collect::<Vec<_>>()
+        .as_slice()
+    {
         ["save", parts, out] => {
             let out = Path::new(out);
             save::check_destination(out)?;
@@ -69,14 +77,26 @@ fn run() -> Result<()> {
             let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
             let v = load::validate_backup(Path::new(backup), &pass)?;
             let out = Path::new(dir);
-            let index = load::write_parts(Path::new(backup), &pass, &v.sha256, size.parse()?, out, |p, part| {
-                std::fs::copy(p, out.join(&part.name))?;
-                Ok(())
-            })?;
-            std::fs::write(out.join(box_proto::archive::parts::INDEX_FILE), index.render())?;
+            let index = load::write_parts(
+                Path::new(backup),
+                &pass,
+                &v.sha256,
+                size.parse()?,
+                out,
+                |p, part| {
+                    std::fs::copy(p, out.join(&part.name))?;
+                    Ok(())
+                },
+            )?;
+            std::fs::write(
+                out.join(box_proto::archive::parts::INDEX_FILE),
+                index.render(),
+            )?;
             println!("{} parts", index.parts.len());
         }
-        _ => bail!("usage: backup_harness save <parts-dir> <out> | verify <backup> | parts <backup> <dir> <size>"),
+        _ => bail!(
+            "usage: backup_harness save <parts-dir> <out> | verify <backup> | parts <backup> <dir> <size>"
+        ),
     }
     Ok(())
 }

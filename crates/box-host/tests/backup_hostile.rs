@@ -12,8 +12,16 @@ use box_proto::archive::validate::{Limits, Rule, validate};
 
 fn corpus(dir: &Path) -> Vec<(String, String)> {
     let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/backup_support/hostile.py");
-    let out = Command::new("python3").arg(script).arg(dir).output().expect("python3");
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let out = Command::new("python3")
+        .arg(script)
+        .arg(dir)
+        .output()
+        .expect("python3");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout)
         .unwrap()
         .lines()
@@ -37,7 +45,10 @@ fn every_hostile_case_is_rejected_with_its_rule_zstd_and_gzip() {
                 .unwrap_or_else(|| panic!("{name} ({kind}) was accepted"));
             let msg = err.to_string();
             assert!(msg.starts_with("unsafe archive: "), "{name}: {msg}");
-            assert!(msg.contains(reason.as_str()), "{name} ({kind}): expected {reason:?}, got {msg:?}");
+            assert!(
+                msg.contains(reason.as_str()),
+                "{name} ({kind}): expected {reason:?}, got {msg:?}"
+            );
         }
     }
     let good = fs::read(t.path().join("GOOD.tar")).unwrap();
@@ -52,9 +63,18 @@ fn box_extract_rejects_before_extracting_anything() {
     let backups = t.path().join("backups");
     fs::create_dir(&backups).unwrap();
     for (name, reason) in [
-        ("pivot", "unsafe archive: archive link resolves outside the extraction root"),
-        ("fifo", "unsafe archive: archive contains a device, FIFO, socket, or unknown special file: ./home/agent/fifo"),
-        ("file-beneath-linked-parent", "unsafe archive: archive member is nested beneath a link: home/agent/up/owned"),
+        (
+            "pivot",
+            "unsafe archive: archive link resolves outside the extraction root",
+        ),
+        (
+            "fifo",
+            "unsafe archive: archive contains a device, FIFO, socket, or unknown special file: ./home/agent/fifo",
+        ),
+        (
+            "file-beneath-linked-parent",
+            "unsafe archive: archive member is nested beneath a link: home/agent/up/owned",
+        ),
     ] {
         let tar = fs::read(t.path().join(format!("{name}.tar"))).unwrap();
         let f = backups.join(format!("{name}.tar.zst.gpg"));
@@ -95,7 +115,12 @@ fn decompression_bomb_is_refused_by_ratio() {
         let mut h = tar::Header::new_gnu();
         h.set_mode(0o644);
         h.set_size(32 << 20);
-        b.append_data(&mut h, "home/agent/zeros", std::io::repeat(0).take(32 << 20)).unwrap();
+        b.append_data(
+            &mut h,
+            "home/agent/zeros",
+            std::io::repeat(0).take(32 << 20),
+        )
+        .unwrap();
     });
     let limits = Limits {
         ratio_floor: 4 << 20,
@@ -124,7 +149,8 @@ fn too_many_members_is_refused() {
             let mut h = tar::Header::new_gnu();
             h.set_mode(0o644);
             h.set_size(0);
-            b.append_data(&mut h, format!("home/agent/f{i}"), std::io::empty()).unwrap();
+            b.append_data(&mut h, format!("home/agent/f{i}"), std::io::empty())
+                .unwrap();
         }
     });
     let limits = Limits {
@@ -143,7 +169,8 @@ fn corrupt_footers_truncation_and_trailing_data_fail() {
         h.set_mode(0o644);
         let data: Vec<u8> = (0..100_000u32).map(|i| (i * 7 % 251) as u8).collect();
         h.set_size(data.len() as u64);
-        b.append_data(&mut h, "home/agent/data", data.as_slice()).unwrap();
+        b.append_data(&mut h, "home/agent/data", data.as_slice())
+            .unwrap();
     });
     let z = zstd(&tar);
     let g = gzip(&tar);
@@ -160,15 +187,24 @@ fn corrupt_footers_truncation_and_trailing_data_fail() {
         ("gzip isize", flip(g.clone(), g.len() - 1)),
         ("zstd truncated", z[..z.len() - 10].to_vec()),
         ("gzip truncated", g[..g.len() - 10].to_vec()),
-        ("zstd trailing garbage", [z.clone(), b"garbage".to_vec()].concat()),
-        ("gzip trailing garbage", [g.clone(), b"garbage!".to_vec()].concat()),
+        (
+            "zstd trailing garbage",
+            [z.clone(), b"garbage".to_vec()].concat(),
+        ),
+        (
+            "gzip trailing garbage",
+            [g.clone(), b"garbage!".to_vec()].concat(),
+        ),
         ("not compressed", tar.clone()),
         ("empty", Vec::new()),
     ] {
         let err = validate(bad.as_slice(), &Limits::default())
             .err()
             .unwrap_or_else(|| panic!("{what} accepted"));
-        assert!(err.to_string().starts_with("not a valid archive"), "{what}: {err}");
+        assert!(
+            err.to_string().starts_with("not a valid archive"),
+            "{what}: {err}"
+        );
     }
     // Data hidden after the end-of-archive marker.
     let mut hidden = tar.clone();
@@ -176,8 +212,13 @@ fn corrupt_footers_truncation_and_trailing_data_fail() {
     let mut h = tar::Header::new_gnu();
     h.set_mode(0o644);
     h.set_size(1);
-    extra.append_data(&mut h, "home/agent/hidden", &b"x"[..]).unwrap();
+    extra
+        .append_data(&mut h, "home/agent/hidden", &b"x"[..])
+        .unwrap();
     hidden.extend(extra.into_inner().unwrap());
     let err = validate(zstd(&hidden).as_slice(), &Limits::default()).unwrap_err();
-    assert!(err.to_string().contains("after the end-of-archive marker"), "{err}");
+    assert!(
+        err.to_string().contains("after the end-of-archive marker"),
+        "{err}"
+    );
 }

@@ -18,17 +18,37 @@ fn gpg_decrypts_our_backup_and_tar_reproduces_the_tree() {
     let published = save_parts(&t.path().join("parts"), &out, PASS);
     assert_eq!(published.path, out);
     use std::os::unix::fs::PermissionsExt;
-    assert_eq!(fs::metadata(&out).unwrap().permissions().mode() & 0o777, 0o600);
-    assert_eq!(listing(&t.path().join("backups")), vec!["alpha-20261129-120000.tar.zst.gpg"]);
+    assert_eq!(
+        fs::metadata(&out).unwrap().permissions().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        listing(&t.path().join("backups")),
+        vec!["alpha-20261129-120000.tar.zst.gpg"]
+    );
 
     let home = gpg_home(t.path());
     let plain = t.path().join("plain.tar.zst");
-    let o = gpg(&home, PASS, &["-o", plain.to_str().unwrap(), "-d", out.to_str().unwrap()]);
-    assert!(o.status.success(), "gpg -d: {}", String::from_utf8_lossy(&o.stderr));
+    let o = gpg(
+        &home,
+        PASS,
+        &["-o", plain.to_str().unwrap(), "-d", out.to_str().unwrap()],
+    );
+    assert!(
+        o.status.success(),
+        "gpg -d: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
     let dest = t.path().join("untarred");
     fs::create_dir(&dest).unwrap();
     let st = Command::new("tar")
-        .args(["--zstd", "-xpf", plain.to_str().unwrap(), "-C", dest.to_str().unwrap()])
+        .args([
+            "--zstd",
+            "-xpf",
+            plain.to_str().unwrap(),
+            "-C",
+            dest.to_str().unwrap(),
+        ])
         .status()
         .unwrap();
     assert!(st.success());
@@ -53,7 +73,14 @@ fn our_extract_reads_gpg_symmetric_of_gzip_and_zstd_tars() {
         // The seed's pipeline: tar c… -C /data . | gpg --symmetric --cipher-algo AES256
         let tarball = t.path().join(format!("{name}.plain"));
         let st = Command::new("tar")
-            .args([flag, "-cf", tarball.to_str().unwrap(), "-C", root.to_str().unwrap(), "."])
+            .args([
+                flag,
+                "-cf",
+                tarball.to_str().unwrap(),
+                "-C",
+                root.to_str().unwrap(),
+                ".",
+            ])
             .status()
             .unwrap();
         assert!(st.success());
@@ -61,7 +88,14 @@ fn our_extract_reads_gpg_symmetric_of_gzip_and_zstd_tars() {
         let o = gpg(
             &home,
             PASS,
-            &["--symmetric", "--cipher-algo", "AES256", "-o", enc.to_str().unwrap(), tarball.to_str().unwrap()],
+            &[
+                "--symmetric",
+                "--cipher-algo",
+                "AES256",
+                "-o",
+                enc.to_str().unwrap(),
+                tarball.to_str().unwrap(),
+            ],
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let target = t.path().join(format!("{name}-out"));
@@ -73,9 +107,19 @@ fn our_extract_reads_gpg_symmetric_of_gzip_and_zstd_tars() {
             .output()
             .unwrap();
         let stdout = String::from_utf8_lossy(&out.stdout);
-        assert!(out.status.success(), "{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-        assert!(stdout.contains("base_image=ubuntu:24.04"), "prints the manifest: {stdout}");
-        assert!(stdout.contains(&format!("-> {}/", target.display())), "{stdout}");
+        assert!(
+            out.status.success(),
+            "{stdout}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(
+            stdout.contains("base_image=ubuntu:24.04"),
+            "prints the manifest: {stdout}"
+        );
+        assert!(
+            stdout.contains(&format!("-> {}/", target.display())),
+            "{stdout}"
+        );
         // GNU tar archived everything (no excludes in the seed's V1): the same tree.
         let mut want = snapshot(&root);
         let mut got = snapshot(&target);
@@ -109,27 +153,45 @@ fn box_extract_round_trip_default_dir_and_refusals() {
             .unwrap()
     };
     let ok = run(&[out.as_os_str()], PASS);
-    assert!(ok.status.success(), "{}", String::from_utf8_lossy(&ok.stderr));
+    assert!(
+        ok.status.success(),
+        "{}",
+        String::from_utf8_lossy(&ok.stderr)
+    );
     let target = backups.join("alpha-20261129-120000-extracted");
     assert_eq!(snapshot(&target), expected_after_excludes(&root));
     // An existing target is refused and left alone.
     let again = run(&[out.as_os_str()], PASS);
     assert!(!again.status.success());
-    assert!(String::from_utf8_lossy(&again.stderr).contains("refusing to overwrite existing directory"));
+    assert!(
+        String::from_utf8_lossy(&again.stderr).contains("refusing to overwrite existing directory")
+    );
     assert_eq!(snapshot(&target), expected_after_excludes(&root));
     // Wrong passphrase: its own message, nothing created.
     let other = t.path().join("other");
     let wrong = run(&[out.as_os_str(), other.as_os_str()], "not the passphrase");
     assert!(!wrong.status.success());
     let err = String::from_utf8_lossy(&wrong.stderr);
-    assert!(err.contains("decryption failed (wrong passphrase?)"), "{err}");
+    assert!(
+        err.contains("decryption failed (wrong passphrase?)"),
+        "{err}"
+    );
     assert!(!err.contains("not a valid archive"));
     assert!(!other.exists());
     assert_eq!(
         listing(&backups),
-        vec!["alpha-20261129-120000-extracted", "alpha-20261129-120000.tar.zst.gpg"]
+        vec![
+            "alpha-20261129-120000-extracted",
+            "alpha-20261129-120000.tar.zst.gpg"
+        ]
     );
-    assert_eq!(listing(t.path()).iter().filter(|n| n.contains("extract-")).count(), 0);
+    assert_eq!(
+        listing(t.path())
+            .iter()
+            .filter(|n| n.contains("extract-"))
+            .count(),
+        0
+    );
 }
 
 #[test]
@@ -146,7 +208,10 @@ fn valid_but_not_an_archive_is_told_apart_from_a_wrong_passphrase() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("decrypted data is not a valid archive"), "{err}");
+    assert!(
+        err.contains("decrypted data is not a valid archive"),
+        "{err}"
+    );
     assert!(!t.path().join("d").exists());
 }
 
@@ -155,8 +220,13 @@ fn refusing_to_overwrite_an_existing_backup_before_any_work() {
     let t = tempfile::tempdir().unwrap();
     let out = t.path().join("a.tar.zst.gpg");
     fs::write(&out, b"old").unwrap();
-    let err = box_host::backup::save::Pipeline::begin(&out, &secret(PASS)).err().unwrap();
-    assert_eq!(err.to_string(), format!("refusing to overwrite existing backup: {}", out.display()));
+    let err = box_host::backup::save::Pipeline::begin(&out, &secret(PASS))
+        .err()
+        .unwrap();
+    assert_eq!(
+        err.to_string(),
+        format!("refusing to overwrite existing backup: {}", out.display())
+    );
     assert_eq!(listing(t.path()), vec!["a.tar.zst.gpg"]);
     assert_eq!(fs::read(&out).unwrap(), b"old");
 }
@@ -176,17 +246,28 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     let dir = t.path().join("p2");
     fs::create_dir(&dir).unwrap();
     let mut got = Vec::new();
-    let idx = box_host::backup::load::write_parts(&out, &pass, &v.sha256, 100_000, &dir, |p, part| {
-        got.push((part.name.clone(), fs::read(p).unwrap()));
-        Ok(())
-    })
-    .unwrap();
+    let idx =
+        box_host::backup::load::write_parts(&out, &pass, &v.sha256, 100_000, &dir, |p, part| {
+            got.push((part.name.clone(), fs::read(p).unwrap()));
+            Ok(())
+        })
+        .unwrap();
     assert_eq!(idx.total_sha256, v.sha256);
-    assert_eq!(got.iter().map(|g| g.1.len() as u64).sum::<u64>(), index.total_size);
-    assert!(listing(&dir).is_empty(), "part files are removed after each callback");
+    assert_eq!(
+        got.iter().map(|g| g.1.len() as u64).sum::<u64>(),
+        index.total_size
+    );
+    assert!(
+        listing(&dir).is_empty(),
+        "part files are removed after each callback"
+    );
     // A pass-1 hash that does not match fails.
-    let err = box_host::backup::load::write_parts(&out, &pass, &[0; 32], 100_000, &dir, |_, _| Ok(()))
-        .unwrap_err();
-    assert!(err.to_string().contains("backup changed between passes"), "{err}");
+    let err =
+        box_host::backup::load::write_parts(&out, &pass, &[0; 32], 100_000, &dir, |_, _| Ok(()))
+            .unwrap_err();
+    assert!(
+        err.to_string().contains("backup changed between passes"),
+        "{err}"
+    );
     assert!(listing(&dir).is_empty());
 }

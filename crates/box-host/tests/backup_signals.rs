@@ -44,7 +44,11 @@ fn signals_during_encrypt_verify_publish_leave_nothing() {
         std::fs::create_dir(&backups).unwrap();
         let out = backups.join("a-20261129-120000.tar.zst.gpg");
         let mut child = Command::new(harness())
-            .args(["save", t.path().join("parts").to_str().unwrap(), out.to_str().unwrap()])
+            .args([
+                "save",
+                t.path().join("parts").to_str().unwrap(),
+                out.to_str().unwrap(),
+            ])
             .env("BOX_PASSPHRASE", PASS)
             .env("HARNESS_PAUSE_MS", "300")
             .env("HARNESS_PHASES", "1")
@@ -63,8 +67,17 @@ fn signals_during_encrypt_verify_publish_leave_nothing() {
         kill(child.id(), sig);
         let status = child.wait().unwrap();
         use std::os::unix::process::ExitStatusExt;
-        assert_eq!(status.code(), Some(128 + sig), "{phase}/{sig}: {status:?} {:?}", status.signal());
-        assert!(listing(&backups).is_empty(), "{phase}/{sig}: left {:?}", listing(&backups));
+        assert_eq!(
+            status.code(),
+            Some(128 + sig),
+            "{phase}/{sig}: {status:?} {:?}",
+            status.signal()
+        );
+        assert!(
+            listing(&backups).is_empty(),
+            "{phase}/{sig}: left {:?}",
+            listing(&backups)
+        );
     }
 }
 
@@ -105,7 +118,9 @@ fn signals_during_box_extract_leave_nothing() {
             .spawn()
             .unwrap();
         let mut child = child;
-        std::thread::sleep(Duration::from_millis(rng.random_range(full / 10..full.max(20) * 9 / 10)));
+        std::thread::sleep(Duration::from_millis(
+            rng.random_range(full / 10..full.max(20) * 9 / 10),
+        ));
         kill(child.id(), sig);
         let status = child.wait().unwrap();
         if status.success() {
@@ -117,7 +132,11 @@ fn signals_during_box_extract_leave_nothing() {
             assert_eq!(status.code(), Some(128 + sig), "{status:?}");
             assert!(!target.exists(), "a partial extraction was promoted");
         }
-        assert!(listing(&dest_parent).is_empty(), "left {:?}", listing(&dest_parent));
+        assert!(
+            listing(&dest_parent).is_empty(),
+            "left {:?}",
+            listing(&dest_parent)
+        );
         assert_eq!(listing(&backups), vec!["a-20261129-120000.tar.zst.gpg"]);
     }
     assert!(interrupted >= 3, "only {interrupted} runs were interrupted");
@@ -131,21 +150,37 @@ fn truncated_flipped_empty_and_foreign_inputs_fail_cleanly() {
     save_parts(&t.path().join("parts"), &good, PASS);
     let bytes = std::fs::read(&good).unwrap();
     let cases: Vec<(&str, Vec<u8>, &str)> = vec![
-        ("truncated", bytes[..bytes.len() * 2 / 3].to_vec(), "corrupt or truncated"),
-        ("flipped", {
-            let mut b = bytes.clone();
-            let at = b.len() / 2;
-            b[at] ^= 0x40;
-            b
-        }, "corrupt or truncated"),
+        (
+            "truncated",
+            bytes[..bytes.len() * 2 / 3].to_vec(),
+            "corrupt or truncated",
+        ),
+        (
+            "flipped",
+            {
+                let mut b = bytes.clone();
+                let at = b.len() / 2;
+                b[at] ^= 0x40;
+                b
+            },
+            "corrupt or truncated",
+        ),
         ("empty", Vec::new(), "not an encrypted OpenPGP backup"),
-        ("foreign", b"PK\x03\x04 this is a zip file, not OpenPGP".to_vec(), "not an encrypted OpenPGP backup"),
-        ("plain-literal", {
-            // An OpenPGP literal data packet: valid OpenPGP, but not encrypted.
-            let mut v = vec![0xcb, 0x0d, b'b', 0, 0, 0, 0, 0];
-            v.extend_from_slice(b"hello");
-            v
-        }, "not an encrypted OpenPGP backup"),
+        (
+            "foreign",
+            b"PK\x03\x04 this is a zip file, not OpenPGP".to_vec(),
+            "not an encrypted OpenPGP backup",
+        ),
+        (
+            "plain-literal",
+            {
+                // An OpenPGP literal data packet: valid OpenPGP, but not encrypted.
+                let mut v = vec![0xcb, 0x0d, b'b', 0, 0, 0, 0, 0];
+                v.extend_from_slice(b"hello");
+                v
+            },
+            "not an encrypted OpenPGP backup",
+        ),
     ];
     let work = t.path().join("work");
     std::fs::create_dir(&work).unwrap();
@@ -164,6 +199,10 @@ fn truncated_flipped_empty_and_foreign_inputs_fail_cleanly() {
         assert!(!out.status.success(), "{name} accepted");
         assert!(err.contains(want), "{name}: {err}");
         assert!(!err.contains("panicked"), "{name}: {err}");
-        assert!(listing(&work).is_empty(), "{name} wrote {:?}", listing(&work));
+        assert!(
+            listing(&work).is_empty(),
+            "{name} wrote {:?}",
+            listing(&work)
+        );
     }
 }

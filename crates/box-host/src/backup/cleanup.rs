@@ -265,7 +265,9 @@ impl Temp {
                 Err(e) => return Err(e),
             }
         }
-        Err(io::Error::other("cannot find a free temporary directory name"))
+        Err(io::Error::other(
+            "cannot find a free temporary directory name",
+        ))
     }
 
     pub fn path(&self) -> &Path {
@@ -313,7 +315,10 @@ mod tests {
         let p = t.path().to_path_buf();
         assert!(p.exists());
         use std::os::unix::fs::PermissionsExt;
-        assert_eq!(fs::metadata(&p).unwrap().permissions().mode() & 0o777, 0o600);
+        assert_eq!(
+            fs::metadata(&p).unwrap().permissions().mode() & 0o777,
+            0o600
+        );
         drop(t);
         assert!(!p.exists());
 

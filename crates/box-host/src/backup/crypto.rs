@@ -62,7 +62,9 @@ impl EncryptWriter {
         if let Some(w) = self.inner.take() {
             w.finalize().context("cannot finish the OpenPGP message")?;
         }
-        self.file.sync_all().context("cannot fsync the encrypted backup")?;
+        self.file
+            .sync_all()
+            .context("cannot fsync the encrypted backup")?;
         Ok(self.file)
     }
 }
@@ -124,11 +126,11 @@ impl DecryptionHelper for Helper {
         decrypt: &mut dyn FnMut(Option<SymmetricAlgorithm>, &SessionKey) -> bool,
     ) -> openpgp::Result<Option<openpgp::Cert>> {
         for skesk in skesks {
-            if let Ok((algo, key)) = skesk.decrypt(&self.password) {
-                if decrypt(algo, &key) {
-                    self.decrypted.store(true, Ordering::SeqCst);
-                    return Ok(None);
-                }
+            if let Ok((algo, key)) = skesk.decrypt(&self.password)
+                && decrypt(algo, &key)
+            {
+                self.decrypted.store(true, Ordering::SeqCst);
+                return Ok(None);
             }
         }
         Err(WrongPassphrase.into())
@@ -165,19 +167,22 @@ pub struct DecryptReader {
 impl DecryptReader {
     /// Opens `path` and checks the passphrase. Errors are [`BackupError`]s.
     pub fn open(path: &Path, passphrase: &SecretString) -> Result<Self, BackupError> {
-        let file = File::open(path).map_err(|e| BackupError::Io(format!("cannot open {}: {e}", path.display())))?;
+        let file = File::open(path)
+            .map_err(|e| BackupError::Io(format!("cannot open {}: {e}", path.display())))?;
         let len = file.metadata().map(|m| m.len()).unwrap_or(0);
         if len == 0 {
-            return Err(BackupError::NotOpenPgp(format!("{} is empty", path.display())));
+            return Err(BackupError::NotOpenPgp(format!(
+                "{} is empty",
+                path.display()
+            )));
         }
         let decrypted = Arc::new(AtomicBool::new(false));
         let helper = Helper {
             password: Password::from(passphrase.expose_secret()),
             decrypted: decrypted.clone(),
         };
-        let builder = DecryptorBuilder::from_reader(file).map_err(|e| {
-            BackupError::NotOpenPgp(format!("{}: {e}", path.display()))
-        })?;
+        let builder = DecryptorBuilder::from_reader(file)
+            .map_err(|e| BackupError::NotOpenPgp(format!("{}: {e}", path.display())))?;
         let inner = builder
             .buffer_size(DECRYPT_BUFFER)
             .with_policy(&POLICY, None, helper)

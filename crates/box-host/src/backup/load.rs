@@ -44,7 +44,7 @@ struct Tap<R> {
     hasher: Sha256,
     bytes: u64,
     progress: Progress,
-    shared: std::rc::Rc<std::cell::RefCell<Option<([u8; 32], u64)>>>,
+    shared: Shared,
 }
 
 impl<R: Read> Read for Tap<R> {
@@ -111,11 +111,12 @@ pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<Validat
         .with_context(|| format!("no such backup: {}", path.display()))?
         .len();
     let (sha256, plaintext_size, report) = decrypt_validate(path, passphrase, "decrypting")?;
-    let (manifest, manifest_error) = match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
-        Some(Ok(m)) => (Some(m), None),
-        Some(Err(e)) => (None, Some(e.to_string())),
-        None => (None, None),
-    };
+    let (manifest, manifest_error) =
+        match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
+            Some(Ok(m)) => (Some(m), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
+            None => (None, None),
+        };
     Ok(ValidatedBackup {
         path: path.to_path_buf(),
         sha256,
@@ -172,7 +173,8 @@ pub fn write_parts(
                 let take = (4 - size_total as usize).min(n);
                 head[size_total as usize..size_total as usize + take].copy_from_slice(&buf[..take]);
             }
-            file.write_all(&buf[..n]).context("cannot write a part file")?;
+            file.write_all(&buf[..n])
+                .context("cannot write a part file")?;
             hasher.update(&buf[..n]);
             total.update(&buf[..n]);
             written += n as u64;
@@ -234,9 +236,16 @@ pub struct Extracted {
 /// into a fresh 0700 staging dir beside `target` (no same-owner, no set-id bits), and
 /// after EOF (MDC checked) and a hash equal to pass 1 renames the staging dir to
 /// `target`, never replacing it. Any failure or signal removes the staging dir.
-pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &Path) -> Result<Extracted> {
+pub fn extract(
+    validated: &ValidatedBackup,
+    passphrase: &SecretString,
+    target: &Path,
+) -> Result<Extracted> {
     if std::fs::symlink_metadata(target).is_ok() {
-        bail!("refusing to overwrite existing directory: {}", target.display());
+        bail!(
+            "refusing to overwrite existing directory: {}",
+            target.display()
+        );
     }
     let parent = match target.parent() {
         Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -266,14 +275,19 @@ pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &
             if let Some(failure) = status.failure() {
                 return Err(BackupError::Corrupt(failure).into());
             }
-            return Err(anyhow!("cannot extract into {}: {e}", stage.path().display()));
+            return Err(anyhow!(
+                "cannot extract into {}: {e}",
+                stage.path().display()
+            ));
         }
     };
     if let Some(failure) = status.failure() {
         return Err(BackupError::Corrupt(failure).into());
     }
     let Some((sha, _)) = shared.borrow_mut().take() else {
-        return Err(BackupError::Corrupt("the decrypted stream did not reach its end".into()).into());
+        return Err(
+            BackupError::Corrupt("the decrypted stream did not reach its end".into()).into(),
+        );
     };
     if sha != validated.sha256 {
         return Err(BackupError::Changed {
@@ -291,10 +305,19 @@ pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &
     });
     match promoted {
         Ok(()) => stage.disarm(),
-        Err(e) if e.kind() == io::ErrorKind::AlreadyExists || e.raw_os_error() == Some(libc::ENOTEMPTY) => {
-            bail!("refusing to overwrite existing directory: {}", target.display())
+        Err(e)
+            if e.kind() == io::ErrorKind::AlreadyExists
+                || e.raw_os_error() == Some(libc::ENOTEMPTY) =>
+        {
+            bail!(
+                "refusing to overwrite existing directory: {}",
+                target.display()
+            )
         }
-        Err(e) => return Err(e).with_context(|| format!("cannot move the extraction to {}", target.display())),
+        Err(e) => {
+            return Err(e)
+                .with_context(|| format!("cannot move the extraction to {}", target.display()));
+        }
     }
     let _ = publish::sync_dir(&parent);
     Ok(Extracted {
@@ -306,7 +329,8 @@ pub fn extract(validated: &ValidatedBackup, passphrase: &SecretString, target: &
 
 /// Opens the file only to check it exists and is a regular file (clear error otherwise).
 pub fn check_backup_file(path: &Path) -> Result<()> {
-    let meta = std::fs::metadata(path).with_context(|| format!("no such backup: {}", path.display()))?;
+    let meta =
+        std::fs::metadata(path).with_context(|| format!("no such backup: {}", path.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
     }

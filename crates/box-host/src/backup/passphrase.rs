@@ -69,8 +69,8 @@ pub fn resolve_with(
         if value.is_empty() {
             bail!("BOX_PASSPHRASE is set but empty");
         }
-        let text = std::str::from_utf8(&value)
-            .map_err(|_| anyhow!("BOX_PASSPHRASE is not UTF-8 text"))?;
+        let text =
+            std::str::from_utf8(&value).map_err(|_| anyhow!("BOX_PASSPHRASE is not UTF-8 text"))?;
         return Ok(SecretString::from(text));
     }
     let no_tty = || {
@@ -135,7 +135,8 @@ impl Prompt for TtyPrompt {
         if line.last() == Some(&b'\r') {
             line.pop();
         }
-        let text = std::str::from_utf8(&line).map_err(|_| anyhow!("the passphrase is not UTF-8 text"))?;
+        let text =
+            std::str::from_utf8(&line).map_err(|_| anyhow!("the passphrase is not UTF-8 text"))?;
         Ok(Some(SecretString::from(text)))
     }
 }
@@ -182,8 +183,12 @@ mod tests {
         .unwrap();
         assert_eq!(got.expose_secret(), "from-env");
 
-        let got = resolve_with(Purpose::Encrypt, &env_of(&[]), &mut Fake(vec![Some("a"), Some("a")]))
-            .unwrap();
+        let got = resolve_with(
+            Purpose::Encrypt,
+            &env_of(&[]),
+            &mut Fake(vec![Some("a"), Some("a")]),
+        )
+        .unwrap();
         assert_eq!(got.expose_secret(), "a");
 
         let err = |purpose, env: &'static [(&'static str, &'static str)], answers| {
@@ -195,8 +200,10 @@ mod tests {
         assert!(err(Purpose::Decrypt, &[], vec![Some("")]).contains("empty passphrase"));
         assert!(err(Purpose::Decrypt, &[], vec![None]).contains("no terminal"));
         assert!(err(Purpose::Decrypt, &[("BOX_PASSPHRASE", "")], vec![]).contains("empty"));
-        let missing: &'static [(&str, &str)] =
-            &[("BOX_PASSPHRASE_FILE", "/nonexistent/pw"), ("BOX_PASSPHRASE", "x")];
+        let missing: &'static [(&str, &str)] = &[
+            ("BOX_PASSPHRASE_FILE", "/nonexistent/pw"),
+            ("BOX_PASSPHRASE", "x"),
+        ];
         let e = err(Purpose::Decrypt, missing, vec![]);
         assert!(e.contains("not readable"), "{e}");
         std::fs::write(&file, "\nx\n").unwrap();
@@ -204,6 +211,9 @@ mod tests {
         assert!(e.contains("is empty") && !e.contains("from-env"), "{e}");
         // Decrypting asks once.
         let got = resolve_with(Purpose::Decrypt, &env_of(&[]), &mut Fake(vec![Some("z")])).unwrap();
-        assert_eq!(format!("{got:?}").contains('z'), false);
+        assert!(
+            !format!("{got:?}").contains('z'),
+            "Debug must not show the secret"
+        );
     }
 }

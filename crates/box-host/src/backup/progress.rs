@@ -31,8 +31,8 @@ pub fn human(bytes: u64) -> String {
 
 impl Progress {
     pub fn new(label: &'static str) -> Self {
-        let enabled = std::io::stderr().is_terminal()
-            && std::env::var_os("BOX_NO_PROGRESS").is_none();
+        let enabled =
+            std::io::stderr().is_terminal() && std::env::var_os("BOX_NO_PROGRESS").is_none();
         let now = Instant::now();
         Progress {
             label,
@@ -56,7 +56,13 @@ impl Progress {
         let secs = self.start.elapsed().as_secs_f64().max(0.001);
         let rate = (self.bytes as f64 / secs) as u64;
         let mut err = std::io::stderr();
-        let _ = write!(err, "\r\x1b[2K  {} {} ({}/s)", self.label, human(self.bytes), human(rate));
+        let _ = write!(
+            err,
+            "\r\x1b[2K  {} {} ({}/s)",
+            self.label,
+            human(self.bytes),
+            human(rate)
+        );
         let _ = err.flush();
         self.shown = true;
     }

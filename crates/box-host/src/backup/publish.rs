@@ -32,7 +32,11 @@ pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
         const RENAME_EXCL: libc::c_uint = 0x4;
         // SAFETY: two valid NUL-terminated paths.
         let rc = unsafe { libc::renamex_np(f.as_ptr(), t.as_ptr(), RENAME_EXCL) };
-        if rc == 0 { Ok(()) } else { Err(io::Error::last_os_error()) }
+        if rc == 0 {
+            Ok(())
+        } else {
+            Err(io::Error::last_os_error())
+        }
     }
     #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "macos")))]
     {
@@ -59,8 +63,14 @@ mod tests {
         let b = d.path().join("b");
         std::fs::write(&a, b"new").unwrap();
         std::fs::write(&b, b"old").unwrap();
-        assert_eq!(link_noreplace(&a, &b).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
-        assert_eq!(rename_noreplace(&a, &b).unwrap_err().kind(), io::ErrorKind::AlreadyExists);
+        assert_eq!(
+            link_noreplace(&a, &b).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
+        assert_eq!(
+            rename_noreplace(&a, &b).unwrap_err().kind(),
+            io::ErrorKind::AlreadyExists
+        );
         std::fs::create_dir(d.path().join("x")).unwrap();
         std::fs::create_dir(d.path().join("y")).unwrap();
         assert!(rename_noreplace(&d.path().join("x"), &d.path().join("y")).is_err());

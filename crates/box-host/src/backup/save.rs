@@ -11,9 +11,9 @@ use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use box_proto::archive::ArchiveError;
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
 use box_proto::archive::validate::{self, Limits, Report};
-use box_proto::archive::ArchiveError;
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
@@ -103,7 +103,11 @@ impl Pipeline {
         Self::begin_with_limits(out, passphrase, Limits::default())
     }
 
-    pub fn begin_with_limits(out: &Path, passphrase: &SecretString, limits: Limits) -> Result<Self> {
+    pub fn begin_with_limits(
+        out: &Path,
+        passphrase: &SecretString,
+        limits: Limits,
+    ) -> Result<Self> {
         check_destination(out)?;
         let dir = match out.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -186,7 +190,8 @@ impl Pipeline {
     /// Streams one part file; with `expected`, its size and SHA-256 must match (the part
     /// index), or the save fails.
     pub fn feed_part(&mut self, path: &Path, expected: Option<&Part>) -> Result<()> {
-        let file = File::open(path).with_context(|| format!("cannot open part {}", path.display()))?;
+        let file =
+            File::open(path).with_context(|| format!("cannot open part {}", path.display()))?;
         let mut hashing = HashingReader {
             inner: file,
             hasher: Sha256::new(),
@@ -266,8 +271,9 @@ impl Sealed {
     /// The verification pass: decrypt the temp file, validate, compare the hash. Writes
     /// no plaintext.
     pub fn verify(self, passphrase: &SecretString) -> Result<Verified> {
-        let (sha, size, _) = super::load::decrypt_validate(self.temp.path(), passphrase, "verifying")
-            .map_err(|e| anyhow!("encrypted backup verification failed: {e}"))?;
+        let (sha, size, _) =
+            super::load::decrypt_validate(self.temp.path(), passphrase, "verifying")
+                .map_err(|e| anyhow!("encrypted backup verification failed: {e}"))?;
         if sha != self.sha256 || size != self.plaintext_size {
             return Err(anyhow!(
                 "encrypted backup verification failed: {}",

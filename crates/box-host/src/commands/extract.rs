@@ -31,7 +31,10 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
         None => default_target(&ctx.config.backup_dir(), &args.file),
     };
     if std::fs::symlink_metadata(&target).is_ok() {
-        bail!("refusing to overwrite existing directory: {}", target.display());
+        bail!(
+            "refusing to overwrite existing directory: {}",
+            target.display()
+        );
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     ui::say(format!("Decrypting and validating {}", args.file.display()));
@@ -45,7 +48,9 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
                 }
             }
         }
-        (None, Some(e)) => ui::warn(format!("the runtime manifest in this backup is unreadable: {e}")),
+        (None, Some(e)) => ui::warn(format!(
+            "the runtime manifest in this backup is unreadable: {e}"
+        )),
         (None, None) => ui::warn("this backup has no runtime manifest"),
     }
     ui::say(format!("Extracting into {}", target.display()));

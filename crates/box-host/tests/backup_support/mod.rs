@@ -31,10 +31,24 @@ pub fn sample_tree(root: &Path) {
     .unwrap();
     fs::write(home.join("workspace/probe.txt"), "probe\n").unwrap();
     std::os::unix::fs::symlink("probe.txt", home.join("workspace/probe-link")).unwrap();
-    fs::hard_link(home.join("workspace/probe.txt"), home.join("workspace/probe-hard")).unwrap();
-    fs::write(home.join("workspace/src/main.rs"), "fn main() {}\n".repeat(500)).unwrap();
-    fs::set_permissions(home.join("workspace/src/main.rs"), fs::Permissions::from_mode(0o640)).unwrap();
-    let big: Vec<u8> = (0..300_000u32).flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes()).collect();
+    fs::hard_link(
+        home.join("workspace/probe.txt"),
+        home.join("workspace/probe-hard"),
+    )
+    .unwrap();
+    fs::write(
+        home.join("workspace/src/main.rs"),
+        "fn main() {}\n".repeat(500),
+    )
+    .unwrap();
+    fs::set_permissions(
+        home.join("workspace/src/main.rs"),
+        fs::Permissions::from_mode(0o640),
+    )
+    .unwrap();
+    let big: Vec<u8> = (0..300_000u32)
+        .flat_map(|i| i.wrapping_mul(2654435761).to_le_bytes())
+        .collect();
     fs::write(home.join("workspace/blob.bin"), big).unwrap();
     fs::write(home.join(".hermes/state.db"), b"SQLite format 3\0").unwrap();
     fs::write(home.join(".hermes/state.db-wal"), b"wal").unwrap();
@@ -45,7 +59,9 @@ pub fn sample_tree(root: &Path) {
 /// `hb export` through the library.
 pub fn export(root: &Path, out: &Path, part_size: u64) -> box_proto::archive::parts::PartIndex {
     let opts = hb_guest::archive::export::ExportOptions::new(root, out, part_size);
-    hb_guest::archive::export::export(&opts, Box::new(|_| {})).unwrap().index
+    hb_guest::archive::export::export(&opts, Box::new(|_| {}))
+        .unwrap()
+        .index
 }
 
 /// The save pipeline through the library: parts dir → published backup.
@@ -53,12 +69,21 @@ pub fn save_parts(parts: &Path, out: &Path, pass: &str) -> save::Published {
     let pass = secret(pass);
     let mut p = save::Pipeline::begin(out, &pass).unwrap();
     p.feed_parts_dir(parts).unwrap();
-    p.finish().unwrap().verify(&pass).unwrap().publish().unwrap()
+    p.finish()
+        .unwrap()
+        .verify(&pass)
+        .unwrap()
+        .publish()
+        .unwrap()
 }
 
 /// Encrypts arbitrary plaintext the way a backup is encrypted (no validation).
 pub fn encrypt_bytes(plain: &[u8], out: &Path, pass: &str) {
-    let file = fs::OpenOptions::new().write(true).create_new(true).open(out).unwrap();
+    let file = fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(out)
+        .unwrap();
     let mut w = EncryptWriter::new(file, &secret(pass)).unwrap();
     w.write_all(plain).unwrap();
     w.finish().unwrap();
@@ -81,7 +106,10 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
 pub fn snapshot(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
     let mut out = BTreeMap::new();
     fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, Vec<u8>)>) {
-        let mut names: Vec<_> = fs::read_dir(dir).unwrap().map(|e| e.unwrap().path()).collect();
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
         names.sort();
         for p in names {
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
@@ -134,14 +162,26 @@ pub fn gpg(home: &Path, pass: &str, args: &[&str]) -> Output {
     let mut child = Command::new("gpg")
         .arg("--homedir")
         .arg(home)
-        .args(["--batch", "--yes", "--pinentry-mode", "loopback", "--passphrase-fd", "0"])
+        .args([
+            "--batch",
+            "--yes",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase-fd",
+            "0",
+        ])
         .args(args)
         .stdin(Stdio::piped())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
         .expect("gpg is installed by scripts/setup.sh");
-    child.stdin.take().unwrap().write_all(format!("{pass}\n").as_bytes()).unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(format!("{pass}\n").as_bytes())
+        .unwrap();
     child.wait_with_output().unwrap()
 }
 
@@ -163,7 +203,10 @@ pub fn box_cmd(sandbox: &Path) -> Command {
 /// Every entry directly in `dir`, sorted.
 pub fn listing(dir: &Path) -> Vec<String> {
     let mut v: Vec<String> = fs::read_dir(dir)
-        .map(|rd| rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned()).collect())
+        .map(|rd| {
+            rd.map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+                .collect()
+        })
         .unwrap_or_default();
     v.sort();
     v
@@ -174,6 +217,10 @@ pub fn harness() -> PathBuf {
     let exe = std::env::current_exe().unwrap();
     let debug = exe.parent().unwrap().parent().unwrap();
     let p = debug.join("examples/backup_harness");
-    assert!(p.exists(), "build the example first: cargo build --examples ({})", p.display());
+    assert!(
+        p.exists(),
+        "build the example first: cargo build --examples ({})",
+        p.display()
+    );
     p
 }

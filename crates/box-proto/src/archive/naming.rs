@@ -30,10 +30,10 @@ pub fn backup_file_name(box_name: &str, stamp: &str) -> Option<String> {
 /// name with a trailing `.gpg` removed, or the name itself.
 pub fn strip_backup_extension(file_name: &str) -> &str {
     for ext in KNOWN_EXTENSIONS {
-        if let Some(stem) = file_name.strip_suffix(ext) {
-            if !stem.is_empty() {
-                return stem;
-            }
+        if let Some(stem) = file_name.strip_suffix(ext)
+            && !stem.is_empty()
+        {
+            return stem;
         }
     }
     match file_name.strip_suffix(".gpg") {

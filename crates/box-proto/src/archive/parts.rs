@@ -55,14 +55,16 @@ pub fn part_name(n: usize) -> String {
 }
 
 fn valid_part_name(name: &str) -> bool {
-    name.len() == 11
-        && name.starts_with("part-")
-        && name[5..].bytes().all(|b| b.is_ascii_digit())
+    name.len() == 11 && name.starts_with("part-") && name[5..].bytes().all(|b| b.is_ascii_digit())
 }
 
 fn parse_hash(s: &str) -> Option<[u8; 32]> {
     let mut out = [0u8; 32];
-    if s.len() != 64 || !s.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+    if s.len() != 64
+        || !s
+            .bytes()
+            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+    {
         return None;
     }
     hex::decode_to_slice(s, &mut out).ok()?;
@@ -110,7 +112,8 @@ impl PartIndex {
             ["total", size, hash] => (
                 size.parse::<u64>()
                     .map_err(|_| bad(n, "total size is not a number"))?,
-                parse_hash(hash).ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
+                parse_hash(hash)
+                    .ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
             ),
             _ => return Err(bad(n, "expected 'total <bytes> <sha256>'")),
         };
@@ -135,8 +138,8 @@ impl PartIndex {
             if size == 0 {
                 return Err(bad(n, "empty part"));
             }
-            let sha256 =
-                parse_hash(hash).ok_or_else(|| bad(n, "part hash is not 64 lowercase hex digits"))?;
+            let sha256 = parse_hash(hash)
+                .ok_or_else(|| bad(n, "part hash is not 64 lowercase hex digits"))?;
             parts.push(Part {
                 name: name.to_string(),
                 size,

@@ -39,7 +39,11 @@ impl Unpacker {
     }
 
     /// Unpacks one entry whose key (validated) is `key`.
-    pub fn unpack<R: io::Read>(&mut self, entry: &mut tar::Entry<'_, R>, key: &[u8]) -> io::Result<()> {
+    pub fn unpack<R: io::Read>(
+        &mut self,
+        entry: &mut tar::Entry<'_, R>,
+        key: &[u8],
+    ) -> io::Result<()> {
         let header = entry.header();
         let mode = header.mode().unwrap_or(0o755) & 0o777;
         let mtime = header.mtime().unwrap_or(0);
@@ -60,7 +64,9 @@ impl Unpacker {
             )));
         }
         if is_dir {
-            let path = self.root.join(std::ffi::OsStr::from_encoded_bytes_checked(key));
+            let path = self
+                .root
+                .join(std::ffi::OsStr::from_encoded_bytes_checked(key));
             // Writable by us until the end, whatever its final mode.
             fs::set_permissions(&path, fs::Permissions::from_mode(0o700))?;
             self.dirs.push((path, mode, mtime));

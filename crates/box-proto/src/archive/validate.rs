@@ -306,7 +306,11 @@ impl Validator {
         if self.bytes > self.limits.max_total_bytes {
             return Err(ArchiveError::unsafe_(
                 Rule::TooLarge,
-                format!("members exceed {} bytes at {}", self.limits.max_total_bytes, shown(name)),
+                format!(
+                    "members exceed {} bytes at {}",
+                    self.limits.max_total_bytes,
+                    shown(name)
+                ),
             ));
         }
         // Rule 2.
@@ -325,8 +329,7 @@ impl Validator {
         // Rule 4.
         let kind = if entry_type.is_dir() {
             Kind::Dir
-        } else if entry_type.is_file() || entry_type.is_contiguous() || entry_type.is_gnu_sparse()
-        {
+        } else if entry_type.is_file() || entry_type.is_contiguous() || entry_type.is_gnu_sparse() {
             Kind::File
         } else if entry_type.is_symlink() {
             Kind::Symlink(link.unwrap_or_default().into())
@@ -390,7 +393,10 @@ impl Validator {
             for n in 1..comps.len() {
                 let prefix = join(comps[..n].iter().copied());
                 if self.kind(&prefix).is_some_and(Kind::is_link) {
-                    return Err(ArchiveError::unsafe_(Rule::NestedBeneathLink, shown_key(key)));
+                    return Err(ArchiveError::unsafe_(
+                        Rule::NestedBeneathLink,
+                        shown_key(key),
+                    ));
                 }
             }
         }
@@ -412,7 +418,11 @@ impl Validator {
                 let parent = &comps[..comps.len() - 1];
                 let mut r = Resolver::new(self, bound);
                 let found = r
-                    .resolve(Vec::new(), parent.iter().map(|p| p.to_vec()).collect(), true)
+                    .resolve(
+                        Vec::new(),
+                        parent.iter().map(|p| p.to_vec()).collect(),
+                        true,
+                    )
                     .map_err(|e| match e {
                         // A missing parent is a path through a missing member.
                         ArchiveError::Unsafe {
@@ -422,7 +432,10 @@ impl Validator {
                         e => e,
                     })?;
                 if found.1 != Some(&Kind::Dir) && !found.0.is_empty() {
-                    return Err(ArchiveError::unsafe_(Rule::ParentNotDirectory, shown_key(key)));
+                    return Err(ArchiveError::unsafe_(
+                        Rule::ParentNotDirectory,
+                        shown_key(key),
+                    ));
                 }
             }
             match kind {
@@ -590,7 +603,9 @@ struct CountIn<R> {
 impl<R: Read> Read for CountIn<R> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.meter.compressed.set(self.meter.compressed.get() + n as u64);
+        self.meter
+            .compressed
+            .set(self.meter.compressed.get() + n as u64);
         Ok(n)
     }
 }
@@ -610,7 +625,10 @@ impl<R: Read> Read for CountOut<R> {
         let violation = if out > self.limits.max_total_bytes {
             Some(ArchiveError::unsafe_(
                 Rule::TooLarge,
-                format!("more than {} bytes decompressed", self.limits.max_total_bytes),
+                format!(
+                    "more than {} bytes decompressed",
+                    self.limits.max_total_bytes
+                ),
             ))
         } else if out > self.limits.ratio_floor
             && out / self.limits.max_ratio > m.compressed.get().max(1)
@@ -736,10 +754,9 @@ where
             break;
         }
         if buf[..n].iter().any(|b| *b != 0) {
-            return Err(ArchiveError::Invalid(
-                "data after the end-of-archive marker".to_string(),
-            )
-            .into());
+            return Err(
+                ArchiveError::Invalid("data after the end-of-archive marker".to_string()).into(),
+            );
         }
     }
     validator.finish()?;

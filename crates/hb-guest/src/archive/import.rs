@@ -141,13 +141,13 @@ fn remove_stale_stages(root: &Path) -> Result<()> {
 fn remove_tree(p: &Path) -> io::Result<()> {
     // Make read-only dirs removable (never following links), then remove.
     fn open_up(p: &Path) {
-        if let Ok(m) = fs::symlink_metadata(p) {
-            if m.is_dir() {
-                let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
-                if let Ok(rd) = fs::read_dir(p) {
-                    for e in rd.flatten() {
-                        open_up(&e.path());
-                    }
+        if let Ok(m) = fs::symlink_metadata(p)
+            && m.is_dir()
+        {
+            let _ = fs::set_permissions(p, fs::Permissions::from_mode(0o700));
+            if let Ok(rd) = fs::read_dir(p) {
+                for e in rd.flatten() {
+                    open_up(&e.path());
                 }
             }
         }

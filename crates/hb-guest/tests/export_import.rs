@@ -1,0 +1,309 @@
+//! `hb export` → `hb import`: round trips, ownership and modes, the pause marker, the part
+//! index checks, refusal of unsafe data, and the rollback of a failed swap.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod export_import_support;
+
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+use std::process::Command;
+
+use export_import_support::*;
+use hb_guest::archive::export::{ExportOptions, export};
+use hb_guest::archive::import::{FaultInjection, import, import_with};
+use proptest::prelude::*;
+
+fn sample(root: &Path) {
+    build(root, &[]);
+    let home = root.join("home/agent");
+    fs::create_dir_all(home.join(".config/hermes-box")).unwrap();
+    fs::create_dir_all(home.join("workspace/node_modules/pkg")).unwrap();
+    fs::create_dir_all(home.join(".hermes/tmp")).unwrap();
+    fs::write(
+        home.join(".config/hermes-box/runtime-manifest"),
+        "box=0.1.0\n",
+    )
+    .unwrap();
+    fs::write(home.join(".config/hermes-box/quiesced"), "").unwrap();
+    fs::write(home.join("workspace/node_modules/pkg/index.js"), "x").unwrap();
+    fs::write(home.join("workspace/a.txt"), "a\n").unwrap();
+    fs::write(home.join(".hermes/state.db"), "db").unwrap();
+    fs::write(home.join(".hermes/state.db-wal"), "wal").unwrap();
+    fs::write(home.join(".hermes/gateway.pid"), "1").unwrap();
+    fs::write(home.join(".hermes/tmp/t"), "t").unwrap();
+    std::os::unix::fs::symlink("a.txt", home.join("workspace/a-link")).unwrap();
+    fs::write(root.join("logs/x.log"), "log\n").unwrap();
+}
+
+fn do_export(root: &Path, out: &Path, part: u64) -> Vec<String> {
+    let warnings = std::rc::Rc::new(std::cell::RefCell::new(Vec::new()));
+    let w = warnings.clone();
+    export(
+        &ExportOptions::new(root, out, part),
+        Box::new(move |m| w.borrow_mut().push(m.to_string())),
+    )
+    .unwrap();
+    warnings.borrow().clone()
+}
+
+fn mode(p: &Path) -> u32 {
+    fs::symlink_metadata(p).unwrap().permissions().mode() & 0o7777
+}
+
+#[test]
+fn round_trip_into_an_existing_root_with_excludes_marker_and_modes() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    unsafe_fifo(&src.join("home/agent/pipe"));
+    let parts = t.path().join("parts");
+    let warnings = do_export(&src, &parts, 100);
+    assert_eq!(
+        warnings,
+        vec!["skipping FIFO ./home/agent/pipe".to_string()]
+    );
+    assert_eq!(mode(&parts), 0o700);
+    assert!(fs::read_dir(&parts).unwrap().count() > 2, "several parts");
+
+    let dst = t.path().join("dst");
+    fs::create_dir_all(dst.join("home/agent")).unwrap();
+    fs::write(dst.join("home/agent/old.txt"), "old").unwrap();
+    fs::write(dst.join(".hidden-old"), "old").unwrap();
+    let summary = import(&dst, &parts).unwrap();
+    assert!(summary.members > 5);
+
+    let mut want = snapshot(&src);
+    want.remove("home/agent/pipe");
+    let mut got = snapshot(&dst);
+    // Root-owned 0711 on the root and on home, whatever they were.
+    assert_eq!(mode(&dst), 0o711);
+    assert_eq!(mode(&dst.join("home")), 0o711);
+    want.remove("home");
+    got.remove("home");
+    // The pause marker is re-armed (it is excluded from the backup, so not in `want`).
+    assert!(dst.join("home/agent/.config/hermes-box/quiesced").exists());
+    assert_eq!(
+        mode(&dst.join("home/agent/.config/hermes-box/quiesced")),
+        0o600
+    );
+    assert_eq!(got, want);
+    assert!(!dst.join("home/agent/old.txt").exists());
+    assert!(
+        !dst.join(".hidden-old").exists(),
+        "hidden old state is removed too"
+    );
+    assert!(!dst.join("home/agent/workspace/node_modules").exists());
+    assert!(!dst.join("home/agent/.hermes/state.db-wal").exists());
+    assert!(!dst.join("home/agent/.hermes/gateway.pid").exists());
+    assert!(!dst.join("home/agent/.hermes/tmp").exists());
+    assert!(dst.join("home/agent/.hermes/state.db").exists());
+    let leftovers: Vec<_> = fs::read_dir(&dst)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.starts_with(".hb-restore"))
+        .collect();
+    assert!(leftovers.is_empty(), "{leftovers:?}");
+}
+
+fn unsafe_fifo(p: &Path) {
+    let c = std::ffi::CString::new(p.as_os_str().as_encoded_bytes()).unwrap();
+    // SAFETY: a valid path.
+    assert_eq!(unsafe { libc::mkfifo(c.as_ptr(), 0o600) }, 0);
+}
+
+#[test]
+fn export_is_deterministic_and_refuses_an_existing_out_dir() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    do_export(&src, &t.path().join("a"), 1 << 20);
+    do_export(&src, &t.path().join("b"), 1 << 20);
+    assert_eq!(
+        fs::read_to_string(t.path().join("a/parts.index")).unwrap(),
+        fs::read_to_string(t.path().join("b/parts.index")).unwrap()
+    );
+    let err = export(
+        &ExportOptions::new(&src, &t.path().join("a"), 1 << 20),
+        Box::new(|_| {}),
+    )
+    .unwrap_err();
+    assert!(format!("{err:#}").contains("must not exist"), "{err:#}");
+}
+
+#[test]
+fn the_hb_binary_exports_and_imports() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let hb = env!("CARGO_BIN_EXE_hb");
+    let out = Command::new(hb)
+        .args(["export", "--root"])
+        .arg(&src)
+        .arg("--out")
+        .arg(t.path().join("p"))
+        .args(["--part-size", "1000"])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let dst = t.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    let out = Command::new(hb)
+        .args(["import", "--root"])
+        .arg(&dst)
+        .arg("--from")
+        .arg(t.path().join("p"))
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(dst.join("home/agent/workspace/a.txt").exists());
+}
+
+#[test]
+fn a_bad_part_index_or_part_changes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let dst = t.path().join("dst");
+    fs::create_dir_all(dst.join("home/agent")).unwrap();
+    fs::write(dst.join("home/agent/keep.txt"), "keep").unwrap();
+    let before = snapshot(&dst);
+    let fresh = |name: &str| {
+        let p = t.path().join(name);
+        do_export(&src, &p, 100);
+        p
+    };
+    // A flipped byte in a part.
+    let p = fresh("flip");
+    let part = p.join("part-000001");
+    let mut b = fs::read(&part).unwrap();
+    b[10] ^= 1;
+    fs::write(&part, b).unwrap();
+    let e = import(&dst, &p).unwrap_err();
+    assert!(
+        format!("{e:#}").contains("does not match the index"),
+        "{e:#}"
+    );
+    // A missing part.
+    let p = fresh("missing");
+    fs::remove_file(p.join("part-000000")).unwrap();
+    assert!(format!("{:#}", import(&dst, &p).unwrap_err()).contains("missing part"));
+    // A part replaced by a symlink.
+    let p = fresh("link");
+    fs::rename(p.join("part-000000"), t.path().join("elsewhere")).unwrap();
+    std::os::unix::fs::symlink(t.path().join("elsewhere"), p.join("part-000000")).unwrap();
+    assert!(format!("{:#}", import(&dst, &p).unwrap_err()).contains("not a regular file"));
+    // An index naming a path.
+    let p = fresh("path");
+    let idx = fs::read_to_string(p.join("parts.index")).unwrap();
+    fs::write(
+        p.join("parts.index"),
+        idx.replace("part-000000", "../../etc/x"),
+    )
+    .unwrap();
+    assert!(format!("{:#}", import(&dst, &p).unwrap_err()).contains("bad part index"));
+    assert_eq!(snapshot(&dst), before);
+}
+
+#[test]
+fn unsafe_data_is_refused_before_the_root_is_touched() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    // An absolute symlink escaping the root: a valid tree on disk, refused by rule 6.
+    std::os::unix::fs::symlink("/etc/passwd", src.join("home/agent/escape")).unwrap();
+    let p = t.path().join("p");
+    do_export(&src, &p, 1 << 20);
+    let dst = t.path().join("dst");
+    fs::create_dir_all(dst.join("home/agent")).unwrap();
+    fs::write(dst.join("home/agent/keep.txt"), "keep").unwrap();
+    let before = snapshot(&dst);
+    let e = import(&dst, &p).unwrap_err();
+    assert!(
+        format!("{e:#}")
+            .contains("unsafe archive: archive link target is absolute: ./home/agent/escape"),
+        "{e:#}"
+    );
+    assert_eq!(snapshot(&dst), before);
+    assert_eq!(fs::read_dir(&dst).unwrap().count(), 1);
+}
+
+#[test]
+fn a_failed_swap_rolls_back_at_every_step() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let p = t.path().join("p");
+    do_export(&src, &p, 1 << 20);
+    for n in 0..5 {
+        let dst = t.path().join(format!("dst{n}"));
+        fs::create_dir_all(dst.join("home/agent")).unwrap();
+        fs::create_dir_all(dst.join("logs")).unwrap();
+        fs::write(dst.join("home/agent/keep.txt"), "keep").unwrap();
+        fs::write(dst.join(".dot"), "dot").unwrap();
+        let before = snapshot(&dst);
+        let e = import_with(
+            &dst,
+            &p,
+            FaultInjection {
+                fail_after_moves: Some(n),
+            },
+        )
+        .unwrap_err();
+        assert!(
+            format!("{e:#}").contains("previous state was put back"),
+            "{e:#}"
+        );
+        assert_eq!(snapshot(&dst), before, "after {n} moves");
+        assert_eq!(
+            fs::read_dir(&dst).unwrap().count(),
+            3,
+            "no stage or rollback left"
+        );
+    }
+}
+
+proptest! {
+    #![proptest_config(ProptestConfig { cases: 24, ..ProptestConfig::default() })]
+
+    #[test]
+    fn export_import_reproduces_generated_trees(nodes in nodes()) {
+        let t = tempfile::tempdir().unwrap();
+        let src = t.path().join("src");
+        build(&src, &nodes);
+        let p = t.path().join("p");
+        do_export(&src, &p, 777);
+        let dst = t.path().join("dst");
+        fs::create_dir(&dst).unwrap();
+        match import(&dst, &p) {
+            Ok(_) => {
+                let mut got = snapshot(&dst);
+                got.remove("home/agent/.config/hermes-box/quiesced");
+                got.remove("home/agent/.config/hermes-box");
+                got.remove("home/agent/.config");
+                let want = snapshot(&src);
+                let got = without_mode_of(got, &["home"]);
+                let want = without_mode_of(want, &["home"]);
+                prop_assert_eq!(got, want);
+            }
+            Err(e) => {
+                // Only trees with dangling or escaping symlinks may be refused.
+                let msg = format!("{e:#}");
+                let has_link = nodes.iter().any(|n| matches!(n, Node::Link { .. }));
+                prop_assert!(
+                    has_link && msg.contains("unsafe archive: archive "),
+                    "unexpected refusal: {}", msg
+                );
+                prop_assert_eq!(fs::read_dir(&dst).unwrap().count(), 0);
+            }
+        }
+    }
+}

@@ -1,0 +1,147 @@
+//! Generated trees for the export/import property tests (also used by box-host's).
+#![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::{MetadataExt, PermissionsExt};
+use std::path::Path;
+
+use proptest::prelude::*;
+
+/// One generated member under `home/agent` (or `logs`).
+#[derive(Debug, Clone)]
+pub enum Node {
+    File {
+        path: Vec<String>,
+        data: Vec<u8>,
+        mode: u32,
+    },
+    Dir {
+        path: Vec<String>,
+        mode: u32,
+    },
+    Link {
+        path: Vec<String>,
+        target: String,
+    },
+}
+
+fn name() -> impl Strategy<Value = String> + Clone {
+    prop_oneof![
+        "[a-z]{1,8}",
+        "[A-Za-z0-9 ._-]{1,12}".prop_filter("not . or ..", |s| s != "." && s != ".."),
+        Just("node_modules".to_string()),
+        Just(".cache".to_string()),
+        Just("x.pyc".to_string()),
+        "[a-z]{90,130}",
+        Just("é-ünïcödé".to_string()),
+    ]
+}
+
+pub fn nodes() -> impl Strategy<Value = Vec<Node>> {
+    let path = || prop::collection::vec(name(), 1..4);
+    let node = prop_oneof![
+        4 => (path(), prop::collection::vec(any::<u8>(), 0..3000), 0o400u32..0o777)
+            .prop_map(|(path, data, mode)| Node::File { path, data, mode: mode | 0o600 }),
+        2 => (path(), 0o500u32..0o777).prop_map(|(path, mode)| Node::Dir { path, mode: mode | 0o700 }),
+        1 => (path(), "[a-z./]{1,20}").prop_map(|(path, target)| Node::Link { path, target }),
+    ];
+    prop::collection::vec(node, 0..25)
+}
+
+/// Materialises the nodes under `root` (home/agent and logs always exist). Conflicting paths
+/// are skipped. Directory modes are applied last.
+pub fn build(root: &Path, nodes: &[Node]) {
+    fs::create_dir_all(root.join("home/agent")).unwrap();
+    fs::create_dir_all(root.join("logs")).unwrap();
+    let mut dir_modes = Vec::new();
+    for (i, n) in nodes.iter().enumerate() {
+        let (path, base) = match n {
+            Node::File { path, .. } | Node::Dir { path, .. } | Node::Link { path, .. } => {
+                (path, if i % 5 == 4 { "logs" } else { "home/agent" })
+            }
+        };
+        let mut p = root.join(base);
+        let mut ok = true;
+        for part in &path[..path.len() - 1] {
+            p.push(part);
+            match fs::symlink_metadata(&p) {
+                Ok(m) if m.is_dir() => {}
+                Ok(_) => {
+                    ok = false;
+                    break;
+                }
+                Err(_) => fs::create_dir(&p).unwrap(),
+            }
+        }
+        if !ok {
+            continue;
+        }
+        p.push(path.last().unwrap());
+        if fs::symlink_metadata(&p).is_ok() {
+            continue;
+        }
+        match n {
+            Node::File { data, mode, .. } => {
+                fs::write(&p, data).unwrap();
+                fs::set_permissions(&p, fs::Permissions::from_mode(*mode)).unwrap();
+            }
+            Node::Dir { mode, .. } => {
+                fs::create_dir(&p).unwrap();
+                dir_modes.push((p, *mode));
+            }
+            Node::Link { target, .. } => std::os::unix::fs::symlink(target, &p).unwrap(),
+        }
+    }
+    for (p, mode) in dir_modes.into_iter().rev() {
+        fs::set_permissions(&p, fs::Permissions::from_mode(mode)).unwrap();
+    }
+}
+
+pub type Snapshot = BTreeMap<String, (char, u32, Vec<u8>)>;
+
+/// Kind, permission bits and content (or link target) of every path under `root`,
+/// leaving out what a backup excludes and the root's own entry.
+pub fn snapshot(root: &Path) -> Snapshot {
+    fn walk(root: &Path, dir: &Path, out: &mut Snapshot) {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
+            if box_proto::archive::excludes::is_excluded(&rel) {
+                continue;
+            }
+            let m = fs::symlink_metadata(&p).unwrap();
+            let mode = m.mode() & 0o7777;
+            if m.file_type().is_symlink() {
+                let t = fs::read_link(&p).unwrap();
+                out.insert(rel, ('l', 0, t.as_os_str().as_encoded_bytes().to_vec()));
+            } else if m.is_dir() {
+                out.insert(rel, ('d', mode, Vec::new()));
+                walk(root, &p, out);
+            } else if m.is_file() {
+                out.insert(rel, ('f', mode, fs::read(&p).unwrap()));
+            } else {
+                // FIFOs and other specials: never opened (a FIFO would block).
+                out.insert(rel, ('s', mode, Vec::new()));
+            }
+        }
+    }
+    let mut out = BTreeMap::new();
+    walk(root, root, &mut out);
+    out
+}
+
+/// Symlinks whose targets escape or dangle make a tree unsafe to restore; the validator
+/// refuses those, so the property compares only trees it accepts.
+pub fn without_mode_of(mut s: Snapshot, keys: &[&str]) -> Snapshot {
+    for k in keys {
+        if let Some(v) = s.get_mut(*k) {
+            v.1 = 0;
+        }
+    }
+    s
+}
