@@ -220,6 +220,9 @@ fn wait_until(max: Duration, mut f: impl FnMut() -> bool) -> bool {
 pub fn boot(name: &str, p: Personality) -> VerbResult {
     // SAFETY: fd 3 was set up by `launch` for us; we own it from here on.
     let mut report = unsafe { File::from_raw_fd(3) };
+    // The `start` that launched us; it holds the registry lock until we report.
+    // SAFETY: getppid has no preconditions.
+    let starter = unsafe { libc::getppid() };
     // Nothing the supervisor starts may inherit the report pipe.
     // SAFETY: fcntl on our own fd.
     unsafe { libc::fcntl(3, libc::F_SETFD, libc::FD_CLOEXEC) };
@@ -250,6 +253,23 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
             let set = block_stop_signals();
             // Record the running machine ourselves (`start` holds the registry lock and waits
             // for us), so it is not orphaned if `start` dies before it saves.
+            // SAFETY: getppid has no preconditions.
+            if unsafe { libc::getppid() } != starter {
+                // `start` died (killed by its caller) before we could report: the registry
+                // lock is gone and a `delete` may already be running. Do not resurrect the
+                // record; take the half-booted machine down instead.
+                eprintln!("smolvm-sim: '{name}': start went away during boot; shutting down");
+                // SAFETY: kill/waitpid on our own child.
+                unsafe {
+                    libc::kill(init_pid, libc::SIGKILL);
+                    libc::waitpid(init_pid, std::ptr::null_mut(), 0);
+                }
+                if let Some(mut s) = slirp {
+                    let _ = s.child.kill();
+                    let _ = s.child.wait();
+                }
+                return Ok(1);
+            }
             let me = std::process::id() as i32;
             let mut rec = registry::load(name)
                 .ok()
