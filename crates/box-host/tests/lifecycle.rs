@@ -356,6 +356,13 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         w.machines()[0],
         ("alpha".to_string(), "running".to_string())
     );
+    // box stop paused Executor durably; entering a stopped box brought it back.
+    let doctor = w.run(&["doctor", "alpha"]);
+    assert!(doctor.ok(), "{doctor}");
+    assert!(
+        doctor.stdout.contains("host Executor MCP: healthy"),
+        "{doctor}"
+    );
 
     // Without web exposure: no published port, doctor says the host check is skipped,
     // open says how to enable it.

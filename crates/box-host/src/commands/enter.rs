@@ -3,11 +3,12 @@
 //! session must not block saves. The guest's exit code is passed through.
 
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Result;
 
 use super::Context;
-use crate::lifecycle::{boxes, readiness};
+use crate::lifecycle::{boxes, guest, readiness};
 use crate::smolvm::Smolvm;
 use crate::ui;
 
@@ -23,6 +24,21 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         ui::say(format!("Starting '{}'", record.name));
         smolvm.start(&record.machine)?;
         readiness::wait_for_agent(&smolvm, &record.machine)?;
+        // `box stop` paused Executor durably (hb down); entering brings it back, as
+        // `box start` does. A failure is reported but does not keep the user out.
+        if ctx.config.env.install_executor {
+            match guest::hb(&smolvm, &record.machine, &["up"], Duration::from_secs(180)) {
+                Ok(out) if out.success() => {}
+                Ok(out) => ui::warn(format!(
+                    "hb up in '{}' failed ({}){}; Executor may be down (see box doctor {})",
+                    record.name,
+                    guest::status(&out),
+                    guest::last_lines(&out.stderr, &out.stdout),
+                    record.name
+                )),
+                Err(e) => ui::warn(format!("{e:#}")),
+            }
+        }
     }
     let term = std::env::var("TERM")
         .ok()
