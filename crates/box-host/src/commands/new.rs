@@ -125,6 +125,8 @@ impl NewRun<'_> {
         self.transcript
             .line(&format!("box new {}: smolvm {version}", self.name));
 
+        crate::lifecycle::guest_assets::preflight()?;
+
         // The check-create-register window, under the registry lock.
         let registry = Registry::new(&self.ctx.state);
         self.registry_lock = Some(locks::try_acquire(

@@ -91,6 +91,27 @@ fn find_hb_in(
     )
 }
 
+/// Checked before a machine is created, so a missing asset fails fast instead of after
+/// create and start: the provisioning files exist, and some `hb` does (which one fits is
+/// known only once the guest reports its architecture).
+pub fn preflight() -> Result<()> {
+    provision_dir()?;
+    if std::env::var_os("BOX_HB_BINARY").is_some_and(|v| !v.is_empty()) {
+        return hb_binary(GuestArch::X86_64).map(drop);
+    }
+    let dir = exe_dir().context("cannot find the directory of the running box binary")?;
+    let any = [GuestArch::X86_64, GuestArch::Aarch64]
+        .into_iter()
+        .any(|a| find_hb_in(&dir, a, GuestArch::host(), cfg!(target_os = "linux")).is_ok());
+    if !any {
+        bail!(
+            "no hb binary beside {} (expected hb-x86_64-linux or hb-aarch64-linux); set BOX_HB_BINARY",
+            dir.display()
+        );
+    }
+    Ok(())
+}
+
 /// The provisioning directory (must hold `provision.sh`).
 pub fn provision_dir() -> Result<PathBuf> {
     let mut tried = Vec::new();
