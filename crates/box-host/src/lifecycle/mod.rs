@@ -1,4 +1,20 @@
-//! Shared pieces of the box lifecycle verbs (new, enter, ls, open, doctor, repair, stop, start, rm).
+//! Shared pieces of the box lifecycle verbs (new, enter, ls, open, doctor, repair, stop,
+//! start, rm), one concern per module: `boxes` (looking up a managed box), `ports` (the web
+//! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (the §3.4 rollback),
+//! `guest_assets` (which hb and provision/ to copy), `provisioning` (copy, provision, init,
+//! wire, health), `progress` (step lines and transcripts), `readiness` (bounded waits after a
+//! start), `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's
+//! host half).
+//!
+//! Environment knobs (besides `SMOLVM`, `BOX_HOME`, `BOX_CONFIG`):
+//! * `BOX_HB_BINARY`: the `hb` to install in guests (default: beside `box`);
+//! * `BOX_PROVISION_DIR`: the provision/ directory (default: beside `box`, then the checkout);
+//! * `BOX_BROWSER`: the opener for `box open`;
+//! * `BOX_KEEP_ON_FAILURE=1`: a failed `box new` keeps its VM for inspection;
+//! * `BOX_SMOLVM_TIMEOUT=<secs>`: caps every smolvm call's deadline (tests, impatient hosts);
+//! * tests only: `BOX_TEST_GUEST_ENV="K=V,…"` adds persisted guest environment at create
+//!   (the simulator tests point provisioning at npm tools the host already has, so
+//!   provisioning runs for real in every lifecycle test and takes seconds).
 
 pub mod boxes;
 pub mod cleanup;

@@ -145,14 +145,8 @@ impl Setup<'_> {
     }
 
     /// Runs `provision.sh` streamed: step names with elapsed time on the terminal, every
-    /// line in the transcript. `BOX_SKIP_PROVISION=1` skips it (tests only).
+    /// line in the transcript.
     pub fn provision(&mut self) -> Result<()> {
-        if std::env::var("BOX_SKIP_PROVISION").is_ok_and(|v| v == "1") {
-            ui::warn("BOX_SKIP_PROVISION=1: skipping provisioning (tests only)");
-            self.transcript
-                .line("provisioning skipped (BOX_SKIP_PROVISION=1)");
-            return Ok(());
-        }
         ui::say(format!(
             "Provisioning '{}' (transcript: {})",
             self.machine,
