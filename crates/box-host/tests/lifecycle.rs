@@ -395,7 +395,18 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
             && open.stderr.contains("EXPOSE_EXECUTOR_WEB=1"),
         "{open}"
     );
-    for name in ["alpha", "beta"] {
+    // Without Executor at all, a box is still created, healthy and checked.
+    let new = w.run_env(&["new", "gamma"], &[("INSTALL_EXECUTOR", "0")]);
+    assert!(new.ok(), "{new}");
+    let create = w
+        .calls()
+        .into_iter()
+        .find(|c| c.get(1).is_some_and(|v| v == "create") && c.contains(&"gamma".to_string()))
+        .unwrap();
+    assert!(!create.contains(&"-p".to_string()), "{create:?}");
+    let doctor = w.run_env(&["doctor", "gamma"], &[("INSTALL_EXECUTOR", "0")]);
+    assert!(doctor.ok(), "{doctor}");
+    for name in ["alpha", "beta", "gamma"] {
         let rm = w.run(&["rm", name, "--force"]);
         assert!(rm.ok(), "{rm}");
     }

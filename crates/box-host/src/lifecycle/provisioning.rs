@@ -85,7 +85,7 @@ impl Setup<'_> {
                 .mode(0o600)
                 .open(&env_file)
                 .with_context(|| format!("cannot write {}", env_file.display()))?;
-            f.write_all(self.env.render().as_bytes())
+            f.write_all(effective(self.env).render().as_bytes())
                 .with_context(|| format!("cannot write {}", env_file.display()))?;
             drop(f);
             Ok(self.smolvm.copy_in_cancellable(
@@ -238,5 +238,34 @@ impl Setup<'_> {
             _ => ui::say("host endpoint check skipped: web exposure is off"),
         }
         Ok(())
+    }
+}
+
+/// The configuration the guest gets: without Executor there is nothing to wire or expose,
+/// so those keys are rendered off rather than left to contradict INSTALL_EXECUTOR=0.
+pub fn effective(env: &BoxEnv) -> BoxEnv {
+    let mut env = env.clone();
+    if !env.install_executor {
+        env.wire_executor_mcp = false;
+        env.expose_executor_web = false;
+    }
+    env
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn no_executor_means_no_wiring_and_no_web() {
+        let env = BoxEnv {
+            install_executor: false,
+            ..BoxEnv::default()
+        };
+        let text = effective(&env).render();
+        assert!(text.contains("WIRE_EXECUTOR_MCP=0"), "{text}");
+        assert!(text.contains("EXPOSE_EXECUTOR_WEB=0"), "{text}");
+        let text = effective(&BoxEnv::default()).render();
+        assert!(text.contains("WIRE_EXECUTOR_MCP=1"), "{text}");
     }
 }
