@@ -1,0 +1,555 @@
+//! Harness of the save/load tests: the real `box`, the smolvm simulator with real
+//! namespaced guests, the real `hb` and the real provisioning script inside them (npm tools
+//! from scripts/setup.sh's prefix, so no network), real Executor 1.5.9. Each test gets its
+//! own BOX_HOME, SMOLVM_SIM_HOME, backup dir, TMPDIR and port range; every machine is
+//! deleted when the world is dropped.
+#![allow(dead_code)]
+
+use std::cell::RefCell;
+use std::io::Write;
+use std::net::TcpListener;
+use std::os::unix::fs::PermissionsExt;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Output, Stdio};
+use std::sync::{Mutex, MutexGuard};
+use std::time::{Duration, Instant};
+
+use box_host::state::{LockKey, StateDir, locks};
+use box_proto::BoxName;
+
+/// The tests share two cores and host ports: one world at a time.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+pub fn serial() -> MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The npm tools (executor 1.5.9, codex, claude) as simulator guests see them: the
+/// simulator gives each guest an empty /opt (as a stock image has), but overlays the host's
+/// /var, so scripts/setup.sh (host lifecycle section) hard-links /opt/hermes-box-ci here.
+/// Provisioning finds them through HB_TOOL_PREFIX and installs nothing from the network.
+const TOOL_PREFIX: &str = "/var/lib/hermes-box-lifecycle-tools";
+
+pub fn box_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_box"))
+}
+
+pub fn sibling(name: &str) -> PathBuf {
+    let p = box_bin().with_file_name(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build -p smolvm-sim -p hb-guest, or cargo test --workspace)",
+        p.display()
+    );
+    p
+}
+
+/// Root (the simulator builds namespaced guests), the npm tools and gpg. Missing: fail
+/// under CI=true, else skip with the reason.
+pub fn prerequisites() -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (the simulator builds namespaced guests)".to_string());
+    }
+    for t in ["executor", "codex", "claude"] {
+        if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
+            missing.push(format!(
+                "{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh, which links the CI tools there for simulator guests)"
+            ));
+        }
+    }
+    for t in ["gpg", "tar", "sqlite3", "git"] {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            missing.push(format!("{t} (apt-get install it; scripts/setup.sh does)"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("save/load tests need: {}", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// What a finished `box` call printed.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+fn free_port_range() -> u16 {
+    for _ in 0..50 {
+        let p = TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        if p < 65000 {
+            return p;
+        }
+    }
+    panic!("no free port")
+}
+
+fn random_word() -> String {
+    let mut b = [0u8; 12];
+    std::fs::File::open("/dev/urandom")
+        .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
+        .unwrap();
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// One isolated installation: state dir, simulator home, config, backups.
+pub struct World {
+    pub dir: tempfile::TempDir,
+    pub passphrase: String,
+    /// Everything box printed, scanned for secrets at the end.
+    pub transcript: RefCell<String>,
+    /// Tokens seen during the test, never to appear in output.
+    pub secrets: RefCell<Vec<String>>,
+    pub extra_env: Vec<(String, String)>,
+}
+
+impl World {
+    pub fn new() -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("box-saveload-")
+            .tempdir_in(
+                std::env::var_os("CARGO_TARGET_TMPDIR")
+                    .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
+            )
+            .unwrap();
+        let w = World {
+            dir,
+            passphrase: format!("pp-{}", random_word()),
+            transcript: RefCell::new(String::new()),
+            secrets: RefCell::new(Vec::new()),
+            extra_env: Vec::new(),
+        };
+        for d in [w.home(), w.sim_home(), w.backups(), w.tmp()] {
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let lo = free_port_range();
+        std::fs::write(
+            w.config(),
+            format!(
+                "BASE_IMAGE=debian:12\nINSTALL_HERMES=0\nINSTALL_EXECUTOR=1\nWIRE_EXECUTOR_MCP=1\n\
+                 NODE_MAJOR=20\nCLAUDE_CODE_VERSION=2.1.197\nCODEX_VERSION=0.171.0\nEXECUTOR_VERSION=1.5.9\n\
+                 EXPOSE_EXECUTOR_WEB=1\nEXECUTOR_PORT_LO={lo}\nEXECUTOR_PORT_HI={}\n\
+                 BACKUP_DIR={}\nBOX_CPUS=1\nBOX_MEM_MIB=512\n",
+                lo + 40,
+                w.backups().display()
+            ),
+        )
+        .unwrap();
+        let pf = w.passphrase_file();
+        std::fs::write(&pf, format!("{}\n", w.passphrase)).unwrap();
+        std::fs::set_permissions(&pf, std::fs::Permissions::from_mode(0o600)).unwrap();
+        w
+    }
+
+    pub fn home(&self) -> PathBuf {
+        self.dir.path().join("state")
+    }
+    pub fn sim_home(&self) -> PathBuf {
+        self.dir.path().join("sim")
+    }
+    pub fn backups(&self) -> PathBuf {
+        self.dir.path().join("backups")
+    }
+    /// TMPDIR of every box run: must stay empty.
+    pub fn tmp(&self) -> PathBuf {
+        self.dir.path().join("tmp")
+    }
+    pub fn config(&self) -> PathBuf {
+        self.dir.path().join("box.env")
+    }
+    pub fn passphrase_file(&self) -> PathBuf {
+        self.dir.path().join("passphrase")
+    }
+    pub fn state(&self) -> StateDir {
+        StateDir::at(self.home())
+    }
+
+    pub fn command(&self, args: &[&str], env: &[(&str, &str)]) -> Command {
+        let mut cmd = Command::new(box_bin());
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .env("BOX_HOME", self.home())
+            .env("BOX_CONFIG", self.config())
+            .env("BOX_PASSPHRASE_FILE", self.passphrase_file())
+            .env("SMOLVM", sibling("smolvm-sim"))
+            .env("SMOLVM_SIM_HOME", self.sim_home())
+            .env("TMPDIR", self.tmp())
+            .env(
+                "BOX_TEST_GUEST_ENV",
+                format!(
+                    "HB_TOOL_PREFIX={TOOL_PREFIX},PATH={TOOL_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+                ),
+            )
+            .env("NO_COLOR", "1")
+            .env("BOX_NO_PROGRESS", "1")
+            .env_remove("BOX_PASSPHRASE")
+            .env_remove("SMOLVM_SIM_FAIL")
+            .env_remove("SMOLVM_SIM_VERSION")
+            .env_remove("BOX_SMOLVM_TIMEOUT")
+            .env_remove("BOX_SKIP_PROVISION")
+            .env_remove("BOX_KEEP_ON_FAILURE")
+            .env_remove("BOX_PART_SIZE")
+            .env_remove("BOX_HB_BINARY")
+            .env_remove("BOX_PROVISION_DIR");
+        for (k, v) in &self.extra_env {
+            cmd.env(k, v);
+        }
+        for (k, v) in env {
+            cmd.env(k, v);
+        }
+        // No controlling terminal and our own process group, as in CI.
+        unsafe {
+            cmd.pre_exec(|| {
+                libc::setsid();
+                Ok(())
+            });
+        }
+        cmd
+    }
+
+    fn record(&self, args: &[&str], out: &Output) -> Run {
+        let run = Run {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        };
+        self.transcript.borrow_mut().push_str(&format!(
+            "$ box {}\n{}{}[exit {:?}]\n",
+            args.join(" "),
+            run.stdout,
+            run.stderr,
+            run.code
+        ));
+        run
+    }
+
+    pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let out = self.command(args, env).output().unwrap();
+        self.record(args, &out)
+    }
+
+    pub fn spawn(&self, args: &[&str], env: &[(&str, &str)]) -> Child {
+        self.command(args, env)
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap()
+    }
+
+    /// Waits for a spawned box (at most `secs`), records its output.
+    pub fn finish(&self, args: &[&str], mut child: Child, secs: u64) -> Run {
+        let start = Instant::now();
+        loop {
+            if child.try_wait().unwrap().is_some() {
+                break;
+            }
+            if start.elapsed() > Duration::from_secs(secs) {
+                let _ = child.kill();
+                panic!("box {} did not finish within {secs}s", args.join(" "));
+            }
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        let out = child.wait_with_output().unwrap();
+        self.record(args, &out)
+    }
+
+    /// The simulator directly (guest commands from the test itself).
+    pub fn sim(&self, args: &[&str]) -> Output {
+        Command::new(sibling("smolvm-sim"))
+            .args(args)
+            .env("SMOLVM_SIM_HOME", self.sim_home())
+            .env_remove("SMOLVM_SIM_FAIL")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    }
+
+    /// Runs a shell script as root in the guest; must succeed; returns stdout.
+    pub fn sh(&self, machine: &str, script: &str) -> String {
+        let out = self.sim(&[
+            "machine", "exec", "--name", machine, "--", "sh", "-c", script,
+        ]);
+        assert!(
+            out.status.success(),
+            "guest script in {machine} failed: {}\n{}",
+            String::from_utf8_lossy(&out.stderr),
+            String::from_utf8_lossy(&out.stdout)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
+    /// Like [`World::sh`], whatever the status.
+    pub fn sh_any(&self, machine: &str, script: &str) -> (bool, String) {
+        let out = self.sim(&[
+            "machine", "exec", "--name", machine, "--", "sh", "-c", script,
+        ]);
+        (
+            out.status.success(),
+            String::from_utf8_lossy(&out.stdout).into_owned(),
+        )
+    }
+
+    /// Machines the simulator lists.
+    pub fn machines(&self) -> Vec<(String, String)> {
+        let out = self.sim(&["machine", "ls", "--json"]);
+        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
+        v.as_array()
+            .map(|a| {
+                a.iter()
+                    .map(|m| {
+                        (
+                            m["name"].as_str().unwrap_or("").to_string(),
+                            m["state"].as_str().unwrap_or("").to_string(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    }
+
+    /// Every smolvm call box made, as argv without the binary.
+    pub fn calls(&self) -> Vec<Vec<String>> {
+        let text = std::fs::read_to_string(self.sim_home().join("calls.jsonl")).unwrap_or_default();
+        text.lines()
+            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+            .map(|v| {
+                v["argv"]
+                    .as_array()
+                    .map(|a| {
+                        a.iter()
+                            .skip(1)
+                            .map(|s| s.as_str().unwrap_or("").to_string())
+                            .collect()
+                    })
+                    .unwrap_or_default()
+            })
+            .collect()
+    }
+
+    pub fn calls_since(&self, n: usize) -> Vec<String> {
+        self.calls()
+            .into_iter()
+            .skip(n)
+            .map(|c| c.join(" "))
+            .collect()
+    }
+
+    /// Waits until a smolvm call whose argv contains `needle` shows up after call `from`.
+    pub fn wait_for_call(&self, from: usize, needle: &str, secs: u64) -> bool {
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_secs(secs) {
+            if self.calls_since(from).iter().any(|c| c.contains(needle)) {
+                return true;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        false
+    }
+
+    pub fn lock_free(&self, name: &str) -> bool {
+        locks::try_acquire(
+            &self.state(),
+            LockKey::Box(BoxName::parse(name).unwrap()),
+            "test probe",
+        )
+        .is_ok()
+    }
+
+    pub fn registered(&self, name: &str) -> bool {
+        box_host::state::Registry::new(&self.state())
+            .get(&BoxName::parse(name).unwrap())
+            .unwrap()
+            .is_some()
+    }
+
+    /// Executor's token in `machine` (kept as a secret to scan for).
+    pub fn token(&self, machine: &str) -> String {
+        let out = self.sim(&[
+            "machine",
+            "exec",
+            "--name",
+            machine,
+            "--",
+            "/usr/local/bin/hb",
+            "token",
+        ]);
+        assert!(out.status.success(), "hb token in {machine}");
+        let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
+        assert!(!t.is_empty());
+        self.secrets.borrow_mut().push(t.clone());
+        t
+    }
+
+    /// No plaintext anywhere: host scratch, TMPDIR, unpublished temps beside backups, guest
+    /// scratch in each of `machines`.
+    pub fn assert_no_plaintext(&self, machines: &[&str]) {
+        let scratch = self.home().join("tmp");
+        let left: Vec<_> = std::fs::read_dir(&scratch)
+            .map(|r| r.flatten().map(|e| e.path()).collect())
+            .unwrap_or_default();
+        assert!(left.is_empty(), "host scratch left: {left:?}");
+        let tmp: Vec<_> = std::fs::read_dir(self.tmp())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .collect();
+        assert!(tmp.is_empty(), "TMPDIR left: {tmp:?}");
+        let temps: Vec<_> = std::fs::read_dir(self.backups())
+            .unwrap()
+            .flatten()
+            .map(|e| e.file_name().to_string_lossy().into_owned())
+            .filter(|n| n.starts_with('.'))
+            .collect();
+        assert!(
+            temps.is_empty(),
+            "temporaries beside the backups: {temps:?}"
+        );
+        for m in machines {
+            let (_, out) = self.sh_any(m, "ls -d /root/hb-* 2>/dev/null; true");
+            assert!(out.trim().is_empty(), "guest scratch left in {m}: {out}");
+        }
+    }
+
+    /// The box's Executor runs and nothing of a quiesce is left.
+    pub fn assert_running_unpaused(&self, machine: &str) {
+        let status = self.sh(machine, "/usr/local/bin/hb status");
+        assert!(
+            status.contains("executor: running"),
+            "{machine} not running:\n{status}"
+        );
+        let (_, left) = self.sh_any(
+            machine,
+            "ls /data/home/agent/.config/hermes-box/quiesced /data/home/agent/.config/hermes-box/quiesce-record.json 2>/dev/null; true",
+        );
+        assert!(left.trim().is_empty(), "{machine} still quiesced: {left}");
+    }
+
+    /// Published backups in the backup dir.
+    pub fn backups_published(&self) -> Vec<PathBuf> {
+        let mut v: Vec<PathBuf> = std::fs::read_dir(self.backups())
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| !p.file_name().unwrap().to_string_lossy().starts_with('.'))
+            .collect();
+        v.sort();
+        v
+    }
+
+    /// The passphrase and every token seen: never in what box printed, its logs or the
+    /// simulator's call log.
+    pub fn scan_secrets(&self) {
+        let mut secrets = self.secrets.borrow().clone();
+        secrets.push(self.passphrase.clone());
+        let mut texts = vec![("box output".to_string(), self.transcript.borrow().clone())];
+        texts.push((
+            "call log".into(),
+            std::fs::read_to_string(self.sim_home().join("calls.jsonl")).unwrap_or_default(),
+        ));
+        if let Ok(rd) = std::fs::read_dir(self.home().join("logs")) {
+            for e in rd.flatten() {
+                texts.push((
+                    e.path().display().to_string(),
+                    std::fs::read_to_string(e.path()).unwrap_or_default(),
+                ));
+            }
+        }
+        for (what, text) in &texts {
+            for s in &secrets {
+                assert!(!text.contains(s.as_str()), "a secret leaked into {what}");
+            }
+        }
+    }
+
+    /// `gpg --symmetric` of `plain` with the world's passphrase on fd 3 (never argv).
+    pub fn gpg_encrypt(&self, plain: &Path, out: &Path) {
+        let (r, mut w) = std::io::pipe().unwrap();
+        w.write_all(self.passphrase.as_bytes()).unwrap();
+        drop(w);
+        let gnupg = self.dir.path().join("gnupg");
+        std::fs::create_dir_all(&gnupg).unwrap();
+        std::fs::set_permissions(&gnupg, std::fs::Permissions::from_mode(0o700)).unwrap();
+        let mut cmd = Command::new("gpg");
+        cmd.args([
+            "--batch",
+            "--yes",
+            "--quiet",
+            "--pinentry-mode",
+            "loopback",
+            "--passphrase-fd",
+            "3",
+            "--symmetric",
+            "--cipher-algo",
+            "AES256",
+            "-o",
+        ])
+        .arg(out)
+        .arg(plain)
+        .env("GNUPGHOME", &gnupg);
+        let fd = std::os::fd::OwnedFd::from(r);
+        use std::os::fd::AsRawFd;
+        let raw = fd.as_raw_fd();
+        unsafe {
+            cmd.pre_exec(move || {
+                if raw == 3 {
+                    if libc::fcntl(3, libc::F_SETFD, 0) < 0 {
+                        return Err(std::io::Error::last_os_error());
+                    }
+                } else if libc::dup2(raw, 3) < 0 {
+                    return Err(std::io::Error::last_os_error());
+                }
+                Ok(())
+            });
+        }
+        let st = cmd.status().unwrap();
+        drop(fd);
+        assert!(st.success(), "gpg --symmetric");
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        for (m, _) in self.machines() {
+            let _ = self.sim(&["machine", "delete", "--name", &m, "-f"]);
+        }
+    }
+}
+
+/// `find` listing of a tree in the guest: path, type, mode, owner, size, link target and
+/// SHA-256 of each file — what a restore must reproduce exactly.
+pub fn tree_listing(w: &World, machine: &str, root: &str) -> String {
+    w.sh(
+        machine,
+        &format!(
+            "cd {root} && find . -printf '%p %y %m %u:%g %s %l\\n' | sort && \
+             find . -type f -print0 | sort -z | xargs -0 -r sha256sum"
+        ),
+    )
+}
