@@ -29,14 +29,26 @@ pub enum Stream {
     Stderr,
 }
 
-/// What a finished call left behind.
-#[derive(Debug, Clone, PartialEq, Eq)]
+/// What a finished call left behind. `Debug` shows only the sizes of the streams: one
+/// call's stdout is Executor's token (`hb token`), and a `{:?}` must never leak it.
+#[derive(Clone, PartialEq, Eq)]
 pub struct Output {
     /// The exit code; `None` when the process was killed by a signal.
     pub code: Option<i32>,
     pub stdout: String,
     pub stderr: String,
     pub elapsed: Duration,
+}
+
+impl std::fmt::Debug for Output {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Output")
+            .field("code", &self.code)
+            .field("stdout", &format_args!("<{} bytes>", self.stdout.len()))
+            .field("stderr", &format_args!("<{} bytes>", self.stderr.len()))
+            .field("elapsed", &self.elapsed)
+            .finish()
+    }
 }
 
 impl Output {
@@ -258,6 +270,14 @@ mod tests {
             "test call",
             CallOpts::with_timeout(timeout),
         )
+    }
+
+    #[test]
+    fn debug_never_shows_output_text() {
+        let out = sh("echo secret-token-value", Duration::from_secs(10)).unwrap();
+        let shown = format!("{out:?}");
+        assert!(!shown.contains("secret-token-value"), "{shown}");
+        assert!(shown.contains("stdout: <19 bytes>"), "{shown}");
     }
 
     #[test]
