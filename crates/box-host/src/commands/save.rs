@@ -54,6 +54,8 @@ struct SaveRun<'a> {
     paused: bool,
     /// The guest scratch dir, while it may exist.
     guest_dir: Option<String>,
+    /// `hb resume` failed: the backup still gets verified and published, then we say so.
+    resume_error: Option<anyhow::Error>,
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
@@ -79,10 +81,15 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
         transcript,
         paused: false,
         guest_dir: None,
+        resume_error: None,
     };
     let result = run.steps(&out, &pass);
     let failed = result.as_ref().err().map(|e| run.report(e));
-    let resumed = run.cleanup();
+    run.cleanup();
+    let resumed = match run.resume_error.take() {
+        Some(e) => Err(e),
+        None => Ok(()),
+    };
     if let Err(e) = &resumed {
         ui::error(format!("box '{}' did not resume: {e:#}", run.record.name));
         ui::warn(format!(
@@ -135,6 +142,7 @@ impl SaveRun<'_> {
         self.checkpoint()?;
         // Leftovers of a killed save or load of this box (we hold its lock).
         host_dir::sweep_stale(&self.ctx.state);
+        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         guest_dir::sweep_stale(&mut self.guest())?;
 
         ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
@@ -180,7 +188,7 @@ impl SaveRun<'_> {
         // Plaintext leaves the guest before Executor comes back.
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
-        self.resume()?;
+        self.resume();
         self.checkpoint()?;
 
         ui::say("Verifying the encrypted backup");
@@ -192,27 +200,27 @@ impl SaveRun<'_> {
         Ok(published)
     }
 
-    /// `hb resume`, once.
-    fn resume(&mut self) -> Result<()> {
+    /// `hb resume`, once; a failure is kept for the end (the backup is still good).
+    fn resume(&mut self) {
         if !self.paused {
-            return Ok(());
+            return;
         }
         self.paused = false;
         ui::say(format!("Resuming '{}'", self.record.name));
-        self.guest()
-            .hb(&["resume"], timeouts::RESUME, false)
-            .map(drop)
+        if let Err(e) = self.guest().hb(&["resume"], timeouts::RESUME, false) {
+            self.resume_error = Some(e);
+        }
     }
 
     /// The seed's cleanup order: guest scratch, host temporaries (already dropped with
-    /// `steps`), resume. Returns the resume's failure.
-    fn cleanup(&mut self) -> Result<()> {
+    /// `steps`), resume.
+    fn cleanup(&mut self) {
         if let Some(scratch) = self.guest_dir.take()
             && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
         {
             guest_dir::warn_left(&self.record.machine, &scratch, &e);
         }
-        self.resume()
+        self.resume();
     }
 
     fn report(&mut self, e: &anyhow::Error) -> ExitCode {

@@ -63,9 +63,66 @@ fn sweep_in(dir: &Path) -> usize {
     removed
 }
 
+/// Removes unpublished (encrypted) temp files of this box's default-named backups that a
+/// killed save left in `backup_dir`: `.<name>-<stamp>.tar.zst.gpg.tmp-*`. Only call it
+/// under the box lock (no other save of this box is running).
+pub fn sweep_backup_temps(backup_dir: &Path, name: &box_proto::BoxName) -> usize {
+    let Ok(entries) = std::fs::read_dir(backup_dir) else {
+        return 0;
+    };
+    let mut removed = 0;
+    for entry in entries.flatten() {
+        let file = entry.file_name().to_string_lossy().into_owned();
+        if is_backup_temp_of(&file, name.as_str())
+            && entry.file_type().is_ok_and(|t| t.is_file())
+            && std::fs::remove_file(entry.path()).is_ok()
+        {
+            removed += 1;
+        }
+    }
+    removed
+}
+
+fn is_backup_temp_of(file: &str, name: &str) -> bool {
+    let Some(rest) = file
+        .strip_prefix('.')
+        .and_then(|f| f.strip_prefix(name))
+        .and_then(|f| f.strip_prefix('-'))
+    else {
+        return false;
+    };
+    rest.get(..15)
+        .is_some_and(box_proto::archive::naming::is_stamp)
+        && rest[15..].starts_with(".tar.zst.gpg.tmp-")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn backup_temps_of_one_box_only() {
+        assert!(is_backup_temp_of(
+            ".alpha-20261129-120000.tar.zst.gpg.tmp-abc",
+            "alpha"
+        ));
+        assert!(!is_backup_temp_of(
+            ".alpha-2-20261129-120000.tar.zst.gpg.tmp-abc",
+            "alpha"
+        ));
+        assert!(is_backup_temp_of(
+            ".alpha-2-20261129-120000.tar.zst.gpg.tmp-abc",
+            "alpha-2"
+        ));
+        assert!(!is_backup_temp_of(
+            "alpha-20261129-120000.tar.zst.gpg",
+            "alpha"
+        ));
+        assert!(!is_backup_temp_of(
+            ".alpha-20261129-120000.tar.zst.gpg",
+            "alpha"
+        ));
+    }
 
     #[test]
     fn names() {

@@ -1,0 +1,331 @@
+//! The fault matrix of `box save` and `box load` through the smolvm simulator: SIGINT,
+//! SIGTERM and SIGKILL delivered while each step's smolvm call is in flight (held open with
+//! the simulator's `slow` fault), and injected smolvm failures (`cp:truncate`, `exec:hang`,
+//! `exec:always`, `cp:always`, a failing `start`). After each:
+//!
+//! * no plaintext on the host (state scratch, TMPDIR, beside the backups) or in the guest
+//!   (`/root/hb-*`);
+//! * no backup published, or a complete one that `box extract` verifies;
+//! * save: the source box running and unpaused; load: no VM and no registry row left (a
+//!   SIGKILL cannot clean up: the row stays and `box rm --force` finishes the job);
+//! * no lock held.
+//!
+//! By default a representative subset runs (one case per kind of step and fault); with
+//! `SAVE_LOAD_FULL_MATRIX=1` every step × every signal and every fault runs.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod save_load_support;
+
+use nix::sys::signal::Signal;
+use save_load_support::{World, prerequisites, serial};
+
+fn full() -> bool {
+    std::env::var("SAVE_LOAD_FULL_MATRIX").is_ok_and(|v| v == "1")
+}
+
+/// What a case does to the run.
+#[derive(Clone, Copy, Debug)]
+enum Act {
+    /// Hold the call whose argv contains the needle (`<verb>:slow@<needle>`), then signal.
+    Signal(&'static str, &'static str, Signal),
+    /// An injected smolvm fault (SMOLVM_SIM_FAIL), optionally with a short smolvm deadline.
+    Fault(&'static str, Option<&'static str>),
+}
+
+fn describe(act: &Act) -> String {
+    match act {
+        Act::Signal(verb, needle, sig) => format!("{sig:?} during `{verb}` of '{needle}'"),
+        Act::Fault(spec, cap) => format!(
+            "{spec}{}",
+            cap.map(|c| format!(" (deadline {c}s)")).unwrap_or_default()
+        ),
+    }
+}
+
+/// Runs `box <args>` under `act`; returns the finished run.
+fn run_case(w: &World, args: &[&str], act: Act, env: &[(&str, &str)]) -> save_load_support::Run {
+    match act {
+        Act::Fault(spec, cap) => {
+            let mut e: Vec<(&str, &str)> = env.to_vec();
+            e.push(("SMOLVM_SIM_FAIL", spec));
+            if let Some(c) = cap {
+                e.push(("BOX_SMOLVM_TIMEOUT", c));
+            }
+            let child = w.spawn(args, &e);
+            w.finish(args, child, 240)
+        }
+        Act::Signal(verb, needle, sig) => {
+            let spec = format!("{verb}:slow@{needle}");
+            let mut e: Vec<(&str, &str)> = env.to_vec();
+            e.push(("SMOLVM_SIM_FAIL", &spec));
+            e.push(("SMOLVM_SIM_SLOW_SECS", "3"));
+            let from = w.calls().len();
+            let child = w.spawn(args, &e);
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            assert!(
+                w.wait_for_call(from, needle, 120),
+                "the call '{needle}' never came ({})",
+                describe(&act)
+            );
+            nix::sys::signal::kill(pid, sig).unwrap();
+            w.finish(args, child, 240)
+        }
+    }
+}
+
+fn expected_code(act: &Act) -> Option<i32> {
+    match act {
+        Act::Signal(_, _, Signal::SIGKILL) => None,
+        Act::Signal(_, _, sig) => Some(128 + *sig as i32),
+        Act::Fault(..) => Some(1),
+    }
+}
+
+/// Steps of a save, by the smolvm call that carries them.
+fn save_steps() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("exec", "hb quiesce"),
+        ("exec", "hb write-manifest"),
+        ("exec", "hb export"),
+        ("cp", "parts.index"),
+        ("cp", "/part-000000"),
+        ("cp", "/part-000001"),
+        ("exec", "rm -rf -- /root/hb-save-"),
+        ("exec", "hb resume"),
+    ]
+}
+
+fn save_cases() -> Vec<Act> {
+    let mut cases = Vec::new();
+    if full() {
+        for (verb, needle) in save_steps() {
+            for sig in [Signal::SIGINT, Signal::SIGTERM, Signal::SIGKILL] {
+                cases.push(Act::Signal(verb, needle, sig));
+            }
+        }
+        cases.extend([
+            Act::Fault("exec:always@hb quiesce", None),
+            Act::Fault("exec:hang@hb quiesce", Some("8")),
+            Act::Fault("exec:always@hb export", None),
+            Act::Fault("exec:hang@hb export", Some("8")),
+            Act::Fault("cp:always@parts.index", None),
+            Act::Fault("cp:truncate@/part-000000", None),
+            Act::Fault("cp:truncate@/part-000001", None),
+            Act::Fault("cp:always@/part-000001", None),
+            Act::Fault("exec:always@rm -rf -- /root/hb-save-", None),
+        ]);
+    } else {
+        cases.extend([
+            Act::Signal("exec", "hb export", Signal::SIGINT),
+            Act::Signal("cp", "/part-000001", Signal::SIGTERM),
+            Act::Signal("exec", "hb resume", Signal::SIGINT),
+            Act::Signal("cp", "/part-000000", Signal::SIGKILL),
+            Act::Fault("cp:truncate@/part-000001", None),
+            Act::Fault("exec:hang@hb export", Some("8")),
+        ]);
+    }
+    cases
+}
+
+/// Steps of a load; needles unique to the restore where the new-box phase repeats a verb.
+fn load_steps() -> Vec<(&'static str, &'static str)> {
+    vec![
+        ("create", "machine create"),
+        ("start", "machine start"),
+        ("exec", "provision.sh"),
+        ("exec", "hb quiesce"),
+        ("exec", "mkdir -m 0700 -- /root/hb-load-"),
+        ("cp", "/part-000000"),
+        ("cp", "/part-000001"),
+        ("exec", "hb import"),
+        ("exec", "hb resume"),
+    ]
+}
+
+fn load_cases() -> Vec<Act> {
+    let mut cases = Vec::new();
+    if full() {
+        for (verb, needle) in load_steps() {
+            for sig in [Signal::SIGINT, Signal::SIGTERM] {
+                cases.push(Act::Signal(verb, needle, sig));
+            }
+        }
+        cases.extend([
+            Act::Signal("cp", "/part-000001", Signal::SIGKILL),
+            Act::Signal("exec", "hb import", Signal::SIGKILL),
+            Act::Fault("start:always", None),
+            Act::Fault("create:after", None),
+            Act::Fault("exec:always@hb quiesce", None),
+            Act::Fault("cp:always@/part-000001", None),
+            Act::Fault("exec:always@hb import", None),
+            Act::Fault("exec:hang@hb import", Some("8")),
+            Act::Fault("exec:always@hb resume", None),
+        ]);
+    } else {
+        cases.extend([
+            Act::Signal("exec", "provision.sh", Signal::SIGTERM),
+            Act::Signal("cp", "/part-000001", Signal::SIGINT),
+            Act::Signal("exec", "hb import", Signal::SIGKILL),
+            Act::Fault("start:always", None),
+            Act::Fault("exec:hang@hb import", Some("8")),
+        ]);
+    }
+    cases
+}
+
+const PART: (&str, &str) = ("BOX_PART_SIZE", "1048576");
+
+/// Data that needs at least three 1 MiB parts.
+const DATA: &str = "set -e; mkdir -p /data/home/agent/workspace; head -c 2600000 /dev/urandom > /data/home/agent/workspace/blob; printf 'keep me\\n' > /data/home/agent/workspace/note; chown -R agent:agent /data/home/agent/workspace";
+
+#[test]
+fn save_fault_matrix() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    assert!(w.run(&["new", "alpha"], &[]).ok(), "box new alpha");
+    w.sh("alpha", DATA);
+    let cases = save_cases();
+    eprintln!("save fault matrix: {} cases", cases.len());
+    for act in &cases {
+        let what = describe(act);
+        let before = w.backups_published();
+        let r = run_case(&w, &["save", "alpha"], *act, &[PART]);
+        assert_eq!(r.code, expected_code(act), "{what}: {}", r.all());
+        assert!(w.lock_free("alpha"), "{what}: lock released");
+        let after = w.backups_published();
+        let resume_step = matches!(act, Act::Signal(_, "hb resume", _));
+        if let Act::Signal(_, _, Signal::SIGKILL) = act {
+            // Nothing runs after a SIGKILL: the next save of the box cleans up after it.
+            let again = w.run(&["save", "alpha"], &[PART]);
+            assert!(
+                again.ok(),
+                "{what}: the next save recovers: {}",
+                again.all()
+            );
+            assert_eq!(after.len(), before.len(), "{what}: nothing published");
+            for p in w.backups_published() {
+                if !before.contains(&p) {
+                    std::fs::remove_file(p).unwrap();
+                }
+            }
+        } else {
+            assert_eq!(after, before, "{what}: nothing published");
+            if !resume_step {
+                assert!(
+                    r.stderr.contains("box save alpha failed")
+                        || r.stderr.contains("box save alpha interrupted"),
+                    "{what}: {}",
+                    r.stderr
+                );
+            }
+        }
+        w.assert_no_plaintext(&["alpha"]);
+        w.assert_running_unpaused("alpha");
+        assert_eq!(w.machines().len(), 1, "{what}: no other VM");
+    }
+    // A resume that fails: the backup is complete and verified and published, and the
+    // user is told the box stays paused.
+    let r = run_case(
+        &w,
+        &["save", "alpha"],
+        Act::Fault("exec:always@hb resume", None),
+        &[PART],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.all());
+    assert!(r.stdout.contains("Saved and verified"), "{}", r.all());
+    assert!(r.stderr.contains("did not resume"), "{}", r.stderr);
+    let published = w.backups_published();
+    assert_eq!(published.len(), 1);
+    let x = w.run(
+        &[
+            "extract",
+            &published[0].display().to_string(),
+            &w.dir.path().join("x").display().to_string(),
+        ],
+        &[],
+    );
+    assert!(x.ok(), "the published backup is complete: {}", x.all());
+    std::fs::remove_dir_all(w.dir.path().join("x")).unwrap();
+    w.sh("alpha", "/usr/local/bin/hb resume");
+    w.assert_running_unpaused("alpha");
+    w.assert_no_plaintext(&["alpha"]);
+    w.scan_secrets();
+    eprintln!("save fault matrix: {} cases passed", cases.len() + 1);
+}
+
+#[test]
+fn load_fault_matrix() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    assert!(w.run(&["new", "alpha"], &[]).ok(), "box new alpha");
+    w.sh("alpha", DATA);
+    let saved = w.run(&["save", "alpha"], &[PART]);
+    assert!(saved.ok(), "{}", saved.all());
+    let file = w.backups_published()[0].display().to_string();
+    let cases = load_cases();
+    eprintln!("load fault matrix: {} cases", cases.len());
+    for act in &cases {
+        let what = describe(act);
+        let r = run_case(&w, &["load", &file, "victim"], *act, &[PART]);
+        assert_eq!(r.code, expected_code(act), "{what}: {}", r.all());
+        assert!(w.lock_free("victim"), "{what}: lock released");
+        if let Act::Signal(_, _, Signal::SIGKILL) = act {
+            // The row and the VM stay; box rm --force removes both.
+            assert!(w.registered("victim"), "{what}: the row stays for recovery");
+            let rm = w.run(&["rm", "victim", "--force"], &[]);
+            assert!(rm.ok(), "{what}: {}", rm.all());
+        } else if !matches!(act, Act::Fault("create:after", _)) {
+            assert!(
+                r.stderr.contains("transcript:") || r.stderr.contains("VM"),
+                "{what}: {}",
+                r.stderr
+            );
+        }
+        let machines: Vec<String> = w.machines().into_iter().map(|(n, _)| n).collect();
+        if let Act::Fault("create:after", _) = act {
+            // smolvm created the machine but reported failure: ownership unknown, box
+            // deletes nothing (§3.4) and says how to inspect it.
+            assert!(r.stderr.contains("ownership is unknown"), "{}", r.stderr);
+            let _ = w.sim(&["machine", "delete", "--name", "victim", "-f"]);
+        } else {
+            assert_eq!(machines, vec!["alpha".to_string()], "{what}: no VM left");
+        }
+        assert!(!w.registered("victim"), "{what}: no row left");
+        w.assert_no_plaintext(&["alpha"]);
+        w.assert_running_unpaused("alpha");
+        assert_eq!(w.backups_published().len(), 1, "{what}");
+    }
+    // --keep-on-failure: the half-restored VM stays, paused, without scratch.
+    let r = run_case(
+        &w,
+        &["load", &file, "victim", "--keep-on-failure"],
+        Act::Fault("exec:always@hb import", None),
+        &[PART],
+    );
+    assert_eq!(r.code, Some(1), "{}", r.all());
+    assert!(
+        r.stderr.contains("keeping the half-restored VM"),
+        "{}",
+        r.stderr
+    );
+    assert!(w.registered("victim"));
+    w.assert_no_plaintext(&["alpha", "victim"]);
+    let (_, paused) = w.sh_any(
+        "victim",
+        "ls /data/home/agent/.config/hermes-box/quiesced 2>/dev/null; true",
+    );
+    assert!(
+        !paused.trim().is_empty(),
+        "a half-restored box is never resumed"
+    );
+    assert!(w.run(&["rm", "victim", "--force"], &[]).ok());
+    w.scan_secrets();
+    eprintln!("load fault matrix: {} cases passed", cases.len() + 1);
+}
