@@ -301,3 +301,74 @@ fn workload_supervises_the_real_executor_end_to_end() {
         );
     }
 }
+
+/// Executor runs as the agent account (here `nobody`), not as the root workload, and the
+/// files it and hb create in the home belong to that account.
+#[test]
+fn executor_runs_as_the_agent_not_as_root() {
+    let Some(_executor) = common::require_tool("executor") else {
+        return;
+    };
+    if !nix::unistd::Uid::effective().is_root() {
+        assert!(
+            std::env::var("CI").map_or(true, |v| v != "true"),
+            "needs root under CI"
+        );
+        eprintln!("SKIP: needs root to switch users");
+        return;
+    }
+    let nobody = nix::unistd::User::from_name("nobody")
+        .unwrap()
+        .expect("user nobody");
+    let mut b = Box_::new();
+    b.extra_env.push(("HB_AGENT_USER".into(), "nobody".into()));
+    std::fs::write(b.config_file(), "INSTALL_HERMES=0\n").unwrap();
+    // The temp dir stands in for /: traversable, like the real root.
+    std::fs::set_permissions(
+        b.dir.path(),
+        std::os::unix::fs::PermissionsExt::from_mode(0o711),
+    )
+    .unwrap();
+    b.init();
+    let mut wl = Workload::start(&b, None);
+    b.ok(&["up"]);
+    let pid = executor_pid(&b);
+    let uid_of = |pid: u64| -> u32 {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let line = status.lines().find(|l| l.starts_with("Uid:")).unwrap();
+        line.split_whitespace().nth(2).unwrap().parse().unwrap()
+    };
+    assert_eq!(
+        uid_of(pid),
+        nobody.uid.as_raw(),
+        "Executor's launcher is not the agent"
+    );
+    for (child, _) in procs_with(&format!("daemon run --foreground --port {} ", b.port)) {
+        assert_eq!(
+            uid_of(child as u64),
+            nobody.uid.as_raw(),
+            "pid {child} runs as another user"
+        );
+    }
+    use std::os::unix::fs::MetadataExt;
+    for f in [
+        b.home().join(".executor/data.db"),
+        b.hb_config().join("executor-token"),
+        b.hb_config().join("workload-state.json"),
+        b.data().join("logs/executor.log"),
+        b.data().join("logs/workload.log"),
+    ] {
+        let m = std::fs::metadata(&f).unwrap_or_else(|e| panic!("{}: {e}", f.display()));
+        assert_eq!(
+            m.uid(),
+            nobody.uid.as_raw(),
+            "{} is not the agent's",
+            f.display()
+        );
+        assert_eq!(m.mode() & 0o077, 0, "{} is readable by others", f.display());
+    }
+    assert!(
+        wl.terminate(Duration::from_secs(20))
+            .is_some_and(|s| s.success())
+    );
+}

@@ -185,14 +185,14 @@ async fn handle(
             format!("internal error while handling header {auth}"),
         );
     }
-    if let Some(t) = &shared.token {
-        if auth != format!("Bearer {t}") {
-            return Response::builder()
-                .status(StatusCode::UNAUTHORIZED)
-                .header("www-authenticate", "Bearer realm=\"executor\"")
-                .body(Body::from("Unauthorized"))
-                .expect("response");
-        }
+    if let Some(t) = &shared.token
+        && auth != format!("Bearer {t}")
+    {
+        return Response::builder()
+            .status(StatusCode::UNAUTHORIZED)
+            .header("www-authenticate", "Bearer realm=\"executor\"")
+            .body(Body::from("Unauthorized"))
+            .expect("response");
     }
     if method == Method::DELETE {
         return reply(StatusCode::OK, "application/json", "");

@@ -57,6 +57,17 @@ impl RotatingLog {
             .ok_or_else(|| std::io::Error::other("log not open"))
     }
 
+    /// Sets the owner once the agent account exists (the workload starts before
+    /// provisioning creates it) and gives the open file to it.
+    pub fn set_owner(&mut self, owner: Option<(Uid, Gid)>) {
+        if owner.is_some() && owner != self.owner {
+            self.owner = owner;
+            if self.file.is_some() {
+                let _ = crate::account::chown_nofollow(&self.path, owner);
+            }
+        }
+    }
+
     /// Appends bytes, rotating first if the file would pass the limit.
     pub fn write(&mut self, bytes: &[u8]) -> std::io::Result<()> {
         self.open()?;

@@ -132,6 +132,10 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
             note: sup.note.clone(),
         };
         if last_state.as_ref() != Some(&current) && paths.hb_config().is_dir() {
+            // Resolved on each write: the agent may appear after the workload started.
+            let owner = crate::account::Agent::resolve()
+                .ok()
+                .and_then(|a| a.owner_if_root());
             if let Err(e) = current.write(&paths, owner) {
                 say(&format!("cannot write the workload state: {e:#}"));
             }

@@ -254,6 +254,11 @@ impl Supervisor {
             return;
         }
         let owner = agent.owner_if_root();
+        for log in [&self.log, &self.exec_log] {
+            if let Ok(mut l) = log.lock() {
+                l.set_owner(owner);
+            }
+        }
         if let Err(e) = crate::fsutil::ensure_dir(&self.paths.executor_data(), 0o700, owner) {
             self.wait_for(&format!("cannot prepare Executor's data dir: {e:#}"));
             return;
