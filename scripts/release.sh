@@ -102,8 +102,9 @@ build_release() {
   mkdir -p "$target_dir"
   target_dir=$(cd "$target_dir" && pwd)
 
-  commit=$(git rev-parse --short=12 HEAD)
-  sde=$(git log -1 --format=%ct HEAD)
+  # $rev (the full hash) is resolved once in main: HEAD may move while we build.
+  commit=$(git rev-parse --short=12 "$rev")
+  sde=$(git log -1 --format=%ct "$rev")
   if [ "$worktree" -eq 1 ]; then
     src=$repo
     if [ -n "$(git status --porcelain)" ]; then
@@ -112,10 +113,10 @@ build_release() {
     fi
   else
     src=$src_dir
-    log "source: git archive HEAD ($commit) -> $src"
+    log "source: git archive $commit -> $src"
     rm -rf "$src"
     mkdir -p "$src"
-    git archive --format=tar HEAD | tar -x -C "$src"
+    git archive --format=tar "$rev" | tar -x -C "$src"
   fi
 
   version=$(cd "$src" && cargo metadata --no-deps --format-version 1 --offline 2>/dev/null \
@@ -271,7 +272,7 @@ build_release() {
 
   {
     echo "hermes-box-lite $version"
-    echo "commit: $(git rev-parse HEAD)$([ "${commit%-dirty}" != "$commit" ] && echo ' (dirty working tree)')"
+    echo "commit: $rev$([ "${commit%-dirty}" != "$commit" ] && echo ' (dirty working tree)')"
     echo "SOURCE_DATE_EPOCH: $sde"
     echo "rustc: $(rustc -V)"
     echo "cargo: $(cargo -V)"
@@ -330,7 +331,8 @@ verify_glibc_elf() {
     || die "$f needs GLIBC_$newest, newer than the floor $GLIBC_FLOOR"
 }
 
-# verify_macho FILE: an arm64 Mach-O executable, its minimum macOS and the dylibs it loads.
+# verify_macho FILE: an arm64 Mach-O executable with a code signature (zig signs ad hoc), the
+# deployment target as its minimum macOS, and only system dylibs, no frameworks.
 verify_macho() {
   local f=$1
   file -b "$f" | grep -q 'Mach-O 64-bit.*arm64' || die "$f is not an arm64 Mach-O: $(file -b "$f")"
@@ -340,17 +342,21 @@ path, want = sys.argv[1], sys.argv[2]
 data = open(path, "rb").read()
 magic, _cpu, _sub, _ftype, ncmds, _size, _flags, _res = struct.unpack_from("<IiiIIIII", data, 0)
 assert magic == 0xFEEDFACF, "not a 64-bit little-endian Mach-O"
-off, minos, dylibs = 32, None, []
+off, minos, dylibs, signed = 32, None, [], False
 for _ in range(ncmds):
     cmd, size = struct.unpack_from("<II", data, off)
-    if cmd == 0x32:  # LC_BUILD_VERSION
+    if cmd == 0x1D:  # LC_CODE_SIGNATURE: arm64 macOS runs nothing without one (ad hoc is enough)
+        signed = True
+    elif cmd == 0x32:  # LC_BUILD_VERSION
         v = struct.unpack_from("<I", data, off + 12)[0]
         minos = f"{v >> 16}.{(v >> 8) & 0xFF}"
     elif cmd in (0xC, 0x80000018, 0x8000001F):  # LC_LOAD_DYLIB, weak, reexport
         name_off = struct.unpack_from("<I", data, off + 8)[0]
         dylibs.append(data[off + name_off: off + size].split(b"\0")[0].decode())
     off += size
-print(f"    macOS arm64 Mach-O: minos {minos}, loads {', '.join(dylibs)}")
+print(f"    macOS arm64 Mach-O: minos {minos}, {'ad hoc signature' if signed else 'UNSIGNED'}, loads {', '.join(dylibs)}")
+if not signed:
+    sys.exit(f"error: {path} has no code signature; arm64 macOS would refuse to run it")
 if minos is None or minos.split(".")[0] != want.split(".")[0]:
     sys.exit(f"error: {path}: minos {minos}, expected {want}")
 if any(".framework/" in d for d in dylibs):
@@ -384,6 +390,7 @@ verify_no_build_paths() {
 need_tools
 [ "$(uname -m)" = x86_64 ] || die "release builds run on x86_64 Linux (the host box writes completions)"
 target_dir=${CARGO_TARGET_DIR:-$repo/target-release}
+rev=$(git rev-parse --verify 'HEAD^{commit}')
 src_dir=${RELEASE_SRC_DIR:-/tmp/hermes-box-lite-release/src}
 mkdir -p "$(dirname "$src_dir")"
 exec 9>"$(dirname "$src_dir")/.lock"
