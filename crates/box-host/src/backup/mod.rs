@@ -12,6 +12,11 @@
 //! let published = verified.publish()?;            // link(2): never replaces
 //! ```
 //!
+//! Host plaintext (a part copied out of the VM) lives only in a registered temp:
+//! `let dir = cleanup::Temp::create_dir(backup_dir, ".box-parts-")?` (0700), then per part
+//! `cleanup::Temp::create_file(dir.path(), "part-")` (0600), `smolvm cp` into its path,
+//! `feed_part`, drop. Exit, HUP, INT and TERM remove both.
+//!
 //! Load: [`load::validate_backup`] (pass 1: decrypt + validate + hash, nothing written),
 //! then [`load::write_parts`] (pass 2: decrypt again into parts, hash must match pass 1) or
 //! [`load::extract`] (pass 2 into a staging dir, promoted after the MDC check).

@@ -794,3 +794,75 @@ pub fn validate<R: Read>(input: R, limits: &Limits) -> Result<Report, ArchiveErr
         Err(WalkError::Callback(e)) => Err(invalid("corrupt tar or compressed stream", &e)),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn raw_tar(members: &[(&[u8], tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, kind, link) in members {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(*kind);
+            h.set_mode(0o755);
+            h.set_size(0);
+            let gnu = h.as_gnu_mut().unwrap();
+            gnu.name[..name.len()].copy_from_slice(name);
+            gnu.linkname[..link.len()].copy_from_slice(link);
+            h.set_cksum();
+            b.append(&h, io::empty()).unwrap();
+        }
+        let tar = b.into_inner().unwrap();
+        zstd::encode_all(tar.as_slice(), 3).unwrap()
+    }
+
+    const D: tar::EntryType = tar::EntryType::Directory;
+    const F: tar::EntryType = tar::EntryType::Regular;
+    const L: tar::EntryType = tar::EntryType::Symlink;
+
+    fn base() -> Vec<(&'static [u8], tar::EntryType, &'static [u8])> {
+        vec![
+            (b"./", D, b""),
+            (b"./home/", D, b""),
+            (b"./home/agent/", D, b""),
+        ]
+    }
+
+    #[test]
+    fn first_violation_in_member_order_wins() {
+        let mut m = base();
+        m.push((b"./home/agent/a\x01", F, b""));
+        m.push((b"./home/agent/a\x01", F, b""));
+        let e = validate(raw_tar(&m).as_slice(), &Limits::default()).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::ControlCharacters), "{e}");
+        // Per-member rules come before whole-archive ones: a duplicate in an archive that
+        // also lacks home/agent reports the duplicate.
+        let m: Vec<(&[u8], _, &[u8])> = vec![(b"./", D, b""), (b"./x", F, b""), (b"x", F, b"")];
+        let e = validate(raw_tar(&m).as_slice(), &Limits::default()).unwrap_err();
+        assert_eq!(
+            e.to_string(),
+            "unsafe archive: archive contains duplicate path: x"
+        );
+    }
+
+    #[test]
+    fn accepts_a_sound_archive_with_links_and_reads_the_manifest() {
+        let mut m = base();
+        m.push((b"./home/agent/.config/", D, b""));
+        m.push((b"./home/agent/.config/hermes-box/", D, b""));
+        m.push((b"./home/agent/w/", D, b""));
+        m.push((b"./home/agent/w/in", L, b"../.config"));
+        m.push((b"./home/agent/w/self", L, b"."));
+        let r = validate(raw_tar(&m).as_slice(), &Limits::default()).unwrap();
+        assert_eq!(r.members, 8);
+        assert_eq!(r.compression, Compression::Zstd);
+    }
+
+    #[test]
+    fn symlink_chains_are_bounded() {
+        let mut m = base();
+        m.push((b"./home/agent/a", L, b"a"));
+        let e = validate(raw_tar(&m).as_slice(), &Limits::default()).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::LinkCycle), "{e}");
+    }
+}

@@ -24,6 +24,9 @@ use box_proto::archive::parts::PartIndex;
 
 use super::parts::PartWriter;
 
+/// zstd job size with worker threads.
+pub const JOB_SIZE: u32 = 2 << 20;
+
 /// Options of one export.
 #[derive(Debug, Clone)]
 pub struct ExportOptions {
@@ -281,6 +284,11 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         encoder
             .multithread(opts.threads)
             .context("cannot start zstd worker threads")?;
+        // Smaller jobs than zstd's default (4 windows, 8 MiB at level 3) keep the peak RSS
+        // of two workers well under 64 MiB at no measurable cost in ratio.
+        encoder
+            .set_parameter(zstd::stream::raw::CParameter::JobSize(JOB_SIZE))
+            .context("cannot configure zstd")?;
     }
     let mut builder = tar::Builder::new(encoder);
     builder.follow_symlinks(false);
