@@ -364,6 +364,26 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         "{doctor}"
     );
 
+    // Started behind box's back after a `box stop`, Executor stays paused: doctor says so
+    // (exit 1) and `--fix` brings it back, saying what it did.
+    assert!(w.run(&["stop", "alpha"]).ok());
+    assert!(
+        w.sim(&["machine", "start", "--name", "alpha"])
+            .status
+            .success()
+    );
+    let doctor = w.run(&["doctor", "alpha"]);
+    assert_eq!(doctor.code, Some(1), "{doctor}");
+    assert!(doctor.stdout.contains("FAIL"), "{doctor}");
+    let fix = w.run(&["doctor", "alpha", "--fix"]);
+    assert!(fix.ok(), "{fix}");
+    assert!(
+        fix.stdout
+            .contains("fixed: started Executor in 'alpha' (hb up)"),
+        "{fix}"
+    );
+    assert!(fix.stdout.contains("host Executor MCP: healthy"), "{fix}");
+
     // Without web exposure: no published port, doctor says the host check is skipped,
     // open says how to enable it.
     let new = w.run_env(&["new", "beta"], &[("EXPOSE_EXECUTOR_WEB", "0")]);

@@ -161,57 +161,81 @@ fn check_box(
         return;
     }
     checks.push(Check::new(s, "state", Status::Ok, "running"));
-    let will_fix = fix && ctx.config.env.install_executor;
-    let guest_ok = guest_doctor(smolvm, record, checks, s, !will_fix);
-    if !guest_ok && will_fix {
+    let executor = ctx.config.env.install_executor;
+    let mut found = Vec::new();
+    let healthy = box_checks(smolvm, record, executor, s, &mut found);
+    if !healthy && fix && executor {
+        // The safe fix: (re)start Executor, e.g. after a `box stop` whose pause survived a
+        // start by other means. Then check again and report only the second round.
         match guest::hb(smolvm, &record.machine, &["up"], Duration::from_secs(180)) {
             Ok(out) if out.success() => {
                 fixed.push(format!("started Executor in '{}' (hb up)", record.name));
-                guest_doctor(smolvm, record, checks, s, true);
+                found.clear();
+                box_checks(smolvm, record, executor, s, &mut found);
             }
-            Ok(out) => checks.push(Check::new(
+            Ok(out) => found.push(Check::new(
                 s,
                 "fix",
                 Status::Fail,
-                format!("hb up failed ({})", guest::status(&out)),
+                format!(
+                    "hb up failed ({}){}",
+                    guest::status(&out),
+                    guest::last_lines(&out.stderr, &out.stdout)
+                ),
             )),
-            Err(e) => checks.push(Check::new(s, "fix", Status::Fail, format!("hb up: {e:#}"))),
+            Err(e) => found.push(Check::new(s, "fix", Status::Fail, format!("hb up: {e:#}"))),
         }
     }
-    match record.web_port {
-        Some(port) if ctx.config.env.install_executor => {
+    checks.extend(found);
+}
+
+/// The guest's `hb doctor` and the host handshake; true when neither failed.
+fn box_checks(
+    smolvm: &Smolvm,
+    record: &BoxRecord,
+    executor: bool,
+    s: &str,
+    checks: &mut Vec<Check>,
+) -> bool {
+    let guest_ok = guest_doctor(smolvm, record, checks, s);
+    let host_ok = match record.web_port {
+        Some(port) if executor => {
             let result = guest::read_token(smolvm, &record.machine)
                 .and_then(|token| guest::host_handshake(port, &token, 3, None));
             match result {
-                Ok(h) => checks.push(Check::new(
-                    s,
-                    "host-mcp",
-                    Status::Ok,
-                    format!(
-                        "host Executor MCP: healthy on http://127.0.0.1:{port} ({} {})",
-                        h.server.name, h.server.version
-                    ),
-                )),
-                Err(e) => checks.push(Check::new(s, "host-mcp", Status::Fail, format!("{e:#}"))),
+                Ok(h) => {
+                    checks.push(Check::new(
+                        s,
+                        "host-mcp",
+                        Status::Ok,
+                        format!(
+                            "host Executor MCP: healthy on http://127.0.0.1:{port} ({} {})",
+                            h.server.name, h.server.version
+                        ),
+                    ));
+                    true
+                }
+                Err(e) => {
+                    checks.push(Check::new(s, "host-mcp", Status::Fail, format!("{e:#}")));
+                    false
+                }
             }
         }
-        _ => checks.push(Check::new(
-            s,
-            "host-mcp",
-            Status::Skip,
-            "host endpoint check skipped: web exposure is off",
-        )),
-    }
+        _ => {
+            checks.push(Check::new(
+                s,
+                "host-mcp",
+                Status::Skip,
+                "host endpoint check skipped: web exposure is off",
+            ));
+            true
+        }
+    };
+    guest_ok && host_ok
 }
 
-/// Runs `hb doctor`; records the result when `record_it`. Returns whether it passed.
-fn guest_doctor(
-    smolvm: &Smolvm,
-    record: &BoxRecord,
-    checks: &mut Vec<Check>,
-    scope: &str,
-    record_it: bool,
-) -> bool {
+/// Runs `hb doctor` and records the result. Returns whether it passed.
+fn guest_doctor(smolvm: &Smolvm, record: &BoxRecord, checks: &mut Vec<Check>, scope: &str) -> bool {
     let (ok, detail) = match guest::hb(
         smolvm,
         &record.machine,
@@ -229,14 +253,12 @@ fn guest_doctor(
         ),
         Err(e) => (false, format!("{e:#}")),
     };
-    if record_it || ok {
-        checks.push(Check::new(
-            scope,
-            "guest",
-            if ok { Status::Ok } else { Status::Fail },
-            detail,
-        ));
-    }
+    checks.push(Check::new(
+        scope,
+        "guest",
+        if ok { Status::Ok } else { Status::Fail },
+        detail,
+    ));
     ok
 }
 
