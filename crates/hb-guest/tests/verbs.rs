@@ -114,3 +114,47 @@ fn logs_shows_the_tail_and_rejects_unknown_services() {
     let out = b.run(&["logs"]);
     assert_eq!(out.status.code(), Some(2), "usage errors exit 2");
 }
+
+#[test]
+fn logs_follow_sees_new_lines_and_survives_rotation() {
+    use std::io::{BufRead, BufReader, Write};
+    let b = Box_::new();
+    b.init();
+    let log = b.data().join("logs/executor.log");
+    std::fs::write(&log, "old 1\nold 2\n").unwrap();
+    let mut child = b
+        .hb(&["logs", "executor", "-f", "-n", "1"])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut out = BufReader::new(child.stdout.take().unwrap());
+    // Watchdog: a follow that never delivers must fail the test, not hang it.
+    let pid = child.id() as i32;
+    std::thread::spawn(move || {
+        std::thread::sleep(std::time::Duration::from_secs(30));
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    });
+    let mut line = String::new();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "old 2\n");
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(&log)
+        .unwrap()
+        .write_all(b"new 3\n")
+        .unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "new 3\n");
+    // Rotation: the workload renames the log and starts a new file.
+    std::fs::rename(&log, b.data().join("logs/executor.log.1")).unwrap();
+    std::fs::write(&log, "after rotation\n").unwrap();
+    line.clear();
+    out.read_line(&mut line).unwrap();
+    assert_eq!(line, "after rotation\n");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}
