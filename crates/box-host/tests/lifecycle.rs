@@ -66,6 +66,23 @@ fn full_lifecycle(version: &str) {
         "{create}"
     );
 
+    // A registered name is refused before anything is created.
+    let creates = |w: &World| {
+        w.calls()
+            .iter()
+            .filter(|c| c.get(1).is_some_and(|v| v == "create"))
+            .count()
+    };
+    let before = creates(&w);
+    let again = w.run(&["new", "alpha"]);
+    assert_eq!(again.code, Some(1), "{again}");
+    assert!(
+        again.stderr.contains("box 'alpha' is already registered"),
+        "{again}"
+    );
+    assert_eq!(creates(&w), before);
+    assert_eq!(w.machines().len(), 1, "the existing box must be untouched");
+
     let ls = w.run(&["ls", "--json"]);
     assert!(ls.ok(), "{ls}");
     let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
