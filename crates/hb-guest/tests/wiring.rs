@@ -341,3 +341,22 @@ fn token_verb_prints_only_the_token() {
     std::fs::write(sc.join("auth.json"), "{\n  \"token\": \"-Zx_9\"\n}\n").unwrap();
     assert_eq!(b.ok(&["token"]), "-Zx_9\n");
 }
+
+#[test]
+fn no_wiring_without_executor() {
+    let b = seeded();
+    b.ok(&["wire-mcp"]);
+    let out = b
+        .hb(&["wire-mcp"])
+        .env("INSTALL_EXECUTOR", "0")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        text.contains("disabled (INSTALL_EXECUTOR=0)") && text.contains("removed"),
+        "{text}"
+    );
+    let codex = read(&b.home().join(".codex/config.toml"));
+    assert!(!codex.contains("mcp_servers.executor"), "{codex}");
+}

@@ -253,8 +253,11 @@ pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
         )),
     }
 
-    if !cfg.wire_executor_mcp {
-        out.push(pass("MCP wiring", "disabled (WIRE_EXECUTOR_MCP=0)"));
+    if !cfg.wire_executor_mcp || !cfg.install_executor {
+        out.push(pass(
+            "MCP wiring",
+            "disabled (WIRE_EXECUTOR_MCP=0 or INSTALL_EXECUTOR=0)",
+        ));
     } else if let Ok(Some((t, _))) = &tok {
         let url = mcp::executor_url(port);
         let clients = wiring::clients(&paths);

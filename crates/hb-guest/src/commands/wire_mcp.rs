@@ -36,13 +36,19 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         .ok()
         .and_then(|a| a.owner_if_root());
     let url = mcp::executor_url(cfg.executor_port);
-    if !cfg.wire_executor_mcp {
+    if !cfg.wire_executor_mcp || !cfg.install_executor {
+        // No wiring to a server that is not there: clients would retry it forever.
+        let why = if cfg.install_executor {
+            "WIRE_EXECUTOR_MCP=0"
+        } else {
+            "INSTALL_EXECUTOR=0"
+        };
         let removed = wiring::unwire(&paths, &url, owner)?;
         if removed.is_empty() {
-            println!("executor MCP wiring disabled (WIRE_EXECUTOR_MCP=0); nothing to remove");
+            println!("executor MCP wiring disabled ({why}); nothing to remove");
         } else {
             println!(
-                "executor MCP wiring disabled (WIRE_EXECUTOR_MCP=0); removed hb's wiring from {}",
+                "executor MCP wiring disabled ({why}); removed hb's wiring from {}",
                 removed.join(", ")
             );
         }
