@@ -5,7 +5,20 @@ use std::path::Path;
 #[derive(Debug, Clone)]
 pub struct Proc {
     pub pid: u32,
+    /// Real uid (from /proc/<pid>/status).
+    pub uid: Option<u32>,
     pub argv: Vec<String>,
+}
+
+fn uid_of(pid: u32) -> Option<u32> {
+    let status = std::fs::read_to_string(format!("/proc/{pid}/status")).ok()?;
+    status
+        .lines()
+        .find_map(|l| l.strip_prefix("Uid:"))?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 /// Every process whose argv we can read.
@@ -23,7 +36,11 @@ pub fn all() -> Vec<Proc> {
                 .filter(|a| !a.is_empty())
                 .map(|a| String::from_utf8_lossy(a).into_owned())
                 .collect();
-            (!argv.is_empty()).then_some(Proc { pid, argv })
+            (!argv.is_empty()).then(|| Proc {
+                pid,
+                uid: uid_of(pid),
+                argv,
+            })
         })
         .collect()
 }

@@ -39,12 +39,14 @@ impl Record {
     }
 }
 
-/// Stops every Hermes process (SIGTERM, then SIGKILL after 10 s); returns the gateways' argv.
-fn stop_hermes() -> Result<Vec<Vec<String>>> {
+/// Stops every Hermes process of the agent (SIGTERM, then SIGKILL after 10 s); returns
+/// the gateways' argv.
+fn stop_hermes(agent_uid: Option<u32>) -> Result<Vec<Vec<String>>> {
     let me = std::process::id();
     let victims: Vec<procs::Proc> = procs::all()
         .into_iter()
         .filter(|p| p.pid != me && procs::is_hermes(p))
+        .filter(|p| agent_uid.is_none() || p.uid == agent_uid)
         .collect();
     let gateways = victims
         .iter()
@@ -73,9 +75,8 @@ fn stop_hermes() -> Result<Vec<Vec<String>>> {
 pub fn run(ctx: &Context) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);
     let cfg = config::load(ctx)?;
-    let owner = account::Agent::resolve()
-        .ok()
-        .and_then(|a| a.owner_if_root());
+    let agent = account::Agent::resolve().ok();
+    let owner = agent.as_ref().and_then(|a| a.owner_if_root());
 
     // A second quiesce keeps the first record: resume must undo what the first one did.
     let mut record = Record::read(&paths)?.unwrap_or_default();
@@ -95,7 +96,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     save(&record)?;
     println!("executor: paused (durable)");
 
-    let gateways = stop_hermes()?;
+    let gateways = stop_hermes(agent.as_ref().map(|a| a.uid.as_raw()))?;
     for g in gateways {
         if !record.stopped_gateways.contains(&g) {
             record.stopped_gateways.push(g);
