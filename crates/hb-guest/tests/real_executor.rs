@@ -372,3 +372,39 @@ fn executor_runs_as_the_agent_not_as_root() {
             .is_some_and(|s| s.success())
     );
 }
+
+/// `box new` starts the workload before provisioning: no layout, no Executor yet. The
+/// workload waits (saying why) and starts Executor once both appear.
+#[test]
+fn workload_waits_for_provisioning_then_starts_executor() {
+    let Some(executor) = common::require_tool("executor") else {
+        return;
+    };
+    let mut b = Box_::new();
+    std::fs::write(b.config_file(), "INSTALL_HERMES=0\n").unwrap();
+    let bin = b.dir.path().join("late-bin");
+    std::fs::create_dir(&bin).unwrap();
+    // PATH without the CI tool prefix: Executor "is installed" later, into late-bin.
+    b.extra_env.push((
+        "PATH".into(),
+        format!("{}:/usr/local/bin:/usr/bin:/bin", bin.display()),
+    ));
+    std::fs::create_dir_all(b.data()).unwrap();
+    let wl = Workload::start(&b, None);
+    assert!(wait_until(Duration::from_secs(5), || wl.stderr().contains(
+        "waiting for provisioning: executor is not installed yet"
+    )));
+    std::os::unix::fs::symlink(&executor, bin.join("executor")).unwrap();
+    assert!(wait_until(Duration::from_secs(8), || wl
+        .stderr()
+        .contains("the agent's home does not exist yet")));
+    b.init();
+    assert!(
+        wait_until(Duration::from_secs(30), || port_open(b.port)),
+        "Executor did not start after provisioning: {}",
+        wl.stderr()
+    );
+    b.ok(&["up"]);
+    drop(wl);
+    assert!(!port_open(b.port));
+}
