@@ -38,47 +38,89 @@ pub struct ValidatedBackup {
     pub manifest_error: Option<String>,
 }
 
-/// Hashes and counts what passes through, and reports progress.
-struct Tap<R> {
-    inner: R,
-    hasher: Sha256,
-    bytes: u64,
-    progress: Progress,
-    shared: Shared,
+/// The decrypted plaintext, produced by a decrypt thread (which also hashes it and shows
+/// progress) and consumed here through a bounded channel, so decryption and
+/// decompression + validation run on two cores. The hash and size are published only
+/// when the thread reached an authenticated EOF.
+struct PipeReader {
+    rx: std::sync::mpsc::Receiver<Vec<u8>>,
+    buf: Vec<u8>,
+    pos: usize,
 }
 
-impl<R: Read> Read for Tap<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+impl Read for PipeReader {
+    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
         cleanup::check()?;
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        self.progress.add(n as u64);
-        if n == 0 && !buf.is_empty() {
-            self.progress.done();
-            *self.shared.borrow_mut() = Some((self.hasher.clone().finalize().into(), self.bytes));
+        while self.pos >= self.buf.len() {
+            match self.rx.recv() {
+                Ok(chunk) => {
+                    self.buf = chunk;
+                    self.pos = 0;
+                }
+                Err(_) => return Ok(0),
+            }
         }
+        let n = out.len().min(self.buf.len() - self.pos);
+        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
+        self.pos += n;
         Ok(n)
     }
 }
 
-type Shared = std::rc::Rc<std::cell::RefCell<Option<([u8; 32], u64)>>>;
+type Shared = std::sync::Arc<std::sync::Mutex<Option<([u8; 32], u64)>>>;
+
+fn take_shared(shared: &Shared) -> Option<([u8; 32], u64)> {
+    shared.lock().unwrap_or_else(|e| e.into_inner()).take()
+}
 
 fn open_tapped(
     path: &Path,
     passphrase: &SecretString,
     label: &'static str,
-) -> Result<(Tap<DecryptReader>, DecryptStatus, Shared), BackupError> {
-    let reader = DecryptReader::open(path, passphrase)?;
+) -> Result<(PipeReader, DecryptStatus, Shared), BackupError> {
+    let mut reader = DecryptReader::open(path, passphrase)?;
     let status = reader.status();
     let shared: Shared = Default::default();
+    let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
+    let result = shared.clone();
+    std::thread::Builder::new()
+        .name("box-decrypt".into())
+        .spawn(move || {
+            let mut hasher = Sha256::new();
+            let mut bytes = 0u64;
+            let mut progress = Progress::new(label);
+            loop {
+                if cleanup::check().is_err() {
+                    return;
+                }
+                let mut chunk = vec![0u8; 1 << 20];
+                let n = match reader.read(&mut chunk) {
+                    Ok(n) => n,
+                    // Recorded in the status by the reader; closing the channel tells the
+                    // consumer the stream ended.
+                    Err(_) => return,
+                };
+                if n == 0 {
+                    progress.done();
+                    *result.lock().unwrap_or_else(|e| e.into_inner()) =
+                        Some((hasher.finalize().into(), bytes));
+                    return;
+                }
+                chunk.truncate(n);
+                hasher.update(&chunk);
+                bytes += n as u64;
+                progress.add(n as u64);
+                if tx.send(chunk).is_err() {
+                    return;
+                }
+            }
+        })
+        .map_err(|e| BackupError::Io(format!("cannot start the decrypt thread: {e}")))?;
     Ok((
-        Tap {
-            inner: reader,
-            hasher: Sha256::new(),
-            bytes: 0,
-            progress: Progress::new(label),
-            shared: shared.clone(),
+        PipeReader {
+            rx,
+            buf: Vec::new(),
+            pos: 0,
         },
         status,
         shared,
@@ -98,9 +140,7 @@ pub fn decrypt_validate(
     if let Some(failure) = status.failure() {
         return Err(BackupError::Corrupt(failure));
     }
-    let (sha, size) = shared
-        .borrow_mut()
-        .take()
+    let (sha, size) = take_shared(&shared)
         .ok_or_else(|| BackupError::Corrupt("the decrypted stream did not reach its end".into()))?;
     Ok((sha, size, report))
 }
@@ -284,7 +324,7 @@ pub fn extract(
     if let Some(failure) = status.failure() {
         return Err(BackupError::Corrupt(failure).into());
     }
-    let Some((sha, _)) = shared.borrow_mut().take() else {
+    let Some((sha, _)) = take_shared(&shared) else {
         return Err(
             BackupError::Corrupt("the decrypted stream did not reach its end".into()).into(),
         );
