@@ -17,8 +17,13 @@ Environment:
   BOX_HOME             state directory (registry, locks, logs)
   BOX_PASSPHRASE_FILE  backup passphrase from the first line of a file
   BOX_PASSPHRASE       backup passphrase (prefer the file or the prompt)
+  BOX_KEEP_ON_FAILURE  1: keep the VM of a failed load for inspection
+  BOX_BROWSER          the program that opens Executor's web UI (box open)
+  BOX_HB_BINARY        the guest helper to copy into new boxes (default: beside box)
+  BOX_PROVISION_DIR    the provision/ directory to copy into new boxes
   SMOLVM               the smolvm binary to drive (default: smolvm)
-  BOX_LOG              log filter, e.g. box=debug";
+  BOX_SMOLVM_TIMEOUT   cap, in seconds, on every smolvm call's deadline
+  BOX_LOG              log filter, e.g. box_host=debug";
 
 /// Isolated smolvm VMs for coding agents, with encrypted, verified backups.
 #[derive(Debug, Parser)]

@@ -11,8 +11,8 @@ fn init_logging(verbose: u8, quiet: bool) {
     let default = match (quiet, verbose) {
         (true, _) => "error",
         (false, 0) => "warn",
-        (false, 1) => "box=info,warn",
-        (false, 2) => "box=debug,info",
+        (false, 1) => "box_host=info,box_proto=info,warn",
+        (false, 2) => "box_host=debug,box_proto=debug,info",
         _ => "trace",
     };
     let filter = std::env::var("BOX_LOG")

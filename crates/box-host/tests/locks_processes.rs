@@ -30,6 +30,9 @@ fn holder_entry() {
     match locks::try_acquire(&state, alpha(), "box save alpha") {
         Ok(_guard) => {
             if mode == "spawn-child" {
+                // Deliberately never waited for: the grandchild must outlive this holder
+                // (the test kills it once it has checked the lock).
+                #[allow(clippy::zombie_processes)]
                 let child = Command::new("sleep").arg("120").spawn().unwrap();
                 println!("@@child {}", child.id());
             }
