@@ -149,4 +149,18 @@ else
 fi
 # --- end host lifecycle (issue 5) ---
 
+# --- save/load (issue 6) ---
+# The save/load tests need gnupg, tar, sqlite3, git and python3 (the base list above) on the
+# host and, through the simulator's /usr overlay, inside guests; the npm tools reach guests
+# through the lifecycle section's /var/lib/hermes-box-lifecycle-tools. GNU time is only for
+# the benchmark: cargo test -p box-host --release --test save_load_bench -- --ignored --nocapture
+if [ ! -x /usr/bin/time ]; then
+  log "apt-get install time (GNU time, for the save/load benchmark)"
+  as_root apt-get update -qq
+  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends time
+else
+  log "save/load: GNU time present"
+fi
+# --- end save/load (issue 6) ---
+
 log "setup complete"
