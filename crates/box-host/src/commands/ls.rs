@@ -18,6 +18,8 @@ struct Row {
     /// could not be asked.
     state: String,
     managed: bool,
+    /// The run that created it never finished (see `BoxRecord::incomplete`).
+    incomplete: bool,
     web_port: Option<u16>,
     url: Option<String>,
 }
@@ -53,6 +55,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
             name: r.name.to_string(),
             state: state_of(&r.machine),
             managed: true,
+            incomplete: r.incomplete,
             web_port: r.web_port,
             url: r.web_port.map(|p| format!("http://127.0.0.1:{p}")),
         })
@@ -66,6 +69,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
                     name: m.name.clone(),
                     state: m.state.to_string(),
                     managed: false,
+                    incomplete: false,
                     web_port: None,
                     url: None,
                 });
@@ -89,10 +93,12 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
 fn table(rows: &[Row]) -> String {
     let mut out = format!("{:<24} {:<12} {}\n", "BOX", "STATE", "EXECUTOR WEB");
     for r in rows {
-        let name = if r.managed {
-            r.name.clone()
-        } else {
+        let name = if !r.managed {
             format!("{} (unmanaged)", r.name)
+        } else if r.incomplete {
+            format!("{} (incomplete)", r.name)
+        } else {
+            r.name.clone()
         };
         let web = r.url.clone().unwrap_or_else(|| "—".to_string());
         out.push_str(&format!("{name:<24} {:<12} {web}\n", r.state));
@@ -111,6 +117,7 @@ mod tests {
                 name: "alpha".into(),
                 state: "running".into(),
                 managed: true,
+                incomplete: false,
                 web_port: Some(4790),
                 url: Some("http://127.0.0.1:4790".into()),
             },
@@ -118,6 +125,15 @@ mod tests {
                 name: "other".into(),
                 state: "stopped".into(),
                 managed: false,
+                incomplete: false,
+                web_port: None,
+                url: None,
+            },
+            Row {
+                name: "half".into(),
+                state: "stopped".into(),
+                managed: true,
+                incomplete: true,
                 web_port: None,
                 url: None,
             },
@@ -135,6 +151,10 @@ mod tests {
         assert_eq!(
             lines[2].split_whitespace().collect::<Vec<_>>(),
             ["other", "(unmanaged)", "stopped", "—"]
+        );
+        assert_eq!(
+            lines[3].split_whitespace().collect::<Vec<_>>(),
+            ["half", "(incomplete)", "stopped", "—"]
         );
     }
 }

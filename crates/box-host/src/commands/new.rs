@@ -97,6 +97,9 @@ impl NewRun<'_> {
 
     fn steps(&mut self) -> Result<(), Stop> {
         self.build()?;
+        if let Err(e) = Registry::new(&self.ctx.state).mark_complete(&self.name) {
+            ui::warn(format!("{e:#}"));
+        }
         self.created = false; // success: nothing to undo
         ui::say(format!("Ready. Enter with: box enter {}", self.name));
         if let Some(p) = self.port {
@@ -198,6 +201,7 @@ impl NewRun<'_> {
             created_at: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
             box_version: crate::version::VERSION.to_string(),
             base_image: env.base_image.clone(),
+            incomplete: true,
         })?;
         self.row_written = true;
         self.registry_lock = None;

@@ -43,6 +43,8 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     })();
     match result {
         Ok(()) => {
+            // A repair that gets this far has built the box completely.
+            crate::state::Registry::new(&ctx.state).mark_complete(&record.name)?;
             ui::say(format!("repair completed for '{}'", record.name));
             Ok(ExitCode::SUCCESS)
         }

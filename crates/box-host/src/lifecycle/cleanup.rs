@@ -144,6 +144,7 @@ mod tests {
             created_at: "2026-11-29T07:00:00Z".into(),
             box_version: "0.1.0".into(),
             base_image: "ubuntu:24.04".into(),
+            incomplete: true,
         })
         .unwrap();
         let smolvm = ambiguous_smolvm(tmp.path());

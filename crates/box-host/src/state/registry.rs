@@ -30,6 +30,11 @@ pub struct BoxRecord {
     /// `box` version that created the box.
     pub box_version: String,
     pub base_image: String,
+    /// True from the moment `box new`/`box load` registers the box until it has finished
+    /// building it. A row still incomplete afterwards means that run died without cleaning
+    /// up (SIGKILL, power loss): the box may be half provisioned.
+    #[serde(default)]
+    pub incomplete: bool,
 }
 
 /// A record file that could not be read.
@@ -151,6 +156,18 @@ impl Registry {
         write_atomically(&path, &json)
     }
 
+    /// Clears [`BoxRecord::incomplete`] once the box is fully built.
+    pub fn mark_complete(&self, name: &BoxName) -> Result<()> {
+        let mut record = self.get(name)?.with_context(|| {
+            format!("box '{name}' vanished from the registry while it was being built")
+        })?;
+        if record.incomplete {
+            record.incomplete = false;
+            self.update(&record)?;
+        }
+        Ok(())
+    }
+
     /// Removes a record. `Ok(false)` when there was none.
     pub fn remove(&self, name: &BoxName) -> Result<bool> {
         let path = self.record_path(name);
@@ -232,7 +249,30 @@ mod tests {
             created_at: "2026-11-29T07:00:00Z".into(),
             box_version: "0.1.0".into(),
             base_image: "ubuntu:24.04".into(),
+            incomplete: false,
         }
+    }
+
+    #[test]
+    fn incomplete_rows_are_marked_complete_once_built() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::new(&StateDir::at(tmp.path().into()));
+        let mut building = record("alpha");
+        building.incomplete = true;
+        reg.insert(&building).unwrap();
+        let name = BoxName::parse("alpha").unwrap();
+        assert!(reg.get(&name).unwrap().unwrap().incomplete);
+        reg.mark_complete(&name).unwrap();
+        assert!(!reg.get(&name).unwrap().unwrap().incomplete);
+        // Records written before the field existed read as complete.
+        let old = br#"{"name":"old","machine":"old","web_port":null,"created_at":"x","box_version":"0.1.0","base_image":"u"}"#;
+        fs::write(tmp.path().join("boxes/old.json"), old).unwrap();
+        assert!(
+            !reg.get(&BoxName::parse("old").unwrap())
+                .unwrap()
+                .unwrap()
+                .incomplete
+        );
     }
 
     #[test]
