@@ -307,3 +307,17 @@ proptest! {
         }
     }
 }
+
+#[test]
+fn an_output_dir_inside_the_root_is_not_archived() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let out = src.join("home/agent/.export-tmp");
+    do_export(&src, &out, 100);
+    let dst = t.path().join("dst");
+    fs::create_dir(&dst).unwrap();
+    import(&dst, &out).unwrap();
+    assert!(dst.join("home/agent/workspace/a.txt").exists());
+    assert!(!dst.join("home/agent/.export-tmp").exists());
+}

@@ -68,6 +68,9 @@ struct Walker<W: Write> {
     members: u64,
     skipped: Vec<String>,
     warn: Box<dyn FnMut(&str)>,
+    /// The export's own output directory (device, inode), never archived even when it
+    /// sits inside the data root.
+    out_id: Option<(u64, u64)>,
 }
 
 fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
@@ -206,6 +209,9 @@ impl<W: Write> Walker<W> {
             let ft = meta.file_type();
             let shown = String::from_utf8_lossy(&member).into_owned();
             if ft.is_dir() {
+                if self.out_id == Some((meta.dev(), meta.ino())) {
+                    continue;
+                }
                 member.push(b'/');
                 self.append(&member, &meta, tar::EntryType::Directory, None, None)
                     .with_context(|| format!("cannot archive {shown}"))?;
@@ -275,6 +281,7 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         bail!("data root {} is not a directory", opts.root.display());
     }
     let parts = PartWriter::create(&opts.out, opts.part_size)?;
+    let out_id = fs::metadata(&opts.out).ok().map(|m| (m.dev(), m.ino()));
     let mut encoder =
         zstd::stream::write::Encoder::new(parts, opts.level).context("cannot start zstd")?;
     encoder
@@ -301,6 +308,7 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         members: 0,
         skipped: Vec::new(),
         warn,
+        out_id,
     };
     walker
         .append(b"./", &root_meta, tar::EntryType::Directory, None, None)
