@@ -124,13 +124,13 @@ fn full_lifecycle(version: &str) {
     let stop = w.run(&["stop", "alpha"]);
     assert!(stop.ok(), "{stop}");
     let calls: Vec<String> = w.calls().iter().map(|c| c.join(" ")).collect();
-    let down = calls
+    let quiesce = calls
         .iter()
-        .rposition(|c| c.ends_with("-- /usr/local/bin/hb down"));
+        .rposition(|c| c.ends_with("-- /usr/local/bin/hb quiesce"));
     let mstop = calls.iter().rposition(|c| c == "machine stop --name alpha");
     assert!(
-        down.is_some() && down < mstop,
-        "hb down must precede machine stop: {calls:#?}"
+        quiesce.is_some() && quiesce < mstop,
+        "hb quiesce must precede machine stop: {calls:#?}"
     );
     assert_eq!(w.machines(), [("alpha".to_string(), "stopped".to_string())]);
     let ls = w.run(&["ls"]);
@@ -160,6 +160,36 @@ fn full_lifecycle(version: &str) {
             .any(|c| c["name"] == "host-mcp" && c["status"] == "ok"),
         "{doctor}"
     );
+
+    // A pause the user chose survives a stop and start; box start says so and open refuses.
+    let hb = |w: &World, verb: &str| {
+        w.sim(&[
+            "machine",
+            "exec",
+            "--name",
+            "alpha",
+            "--",
+            "/usr/local/bin/hb",
+            verb,
+        ])
+    };
+    assert!(hb(&w, "down").status.success());
+    assert!(w.run(&["stop", "alpha"]).ok());
+    let start = w.run(&["start", "alpha"]);
+    assert!(start.ok(), "{start}");
+    assert!(
+        start
+            .stdout
+            .contains("Executor stays paused as you left it"),
+        "{start}"
+    );
+    let open = w.run_env(&["open", "alpha"], &[("BOX_BROWSER", "true")]);
+    assert_eq!(open.code, Some(1), "{open}");
+    assert!(
+        open.stderr.contains("Executor in 'alpha' is paused"),
+        "{open}"
+    );
+    assert!(hb(&w, "up").status.success());
 
     // box open: the opener gets the authenticated URL; nothing else ever sees the token.
     let opened = w.dir.path().join("opened-url");

@@ -246,3 +246,41 @@ fn signals_at_each_step_of_new_roll_back() {
         }
     }
 }
+
+/// SIGKILL leaves no chance to clean up: the row stays, marked incomplete, and ls and
+/// doctor say so instead of passing the half-built box off as a finished one.
+#[test]
+fn a_sigkilled_new_leaves_a_row_marked_incomplete() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.0.4");
+    let child = w.spawn(
+        &["new", "alpha"],
+        &[("SMOLVM_SIM_FAIL", "exec:hang@provision.sh")],
+    );
+    w.wait_for_call("provision.sh", Duration::from_secs(60));
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    )
+    .unwrap();
+    let r = w.collect(child, "box new alpha (SIGKILL during provisioning)");
+    assert_eq!(r.code, None, "{r}");
+    assert_eq!(w.row("alpha")["incomplete"], true);
+    let ls = w.run(&["ls"]);
+    assert!(ls.stdout.contains("alpha (incomplete)"), "{ls}");
+    let d = w.run(&["doctor", "alpha"]);
+    assert_eq!(d.code, Some(1), "{d}");
+    assert!(
+        d.stdout.contains("the run that created it never finished")
+            && d.stdout.contains("box rm alpha --force"),
+        "{d}"
+    );
+    // The way out it names works, and leaves nothing behind.
+    let rm = w.run(&["rm", "alpha", "--force"]);
+    assert!(rm.ok(), "{rm}");
+    assert!(w.machines().is_empty());
+    assert!(!w.row_exists("alpha"));
+    w.assert_no_locks("alpha");
+}

@@ -118,18 +118,6 @@ fn check_box(
             return;
         }
     };
-    if record.incomplete {
-        // We hold the box lock, so no `box new`/`box load` is building it right now.
-        checks.push(Check::new(
-            s,
-            "setup",
-            Status::Fail,
-            format!(
-                "the run that created it never finished (killed?); finish it with: box repair {0}, or remove it with: box rm {0} --force",
-                record.name
-            ),
-        ));
-    }
     let Some(machine) = machine else {
         if fix {
             match drop_stale_row(ctx, record) {
@@ -160,6 +148,18 @@ fn check_box(
         }
         return;
     };
+    if record.incomplete {
+        // We hold the box lock, so no `box new`/`box load` is building it right now.
+        checks.push(Check::new(
+            s,
+            "setup",
+            Status::Fail,
+            format!(
+                "the run that created it never finished (killed?); finish it with: box repair {0}, or remove it with: box rm {0} --force",
+                record.name
+            ),
+        ));
+    }
     if !machine.state.is_running() {
         checks.push(Check::new(
             s,

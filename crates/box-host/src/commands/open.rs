@@ -34,7 +34,14 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
             record.name
         );
     }
-    readiness::wait_until_ready(&smolvm, &record, true)?;
+    if readiness::wait_until_ready(&smolvm, &record, true)? == readiness::Readiness::ExecutorPaused
+    {
+        bail!(
+            "Executor in '{}' is paused (hb down); resume it first: box enter {}, then hb up",
+            record.name,
+            record.name
+        );
+    }
     let token = guest::read_token(&smolvm, &record.machine)?;
     ui::say(format!(
         "Opening authenticated Executor UI at http://127.0.0.1:{port}"

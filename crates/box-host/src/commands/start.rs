@@ -1,5 +1,5 @@
 //! `box start <name>`: under the box lock, `machine start`, then a bounded readiness loop
-//! (agent, `hb up`, and the MCP handshake through the published port).
+//! (agent, `hb resume`, and the MCP handshake through the published port).
 
 use std::process::ExitCode;
 
@@ -17,7 +17,12 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     boxes::machine(&smolvm, &record)?;
     ui::say(format!("Starting '{}'", record.name));
     smolvm.start(&record.machine)?;
-    readiness::wait_until_ready(&smolvm, &record, ctx.config.env.install_executor)?;
-    ui::say(format!("'{}' is running and healthy", record.name));
+    match readiness::wait_until_ready(&smolvm, &record, ctx.config.env.install_executor)? {
+        readiness::Readiness::Ready => ui::say(format!("'{}' is running and healthy", record.name)),
+        readiness::Readiness::ExecutorPaused => ui::say(format!(
+            "'{}' is running; Executor stays paused as you left it (resume it inside with: hb up)",
+            record.name
+        )),
+    }
     Ok(ExitCode::SUCCESS)
 }

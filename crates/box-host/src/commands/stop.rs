@@ -1,5 +1,9 @@
 //! `box stop <name>`: under the box lock, ask hb to stop services gracefully (smolvm has no
 //! init system that would), then `machine stop`.
+//!
+//! The services are stopped with `hb quiesce`, not `hb down`: it also checkpoints SQLite,
+//! and it records what it paused, so `box start` (`hb resume`) brings back only that. A
+//! pause the user chose with `hb down` survives the stop and start.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -24,10 +28,15 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     ui::say(format!("Stopping services in '{}'", record.name));
-    match guest::hb(&smolvm, &record.machine, &["down"], Duration::from_secs(60)) {
+    match guest::hb(
+        &smolvm,
+        &record.machine,
+        &["quiesce"],
+        Duration::from_secs(90),
+    ) {
         Ok(out) if out.success() => {}
         Ok(out) => ui::warn(format!(
-            "hb down in '{}' failed ({}){}; stopping the VM anyway",
+            "hb quiesce in '{}' failed ({}){}; stopping the VM anyway",
             record.name,
             guest::status(&out),
             guest::last_lines(&out.stderr, &out.stdout)

@@ -38,17 +38,51 @@ pub fn wait_for_agent(smolvm: &Smolvm, machine: &str) -> Result<()> {
     )
 }
 
-/// The full readiness check after a start: agent, `hb up`, and the host handshake when the
-/// web UI is exposed. `executor` says whether this box runs Executor at all.
-pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> Result<()> {
+/// What a started box turned out to be.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Readiness {
+    /// Executor answers (through the published port when the web UI is exposed), or the
+    /// box does not run Executor at all.
+    Ready,
+    /// The user paused Executor (`hb down`) before the box was stopped; it stays paused.
+    ExecutorPaused,
+}
+
+/// The full readiness check after a start: agent, `hb resume` (undoes the quiesce that
+/// `box stop` did, and only that, so a pause the user chose survives the restart), and the
+/// host handshake when Executor runs and the web UI is exposed. `executor` says whether
+/// this box runs Executor at all.
+pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> Result<Readiness> {
     wait_for_agent(smolvm, &record.machine)?;
     if !executor {
-        return Ok(());
+        return Ok(Readiness::Ready);
     }
-    guest::hb_ok(smolvm, &record.machine, &["up"], Duration::from_secs(180))?;
+    guest::hb_ok(
+        smolvm,
+        &record.machine,
+        &["resume"],
+        Duration::from_secs(180),
+    )?;
+    if executor_paused(smolvm, &record.machine)? {
+        return Ok(Readiness::ExecutorPaused);
+    }
     if let Some(port) = record.web_port {
         let token = guest::read_token(smolvm, &record.machine)?;
         guest::host_handshake(port, &token, 30, None)?;
     }
-    Ok(())
+    Ok(Readiness::Ready)
+}
+
+/// Asks `hb status --json` whether Executor is durably paused.
+fn executor_paused(smolvm: &Smolvm, machine: &str) -> Result<bool> {
+    let out = guest::hb_ok(
+        smolvm,
+        machine,
+        &["status", "--json"],
+        Duration::from_secs(30),
+    )?;
+    let status: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| {
+        anyhow::anyhow!("hb status --json in '{machine}' printed something else: {e}")
+    })?;
+    Ok(status["executor"]["state"] == "paused")
 }
