@@ -47,6 +47,8 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         LockKey::Box(name.clone()),
         &format!("box load {name}"),
     )?;
+    // Plaintext parts a killed save or load left on the host (their owners are gone).
+    host_dir::sweep_stale(&ctx.state);
     if Registry::new(&ctx.state).get(&name)?.is_some() {
         bail!(
             "box '{name}' already exists; load into another name: box load {} <name>",

@@ -1,0 +1,113 @@
+//! Benchmark (ignored by default; prints, asserts only that everything ran): `box save` and
+//! `box load` through the smolvm simulator against the seed pipeline's same steps on the
+//! same guest data — `tar czf` in the guest, `machine cp` out, `tar tzf` validation, `gpg
+//! --symmetric --cipher-algo AES256`, `gpg -d | tar tzf` verification; and for load `gpg -d`,
+//! `tar tzf`, `machine cp` in, `tar xzf` in the guest. Wall time and peak RSS from GNU time.
+//!
+//! cargo test -p box-host --release --test save_load_bench -- --ignored --nocapture
+//! (BENCH_MB sets the corpus size, default 300.)
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod save_load_support;
+
+use std::process::Command;
+
+use save_load_support::{World, prerequisites, serial, sibling};
+
+/// An agent-like home: many small text files, one large incompressible file, one large log.
+fn corpus(mb: u64) -> String {
+    let small_files = 20_000;
+    let random_mb = mb / 2;
+    let log_mb = mb - random_mb - 66;
+    format!(
+        r#"set -e
+C=/data/home/agent/corpus
+mkdir -p $C && cd $C
+for d in $(seq -w 0 99); do mkdir -p src/d$d; done
+awk 'BEGIN {{ for (i = 0; i < {small_files}; i++) {{ f = sprintf("src/d%02d/f%05d.txt", i % 100, i); for (j = 0; j < 60; j++) print "line " j " of file " i " lorem ipsum dolor sit amet" > f; close(f) }} }}'
+head -c {random_mb}M /dev/urandom > blob.bin
+yes 'INFO 2026-11-29T12:00:00Z request served in 12ms path=/api/v1/items status=200' | head -c {log_mb}M > app.log
+chown -R agent:agent $C
+du -sm /data | cut -f1
+"#
+    )
+}
+
+const SCRIPT: &str = r#"set -euo pipefail
+T=/usr/bin/time
+fmt='%e %M'
+measure() { # label, command...
+  local label=$1; shift
+  local out
+  out=$( { $T -f "$fmt" "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1 )
+  printf '%-44s %8s s %8s MiB\n' "$label" "${out% *}" "$(( ${out#* } / 1024 ))"
+}
+sim() { "$SMOLVM" "$@"; }
+echo "--- box (zstd, OpenPGP in-process, one pass + verify)"
+measure "box save (quiesce..publish)" "$BOX" save alpha "$W/box.tar.zst.gpg"
+ls -l "$W/box.tar.zst.gpg" | awk '{printf "    backup size %d MiB\n", $5/1048576}'
+measure "box new (create + provision, for reference)" "$BOX" new gamma
+measure "box load (pass 1 .. doctor, incl. new box)" "$BOX" load "$W/box.tar.zst.gpg" beta
+echo "--- seed pipeline, same steps (gzip, gpg)"
+measure "seed: tar czf in the guest" "$SMOLVM" machine exec --name alpha -- sh -c 'umask 077; sync; tar czf /root/seed.tgz -C /data .'
+measure "seed: machine cp out" "$SMOLVM" machine cp alpha:/root/seed.tgz "$W/raw.tgz"
+sim machine exec --name alpha -- rm -f /root/seed.tgz
+measure "seed: tar tzf (validate)" tar tzf "$W/raw.tgz"
+measure "seed: gpg --symmetric AES256" gpg --batch --yes --pinentry-mode loopback --passphrase-file "$PF" --symmetric --cipher-algo AES256 -o "$W/seed.tar.gz.gpg" "$W/raw.tgz"
+rm -f "$W/raw.tgz"
+measure "seed: gpg -d | tar tzf (verify)" sh -c "gpg --batch --quiet --pinentry-mode loopback --passphrase-file '$PF' -d '$W/seed.tar.gz.gpg' | tar tzf - >/dev/null"
+ls -l "$W/seed.tar.gz.gpg" | awk '{printf "    backup size %d MiB\n", $5/1048576}'
+measure "seed: gpg -d > raw (load)" gpg --batch --yes --quiet --pinentry-mode loopback --passphrase-file "$PF" -o "$W/raw2.tgz" -d "$W/seed.tar.gz.gpg"
+measure "seed: tar tzf (validate)" tar tzf "$W/raw2.tgz"
+measure "seed: machine cp in" "$SMOLVM" machine cp "$W/raw2.tgz" gamma:/root/restore.tgz
+measure "seed: tar xzf in the guest" "$SMOLVM" machine exec --name gamma -- sh -c 'mkdir -p /root/r && tar xzf /root/restore.tgz --no-same-owner -C /root/r && rm -rf /root/r /root/restore.tgz'
+rm -f "$W/raw2.tgz"
+"#;
+
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn bench_save_load_against_the_seed_pipeline() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    assert!(w.run(&["new", "alpha"], &[]).ok());
+    let mb: u64 = std::env::var("BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let size = w.sh("alpha", &corpus(mb));
+    eprintln!("corpus: {} MiB of /data in the guest", size.trim());
+    let mut cmd = w.command(&[], &[]);
+    let envs: Vec<(String, String)> = cmd
+        .get_envs()
+        .filter_map(|(k, v)| {
+            Some((
+                k.to_string_lossy().into_owned(),
+                v?.to_string_lossy().into_owned(),
+            ))
+        })
+        .collect();
+    let _ = &mut cmd;
+    let gnupg = w.dir.path().join("gnupg");
+    std::fs::create_dir_all(&gnupg).unwrap();
+    let out = Command::new("bash")
+        .arg("-c")
+        .arg(SCRIPT)
+        .envs(envs)
+        .env("BOX", save_load_support::box_bin())
+        .env("SMOLVM", sibling("smolvm-sim"))
+        .env("W", w.dir.path())
+        .env("PF", w.passphrase_file())
+        .env("GNUPGHOME", &gnupg)
+        .output()
+        .unwrap();
+    eprintln!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success());
+}
