@@ -23,6 +23,11 @@ cargo build --release -q -p box-host --example backup_harness
 HB=$TARGET/release/hb
 HARNESS=$TARGET/release/examples/backup_harness
 
+MARK="$WORK/corpus-$FILES-$LARGE.done"
+if [ -f "$MARK" ]; then
+  echo "==> reusing the corpus in $WORK/data"
+else
+rm -rf "$WORK/data" "$WORK"/corpus-*.done
 echo "==> generating corpus: $FILES small files + $LARGE MiB of large files in $WORK/data"
 python3 - "$WORK/data" "$FILES" "$LARGE" <<'PY'
 import os, random, sys
@@ -69,6 +74,9 @@ with open(os.path.join(big, "mixed.db"), "wb") as f:
         f.write(rng.randbytes(mb // 8) + bytes(mb - mb // 8))
 os.symlink("random.bin", os.path.join(big, "link"))
 PY
+touch "$MARK"
+fi
+rm -rf "$WORK/parts" "$WORK"/*.gpg
 du -sh "$WORK/data" | sed 's/^/    /'
 printf 'bench-passphrase\n' > "$WORK/pw"
 export BOX_PASSPHRASE_FILE="$WORK/pw"
