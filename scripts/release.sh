@@ -2,7 +2,8 @@
 # Cross-built, reproducible release tarballs in dist/ (issue 8).
 #
 #   scripts/release.sh            build the committed HEAD into dist/
-#   scripts/release.sh --check    build twice (separate source and target dirs), compare bytes
+#   scripts/release.sh --check    build twice (source unpacked afresh, separate target dirs),
+#                                 compare the bytes
 #
 # What comes out, for version V (the workspace version) and commit C (HEAD):
 #   dist/hermes-box-lite-V-<target>.tar.gz  for every box target below, each holding
@@ -13,9 +14,10 @@
 # How: the source is `git archive HEAD` unpacked into a fixed directory (RELEASE_SRC_DIR,
 # default /tmp/hermes-box-lite-release/src), so a release is exactly a commit, never someone's
 # half-edited working tree, and builds the same bytes wherever the checkout lives (box embeds
-# its crate path through env!("CARGO_MANIFEST_DIR"), which path remapping cannot reach). `hb` is a static musl binary
-# for both guest architectures (profile release-hb); `box` is static musl for Linux and, when
-# zig can link it, a Mach-O for aarch64 macOS. Everything links with zig via cargo-zigbuild
+# its crate path through env!("CARGO_MANIFEST_DIR"), which path remapping cannot reach).
+# `hb` is a static musl binary for both guest architectures (profile release-hb); `box` is a
+# glibc >= 2.28 binary for Linux (see DEFAULT_BOX_TARGETS) and, when zig can link it, a
+# Mach-O for aarch64 macOS. Everything links with zig via cargo-zigbuild
 # because zstd-sys and the bundled SQLite compile C. Reproducibility: BOX_BUILD_COMMIT and
 # SOURCE_DATE_EPOCH come from the commit, every build path is remapped (rustc and C), and the
 # tarballs are made with sorted names, fixed mtime/owner/mode and `gzip -n`.
@@ -26,7 +28,8 @@
 #                        tree has changes; provision/ may be missing); for trying things out
 #   --allow-lock-update  let cargo resolve when the commit's Cargo.lock is stale
 #                        (the build is then reproducible only while the registry is unchanged)
-#   --box-targets "T…"   box targets to package (default: all three below)
+#   --box-targets "T…"   box targets to package (default: x86_64 and aarch64 Linux gnu, and
+#                        aarch64 macOS; the musl targets are accepted too)
 #   --out DIR            where the tarballs go (default: dist)
 # Environment: CARGO_TARGET_DIR (default: <repo>/target-release), RELEASE_SRC_DIR.
 set -euo pipefail
@@ -269,6 +272,19 @@ build_release() {
         --owner=0 --group=0 --numeric-owner --mode='u+rwX,go+rX,go-w' \
         -C "$pkg_root" "$name" | gzip -n -9 >"$out/$name.tar.gz"
   done
+
+  # The host tarball as a user gets it: unpack, run box, find both guest helpers beside it.
+  local unpack=$target_dir/unpack-check name=hermes-box-lite-$version-$host_target
+  rm -rf "$unpack"
+  mkdir -p "$unpack"
+  tar -xzf "$out/$name.tar.gz" -C "$unpack"
+  expect_version box "$version" "$commit" "$unpack/$name/box"
+  cmp -s "$unpack/$name/hb-x86_64-linux" "$hb_x86" || die "$name.tar.gz: hb-x86_64-linux differs from the build"
+  cmp -s "$unpack/$name/hb-aarch64-linux" "$hb_arm" || die "$name.tar.gz: hb-aarch64-linux differs from the build"
+  for f in "$unpack/$name"/box "$unpack/$name"/hb-*-linux; do
+    [ -x "$f" ] || die "$name.tar.gz: $(basename "$f") is not executable"
+  done
+  rm -rf "$unpack"
 
   {
     echo "hermes-box-lite $version"
