@@ -1,6 +1,8 @@
 //! Shared helpers of the backup tests: trees, exports, backups, snapshots, gpg, `box`.
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
+pub mod harness;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -212,15 +214,35 @@ pub fn listing(dir: &Path) -> Vec<String> {
     v
 }
 
-/// The example binary that drives the save path (built by `cargo test`).
-pub fn harness() -> PathBuf {
-    let exe = std::env::current_exe().unwrap();
-    let debug = exe.parent().unwrap().parent().unwrap();
-    let p = debug.join("examples/backup_harness");
-    assert!(
-        p.exists(),
-        "build the example first: cargo build --examples ({})",
-        p.display()
-    );
-    p
+/// Set in a re-executed test binary to make it run the save harness instead of tests.
+pub const HARNESS_ARGS: &str = "BOX_TEST_BACKUP_HARNESS_ARGS";
+
+/// A command that runs the save harness (`harness::main_with_args`) in a process of its
+/// own: this test binary re-executed into its `harness_entry` test, which must exist in
+/// the calling test file (see `backup_signals.rs`). No extra build target is needed, so
+/// a plain `cargo test` has everything.
+pub fn harness(args: &[&str]) -> Command {
+    let mut cmd = Command::new(std::env::current_exe().unwrap());
+    cmd.args([
+        "--exact",
+        "harness_entry",
+        "--nocapture",
+        "--test-threads=1",
+    ])
+    .env(HARNESS_ARGS, args.join("\u{1f}"));
+    cmd
+}
+
+/// The body of a `harness_entry` test: runs the harness and exits when asked to.
+pub fn harness_entry() {
+    if let Ok(joined) = std::env::var(HARNESS_ARGS) {
+        let args: Vec<String> = joined.split('\u{1f}').map(String::from).collect();
+        let code = harness::main_with_args(&args);
+        let code = if code == std::process::ExitCode::SUCCESS {
+            0
+        } else {
+            1
+        };
+        std::process::exit(code);
+    }
 }
