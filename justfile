@@ -13,11 +13,11 @@ setup:
 build:
     cargo build --workspace
 
-# Install box, hb and smolvm-sim into ~/.cargo/bin
+# Install box, hb and smolvm-sim into ~/.cargo/bin (one shared target dir: dependencies build once)
 install:
-    cargo install --locked --path crates/box-host
-    cargo install --locked --path crates/hb-guest
-    cargo install --locked --path crates/smolvm-sim
+    cargo install --locked --quiet --target-dir target/install --path crates/box-host
+    cargo install --locked --quiet --target-dir target/install --path crates/hb-guest
+    cargo install --locked --quiet --target-dir target/install --path crates/smolvm-sim
 
 # The whole test suite: formatting, lints, unit, property, end-to-end and contract tests
 test: lint
