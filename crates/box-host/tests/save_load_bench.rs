@@ -40,15 +40,45 @@ fmt='%e %M'
 measure() { # label, command...
   local label=$1; shift
   local out
-  out=$( { $T -f "$fmt" "$@" >/dev/null 2>/dev/null; } 2>&1 | tail -1 )
+  if ! $T -f "$fmt" -o "$W/time.out" "$@" >/dev/null 2>"$W/err.out"; then
+    echo "FAILED: $label"; cat "$W/err.out"; exit 1
+  fi
+  out=$(tail -1 "$W/time.out")
   printf '%-44s %8s s %8s MiB\n' "$label" "${out% *}" "$(( ${out#* } / 1024 ))"
 }
 sim() { "$SMOLVM" "$@"; }
+# box's own peak RSS (VmHWM, polled): GNU time's %M is the largest process of the whole
+# tree, which for box includes guest tools (node) that hb runs during provisioning/doctor.
+box_self() { # label, box args...
+  local label=$1; shift
+  local start end hwm=0 h pid
+  start=$(date +%s.%N)
+  "$BOX" "$@" >/dev/null 2>"$W/err.out" &
+  pid=$!
+  while kill -0 "$pid" 2>/dev/null; do
+    h=$(awk '/^VmHWM/ {print $2}' "/proc/$pid/status" 2>/dev/null || true)
+    [ -n "$h" ] && [ "$h" -gt "$hwm" ] && hwm=$h
+    sleep 0.02
+  done
+  wait "$pid" || { echo "FAILED: $label"; cat "$W/err.out"; exit 1; }
+  end=$(date +%s.%N)
+  printf '%-44s %8.2f s %8s MiB (box process itself)\n' "$label" "$(echo "$end - $start" | bc)" "$(( hwm / 1024 ))"
+}
 echo "--- box (zstd, OpenPGP in-process, one pass + verify)"
 measure "box save (quiesce..publish)" "$BOX" save alpha "$W/box.tar.zst.gpg"
+box_self "box save, again" save alpha "$W/box2.tar.zst.gpg"
+rm -f "$W/box2.tar.zst.gpg"
+measure "  of which guest: hb export (in the guest)" "$SMOLVM" machine exec --name alpha -- /usr/bin/time -f '%e %M' -o /root/t.out /usr/local/bin/hb export --out /root/bench-x
+sim machine exec --name alpha -- sh -c 'echo "    (guest hb export alone: $(cat /root/t.out | tail -1) [s KiB])"; rm -f /root/t.out; mkdir -m 0711 /root/imp'
+measure "  guest: hb import of the same (in the guest)" "$SMOLVM" machine exec --name alpha -- /usr/bin/time -f '%e %M' -o /root/t.out /usr/local/bin/hb import --root /root/imp --from /root/bench-x
+sim machine exec --name alpha -- sh -c 'echo "    (guest hb import alone: $(cat /root/t.out | tail -1) [s KiB])"; rm -rf /root/bench-x /root/imp /root/t.out'
+
 ls -l "$W/box.tar.zst.gpg" | awk '{printf "    backup size %d MiB\n", $5/1048576}'
 measure "box new (create + provision, for reference)" "$BOX" new gamma
 measure "box load (pass 1 .. doctor, incl. new box)" "$BOX" load "$W/box.tar.zst.gpg" beta
+box_self "box load, again" load "$W/box.tar.zst.gpg" delta
+measure "box extract (pass 1 + pass 2 on the host)" "$BOX" extract "$W/box.tar.zst.gpg" "$W/x"
+rm -rf "$W/x"
 echo "--- seed pipeline, same steps (gzip, gpg)"
 measure "seed: tar czf in the guest" "$SMOLVM" machine exec --name alpha -- sh -c 'umask 077; sync; tar czf /root/seed.tgz -C /data .'
 measure "seed: machine cp out" "$SMOLVM" machine cp alpha:/root/seed.tgz "$W/raw.tgz"
