@@ -422,7 +422,8 @@ fi
 # --check: a second, independent build (the source unpacked afresh, its own target dir, so
 # nothing is reused and every cache path differs) must give the same bytes as the first.
 check_dir=${target_dir}-check
-log "reproducibility check: build A in $target_dir, build B in $check_dir"
+log "reproducibility check: build A in $target_dir, build B from scratch in $check_dir"
+rm -rf "$check_dir"   # B shares no cached artefact with A (it costs a cold build)
 build_release "$target_dir" "$out_dir"
 build_release "$check_dir" "$check_dir/dist"
 if diff -u "$out_dir/SHA256SUMS" "$check_dir/dist/SHA256SUMS"; then
