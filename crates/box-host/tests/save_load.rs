@@ -213,6 +213,16 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         .get(&box_proto::BoxName::parse("beta").unwrap())
         .unwrap()
         .unwrap();
+    assert!(!record.incomplete, "a finished load marks its box complete");
+    // The backup carries nothing of the source box's pause bookkeeping (its save had
+    // quiesced it, so both files existed in the source's /data at export time).
+    let extracted = w.dir.path().join("extracted");
+    let ex = w.run(&["extract", &file, extracted.to_str().unwrap()], &[]);
+    assert!(ex.ok(), "box extract: {}", ex.all());
+    let hb_dir = extracted.join("home/agent/.config/hermes-box");
+    assert!(hb_dir.join("runtime-manifest").exists());
+    assert!(!hb_dir.join("quiesce-record.json").exists());
+    assert!(!hb_dir.join("quiesced").exists());
     let port = record.web_port.expect("a published port");
     let bearer = box_proto::mcp::BearerToken::new(&token).unwrap();
     box_host::lifecycle::guest::host_handshake(port, &bearer, 10, None)

@@ -13,6 +13,10 @@ pub const HB_CONFIG_DIR: &str = "home/agent/.config/hermes-box";
 /// Durable pause marker: while it exists the workload never (re)starts Executor.
 /// Excluded from backups; a restore re-arms it on purpose.
 pub const QUIESCED_MARKER: &str = "home/agent/.config/hermes-box/quiesced";
+/// What the last `hb quiesce` paused, so `hb resume` undoes exactly that. Describes the
+/// box it was written in: excluded from backups (a restored box must not "resume" the
+/// source box's gateways).
+pub const QUIESCE_RECORD: &str = "home/agent/.config/hermes-box/quiesce-record.json";
 /// The runtime manifest (tool versions), see [`crate::manifest`].
 pub const RUNTIME_MANIFEST: &str = "home/agent/.config/hermes-box/runtime-manifest";
 /// Service logs.

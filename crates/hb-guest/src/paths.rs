@@ -39,7 +39,7 @@ impl Paths {
     }
     /// What the last `hb quiesce` changed, so `hb resume` undoes exactly that.
     pub fn quiesce_record(&self) -> PathBuf {
-        self.hb_config().join("quiesce-record.json")
+        self.at(layout::QUIESCE_RECORD)
     }
     pub fn manifest(&self) -> PathBuf {
         self.at(layout::RUNTIME_MANIFEST)

@@ -90,6 +90,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     match run.restore(&validated, &pass, part_size) {
         Ok(()) => {
             run.box_.transcript.line("restored and verified");
+            crate::state::Registry::new(&ctx.state).mark_complete(&run.name)?;
             println!("Restored and verified. Enter with: box enter {}", run.name);
             Ok(ExitCode::SUCCESS)
         }
@@ -225,8 +226,9 @@ impl LoadRun<'_> {
         self.checkpoint()?;
 
         ui::say(format!("Starting the restored services in '{name}'"));
-        // resume undoes the restored quiesce record (and its pause); up clears any pause
-        // left and waits until Executor answers.
+        // The restored tree carries no quiesce record (backups exclude it), so resume has
+        // nothing of the source box to undo; up clears the pause import re-armed and waits
+        // until Executor answers.
         self.guest().hb(&["resume"], timeouts::RESUME, true)?;
         self.guest().hb(&["up"], timeouts::RESUME, true)?;
         self.checkpoint()?;

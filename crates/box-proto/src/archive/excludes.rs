@@ -29,6 +29,7 @@ pub const HERMES_SQLITE_SIDECARS: &[&str] = &[".db-wal", ".db-shm", ".db-journal
 /// Exact paths excluded (with everything beneath them).
 pub const EXCLUDED_PATHS: &[&str] = &[
     layout::QUIESCED_MARKER,
+    layout::QUIESCE_RECORD,
     "home/agent/.codex/tmp",
     "home/agent/.hermes/tmp",
 ];
@@ -75,6 +76,7 @@ mod tests {
     fn seed_excludes() {
         for key in [
             "home/agent/.config/hermes-box/quiesced",
+            "home/agent/.config/hermes-box/quiesce-record.json",
             "home/agent/workspace/app/node_modules",
             "home/agent/workspace/app/.venv",
             "home/agent/venv",
