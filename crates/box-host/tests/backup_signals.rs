@@ -219,3 +219,36 @@ fn truncated_flipped_empty_and_foreign_inputs_fail_cleanly() {
         );
     }
 }
+
+/// A backup cut off anywhere in its first bytes (headers, session key, the start of the
+/// encrypted packet) is refused with an error: sequoia's parser panics on some of these
+/// lengths, and box must turn that into "corrupt or truncated", never crash or abort.
+#[test]
+fn a_backup_cut_anywhere_in_its_head_is_refused_cleanly() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    std::fs::create_dir_all(root.join("home/agent")).unwrap();
+    std::fs::write(root.join("home/agent/x"), "hi\n").unwrap();
+    export(&root, &t.path().join("parts"), 1 << 20);
+    let good = t.path().join("good.tar.zst.gpg");
+    save_parts(&t.path().join("parts"), &good, PASS);
+    let bytes = std::fs::read(&good).unwrap();
+    let work = t.path().join("work");
+    std::fs::create_dir(&work).unwrap();
+    for len in 1..bytes.len().min(96) {
+        let f = t.path().join("cut.tar.zst.gpg");
+        std::fs::write(&f, &bytes[..len]).unwrap();
+        let out = box_cmd(t.path())
+            .env("BOX_PASSPHRASE", PASS)
+            .arg("extract")
+            .arg(&f)
+            .arg(work.join("out"))
+            .output()
+            .unwrap();
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "cut at {len}: {err}");
+        assert!(err.contains("error: "), "cut at {len}: {err}");
+        assert!(!err.contains("panicked"), "cut at {len}: {err}");
+        assert!(listing(&work).is_empty(), "cut at {len} wrote something");
+    }
+}

@@ -5,8 +5,10 @@
 //! returns is unauthenticated until EOF, where the MDC is checked: callers act on plaintext
 //! only inside a staging area until [`DecryptReader`] has reported EOF.
 
+use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
+use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -31,6 +33,38 @@ use super::BackupError;
 pub const DECRYPT_BUFFER: usize = 1 << 20;
 
 static POLICY: StandardPolicy<'static> = StandardPolicy::new();
+
+thread_local! {
+    /// Set while [`contain_parser_panic`] runs, so the panic hook stays silent for a panic
+    /// that is about to be turned into an error.
+    static CONTAINING: Cell<bool> = const { Cell::new(false) };
+}
+
+/// Runs `f`, turning a panic into an error message. sequoia 2.4's parser panics on some
+/// hostile inputs (an SEIPD packet shorter than its MDC reserve, i.e. a backup truncated
+/// a few dozen bytes in); that must read as "corrupt or truncated", never crash `box`.
+/// Needs `panic = "unwind"`, which the release profile keeps for this reason.
+fn contain_parser_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
+    QUIET_HOOK.call_once(|| {
+        let default = std::panic::take_hook();
+        std::panic::set_hook(Box::new(move |info| {
+            if !CONTAINING.with(Cell::get) {
+                default(info);
+            }
+        }));
+    });
+    CONTAINING.with(|c| c.set(true));
+    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
+    CONTAINING.with(|c| c.set(false));
+    result.map_err(|payload| {
+        payload
+            .downcast_ref::<&str>()
+            .map(|s| s.to_string())
+            .or_else(|| payload.downcast_ref::<String>().cloned())
+            .unwrap_or_else(|| "the OpenPGP parser gave up".to_string())
+    })
+}
 
 /// An encrypting writer: write plaintext, then [`EncryptWriter::finish`].
 pub struct EncryptWriter {
@@ -183,18 +217,24 @@ impl DecryptReader {
         };
         let builder = DecryptorBuilder::from_reader(file)
             .map_err(|e| BackupError::NotOpenPgp(format!("{}: {e}", path.display())))?;
-        let inner = builder
-            .buffer_size(DECRYPT_BUFFER)
-            .with_policy(&POLICY, None, helper)
-            .map_err(|e| {
-                if e.downcast_ref::<WrongPassphrase>().is_some() {
-                    BackupError::WrongPassphrase
-                } else if decrypted.load(Ordering::SeqCst) {
-                    BackupError::Corrupt(format!("{e}"))
-                } else {
-                    BackupError::NotOpenPgp(format!("{}: {e}", path.display()))
-                }
-            })?;
+        let inner = contain_parser_panic(|| {
+            builder
+                .buffer_size(DECRYPT_BUFFER)
+                .with_policy(&POLICY, None, helper)
+        })
+        .map_err(|why| {
+            tracing::debug!("OpenPGP parser panicked on {}: {why}", path.display());
+            BackupError::Corrupt("the encrypted data ends early or is malformed".into())
+        })?
+        .map_err(|e| {
+            if e.downcast_ref::<WrongPassphrase>().is_some() {
+                BackupError::WrongPassphrase
+            } else if decrypted.load(Ordering::SeqCst) {
+                BackupError::Corrupt(format!("{e}"))
+            } else {
+                BackupError::NotOpenPgp(format!("{}: {e}", path.display()))
+            }
+        })?;
         Ok(DecryptReader {
             inner,
             status: DecryptStatus::default(),
@@ -220,7 +260,9 @@ impl DecryptReader {
 impl Read for DecryptReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let buf_len = buf.len().min(DECRYPT_BUFFER);
-        match self.inner.read(&mut buf[..buf_len]) {
+        let read = contain_parser_panic(|| self.inner.read(&mut buf[..buf_len]))
+            .unwrap_or_else(|why| Err(io::Error::other(format!("malformed OpenPGP data ({why})"))));
+        match read {
             Ok(0) if !buf.is_empty() => {
                 if !self.inner.message_processed() {
                     let what = "the OpenPGP message ended early".to_string();
