@@ -321,3 +321,38 @@ fn an_output_dir_inside_the_root_is_not_archived() {
     assert!(dst.join("home/agent/workspace/a.txt").exists());
     assert!(!dst.join("home/agent/.export-tmp").exists());
 }
+
+/// A live /data may hold links a restore refuses (absolute, dangling, escaping, looping).
+/// Export keeps everything else, names each skipped link, and its output imports.
+#[test]
+fn links_a_restore_would_refuse_are_skipped_by_name_and_the_rest_imports() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let ws = src.join("home/agent/workspace");
+    std::os::unix::fs::symlink("/usr/bin/python3", ws.join("python")).unwrap();
+    std::os::unix::fs::symlink("gone.txt", ws.join("dangling")).unwrap();
+    std::os::unix::fs::symlink("../../../../etc", ws.join("escape")).unwrap();
+    let parts = t.path().join("parts");
+    let mut warnings = do_export(&src, &parts, 1 << 20);
+    warnings.sort();
+    assert_eq!(warnings.len(), 3, "{warnings:#?}");
+    assert!(
+        warnings[0].starts_with(
+            "skipping symlink ./home/agent/workspace/dangling -> gone.txt: it dangles"
+        )
+    );
+    assert!(warnings[1].starts_with("skipping symlink ./home/agent/workspace/escape -> ../../../../etc: its target ../../../../etc climbs out"));
+    assert!(warnings[2].starts_with("skipping symlink ./home/agent/workspace/python -> /usr/bin/python3: its target /usr/bin/python3 is absolute"));
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    import(&dst, &parts).unwrap();
+    let ws = dst.join("home/agent/workspace");
+    assert_eq!(
+        fs::read_link(ws.join("a-link")).unwrap(),
+        Path::new("a.txt")
+    );
+    for skipped in ["python", "dangling", "escape"] {
+        assert!(fs::symlink_metadata(ws.join(skipped)).is_err(), "{skipped}");
+    }
+}

@@ -4,8 +4,9 @@
 //!
 //! Kept: regular files, directories, symlinks (as links), hardlinks (as hardlinks to the
 //! first path seen), modes, uid/gid with user and group names, mtimes. Skipped with a
-//! warning naming them: sockets, FIFOs, block and character devices. Left out: the seed's
-//! excludes (box_proto::archive::excludes).
+//! warning naming them: sockets, FIFOs, block and character devices, and symlinks a
+//! restore would refuse (see `links`). Left out: the seed's excludes
+//! (box_proto::archive::excludes).
 //!
 //! Member names are written byte for byte (GNU format, `././@LongLink` records for names
 //! over 100 bytes), because the tar crate's `set_path` would drop the leading `./`.
@@ -22,6 +23,7 @@ use box_proto::archive::Compression;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::parts::PartIndex;
 
+use super::links;
 use super::parts::PartWriter;
 
 /// zstd job size with worker threads.
@@ -71,6 +73,8 @@ struct Walker<W: Write> {
     /// The export's own output directory (device, inode), never archived even when it
     /// sits inside the data root.
     out_id: Option<(u64, u64)>,
+    /// The data root with every link in its path resolved, to judge where links lead.
+    canonical_root: PathBuf,
 }
 
 fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
@@ -219,6 +223,14 @@ impl<W: Write> Walker<W> {
             } else if ft.is_symlink() {
                 let target = fs::read_link(&path)
                     .with_context(|| format!("cannot read link {}", path.display()))?;
+                let key_text = String::from_utf8_lossy(&key);
+                if let Some(why) = links::rejection(&self.canonical_root, &path, &key_text, &target)
+                {
+                    let msg = format!("skipping symlink {shown} -> {}: {why}", target.display());
+                    (self.warn)(&msg);
+                    self.skipped.push(msg);
+                    continue;
+                }
                 self.append(
                     &member,
                     &meta,
@@ -273,7 +285,7 @@ impl<W: Write> Walker<W> {
     }
 }
 
-/// Runs an export. `warn` receives one line per skipped special file.
+/// Runs an export. `warn` receives one line per skipped special file or symlink.
 pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
     let root_meta = fs::metadata(&opts.root)
         .with_context(|| format!("cannot read the data root {}", opts.root.display()))?;
@@ -309,6 +321,8 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
         skipped: Vec::new(),
         warn,
         out_id,
+        canonical_root: fs::canonicalize(&opts.root)
+            .with_context(|| format!("cannot resolve the data root {}", opts.root.display()))?,
     };
     walker
         .append(b"./", &root_meta, tar::EntryType::Directory, None, None)

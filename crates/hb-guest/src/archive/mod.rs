@@ -4,4 +4,5 @@
 
 pub mod export;
 pub mod import;
+pub mod links;
 pub mod parts;
