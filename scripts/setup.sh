@@ -6,6 +6,24 @@ set -euo pipefail
 log() { printf '==> %s\n' "$*"; }
 as_root() { if [ "$(id -u)" -eq 0 ]; then "$@"; else sudo "$@"; fi; }
 
+# apt_ensure WHY PKG...: installs the Debian packages of the list that are missing (one
+# apt-get update, only when something is), and says which or that all were present.
+apt_ensure() {
+  local why=$1 p
+  shift
+  local missing=()
+  for p in "$@"; do
+    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
+  done
+  if [ ${#missing[@]} -gt 0 ]; then
+    log "apt-get install ${missing[*]} ($why)"
+    as_root apt-get update -qq
+    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
+  else
+    log "$why: Debian packages all present"
+  fi
+}
+
 # `--release` adds the cross toolchain `just release` and CI's aarch64 check need (see the
 # release section at the end); without it this script stays cheap, as CI runs it every time.
 with_release=0
@@ -22,22 +40,12 @@ apt_packages=(
   tmux sudo sqlite3
 )
 
-missing=()
-for p in "${apt_packages[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-done
-if [ ${#missing[@]} -gt 0 ]; then
-  log "apt-get install ${missing[*]}"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-else
-  log "Debian packages: all present"
-fi
+apt_ensure "build and tests" "${apt_packages[@]}"
 
 if ! command -v just >/dev/null 2>&1; then
   log "pip install rust-just (the 'just' command runner)"
   python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore rust-just
-  command -v pyenv >/dev/null 2>&1 && pyenv rehash || true
+  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
 fi
 
 # --- release (issue 8) ---
@@ -54,15 +62,7 @@ if [ "$with_release" -eq 1 ]; then
   # libc6-arm64-cross: the aarch64 glibc qemu needs to run the aarch64 Linux box here.
   release_apt=(qemu-user-static libc6-arm64-cross binutils file)
 
-  missing=()
-  for p in "${release_apt[@]}"; do
-    dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || missing+=("$p")
-  done
-  if [ ${#missing[@]} -gt 0 ]; then
-    log "apt-get install ${missing[*]} (release)"
-    as_root apt-get update -qq
-    as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${missing[@]}"
-  fi
+  apt_ensure release "${release_apt[@]}"
 
   installed_targets=$(rustup target list --installed)
   for t in "${release_targets[@]}"; do
@@ -92,11 +92,7 @@ fi
 # serves executor 1.5.9 only). shellcheck checks provision/*.sh in hb's tests.
 hb_tools_prefix=/opt/hermes-box-ci
 hb_npm_pkgs=(executor@1.5.9 @openai/codex@0.171.0 @anthropic-ai/claude-code@2.1.197)
-if ! command -v shellcheck >/dev/null 2>&1; then
-  log "apt-get install shellcheck"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends shellcheck
-fi
+apt_ensure "hb's script checks" shellcheck
 if ! command -v node >/dev/null 2>&1 || [ "$(node -p 'process.versions.node.split(".")[0]')" -lt 20 ]; then
   log "WARNING: Node.js >= 20 is missing; hb's real-Executor tests will fail under CI=true"
 else
@@ -119,17 +115,7 @@ fi
 # it needs come from hb's section above (/opt/hermes-box-ci, pinned versions).
 lifecycle_apt=(ca-certificates curl git jq tmux sudo neovim build-essential xz-utils
   less procps iproute2 util-linux ripgrep unzip python3 python3-venv)
-lifecycle_missing=()
-for p in "${lifecycle_apt[@]}"; do
-  dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q 'install ok installed' || lifecycle_missing+=("$p")
-done
-if [ ${#lifecycle_missing[@]} -gt 0 ]; then
-  log "apt-get install ${lifecycle_missing[*]} (provision.sh's packages, for the lifecycle tests)"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends "${lifecycle_missing[@]}"
-else
-  log "lifecycle test packages: all present"
-fi
+apt_ensure "provision.sh's packages, for the lifecycle tests" "${lifecycle_apt[@]}"
 # Simulator guests get a private, empty /opt (like a stock image) but overlay /var from the
 # host, so the lifecycle tests and the demo reach hb's pinned npm tools through a
 # hard-linked copy under /var (no extra disk; a plain copy where links cannot be made).
@@ -154,13 +140,7 @@ fi
 # host and, through the simulator's /usr overlay, inside guests; the npm tools reach guests
 # through the lifecycle section's /var/lib/hermes-box-lifecycle-tools. GNU time is only for
 # the benchmark: cargo test -p box-host --release --test save_load_bench -- --ignored --nocapture
-if [ ! -x /usr/bin/time ]; then
-  log "apt-get install time (GNU time, for the save/load benchmark)"
-  as_root apt-get update -qq
-  as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends time
-else
-  log "save/load: GNU time present"
-fi
+apt_ensure "GNU time, for the save/load benchmark" time
 # --- end save/load (issue 6) ---
 
 log "setup complete"

@@ -17,6 +17,24 @@ fn box_cmd(home: &Path) -> Command {
     cmd
 }
 
+/// Every visible verb of `box`.
+const VERBS: [&str; 14] = [
+    "new",
+    "enter",
+    "ls",
+    "open",
+    "doctor",
+    "repair",
+    "stop",
+    "start",
+    "save",
+    "load",
+    "extract",
+    "rm",
+    "completions",
+    "man",
+];
+
 fn text(out: &[u8]) -> String {
     String::from_utf8_lossy(out).into_owned()
 }
@@ -31,22 +49,7 @@ fn help_lists_every_verb_with_a_one_line_summary() {
     let out = run(box_cmd(tmp.path()).arg("--help"));
     assert!(out.status.success());
     let help = text(&out.stdout);
-    for verb in [
-        "new",
-        "enter",
-        "ls",
-        "open",
-        "doctor",
-        "repair",
-        "stop",
-        "start",
-        "save",
-        "load",
-        "extract",
-        "rm",
-        "completions",
-        "man",
-    ] {
+    for verb in VERBS {
         let line = help
             .lines()
             .find(|l| l.trim_start().starts_with(&format!("{verb} ")))
@@ -61,22 +64,7 @@ fn help_lists_every_verb_with_a_one_line_summary() {
 #[test]
 fn every_verb_has_an_example_in_its_long_help() {
     let tmp = tempfile::tempdir().unwrap();
-    for verb in [
-        "new",
-        "enter",
-        "ls",
-        "open",
-        "doctor",
-        "repair",
-        "stop",
-        "start",
-        "save",
-        "load",
-        "extract",
-        "rm",
-        "completions",
-        "man",
-    ] {
+    for verb in VERBS {
         let out = run(box_cmd(tmp.path()).args([verb, "--help"]));
         assert!(out.status.success(), "{verb}");
         let help = text(&out.stdout);
