@@ -42,10 +42,18 @@ apt_packages=(
 
 apt_ensure "build and tests" "${apt_packages[@]}"
 
+# `just`, the command runner: PyPI's rust-just wheel (seconds); where pip refuses to touch
+# a distribution's Python (PEP 668, Debian's own python3), crates.io's just (a minute).
 if ! command -v just >/dev/null 2>&1; then
   log "pip install rust-just (the 'just' command runner)"
-  python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore rust-just
-  if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  if python3 -m pip install --quiet --disable-pip-version-check --root-user-action=ignore rust-just; then
+    if command -v pyenv >/dev/null 2>&1; then pyenv rehash; fi
+  else
+    log "pip could not install it; cargo install just instead"
+    cargo install --locked --quiet just
+  fi
+  command -v just >/dev/null 2>&1 ||
+    log "WARNING: just is installed but not on PATH; add ~/.local/bin or ~/.cargo/bin to PATH"
 fi
 
 # --- release (issue 8) ---
