@@ -271,3 +271,49 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     );
     assert!(listing(&dir).is_empty());
 }
+
+/// The verification pass catches a backup that changed on disk after it was written: a
+/// flipped byte (MDC) and a whole valid backup of other data swapped in (hash).
+#[test]
+fn verification_catches_a_temp_file_changed_after_encryption() {
+    use box_host::backup::save;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    sample_tree(&root);
+    export(&root, &t.path().join("parts"), 1 << 20);
+    let other = t.path().join("other");
+    std::fs::create_dir_all(other.join("home/agent")).unwrap();
+    std::fs::write(other.join("home/agent/x"), "other data").unwrap();
+    export(&other, &t.path().join("other-parts"), 1 << 20);
+    let decoy = t.path().join("decoy/x-20261129-120000.tar.zst.gpg");
+    save_parts(&t.path().join("other-parts"), &decoy, PASS);
+
+    let pass = secret(PASS);
+    for (what, want) in [("flipped", "corrupt"), ("swapped", "changed")] {
+        let out = t
+            .path()
+            .join(format!("{what}/a-20261129-120000.tar.zst.gpg"));
+        let mut p = save::Pipeline::begin(&out, &pass).unwrap();
+        p.feed_parts_dir(&t.path().join("parts")).unwrap();
+        let sealed = p.finish().unwrap();
+        let temp = sealed.temp_path().to_path_buf();
+        if what == "flipped" {
+            let mut bytes = std::fs::read(&temp).unwrap();
+            let at = bytes.len() / 2;
+            bytes[at] ^= 0x01;
+            std::fs::write(&temp, bytes).unwrap();
+        } else {
+            std::fs::copy(&decoy, &temp).unwrap();
+        }
+        let err = format!(
+            "{:#}",
+            sealed.verify(&pass).err().expect("verify must fail")
+        );
+        assert!(
+            err.contains("encrypted backup verification failed"),
+            "{what}: {err}"
+        );
+        assert!(err.to_lowercase().contains(want), "{what}: {err}");
+        assert!(!out.exists(), "{what}: published");
+    }
+}
