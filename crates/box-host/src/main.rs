@@ -64,7 +64,12 @@ fn main() -> ExitCode {
         Ok(code) => code,
         Err(e) => {
             ui::error(format!("{e:#}"));
-            ExitCode::FAILURE
+            // A failure that a HUP/INT/TERM caused (a loop noticed the signal and gave up)
+            // exits as the signal would have: 128 + its number.
+            match box_host::backup::cleanup::signalled() {
+                Some(sig) => ExitCode::from(128u8.wrapping_add(sig as u8)),
+                None => ExitCode::FAILURE,
+            }
         }
     }
 }
