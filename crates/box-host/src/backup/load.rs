@@ -16,6 +16,7 @@ use box_proto::archive::validate::{self, Limits, Report, WalkError};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
+use super::channel::ChannelReader;
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
 use super::progress::Progress;
@@ -38,46 +39,21 @@ pub struct ValidatedBackup {
     pub manifest_error: Option<String>,
 }
 
-/// The decrypted plaintext, produced by a decrypt thread (which also hashes it and shows
-/// progress) and consumed here through a bounded channel, so decryption and
-/// decompression + validation run on two cores. The hash and size are published only
-/// when the thread reached an authenticated EOF.
-struct PipeReader {
-    rx: std::sync::mpsc::Receiver<Vec<u8>>,
-    buf: Vec<u8>,
-    pos: usize,
-}
-
-impl Read for PipeReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        cleanup::check()?;
-        while self.pos >= self.buf.len() {
-            match self.rx.recv() {
-                Ok(chunk) => {
-                    self.buf = chunk;
-                    self.pos = 0;
-                }
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len() - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
-}
-
 type Shared = std::sync::Arc<std::sync::Mutex<Option<([u8; 32], u64)>>>;
 
 fn take_shared(shared: &Shared) -> Option<([u8; 32], u64)> {
     shared.lock().unwrap_or_else(|e| e.into_inner()).take()
 }
 
+/// The decrypted plaintext arrives from a decrypt thread (which also hashes it and shows
+/// progress) through a bounded channel, so decryption and decompression + validation run
+/// on two cores. The hash and size are published only when the thread reached an
+/// authenticated EOF.
 fn open_tapped(
     path: &Path,
     passphrase: &SecretString,
     label: &'static str,
-) -> Result<(PipeReader, DecryptStatus, Shared), BackupError> {
+) -> Result<(ChannelReader, DecryptStatus, Shared), BackupError> {
     let mut reader = DecryptReader::open(path, passphrase)?;
     let status = reader.status();
     let shared: Shared = Default::default();
@@ -116,15 +92,7 @@ fn open_tapped(
             }
         })
         .map_err(|e| BackupError::Io(format!("cannot start the decrypt thread: {e}")))?;
-    Ok((
-        PipeReader {
-            rx,
-            buf: Vec::new(),
-            pos: 0,
-        },
-        status,
-        shared,
-    ))
+    Ok((ChannelReader::new(rx, true), status, shared))
 }
 
 /// Decrypts and validates `path` without writing anything; returns the plaintext hash,

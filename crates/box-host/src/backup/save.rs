@@ -7,7 +7,7 @@
 use std::fs::File;
 use std::io::{self, Read, Write};
 use std::path::{Path, PathBuf};
-use std::sync::mpsc::{Receiver, SyncSender, sync_channel};
+use std::sync::mpsc::{SyncSender, sync_channel};
 use std::thread::JoinHandle;
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -17,6 +17,7 @@ use box_proto::archive::validate::{self, Limits, Report};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
+use super::channel::ChannelReader;
 use super::cleanup::{self, Temp};
 use super::crypto::EncryptWriter;
 use super::progress::Progress;
@@ -31,31 +32,6 @@ pub fn check_destination(out: &Path) -> Result<()> {
         bail!("refusing to overwrite existing backup: {}", out.display());
     }
     Ok(())
-}
-
-/// Reads a channel of chunks as a byte stream (the validator's input).
-struct ChannelReader {
-    rx: Receiver<Vec<u8>>,
-    buf: Vec<u8>,
-    pos: usize,
-}
-
-impl Read for ChannelReader {
-    fn read(&mut self, out: &mut [u8]) -> io::Result<usize> {
-        while self.pos >= self.buf.len() {
-            match self.rx.recv() {
-                Ok(chunk) => {
-                    self.buf = chunk;
-                    self.pos = 0;
-                }
-                Err(_) => return Ok(0),
-            }
-        }
-        let n = out.len().min(self.buf.len() - self.pos);
-        out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
-        self.pos += n;
-        Ok(n)
-    }
 }
 
 /// A save in progress. Dropping it removes the temp file.
@@ -126,16 +102,7 @@ impl Pipeline {
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
-            .spawn(move || {
-                validate::validate(
-                    ChannelReader {
-                        rx,
-                        buf: Vec::new(),
-                        pos: 0,
-                    },
-                    &limits,
-                )
-            })
+            .spawn(move || validate::validate(ChannelReader::new(rx, false), &limits))
             .context("cannot start the validator thread")?;
         Ok(Pipeline {
             out: out.to_path_buf(),
