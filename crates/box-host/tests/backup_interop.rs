@@ -272,8 +272,11 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     assert!(listing(&dir).is_empty());
 }
 
-/// The verification pass catches a backup that changed on disk after it was written: a
-/// flipped byte (MDC) and a whole valid backup of other data swapped in (hash).
+/// The verification catches a backup that changed on disk after it was written: a flipped
+/// byte and a whole valid backup of other data swapped in. The verifier decrypts while the
+/// file is written, so whether it read the change (the MDC or the hash fails: "corrupt",
+/// "changed") or not (the file on disk no longer matches what it decrypted: "changed on
+/// disk") is a matter of timing; either way nothing is published.
 #[test]
 fn verification_catches_a_temp_file_changed_after_encryption() {
     use box_host::backup::save;
@@ -289,7 +292,7 @@ fn verification_catches_a_temp_file_changed_after_encryption() {
     save_parts(&t.path().join("other-parts"), &decoy, PASS);
 
     let pass = secret(PASS);
-    for (what, want) in [("flipped", "corrupt"), ("swapped", "changed")] {
+    for what in ["flipped", "swapped"] {
         let out = t
             .path()
             .join(format!("{what}/a-20261129-120000.tar.zst.gpg"));
@@ -305,15 +308,16 @@ fn verification_catches_a_temp_file_changed_after_encryption() {
         } else {
             std::fs::copy(&decoy, &temp).unwrap();
         }
-        let err = format!(
-            "{:#}",
-            sealed.verify(&pass).err().expect("verify must fail")
-        );
+        let err = format!("{:#}", sealed.verify().err().expect("verify must fail"));
         assert!(
             err.contains("encrypted backup verification failed"),
             "{what}: {err}"
         );
-        assert!(err.to_lowercase().contains(want), "{what}: {err}");
+        let err = err.to_lowercase();
+        assert!(
+            err.contains("corrupt") || err.contains("changed"),
+            "{what}: {err}"
+        );
         assert!(!out.exists(), "{what}: published");
     }
 }

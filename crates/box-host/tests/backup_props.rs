@@ -39,7 +39,7 @@ proptest! {
         // ...so the save pipeline's validator accepts every export, and the rest comes back.
         let sealed = p.finish();
         prop_assert!(sealed.is_ok(), "save refused an export: {:?}", sealed.err());
-        sealed.unwrap().verify(&pass).unwrap().publish().unwrap();
+        sealed.unwrap().verify().unwrap().publish().unwrap();
         let v = load::validate_backup(&out, &pass).unwrap();
         let target = t.path().join("out");
         load::extract(&v, &pass, &target).unwrap();

@@ -210,20 +210,30 @@ impl DecryptReader {
                 path.display()
             )));
         }
+        Self::from_reader(file, &path.display().to_string(), passphrase)
+    }
+
+    /// Decrypts what `source` yields; `what` names it in errors. Blocks until `source` has
+    /// given enough to check the passphrase.
+    pub fn from_reader(
+        source: impl Read + Send + Sync + 'static,
+        what: &str,
+        passphrase: &SecretString,
+    ) -> Result<Self, BackupError> {
         let decrypted = Arc::new(AtomicBool::new(false));
         let helper = Helper {
             password: Password::from(passphrase.expose_secret()),
             decrypted: decrypted.clone(),
         };
-        let builder = DecryptorBuilder::from_reader(file)
-            .map_err(|e| BackupError::NotOpenPgp(format!("{}: {e}", path.display())))?;
+        let builder = DecryptorBuilder::from_reader(source)
+            .map_err(|e| BackupError::NotOpenPgp(format!("{what}: {e}")))?;
         let inner = contain_parser_panic(|| {
             builder
                 .buffer_size(DECRYPT_BUFFER)
                 .with_policy(&POLICY, None, helper)
         })
         .map_err(|why| {
-            tracing::debug!("OpenPGP parser panicked on {}: {why}", path.display());
+            tracing::debug!("OpenPGP parser panicked on {what}: {why}");
             BackupError::Corrupt("the encrypted data ends early or is malformed".into())
         })?
         .map_err(|e| {
@@ -232,7 +242,7 @@ impl DecryptReader {
             } else if decrypted.load(Ordering::SeqCst) {
                 BackupError::Corrupt(format!("{e}"))
             } else {
-                BackupError::NotOpenPgp(format!("{}: {e}", path.display()))
+                BackupError::NotOpenPgp(format!("{what}: {e}"))
             }
         })?;
         Ok(DecryptReader {

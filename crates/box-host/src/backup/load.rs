@@ -113,44 +113,6 @@ pub fn decrypt_validate(
     Ok((sha, size, report))
 }
 
-/// Decrypts `path` to its end and hashes the plaintext, nothing more: the MDC is checked at
-/// EOF, and the hash says whether these are the very bytes an earlier pass validated (the
-/// save's verification pass). Writes nothing.
-pub fn decrypt_hash(
-    path: &Path,
-    passphrase: &SecretString,
-    label: &'static str,
-) -> Result<([u8; 32], u64), BackupError> {
-    let mut reader = DecryptReader::open(path, passphrase)?;
-    let status = reader.status();
-    let mut hasher = Sha256::new();
-    let mut progress = Progress::new(label);
-    let mut chunk = vec![0u8; super::crypto::DECRYPT_BUFFER];
-    loop {
-        cleanup::check().map_err(|e| BackupError::Io(e.to_string()))?;
-        let n = match reader.read(&mut chunk) {
-            Ok(n) => n,
-            Err(e) => {
-                return Err(BackupError::Corrupt(
-                    status.failure().unwrap_or(e.to_string()),
-                ));
-            }
-        };
-        if n == 0 {
-            break;
-        }
-        hasher.update(&chunk[..n]);
-        progress.add(n as u64);
-    }
-    progress.done();
-    if !reader.authenticated() {
-        return Err(BackupError::Corrupt(
-            "the decrypted stream did not reach its end".into(),
-        ));
-    }
-    Ok((hasher.finalize().into(), DecryptReader::bytes(&reader)))
-}
-
 /// Pass 1 of a load or an extract: decrypt, validate, hash. Writes nothing.
 pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<ValidatedBackup> {
     let file_size = std::fs::metadata(path)

@@ -8,7 +8,7 @@
 //! let mut p = save::Pipeline::begin(out, &pass)?; // 0600 temp beside `out`
 //! for part in parts { p.feed_part(path, Some(&index_entry))?; remove part }
 //! let sealed = p.finish()?;                       // encrypted + validated + hashed, one pass
-//! let verified = sealed.verify(&pass)?;           // decrypt again, compare hash, no plaintext
+//! let verified = sealed.verify()?;                // the concurrent decryption agreed
 //! let published = verified.publish()?;            // link(2): never replaces
 //! ```
 //!
@@ -24,6 +24,7 @@
 mod channel;
 pub mod cleanup;
 pub mod crypto;
+mod follow;
 pub mod load;
 pub mod passphrase;
 pub mod progress;

@@ -1,8 +1,10 @@
 //! The save pipeline: parts → one stream → OpenPGP encryptor → 0600 temp file beside the
 //! destination, while a zstd decoder + tar walker validates the members (on a second
 //! thread, fed through a bounded channel) and SHA-256 runs over the plaintext — one pass.
-//! Then [`Sealed::verify`] decrypts the temp file and compares the hash (no plaintext is
-//! written), and [`Verified::publish`] links it into place without ever replacing.
+//! A third thread verifies as the file grows: it follows the temp file, decrypts it and
+//! hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
+//! hash, and checks the file on disk is still the one it decrypted; then
+//! [`Verified::publish`] links it into place without ever replacing.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -19,7 +21,8 @@ use sha2::{Digest, Sha256};
 
 use super::channel::ChannelReader;
 use super::cleanup::{self, Temp};
-use super::crypto::EncryptWriter;
+use super::crypto::{DecryptReader, EncryptWriter};
+use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::progress::Progress;
 use super::publish;
 use super::{BackupError, hex_sha};
@@ -43,8 +46,15 @@ pub struct Pipeline {
     bytes: u64,
     tx: Option<SyncSender<Vec<u8>>>,
     validator: Option<JoinHandle<Result<Report, ArchiveError>>>,
+    written: WriteProgress,
+    verifier: Verifier,
     progress: Progress,
 }
+
+/// What the verifier thread found: the plaintext's SHA-256 and size, and what it read of
+/// the encrypted file.
+type VerifierResult = Result<([u8; 32], u64, Fingerprint), BackupError>;
+type Verifier = JoinHandle<VerifierResult>;
 
 /// The encrypted temp file, validated and hashed, not yet verified or published.
 pub struct Sealed {
@@ -55,6 +65,13 @@ pub struct Sealed {
     /// Bytes of plaintext.
     pub plaintext_size: u64,
     pub report: Report,
+    verifier: VerifierState,
+}
+
+enum VerifierState {
+    Running(Verifier),
+    Done(VerifierResult),
+    Panicked,
 }
 
 /// A verified temp file, ready to publish.
@@ -98,7 +115,11 @@ impl Pipeline {
             .into_owned();
         let (temp, file) = Temp::create_file(&dir, &format!(".{name}.tmp-"))
             .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
+        let follower = File::open(temp.path())
+            .with_context(|| format!("cannot reopen {} to verify it", temp.path().display()))?;
         let writer = EncryptWriter::new(file, passphrase)?;
+        let (written, follower) = follow::follow(follower);
+        let verifier = spawn_verifier(follower, temp.path(), passphrase)?;
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
@@ -112,6 +133,8 @@ impl Pipeline {
             bytes: 0,
             tx: Some(tx),
             validator: Some(validator),
+            written,
+            verifier,
             progress: Progress::new("encrypting"),
         })
     }
@@ -147,6 +170,7 @@ impl Pipeline {
             if !matches!(sent, Some(Ok(()))) {
                 return Err(self.validator_error());
             }
+            self.written.advanced();
             self.bytes += n as u64;
             total += n as u64;
             self.progress.add(n as u64);
@@ -200,6 +224,7 @@ impl Pipeline {
         };
         self.progress.done();
         self.writer.finish()?;
+        self.written.complete();
         let sha256: [u8; 32] = self.hasher.finalize().into();
         Ok(Sealed {
             out: self.out,
@@ -207,6 +232,7 @@ impl Pipeline {
             sha256,
             plaintext_size: self.bytes,
             report,
+            verifier: VerifierState::Running(self.verifier),
         })
     }
 }
@@ -234,25 +260,89 @@ pub fn read_index(dir: &Path) -> Result<PartIndex> {
     PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))
 }
 
-impl Sealed {
-    /// The verification pass: decrypt the temp file, validate, compare the hash. Writes
-    /// no plaintext.
-    pub fn verify(self, passphrase: &SecretString) -> Result<Verified> {
-        // The plaintext was validated member by member while it was encrypted; equal
-        // SHA-256 over what decrypts now proves the file holds exactly those bytes, so this
-        // pass only decrypts (MDC checked at EOF) and hashes.
-        let (sha, size) = super::load::decrypt_hash(self.temp.path(), passphrase, "verifying")
-            .map_err(|e| anyhow!("encrypted backup verification failed: {e}"))?;
-        if sha != self.sha256 || size != self.plaintext_size {
-            return Err(anyhow!(
-                "encrypted backup verification failed: {}",
-                BackupError::Changed {
-                    first: hex_sha(&self.sha256),
-                    second: hex_sha(&sha),
+/// Starts the thread that decrypts the temp file as it is written and hashes the plaintext.
+fn spawn_verifier(
+    follower: FollowReader,
+    temp: &Path,
+    passphrase: &SecretString,
+) -> Result<Verifier> {
+    let what = temp.display().to_string();
+    let passphrase = passphrase.clone();
+    std::thread::Builder::new()
+        .name("box-verify".into())
+        .spawn(move || -> VerifierResult {
+            let tally = follower.tally();
+            let mut reader = DecryptReader::from_reader(follower, &what, &passphrase)?;
+            let status = reader.status();
+            let mut hasher = Sha256::new();
+            let mut chunk = vec![0u8; super::crypto::DECRYPT_BUFFER];
+            loop {
+                cleanup::check().map_err(|e| BackupError::Io(e.to_string()))?;
+                let n = reader
+                    .read(&mut chunk)
+                    .map_err(|e| BackupError::Corrupt(status.failure().unwrap_or(e.to_string())))?;
+                if n == 0 {
+                    break;
                 }
+                hasher.update(&chunk[..n]);
+            }
+            if !reader.authenticated() {
+                return Err(BackupError::Corrupt(
+                    "the decrypted stream did not reach its end".into(),
+                ));
+            }
+            Ok((
+                hasher.finalize().into(),
+                DecryptReader::bytes(&reader),
+                tally.fingerprint(),
+            ))
+        })
+        .context("cannot start the verifier thread")
+}
+
+impl Sealed {
+    /// The verification pass: wait for the verifier (which decrypted the temp file as it
+    /// was written, MDC checked at EOF), compare its plaintext hash, and check the file on
+    /// disk is byte for byte the one it decrypted. Writes no plaintext.
+    pub fn verify(mut self) -> Result<Verified> {
+        let fail = |e: &dyn std::fmt::Display| anyhow!("encrypted backup verification failed: {e}");
+        self.wait_for_verifier();
+        let (sha, size, read) = match &self.verifier {
+            VerifierState::Done(Ok(found)) => *found,
+            VerifierState::Done(Err(e)) => return Err(fail(e)),
+            VerifierState::Running(_) | VerifierState::Panicked => {
+                return Err(fail(&"the verifier thread panicked"));
+            }
+        };
+        // The plaintext was validated member by member while it was encrypted; an equal
+        // SHA-256 over what decrypted proves the file held exactly those bytes.
+        if sha != self.sha256 || size != self.plaintext_size {
+            return Err(fail(&BackupError::Changed {
+                first: hex_sha(&self.sha256),
+                second: hex_sha(&sha),
+            }));
+        }
+        let on_disk = follow::fingerprint_file(self.temp.path())
+            .with_context(|| format!("cannot re-read {}", self.temp.path().display()))?;
+        if on_disk != read {
+            return Err(fail(
+                &"the encrypted file changed on disk after it was decrypted",
             ));
         }
         Ok(Verified { sealed: self })
+    }
+
+    fn wait_for_verifier(&mut self) {
+        if let VerifierState::Running(_) = self.verifier {
+            let VerifierState::Running(handle) =
+                std::mem::replace(&mut self.verifier, VerifierState::Panicked)
+            else {
+                return;
+            };
+            if let Ok(result) = handle.join() {
+                self.verifier = VerifierState::Done(result);
+            }
+        }
     }
 
     pub fn temp_path(&self) -> &Path {
@@ -293,5 +383,68 @@ impl Verified {
             sha256,
             report,
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #![allow(clippy::unwrap_used)]
+
+    use super::*;
+
+    fn sealed(dir: &Path, pass: &SecretString) -> Sealed {
+        let mut tar = tar::Builder::new(Vec::new());
+        for dir in ["./", "./home/", "./home/agent/"] {
+            let mut header = tar::Header::new_gnu();
+            header.set_entry_type(tar::EntryType::Directory);
+            header.set_mode(0o755);
+            header.set_size(0);
+            header.set_cksum();
+            tar.append_data(&mut header, dir, io::empty()).unwrap();
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_size(5);
+        header.set_mode(0o600);
+        header.set_cksum();
+        tar.append_data(&mut header, "./home/agent/note", &b"hello"[..])
+            .unwrap();
+        let plain = zstd::encode_all(&tar.into_inner().unwrap()[..], 3).unwrap();
+        let mut pipeline = Pipeline::begin(&dir.join("a.tar.zst.gpg"), pass).unwrap();
+        pipeline.feed(&plain[..]).unwrap();
+        pipeline.finish().unwrap()
+    }
+
+    #[test]
+    fn a_file_changed_after_the_verifier_read_it_is_not_published() {
+        let dir = tempfile::tempdir().unwrap();
+        let pass = SecretString::from("pass");
+        let mut sealed = sealed(dir.path(), &pass);
+        sealed.wait_for_verifier();
+        assert!(matches!(sealed.verifier, VerifierState::Done(Ok(_))));
+        let temp = sealed.temp_path().to_path_buf();
+        let mut bytes = std::fs::read(&temp).unwrap();
+        let last = bytes.len() - 1;
+        bytes[last] ^= 0x40;
+        std::fs::write(&temp, bytes).unwrap();
+        let err = format!("{:#}", sealed.verify().err().unwrap());
+        assert!(err.contains("changed on disk"), "{err}");
+        assert!(!dir.path().join("a.tar.zst.gpg").exists());
+    }
+
+    #[test]
+    fn an_unchanged_file_verifies_and_publishes() {
+        let dir = tempfile::tempdir().unwrap();
+        let pass = SecretString::from("pass");
+        let published = sealed(dir.path(), &pass)
+            .verify()
+            .unwrap()
+            .publish()
+            .unwrap();
+        assert_eq!(
+            published.size,
+            std::fs::metadata(dir.path().join("a.tar.zst.gpg"))
+                .unwrap()
+                .len()
+        );
     }
 }

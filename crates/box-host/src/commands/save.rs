@@ -192,7 +192,7 @@ impl SaveRun<'_> {
         self.checkpoint()?;
 
         ui::say("Verifying the encrypted backup");
-        let verified = sealed.verify(pass)?;
+        let verified = sealed.verify()?;
         self.checkpoint()?;
         let published = verified.publish()?;
         self.transcript

@@ -58,7 +58,7 @@ fn run(args: &[String]) -> Result<()> {
             }
             phase("verify");
             pause();
-            let verified = sealed.verify(&pass)?;
+            let verified = sealed.verify()?;
             phase("publish");
             pause();
             let published = verified.publish()?;

@@ -71,12 +71,7 @@ pub fn save_parts(parts: &Path, out: &Path, pass: &str) -> save::Published {
     let pass = secret(pass);
     let mut p = save::Pipeline::begin(out, &pass).unwrap();
     p.feed_parts_dir(parts).unwrap();
-    p.finish()
-        .unwrap()
-        .verify(&pass)
-        .unwrap()
-        .publish()
-        .unwrap()
+    p.finish().unwrap().verify().unwrap().publish().unwrap()
 }
 
 /// Encrypts arbitrary plaintext the way a backup is encrypted (no validation).
