@@ -28,6 +28,10 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
+# Fuzz box-proto's parsers (cargo-fuzz on stable via RUSTC_BOOTSTRAP; target="" runs each in turn)
+fuzz target="" seconds="60":
+    bash scripts/fuzz.sh "{{target}}" "{{seconds}}"
+
 # The smolvm contract suite (SMOLVM=/path/to/smolvm to point it at a real smolvm)
 contract:
     cargo test -p smolvm-sim --test contract -- --test-threads=1

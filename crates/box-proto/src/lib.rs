@@ -5,6 +5,8 @@
 
 pub mod archive;
 pub mod box_env;
+#[doc(hidden)]
+pub mod fuzzing;
 pub mod layout;
 pub mod manifest;
 pub mod mcp;

@@ -1,0 +1,299 @@
+//! The bodies of the fuzz targets in `fuzz/` (cargo-fuzz), kept here so the libFuzzer
+//! binaries and the corpus-replay test (`tests/fuzz_corpus.rs`, run by CI on stable Rust)
+//! execute the very same code. Every function takes raw bytes, must never panic on any
+//! input, and panics only when a property the parsers promise is broken.
+//!
+//! Not an API: hidden from the docs, and nothing outside the fuzz harness calls it.
+
+use std::io::BufReader;
+use std::path::Path;
+
+use crate::archive::parts::PartIndex;
+use crate::archive::validate::{self, ArchiveError, Limits};
+use crate::box_env::BoxEnv;
+use crate::manifest::RuntimeManifest;
+use crate::mcp::{sse, wire};
+
+/// A fuzz target body.
+pub type Target = fn(&[u8]);
+
+/// Every target, by the name of its directory under `fuzz/corpus/` and its fuzz binary.
+pub const TARGETS: &[(&str, Target)] = &[
+    ("archive_validate", archive_validate),
+    ("archive_tar", archive_tar),
+    ("mcp_reply", mcp_reply),
+    ("manifest", manifest),
+    ("part_index", part_index),
+    ("box_env", box_env),
+];
+
+/// Small caps, so one input can neither allocate much nor run long: a hang or an
+/// out-of-memory report then means a real algorithmic problem, not a big archive.
+pub fn limits() -> Limits {
+    Limits {
+        max_members: 1024,
+        max_total_bytes: 4 << 20,
+        max_ratio: 1000,
+        ratio_floor: 1 << 20,
+        max_manifest_bytes: 4 << 10,
+    }
+}
+
+/// Checks what a validation promises about its result.
+fn check_validation(result: Result<validate::Report, ArchiveError>, limits: &Limits) {
+    match result {
+        Ok(report) => {
+            assert!(report.members >= 1, "a valid archive has members");
+            assert!(report.members <= limits.max_members);
+            assert!(report.files <= report.members);
+            assert!(report.tar_bytes <= limits.max_total_bytes);
+            if let Some(m) = &report.manifest {
+                assert!(m.len() as u64 <= limits.max_manifest_bytes);
+                // The manifest of a loaded backup is parsed next: it must not panic.
+                let _ = RuntimeManifest::parse_bytes(m);
+            }
+        }
+        Err(e) => {
+            // Messages reach a terminal: they must not carry raw control characters.
+            let text = e.to_string();
+            assert!(
+                !text.chars().any(|c| c.is_control()),
+                "control character in {text:?}"
+            );
+        }
+    }
+}
+
+/// `archive_validate`: the input is the decrypted plaintext of a backup (zstd or gzip
+/// around a tar, sniffed by magic bytes).
+pub fn archive_validate(data: &[u8]) {
+    let limits = limits();
+    check_validation(validate::validate(data, &limits), &limits);
+}
+
+/// `archive_tar`: the input describes tar members, one per line, and is built into a real
+/// tar and compressed, so mutations reach the tar rules instead of dying in the zstd
+/// checksum. See [`build_tar`] for the line format.
+pub fn archive_tar(data: &[u8]) {
+    let Some(compressed) = build_tar(data) else {
+        return;
+    };
+    let limits = limits();
+    check_validation(validate::validate(compressed.as_slice(), &limits), &limits);
+}
+
+/// Builds a compressed tar from a line description. Lines (split on `\n`):
+///
+/// * `#gzip` as the first line: gzip instead of zstd;
+/// * `<type><name>` or `<type><name> -> <rest>`, where `<type>` is `d` (directory),
+///   `f` (file), `l` (symlink), `h` (hardlink), or any other byte, used as the raw tar
+///   type flag (`x` pax, `L` GNU long name, `3` char device, …). `<rest>` is the link
+///   target of `l`/`h` and the data of every other member.
+///
+/// Names and targets are written raw into the header (longer than 100 bytes: as a GNU
+/// long-name record), so nothing the tar crate's builder would refuse is filtered out.
+pub fn build_tar(data: &[u8]) -> Option<Vec<u8>> {
+    let mut lines = data.split(|b| *b == b'\n').peekable();
+    let gzip = lines.next_if(|l| *l == b"#gzip").is_some();
+    let mut builder = tar::Builder::new(Vec::new());
+    for line in lines {
+        let Some((&kind, rest)) = line.split_first() else {
+            continue;
+        };
+        let (name, tail) = match find(rest, b" -> ") {
+            Some(at) => (&rest[..at], &rest[at + 4..]),
+            None => (rest, &[][..]),
+        };
+        let entry_type = match kind {
+            b'd' => tar::EntryType::Directory,
+            b'f' => tar::EntryType::Regular,
+            b'l' => tar::EntryType::Symlink,
+            b'h' => tar::EntryType::Link,
+            other => tar::EntryType::new(other),
+        };
+        let is_link = matches!(kind, b'l' | b'h');
+        let (link, body) = if is_link {
+            (tail, &[][..])
+        } else {
+            (&[][..], tail)
+        };
+        if name.len() > 100 {
+            long_record(&mut builder, tar::EntryType::GNULongName, name)?;
+        }
+        if link.len() > 100 {
+            long_record(&mut builder, tar::EntryType::new(b'K'), link)?;
+        }
+        let mut header = tar::Header::new_gnu();
+        header.set_entry_type(entry_type);
+        header.set_mode(0o755);
+        header.set_size(body.len() as u64);
+        let gnu = header.as_gnu_mut()?;
+        let n = name.len().min(gnu.name.len());
+        gnu.name[..n].copy_from_slice(&name[..n]);
+        let n = link.len().min(gnu.linkname.len());
+        gnu.linkname[..n].copy_from_slice(&link[..n]);
+        header.set_cksum();
+        builder.append(&header, body).ok()?;
+    }
+    let tar = builder.into_inner().ok()?;
+    if gzip {
+        let mut out = flate2::write::GzEncoder::new(Vec::new(), flate2::Compression::fast());
+        std::io::Write::write_all(&mut out, &tar).ok()?;
+        out.finish().ok()
+    } else {
+        zstd::encode_all(tar.as_slice(), 1).ok()
+    }
+}
+
+/// A GNU `././@LongLink` record carrying a name or link target longer than 100 bytes.
+fn long_record(
+    builder: &mut tar::Builder<Vec<u8>>,
+    entry_type: tar::EntryType,
+    value: &[u8],
+) -> Option<()> {
+    let mut header = tar::Header::new_gnu();
+    header.set_entry_type(entry_type);
+    header.set_mode(0o644);
+    let long_name = b"././@LongLink";
+    header.as_gnu_mut()?.name[..long_name.len()].copy_from_slice(long_name);
+    let mut body = value.to_vec();
+    body.push(0);
+    header.set_size(body.len() as u64);
+    header.set_cksum();
+    builder.append(&header, body.as_slice()).ok()
+}
+
+fn find(haystack: &[u8], needle: &[u8]) -> Option<usize> {
+    haystack.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `mcp_reply`: the first byte picks the JSON-RPC id (0–3, so matches are likely) and the
+/// reader's buffer size; the rest is an `initialize` reply, read both as a JSON body and as
+/// an SSE stream (as the probe does, depending on the Content-Type).
+pub fn mcp_reply(data: &[u8]) {
+    let Some((&first, body)) = data.split_first() else {
+        return;
+    };
+    let id = u64::from(first & 3);
+    if let Ok(text) = std::str::from_utf8(body) {
+        check_reply(wire::check_initialize_reply(text, id));
+    }
+    // Small buffers make lines straddle reads, as a slow server's stream does.
+    let capacity = usize::from(first >> 2) + 1;
+    let mut reader = BufReader::with_capacity(capacity, body);
+    if let Ok(event) = sse::find_response(&mut reader, id) {
+        // What the SSE reader hands back is the response to our request, by its own rule.
+        let value: serde_json::Value = match serde_json::from_str(&event) {
+            Ok(v) => v,
+            Err(e) => panic!("find_response returned data that is not JSON ({e})"),
+        };
+        assert!(wire::is_response_to(&value, id));
+        check_reply(wire::check_initialize_reply(&event, id));
+    }
+    // printable() promises a single, bounded, control-free line: at most 40 characters
+    // of input, each escaped to at most 10 (`\u{10ffff}`), and an ellipsis.
+    let lossy = String::from_utf8_lossy(body);
+    let shown = wire::printable(&lossy, 40);
+    assert!(shown.chars().count() <= 40 * 10 + 1);
+    assert!(!shown.chars().any(char::is_control));
+}
+
+fn check_reply(result: Result<wire::InitializeResult, crate::mcp::ProbeError>) {
+    match result {
+        Ok(reply) => {
+            assert!(crate::mcp::KNOWN_VERSIONS.contains(&reply.protocol_version.as_str()));
+            assert!(!reply.server_info.name.trim().is_empty());
+        }
+        Err(e) => {
+            let text = e.to_string();
+            assert!(
+                !text.chars().any(|c| c.is_control()),
+                "control character in {text:?}"
+            );
+        }
+    }
+}
+
+/// `manifest`: parse; what parses renders to text that parses back to the same entries.
+/// Also: whatever `set` is given, the result renders to a manifest that parses.
+pub fn manifest(data: &[u8]) {
+    if let Ok(m) = RuntimeManifest::parse_bytes(data) {
+        let text = m.render();
+        let again = match RuntimeManifest::parse(&text) {
+            Ok(again) => again,
+            Err(e) => panic!("rendered manifest does not parse ({e}): {text:?}"),
+        };
+        assert_eq!(again, m, "render/parse changed the entries");
+        assert_eq!(again.render(), text);
+    }
+    if let Ok(value) = std::str::from_utf8(data) {
+        let mut m = RuntimeManifest::new();
+        m.set("hb", value);
+        m.set("box", "x");
+        let text = m.render();
+        match RuntimeManifest::parse(&text) {
+            Ok(again) => assert_eq!(again, m, "set/render/parse changed the entries"),
+            Err(e) => panic!("manifest built with set() does not parse ({e}): {text:?}"),
+        }
+    }
+}
+
+/// `part_index`: parse; what parses renders to text that parses back to the same index.
+pub fn part_index(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    if let Ok(index) = PartIndex::parse(text) {
+        let rendered = index.render();
+        match PartIndex::parse(&rendered) {
+            Ok(again) => assert_eq!(again, index, "render/parse changed the index"),
+            Err(e) => panic!("rendered part index does not parse ({e}): {rendered:?}"),
+        }
+    }
+}
+
+/// `box_env`: parse; what parses renders to text that parses back to the same values (the
+/// host installs the rendered copy in every guest, where `hb` parses it).
+pub fn box_env(data: &[u8]) {
+    let Ok(text) = std::str::from_utf8(data) else {
+        return;
+    };
+    let path = Path::new("/etc/hermes-box.env");
+    match BoxEnv::parse(text, path) {
+        Ok(env) => {
+            let rendered = env.render();
+            match BoxEnv::parse(&rendered, path) {
+                Ok(again) => assert_eq!(again, env, "render/parse changed the values"),
+                Err(e) => panic!("rendered box.env does not parse ({e}): {rendered:?}"),
+            }
+        }
+        Err(e) => {
+            let _ = e.to_string();
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::layout;
+
+    #[test]
+    fn build_tar_makes_a_valid_archive_from_a_plain_description() {
+        let desc = b"d./\nd./home/\nd./home/agent/\nd./home/agent/.config/\nd./home/agent/.config/hermes-box/\nf./home/agent/.config/hermes-box/runtime-manifest -> box=0.1.0\n\nl./home/agent/x -> .config\n";
+        let bytes = build_tar(desc).unwrap();
+        let report = validate::validate(bytes.as_slice(), &limits()).unwrap();
+        assert_eq!(report.members, 7);
+        assert_eq!(report.manifest.as_deref(), Some(&b"box=0.1.0"[..]));
+        assert!(layout::RUNTIME_MANIFEST.starts_with(layout::HOME));
+    }
+
+    #[test]
+    fn build_tar_writes_long_names_as_gnu_records() {
+        let long = format!("d./home/agent/{}/", "n".repeat(150));
+        let desc = format!("#gzip\nd./\nd./home/\nd./home/agent/\n{long}\n");
+        let bytes = build_tar(desc.as_bytes()).unwrap();
+        let report = validate::validate(bytes.as_slice(), &limits()).unwrap();
+        assert_eq!(report.members, 4);
+    }
+}
