@@ -666,7 +666,10 @@ impl<E> From<ArchiveError> for WalkError<E> {
 }
 
 fn invalid(what: &str, e: &io::Error) -> ArchiveError {
-    ArchiveError::Invalid(format!("{what}: {e}"))
+    // The tar and decompression errors quote raw header bytes ("numeric field was not a
+    // number: <bytes>", a member's path): escape them, or a hostile archive writes control
+    // sequences to the terminal through our error message.
+    ArchiveError::Invalid(format!("{what}: {}", shown(e.to_string().as_bytes())))
 }
 
 /// Walks a compressed tar stream: sniffs the compression, checks every member (rules 2–6,
@@ -856,6 +859,19 @@ mod tests {
         let r = validate(raw_tar(&m).as_slice(), &Limits::default()).unwrap();
         assert_eq!(r.members, 8);
         assert_eq!(r.compression, Compression::Zstd);
+    }
+
+    #[test]
+    fn error_messages_escape_the_archive_bytes_they_quote() {
+        // A tar header whose checksum field holds newlines and an escape sequence.
+        let mut header = [0u8; 512];
+        header[..4].copy_from_slice(b"./x\x1b");
+        header[148..156].copy_from_slice(b"\n\x1b[31m\n\n");
+        let data = zstd::encode_all(&header[..], 3).unwrap();
+        let e = validate(data.as_slice(), &Limits::default()).unwrap_err();
+        let text = e.to_string();
+        assert!(!text.chars().any(char::is_control), "{text:?}");
+        assert!(text.contains("\\x1b[31m"), "{text}");
     }
 
     #[test]
