@@ -132,6 +132,7 @@ fn parse_in<T: TryFrom<u64>>(v: &str, lo: u64, hi: u64, what: &str) -> Result<T,
 }
 
 fn parse_word(v: &str) -> Result<String, String> {
+    let v = representable(v)?;
     if v.is_empty() {
         Err("must not be empty".into())
     } else if v.chars().any(|c| c.is_whitespace() || c.is_control()) {
@@ -142,6 +143,7 @@ fn parse_word(v: &str) -> Result<String, String> {
 }
 
 fn parse_text(v: &str) -> Result<String, String> {
+    let v = representable(v)?;
     if v.chars().any(char::is_control) {
         Err("contains a control character".into())
     } else {
@@ -327,11 +329,28 @@ fn unquote(v: &str) -> Result<String, String> {
     })
 }
 
+/// The dotenv form of a value that `unquote` reads back unchanged. The format has no
+/// escapes: a value with a `'` is written in double quotes (it used to lose the `'`), one
+/// with surrounding whitespace is quoted (the reader trims), and `set` refuses values with
+/// both kinds of quote, which no quoting can carry.
 fn quote(v: &str) -> String {
-    if v.is_empty() || v.contains([' ', '#', '"', '\'', '$', '\\', '`']) {
-        format!("'{}'", v.replace('\'', ""))
-    } else {
+    let plain =
+        !v.is_empty() && v.trim() == v && !v.contains([' ', '#', '"', '\'', '$', '\\', '`']);
+    if plain {
         v.to_string()
+    } else if v.contains('\'') {
+        format!("\"{v}\"")
+    } else {
+        format!("'{v}'")
+    }
+}
+
+/// Refuses a value `quote` could not write back (both kinds of quote in one value).
+fn representable(v: &str) -> Result<&str, String> {
+    if v.contains('\'') && v.contains('"') {
+        Err("must not hold both ' and \" (box.env has no escapes)".into())
+    } else {
+        Ok(v)
     }
 }
 
@@ -348,6 +367,26 @@ mod tests {
     fn defaults_round_trip_through_render() {
         let d = BoxEnv::default();
         assert_eq!(parse(&d.render()).unwrap(), d);
+    }
+
+    #[test]
+    fn render_keeps_quotes_and_surrounding_spaces() {
+        // fuzz/regressions/box_env/single-quote-inside-double-quotes: `'` used to vanish.
+        for text in [
+            "HERMES_INSTALL_ARGS=\"'\"\n",
+            "HERMES_INSTALL_ARGS=\"--name 'it'\"\n",
+            "HERMES_INSTALL_ARGS='--name \"x\"'\n",
+            "HERMES_INSTALL_ARGS=\"it's\"\nBACKUP_DIR=' b '\n",
+            "BACKUP_DIR=\"a\u{a0}\"\n",
+        ] {
+            let env = parse(text).unwrap();
+            assert_eq!(parse(&env.render()).unwrap(), env, "{text:?}");
+        }
+        let mut env = BoxEnv::default();
+        let err = env
+            .apply_env(|k| (k == "HERMES_INSTALL_ARGS").then(|| "a'b\"c".into()))
+            .unwrap_err();
+        assert!(err.to_string().contains("both"), "{err}");
     }
 
     #[test]
