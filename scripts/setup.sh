@@ -116,6 +116,33 @@ else
 fi
 # --- end hb / agents (issue 4) ---
 
+# --- hermes (real Hermes Agent for hb's tests) ---
+# The real Hermes Agent that hb's tests ask to read and test the MCP wiring hb writes
+# (crates/hb-guest/tests/hermes_real.rs), pinned, with the `mcp` extra (Hermes's MCP
+# client), in a venv beside the npm tools. Debian's python3, not a pyenv shim, so the venv
+# does not depend on a user's home. The wheels stay in hermes-wheels: provision.sh's PyPI
+# fallback is tested from them offline. ~250 MB, ~40 s from PyPI.
+hermes_version=0.19.0
+hermes_spec="hermes-agent[mcp]==$hermes_version"
+hermes_venv=$hb_tools_prefix/hermes-venv
+hermes_wheels=$hb_tools_prefix/hermes-wheels
+apt_ensure "Hermes Agent's venv" python3-venv
+hermes_have=$("$hermes_venv/bin/python" -c 'import importlib.metadata as m; print(m.version("hermes-agent"), m.version("mcp"))' 2>/dev/null || true)
+if [ "${hermes_have%% *}" = "$hermes_version" ] && [ -x "$hb_tools_prefix/bin/hermes" ] &&
+   compgen -G "$hermes_wheels/hermes_agent-$hermes_version-*.whl" >/dev/null; then
+  log "hermes-agent $hermes_version present in $hermes_venv"
+else
+  log "pip install $hermes_spec into $hermes_venv (wheels kept in $hermes_wheels)"
+  as_root /usr/bin/python3 -m venv "$hermes_venv"
+  as_root "$hermes_venv/bin/pip" download --quiet --disable-pip-version-check --only-binary=:all: \
+    -d "$hermes_wheels" "$hermes_spec"
+  as_root "$hermes_venv/bin/pip" install --quiet --disable-pip-version-check --no-index \
+    --find-links "$hermes_wheels" "$hermes_spec"
+  as_root mkdir -p "$hb_tools_prefix/bin"
+  as_root ln -sfn ../hermes-venv/bin/hermes "$hb_tools_prefix/bin/hermes"
+fi
+# --- end hermes ---
+
 # --- host lifecycle (issue 5) ---
 # The lifecycle tests (crates/box-host/tests/lifecycle*.rs) provision for real inside
 # simulator guests, which see this host's userland: with provision.sh's apt packages
@@ -127,6 +154,8 @@ apt_ensure "provision.sh's packages, for the lifecycle tests" "${lifecycle_apt[@
 # Simulator guests get a private, empty /opt (like a stock image) but overlay /var from the
 # host, so the lifecycle tests and the demo reach hb's pinned npm tools through a
 # hard-linked copy under /var (no extra disk; a plain copy where links cannot be made).
+# Hermes's venv stays out of it: its scripts' shebangs name /opt/hermes-box-ci, which guests
+# do not see, and the lifecycle tests provision with INSTALL_HERMES=0.
 lifecycle_tools=/var/lib/hermes-box-lifecycle-tools
 if [ -x /opt/hermes-box-ci/bin/executor ]; then
   lifecycle_stamp=$(cd /opt/hermes-box-ci && find . -name package.json -path '*/node_modules/*' -maxdepth 4 -exec md5sum {} + 2>/dev/null | sort | md5sum)
@@ -134,6 +163,7 @@ if [ -x /opt/hermes-box-ci/bin/executor ]; then
     log "linking /opt/hermes-box-ci into $lifecycle_tools (for simulator guests)"
     as_root rm -rf "$lifecycle_tools"
     as_root cp -al /opt/hermes-box-ci "$lifecycle_tools" 2>/dev/null || as_root cp -a /opt/hermes-box-ci "$lifecycle_tools"
+    as_root rm -rf "$lifecycle_tools/hermes-venv" "$lifecycle_tools/hermes-wheels" "$lifecycle_tools/bin/hermes"
     printf '%s\n' "$lifecycle_stamp" | as_root tee "$lifecycle_tools/.stamp" >/dev/null
   else
     log "lifecycle test tools: $lifecycle_tools up to date"
