@@ -181,14 +181,19 @@ pub fn mcp_reply(data: &[u8]) {
     // Small buffers make lines straddle reads, as a slow server's stream does.
     let capacity = usize::from(first >> 2) + 1;
     let mut reader = BufReader::with_capacity(capacity, body);
-    if let Ok(event) = sse::find_response(&mut reader, id) {
-        // What the SSE reader hands back is the response to our request, by its own rule.
-        let value: serde_json::Value = match serde_json::from_str(&event) {
-            Ok(v) => v,
-            Err(e) => panic!("find_response returned data that is not JSON ({e})"),
-        };
-        assert!(wire::is_response_to(&value, id));
-        check_reply(wire::check_initialize_reply(&event, id));
+    match sse::find_response(&mut reader, id) {
+        Ok(event) => {
+            // What the SSE reader hands back is the response to our request, by its own rule.
+            let value: serde_json::Value = match serde_json::from_str(&event) {
+                Ok(v) => v,
+                Err(e) => panic!("find_response returned data that is not JSON ({e})"),
+            };
+            assert!(wire::is_response_to(&value, id));
+            check_reply(wire::check_initialize_reply(&event, id));
+        }
+        Err(Err(e)) => check_reply(Err(e)),
+        // Reading a byte slice cannot fail.
+        Err(Ok(io)) => panic!("I/O error reading a slice: {io}"),
     }
     // printable() promises a single, bounded, control-free line: at most 40 characters
     // of input, each escaped to at most 10 (`\u{10ffff}`), and an ellipsis.
