@@ -3,91 +3,25 @@
 //! SMOLVM_SIM_HOME and a free pair of host ports, and every machine is deleted at the end.
 #![allow(dead_code)]
 
+#[path = "../sim_support/mod.rs"]
+mod sim_support;
+
 use std::net::TcpListener;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::process::{Child, Command, Output, Stdio};
 use std::sync::{Mutex, MutexGuard};
 use std::time::{Duration, Instant};
 
 use box_host::state::{LockGuard, LockKey, StateDir, locks};
 use box_proto::BoxName;
+pub use sim_support::{Run, box_bin, sibling};
 
 /// The lifecycle tests share the CPU (two cores in CI) and host ports: one at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
-/// npm tools the host already has (scripts/setup.sh links them under /var, which simulator
-/// guests overlay from the host; their /opt is private), pinned so provisioning
-/// inside a simulator guest (which sees the host userland) finds them and needs no network.
-const TOOL_PREFIX: &str = "/var/lib/hermes-box-lifecycle-tools";
-
-pub fn box_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_box"))
-}
-
-/// `smolvm-sim` and `hb` are built beside `box` by `cargo test --workspace`.
-pub fn sibling(name: &str) -> PathBuf {
-    let p = box_bin().with_file_name(name);
-    assert!(
-        p.is_file(),
-        "{} is missing: build it first (cargo build -p smolvm-sim -p hb-guest, or cargo test --workspace)",
-        p.display()
-    );
-    p
-}
-
-/// The simulator needs root (namespaces, overlay mounts) and the tools under TOOL_PREFIX.
-/// Returns false (and says why) when they are missing outside CI; fails under CI=true.
+/// Root and the guest tools; see [`sim_support::prerequisites`].
 pub fn prerequisites() -> bool {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root (the simulator builds namespaced guests)".to_string());
-    }
-    for t in ["executor", "codex", "claude"] {
-        if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
-            missing.push(format!("{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh)"));
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("lifecycle tests need: {}", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
-
-/// What a finished `box` call printed.
-#[derive(Debug)]
-pub struct Run {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    fn from(out: Output) -> Self {
-        Self {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        }
-    }
-
-    pub fn ok(&self) -> bool {
-        self.code == Some(0)
-    }
-}
-
-impl std::fmt::Display for Run {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(
-            f,
-            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
-            self.code, self.stdout, self.stderr
-        )
-    }
+    sim_support::prerequisites("lifecycle tests", &[])
 }
 
 /// One test's world.
@@ -165,12 +99,7 @@ impl World {
             .env("SMOLVM", sibling("smolvm-sim"))
             .env("SMOLVM_SIM_HOME", &self.sim_home)
             .env("SMOLVM_SIM_VERSION", &self.version)
-            .env(
-                "BOX_TEST_GUEST_ENV",
-                format!(
-                    "HB_TOOL_PREFIX={TOOL_PREFIX},PATH={TOOL_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                ),
-            )
+            .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")
             .env_remove("SMOLVM_SIM_FAIL")
             .env_remove("BOX_SMOLVM_TIMEOUT")
@@ -193,21 +122,14 @@ impl World {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // No controlling terminal, as in CI: `box rm` must refuse without --force.
-        unsafe {
-            use std::os::unix::process::CommandExt;
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        sim_support::detach(&mut cmd);
         cmd
     }
 
     /// Runs `box args…` with extra environment and waits (bounded by the call deadlines).
     pub fn run_env(&mut self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = self.command(args, env).output().unwrap();
-        let run = Run::from(out);
+        let run = Run::from(&out);
         self.transcript
             .push_str(&format!("$ box {}\n{run}\n", args.join(" ")));
         run
@@ -225,7 +147,7 @@ impl World {
     }
 
     pub fn collect(&mut self, child: Child, label: &str) -> Run {
-        let run = Run::from(child.wait_with_output().unwrap());
+        let run = Run::from(&child.wait_with_output().unwrap());
         self.transcript.push_str(&format!("$ {label}\n{run}\n"));
         run
     }
@@ -246,37 +168,12 @@ impl World {
             "sim ls failed: {}",
             String::from_utf8_lossy(&out.stderr)
         );
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
-        let mut m: Vec<(String, String)> = v
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|m| {
-                (
-                    m["name"].as_str().unwrap().to_string(),
-                    m["state"].as_str().unwrap_or("").to_string(),
-                )
-            })
-            .collect();
-        m.sort();
-        m
+        sim_support::parse_machines(&out.stdout)
     }
 
     /// argv (after the program) of every smolvm call so far.
     pub fn calls(&self) -> Vec<Vec<String>> {
-        let text = std::fs::read_to_string(self.sim_home.join("calls.jsonl")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .map(|v| {
-                v["argv"]
-                    .as_array()
-                    .unwrap()
-                    .iter()
-                    .skip(1)
-                    .map(|a| a.as_str().unwrap_or("").to_string())
-                    .collect()
-            })
-            .collect()
+        sim_support::logged_calls(&self.sim_home)
     }
 
     pub fn calls_text(&self) -> String {
@@ -351,12 +248,8 @@ impl Drop for World {
     fn drop(&mut self) {
         // Always leave no machine behind, whatever the test did.
         let out = self.sim(&["machine", "ls", "--json"]);
-        if let Ok(serde_json::Value::Array(ms)) = serde_json::from_slice(&out.stdout) {
-            for m in ms {
-                if let Some(name) = m["name"].as_str() {
-                    let _ = self.sim(&["machine", "delete", "--name", name, "-f"]);
-                }
-            }
+        for (name, _) in sim_support::parse_machines(&out.stdout) {
+            let _ = self.sim(&["machine", "delete", "--name", &name, "-f"]);
         }
     }
 }

@@ -5,6 +5,9 @@
 //! deleted when the world is dropped.
 #![allow(dead_code)]
 
+#[path = "../sim_support/mod.rs"]
+mod sim_support;
+
 use std::cell::RefCell;
 use std::io::Write;
 use std::net::TcpListener;
@@ -17,6 +20,7 @@ use std::time::{Duration, Instant};
 
 use box_host::state::{LockKey, StateDir, locks};
 use box_proto::BoxName;
+pub use sim_support::{Run, box_bin, sibling};
 
 /// The tests share two cores and host ports: one world at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -25,76 +29,10 @@ pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The npm tools (executor 1.5.9, codex, claude) as simulator guests see them: the
-/// simulator gives each guest an empty /opt (as a stock image has), but overlays the host's
-/// /var, so scripts/setup.sh (host lifecycle section) hard-links /opt/hermes-box-ci here.
-/// Provisioning finds them through HB_TOOL_PREFIX and installs nothing from the network.
-const TOOL_PREFIX: &str = "/var/lib/hermes-box-lifecycle-tools";
-
-pub fn box_bin() -> PathBuf {
-    PathBuf::from(env!("CARGO_BIN_EXE_box"))
-}
-
-pub fn sibling(name: &str) -> PathBuf {
-    let p = box_bin().with_file_name(name);
-    assert!(
-        p.is_file(),
-        "{} is missing: build it first (cargo build -p smolvm-sim -p hb-guest, or cargo test --workspace)",
-        p.display()
-    );
-    p
-}
-
-/// Root (the simulator builds namespaced guests), the npm tools and gpg. Missing: fail
-/// under CI=true, else skip with the reason.
+/// Root, the guest tools, and the host tools the tests compare with; see
+/// [`sim_support::prerequisites`].
 pub fn prerequisites() -> bool {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root (the simulator builds namespaced guests)".to_string());
-    }
-    for t in ["executor", "codex", "claude"] {
-        if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
-            missing.push(format!(
-                "{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh, which links the CI tools there for simulator guests)"
-            ));
-        }
-    }
-    for t in ["gpg", "tar", "sqlite3", "git"] {
-        if Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .map(|o| !o.status.success())
-            .unwrap_or(true)
-        {
-            missing.push(format!("{t} (apt-get install it; scripts/setup.sh does)"));
-        }
-    }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("save/load tests need: {}", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
-}
-
-/// What a finished `box` call printed.
-#[derive(Debug)]
-pub struct Run {
-    pub code: Option<i32>,
-    pub stdout: String,
-    pub stderr: String,
-}
-
-impl Run {
-    pub fn ok(&self) -> bool {
-        self.code == Some(0)
-    }
-    pub fn all(&self) -> String {
-        format!("{}{}", self.stdout, self.stderr)
-    }
+    sim_support::prerequisites("save/load tests", &["gpg", "tar", "sqlite3", "git"])
 }
 
 fn free_port_range() -> u16 {
@@ -201,12 +139,7 @@ impl World {
             .env("SMOLVM", sibling("smolvm-sim"))
             .env("SMOLVM_SIM_HOME", self.sim_home())
             .env("TMPDIR", self.tmp())
-            .env(
-                "BOX_TEST_GUEST_ENV",
-                format!(
-                    "HB_TOOL_PREFIX={TOOL_PREFIX},PATH={TOOL_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
-                ),
-            )
+            .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")
             .env("BOX_NO_PROGRESS", "1")
             .env_remove("BOX_PASSPHRASE")
@@ -224,22 +157,12 @@ impl World {
         for (k, v) in env {
             cmd.env(k, v);
         }
-        // No controlling terminal and our own process group, as in CI.
-        unsafe {
-            cmd.pre_exec(|| {
-                libc::setsid();
-                Ok(())
-            });
-        }
+        sim_support::detach(&mut cmd);
         cmd
     }
 
     fn record(&self, args: &[&str], out: &Output) -> Run {
-        let run = Run {
-            code: out.status.code(),
-            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
-            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
-        };
+        let run = Run::from(out);
         self.transcript.borrow_mut().push_str(&format!(
             "$ box {}\n{}{}[exit {:?}]\n",
             args.join(" "),
@@ -318,39 +241,12 @@ impl World {
 
     /// Machines the simulator lists.
     pub fn machines(&self) -> Vec<(String, String)> {
-        let out = self.sim(&["machine", "ls", "--json"]);
-        let v: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap_or_default();
-        v.as_array()
-            .map(|a| {
-                a.iter()
-                    .map(|m| {
-                        (
-                            m["name"].as_str().unwrap_or("").to_string(),
-                            m["state"].as_str().unwrap_or("").to_string(),
-                        )
-                    })
-                    .collect()
-            })
-            .unwrap_or_default()
+        sim_support::parse_machines(&self.sim(&["machine", "ls", "--json"]).stdout)
     }
 
     /// Every smolvm call box made, as argv without the binary.
     pub fn calls(&self) -> Vec<Vec<String>> {
-        let text = std::fs::read_to_string(self.sim_home().join("calls.jsonl")).unwrap_or_default();
-        text.lines()
-            .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
-            .map(|v| {
-                v["argv"]
-                    .as_array()
-                    .map(|a| {
-                        a.iter()
-                            .skip(1)
-                            .map(|s| s.as_str().unwrap_or("").to_string())
-                            .collect()
-                    })
-                    .unwrap_or_default()
-            })
-            .collect()
+        sim_support::logged_calls(&self.sim_home())
     }
 
     pub fn calls_since(&self, n: usize) -> Vec<String> {

@@ -1,0 +1,159 @@
+//! What the simulator-backed harnesses (lifecycle_support, save_load_support) share: the
+//! binaries under test, the prerequisites check, a finished run, the guest tool prefix, and
+//! reading the simulator's machine list and call log.
+#![allow(dead_code)]
+
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// The npm tools (executor 1.5.9, codex, claude) as simulator guests see them: the
+/// simulator gives each guest an empty /opt (as a stock image has), but overlays the host's
+/// /var, so scripts/setup.sh (host lifecycle section) hard-links /opt/hermes-box-ci here.
+/// Provisioning finds them through HB_TOOL_PREFIX and installs nothing from the network.
+pub const TOOL_PREFIX: &str = "/var/lib/hermes-box-lifecycle-tools";
+
+/// `BOX_TEST_GUEST_ENV`: how provisioning inside a guest finds the tools above.
+pub fn guest_env() -> String {
+    format!(
+        "HB_TOOL_PREFIX={TOOL_PREFIX},PATH={TOOL_PREFIX}/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+    )
+}
+
+pub fn box_bin() -> PathBuf {
+    PathBuf::from(env!("CARGO_BIN_EXE_box"))
+}
+
+/// `smolvm-sim` and `hb` are built beside `box` by `cargo test --workspace`.
+pub fn sibling(name: &str) -> PathBuf {
+    let p = box_bin().with_file_name(name);
+    assert!(
+        p.is_file(),
+        "{} is missing: build it first (cargo build -p smolvm-sim -p hb-guest, or cargo test --workspace)",
+        p.display()
+    );
+    p
+}
+
+/// Root (the simulator builds namespaced guests), the npm tools under [`TOOL_PREFIX`] and
+/// the host `commands` a suite needs. Missing: fail under CI=true, else skip with the
+/// reason (`suite` names who needs them).
+pub fn prerequisites(suite: &str, commands: &[&str]) -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (the simulator builds namespaced guests)".to_string());
+    }
+    for t in ["executor", "codex", "claude"] {
+        if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
+            missing.push(format!(
+                "{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh, which links the CI tools there for simulator guests)"
+            ));
+        }
+    }
+    for t in commands {
+        if Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .map(|o| !o.status.success())
+            .unwrap_or(true)
+        {
+            missing.push(format!("{t} (apt-get install it; scripts/setup.sh does)"));
+        }
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("{suite} need: {}", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// No controlling terminal and a process group of its own, as in CI: `box rm` must refuse
+/// without --force, and a signal to the test does not reach `box`.
+pub fn detach(cmd: &mut Command) {
+    // SAFETY: setsid is async-signal-safe and touches no memory of the parent.
+    unsafe {
+        cmd.pre_exec(|| {
+            libc::setsid();
+            Ok(())
+        });
+    }
+}
+
+/// What a finished `box` call printed.
+#[derive(Debug)]
+pub struct Run {
+    pub code: Option<i32>,
+    pub stdout: String,
+    pub stderr: String,
+}
+
+impl Run {
+    pub fn from(out: &Output) -> Self {
+        Self {
+            code: out.status.code(),
+            stdout: String::from_utf8_lossy(&out.stdout).into_owned(),
+            stderr: String::from_utf8_lossy(&out.stderr).into_owned(),
+        }
+    }
+
+    pub fn ok(&self) -> bool {
+        self.code == Some(0)
+    }
+
+    pub fn all(&self) -> String {
+        format!("{}{}", self.stdout, self.stderr)
+    }
+}
+
+impl std::fmt::Display for Run {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "exit {:?}\n--- stdout\n{}--- stderr\n{}",
+            self.code, self.stdout, self.stderr
+        )
+    }
+}
+
+/// `(name, state)` of every machine in `smolvm machine ls --json` output, sorted.
+pub fn parse_machines(json: &[u8]) -> Vec<(String, String)> {
+    let v: serde_json::Value = serde_json::from_slice(json).unwrap_or_default();
+    let mut machines: Vec<(String, String)> = v
+        .as_array()
+        .map(|a| {
+            a.iter()
+                .map(|m| {
+                    (
+                        m["name"].as_str().unwrap_or("").to_string(),
+                        m["state"].as_str().unwrap_or("").to_string(),
+                    )
+                })
+                .collect()
+        })
+        .unwrap_or_default();
+    machines.sort();
+    machines
+}
+
+/// argv (after the program) of every smolvm call the simulator logged under `sim_home`.
+pub fn logged_calls(sim_home: &Path) -> Vec<Vec<String>> {
+    let text = std::fs::read_to_string(sim_home.join("calls.jsonl")).unwrap_or_default();
+    text.lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .map(|v| {
+            v["argv"]
+                .as_array()
+                .map(|a| {
+                    a.iter()
+                        .skip(1)
+                        .map(|s| s.as_str().unwrap_or("").to_string())
+                        .collect()
+                })
+                .unwrap_or_default()
+        })
+        .collect()
+}
