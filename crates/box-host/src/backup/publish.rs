@@ -11,40 +11,43 @@ pub fn link_noreplace(temp: &Path, dest: &Path) -> io::Result<()> {
 }
 
 /// Renames `from` to `to` unless `to` exists (atomically).
+#[cfg(any(target_os = "linux", target_os = "android", target_os = "macos"))]
 pub fn rename_noreplace(from: &Path, to: &Path) -> io::Result<()> {
+    use std::ffi::CString;
+    use std::os::unix::ffi::OsStrExt;
+    let f = CString::new(from.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let t = CString::new(to.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    // Linux: the raw syscall, not a libc wrapper: glibc and musl differ on whether they
+    // have one, and a static musl `box` must publish the same way (Linux >= 3.15).
+    // SAFETY (both): two valid NUL-terminated paths; the kernel only reads them.
     #[cfg(any(target_os = "linux", target_os = "android"))]
-    {
-        nix::fcntl::renameat2(
-            nix::fcntl::AT_FDCWD,
-            from,
-            nix::fcntl::AT_FDCWD,
-            to,
-            nix::fcntl::RenameFlags::RENAME_NOREPLACE,
+    let failed = unsafe {
+        libc::syscall(
+            libc::SYS_renameat2,
+            libc::AT_FDCWD,
+            f.as_ptr(),
+            libc::AT_FDCWD,
+            t.as_ptr(),
+            libc::RENAME_NOREPLACE,
         )
-        .map_err(io::Error::from)
-    }
+    } != 0;
     #[cfg(target_os = "macos")]
-    {
-        use std::ffi::CString;
-        use std::os::unix::ffi::OsStrExt;
-        let f = CString::new(from.as_os_str().as_bytes()).map_err(io::Error::other)?;
-        let t = CString::new(to.as_os_str().as_bytes()).map_err(io::Error::other)?;
+    let failed = {
         const RENAME_EXCL: libc::c_uint = 0x4;
-        // SAFETY: two valid NUL-terminated paths.
-        let rc = unsafe { libc::renamex_np(f.as_ptr(), t.as_ptr(), RENAME_EXCL) };
-        if rc == 0 {
-            Ok(())
-        } else {
-            Err(io::Error::last_os_error())
-        }
+        unsafe { libc::renamex_np(f.as_ptr(), t.as_ptr(), RENAME_EXCL) != 0 }
+    };
+    if failed {
+        Err(io::Error::last_os_error())
+    } else {
+        Ok(())
     }
-    #[cfg(not(any(target_os = "linux", target_os = "android", target_os = "macos")))]
-    {
-        let _ = (from, to);
-        Err(io::Error::other(
-            "atomic no-replace rename is unsupported on this OS",
-        ))
-    }
+}
+
+#[cfg(not(any(target_os = "linux", target_os = "android", target_os = "macos")))]
+pub fn rename_noreplace(_from: &Path, _to: &Path) -> io::Result<()> {
+    Err(io::Error::other(
+        "atomic no-replace rename is unsupported on this OS",
+    ))
 }
 
 /// fsyncs a directory (after creating or linking in it).
