@@ -274,9 +274,10 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
 
 /// The verification catches a backup that changed on disk after it was written: a flipped
 /// byte and a whole valid backup of other data swapped in. The verifier decrypts while the
-/// file is written, so whether it read the change (the MDC or the hash fails: "corrupt",
-/// "changed") or not (the file on disk no longer matches what it decrypted: "changed on
-/// disk") is a matter of timing; either way nothing is published.
+/// file is written, so what it reports depends on when the change landed: read by the
+/// verifier (the MDC, the parse or the hash fails) or after it (the file on disk no longer
+/// matches what it decrypted; backup/save.rs tests that case deterministically). Either
+/// way verification fails and nothing is published.
 #[test]
 fn verification_catches_a_temp_file_changed_after_encryption() {
     use box_host::backup::save;
@@ -311,11 +312,6 @@ fn verification_catches_a_temp_file_changed_after_encryption() {
         let err = format!("{:#}", sealed.verify().err().expect("verify must fail"));
         assert!(
             err.contains("encrypted backup verification failed"),
-            "{what}: {err}"
-        );
-        let err = err.to_lowercase();
-        assert!(
-            err.contains("corrupt") || err.contains("changed"),
             "{what}: {err}"
         );
         assert!(!out.exists(), "{what}: published");
