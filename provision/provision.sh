@@ -9,7 +9,10 @@
 # (no silent `set -e` exits: every command's status is checked by the step runner).
 #
 # Overrides (tests): HB_CONFIG (default /etc/hermes-box.env), HB_DATA (/data),
-# HB_TOOL_PREFIX (/opt/hermes-box), HB_BIN (/usr/local/bin/hb), PROVISION_SKIP_APT=1.
+# HB_TOOL_PREFIX (/opt/hermes-box), HB_BIN (/usr/local/bin/hb), PROVISION_SKIP_APT=1,
+# PROVISION_STEPS="config hermes" (run only the named steps), HERMES_INSTALLER_URL (the
+# official Hermes installer's address). pip honours its own PIP_* variables (PIP_NO_INDEX,
+# PIP_FIND_LINKS) in the Hermes step's PyPI fallback.
 
 set -uo pipefail
 umask 022
@@ -36,6 +39,9 @@ die() { printf '==> failed: %s: %s\n' "$CURRENT_STEP" "$*" >&2; exit 1; }
 step() {
   CURRENT_STEP=$1
   shift
+  if [ -n "${PROVISION_STEPS:-}" ] && [[ " $PROVISION_STEPS " != *" $CURRENT_STEP "* ]]; then
+    return 0
+  fi
   printf '==> step: %s\n' "$CURRENT_STEP"
   "$@"
   local rc=$?
@@ -191,25 +197,27 @@ npm_tools() {
   npm cache clean --force >/dev/null 2>&1 || true
 }
 
-hermes() {
+# Not named `hermes`: `command -v hermes` would find the function and never install.
+hermes_agent() {
   if [ "$INSTALL_HERMES" != 1 ]; then
     say "skipped (INSTALL_HERMES=0)"
     return 0
   fi
-  if [ -x "$PREFIX/bin/hermes" ] || command -v hermes >/dev/null; then
+  if [ -x "$PREFIX/bin/hermes" ] || type -P hermes >/dev/null; then
     say "hermes present"
     return 0
   fi
   local hermes_home="$AGENT_HOME/.hermes" installer=/tmp/hermes-install.sh
-  mkdir -p "$hermes_home"
+  local installer_url=${HERMES_INSTALLER_URL:-https://hermes-agent.nousresearch.com/install.sh}
+  mkdir -p "$hermes_home" "$PREFIX/bin" || return 1
   # The official headless installer where it is reachable; it reads prompts from a pipe
   # (EOF), so it stays non-interactive.
-  if curl -fsSL --max-time 20 https://hermes-agent.nousresearch.com/install.sh -o "$installer" 2>/dev/null; then
+  if curl -fsSL --max-time 20 "$installer_url" -o "$installer" 2>/dev/null; then
     # shellcheck disable=SC2086
     if HERMES_HOME="$hermes_home" bash "$installer" $HERMES_INSTALL_ARGS --skip-setup --non-interactive </dev/null; then
       rm -f "$installer"
       local bin
-      for bin in "$(command -v hermes)" /usr/local/bin/hermes /root/.local/bin/hermes; do
+      for bin in "$(type -P hermes)" /usr/local/bin/hermes /root/.local/bin/hermes; do
         [ -x "$bin" ] && break
       done
       [ -x "$bin" ] && ln -sfn "$bin" "$PREFIX/bin/hermes"
@@ -221,8 +229,9 @@ hermes() {
     say "official installer unreachable; using PyPI hermes-agent"
   fi
   rm -f "$installer"
+  # The `mcp` extra is Hermes's MCP client: without it Hermes cannot reach Executor.
   python3 -m venv "$PREFIX/hermes-venv" || return 1
-  "$PREFIX/hermes-venv/bin/pip" install --quiet --disable-pip-version-check hermes-agent || return 1
+  "$PREFIX/hermes-venv/bin/pip" install --quiet --disable-pip-version-check 'hermes-agent[mcp]' || return 1
   ln -sfn "$PREFIX/hermes-venv/bin/hermes" "$PREFIX/bin/hermes" || return 1
   changed "hermes-agent $("$PREFIX/hermes-venv/bin/pip" show hermes-agent 2>/dev/null | sed -n 's/^Version: //p') from PyPI"
 }
@@ -263,8 +272,9 @@ verify() {
   local prefixed=(claude codex)
   [ "$INSTALL_EXECUTOR" = 1 ] && prefixed+=(executor)
   [ "$INSTALL_HERMES" = 1 ] && prefixed+=(hermes)
-  for t in "${tools[@]}"; do command -v "$t" >/dev/null || missing+=("$t"); done
-  for t in "${prefixed[@]}"; do [ -x "$PREFIX/bin/$t" ] || command -v "$t" >/dev/null || missing+=("$t"); done
+  # type -P: a program on PATH, never a function of this script.
+  for t in "${tools[@]}"; do type -P "$t" >/dev/null || missing+=("$t"); done
+  for t in "${prefixed[@]}"; do [ -x "$PREFIX/bin/$t" ] || type -P "$t" >/dev/null || missing+=("$t"); done
   [ ${#missing[@]} -eq 0 ] || die "missing after provisioning: ${missing[*]}"
   say "all tools present"
 }
@@ -284,7 +294,7 @@ step apt-packages apt_packages
 step agent-user agent_user
 step nodejs nodejs
 step npm-tools npm_tools
-step hermes hermes
+step hermes hermes_agent
 step hb-binary hb_binary
 step hb-init hb_init
 step login-environment login_env

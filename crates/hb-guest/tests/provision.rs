@@ -8,6 +8,9 @@
 //! tools scripts/setup.sh put in /opt/hermes-box-ci (HB_TOOL_PREFIX), so it needs no npm
 //! download. It needs root and mount namespaces: without them it fails under CI=true and
 //! skips otherwise. HB_SKIP_PROVISION_TEST=1 skips it (e.g. offline).
+//!
+//! The Hermes step (which the overlay run leaves out) runs alone on the host, into a temp
+//! prefix, through its PyPI fallback from the wheels scripts/setup.sh keeps (no network).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -214,5 +217,121 @@ fn provisioning_runs_twice_in_an_overlay_and_changes_nothing_the_second_time() {
     assert!(
         stderr.contains("==> failed: hb-binary"),
         "the failing step must be named:\n{stderr}"
+    );
+}
+
+/// The wheels scripts/setup.sh downloads for the pinned hermes-agent[mcp].
+const HERMES_WHEELS: &str = "/opt/hermes-box-ci/hermes-wheels";
+
+/// provision.sh's Hermes step alone (PROVISION_STEPS), on this host as it is, through its
+/// PyPI fallback: the official installer is made unreachable (HERMES_INSTALLER_URL) and pip
+/// installs from setup.sh's local wheels (PIP_NO_INDEX, PIP_FIND_LINKS), so nothing is
+/// downloaded. Everything lands in a temp prefix; a second run changes nothing.
+#[test]
+fn hermes_step_installs_from_pypi_when_the_installer_is_unreachable() {
+    let have_wheels = std::fs::read_dir(HERMES_WHEELS).is_ok_and(|rd| {
+        rd.flatten()
+            .any(|e| e.file_name().to_string_lossy().starts_with("hermes_agent-"))
+    });
+    if !have_wheels {
+        let why =
+            format!("no hermes-agent wheels in {HERMES_WHEELS} (run `bash scripts/setup.sh`)");
+        if std::env::var("CI").is_ok_and(|v| v == "true") {
+            panic!("{why}");
+        }
+        eprintln!("SKIP: {why}");
+        return;
+    }
+    let dir = tempfile::tempdir().unwrap();
+    let prefix = dir.path().join("prefix");
+    let home = dir.path().join("home");
+    std::fs::create_dir(&home).unwrap();
+    let config = dir.path().join("hermes-box.env");
+    std::fs::write(&config, "INSTALL_HERMES=1\n").unwrap();
+    // Debian's python3 (no pyenv shim, no hermes already on PATH); any HTTPS from Hermes's
+    // own update check goes to a closed port instead of PyPI.
+    let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let run = || {
+        let out = Command::new("bash")
+            .arg(provision_dir().join("provision.sh"))
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", &home)
+            .env("HB_CONFIG", &config)
+            .env("HB_DATA", dir.path().join("data"))
+            .env("HB_TOOL_PREFIX", &prefix)
+            .env("PROVISION_STEPS", "config hermes")
+            .env(
+                "HERMES_INSTALLER_URL",
+                format!("file://{}/no-installer.sh", dir.path().display()),
+            )
+            .env("PIP_NO_INDEX", "1")
+            .env("PIP_FIND_LINKS", HERMES_WHEELS)
+            .env("PIP_NO_CACHE_DIR", "1")
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "provision.sh failed:\n{text}");
+        text
+    };
+
+    let first = run();
+    assert!(first.contains("==> step: hermes\n"), "{first}");
+    assert!(
+        !first.contains("==> step: apt-packages"),
+        "PROVISION_STEPS ignored:\n{first}"
+    );
+    assert!(
+        first.contains("official installer unreachable; using PyPI hermes-agent"),
+        "{first}"
+    );
+    assert!(
+        first.contains("==> provisioning complete; changed: hermes"),
+        "{first}"
+    );
+    let hermes_bin = prefix.join("bin/hermes");
+    let version = Command::new(&hermes_bin)
+        .arg("--version")
+        .env_clear()
+        .env("PATH", "/usr/bin:/bin")
+        .env("HOME", &home)
+        .env("HERMES_HOME", home.join(".hermes"))
+        .env("HTTPS_PROXY", &closed)
+        .env("https_proxy", &closed)
+        .stdin(std::process::Stdio::null())
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&version.stdout);
+    assert!(version.status.success(), "{text}");
+    assert!(text.starts_with("Hermes Agent v"), "{text}");
+    assert!(
+        first.contains(&format!(
+            "hermes-agent {} from PyPI",
+            text["Hermes Agent v".len()..]
+                .split_whitespace()
+                .next()
+                .unwrap()
+        )),
+        "{first}\n{text}"
+    );
+    // With its MCP client: the wiring hb writes is useless to a Hermes without it.
+    let mcp = Command::new(prefix.join("hermes-venv/bin/python"))
+        .args(["-c", "import mcp"])
+        .status()
+        .unwrap();
+    assert!(
+        mcp.success(),
+        "hermes-agent installed without its mcp extra"
+    );
+
+    let second = run();
+    assert!(second.contains("hermes present"), "{second}");
+    assert!(
+        second.contains("==> provisioning: already provisioned, nothing changed"),
+        "{second}"
     );
 }
