@@ -3,9 +3,10 @@
 //! `hermes mcp list` shows `executor` with our URL beside the user's own servers,
 //! `hermes mcp test executor` resolves `${EXECUTOR_MCP_TOKEN}` from `$HERMES_HOME/.env`
 //! (it shows the header masked) and connects to the real Executor with it; box-proto's test
-//! MCP server records the exact Authorization header Hermes sends. Hermes never
-//! rewrites what we wrote, a repeat `wire-mcp` changes nothing, and disabling the wiring
-//! leaves a config Hermes still reads. No LLM provider is contacted: only `hermes mcp`.
+//! MCP server records the exact Authorization header Hermes sends. Listing and testing
+//! rewrite nothing, a repeat `wire-mcp` changes nothing, disabling the wiring leaves a config
+//! Hermes still reads, and a file Hermes re-serialised itself (`hermes mcp remove`) is
+//! re-wired in one run. No LLM provider is contacted: only `hermes mcp`. ~12 s.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
