@@ -13,8 +13,10 @@
 #
 # How: the source is `git archive HEAD` unpacked into a fixed directory (RELEASE_SRC_DIR,
 # default /tmp/hermes-box-lite-release/src), so a release is exactly a commit, never someone's
-# half-edited working tree, and builds the same bytes wherever the checkout lives (box embeds
-# its crate path through env!("CARGO_MANIFEST_DIR"), which path remapping cannot reach).
+# half-edited working tree, and builds the same bytes wherever the checkout lives.
+# BOX_RELEASE_BUILD=1 drops box's development fallback to its source tree for provision/
+# (env!("CARGO_MANIFEST_DIR"), which path remapping cannot reach); the checks below refuse a
+# box that still names the source dir.
 # `hb` is a static musl binary for both guest architectures (profile release-hb); `box` is a
 # glibc >= 2.28 binary for Linux (see DEFAULT_BOX_TARGETS) and, when zig can link it, a
 # Mach-O for aarch64 macOS. Everything links with zig via cargo-zigbuild
@@ -152,6 +154,7 @@ build_release() {
   export CARGO_TARGET_DIR=$target_dir
   export SOURCE_DATE_EPOCH=$sde
   export BOX_BUILD_COMMIT=$commit
+  export BOX_RELEASE_BUILD=1
   export RUSTFLAGS="${rustflags# }"
   export CARGO_INCREMENTAL=0
   export TZ=UTC LC_ALL=C
@@ -229,10 +232,9 @@ build_release() {
         fi ;;
       aarch64-apple-darwin) verify_macho "$b" ;;
     esac
-    # box may name the fixed source dir (see the top), but never a checkout or cache path.
+    # box names no build path at all: not the source dir, a checkout or a cache.
     if [ "$worktree" -eq 0 ]; then
-      grep -qF -- "$src/" "$b" && warn "$t box embeds the fixed build path $src (CARGO_MANIFEST_DIR)"
-      verify_no_build_paths "$b" "$repo" "$target_dir" "$cargo_home" "$HOME"
+      verify_no_build_paths "$b" "$src" "$repo" "$target_dir" "$cargo_home" "$HOME"
     else
       verify_no_build_paths "$b" "$target_dir" "$cargo_home" "$HOME"
     fi

@@ -1,4 +1,6 @@
-//! Records the git commit so `box --version` can say exactly what was built.
+//! Records the git commit so `box --version` can say exactly what was built, and marks a
+//! release build (`BOX_RELEASE_BUILD=1`, set by scripts/release.sh) with `cfg(box_release)`:
+//! a release `box` must not look for its guest assets in the source tree it was built from.
 
 use std::process::Command;
 
@@ -18,6 +20,11 @@ fn main() {
         .unwrap_or_else(|| "unknown".to_string());
     println!("cargo:rustc-env=BOX_GIT_COMMIT={commit}");
     println!("cargo:rerun-if-env-changed=BOX_BUILD_COMMIT");
+    println!("cargo::rustc-check-cfg=cfg(box_release)");
+    if std::env::var_os("BOX_RELEASE_BUILD").is_some_and(|v| !v.is_empty()) {
+        println!("cargo::rustc-cfg=box_release");
+    }
+    println!("cargo:rerun-if-env-changed=BOX_RELEASE_BUILD");
     println!("cargo:rerun-if-changed=../../.git/HEAD");
     println!("cargo:rerun-if-changed=../../.git/refs/heads");
 }

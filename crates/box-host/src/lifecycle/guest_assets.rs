@@ -123,6 +123,8 @@ pub fn provision_dir() -> Result<PathBuf> {
             candidates.push(dir.join("provision"));
             candidates.push(dir.join("../share/hermes-box/provision"));
         }
+        // A development build (cargo run, just install) uses the checkout it came from.
+        #[cfg(not(box_release))]
         candidates.push(Path::new(env!("CARGO_MANIFEST_DIR")).join("../../provision"));
     }
     for c in candidates {
