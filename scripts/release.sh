@@ -45,9 +45,8 @@ readonly ALL_BOX_TARGETS=(
   x86_64-unknown-linux-musl aarch64-unknown-linux-musl
 )
 # box for Linux links glibc dynamically with a floor of GLIBC_FLOOR (zig picks the symbol
-# versions), because box's no-replace publish calls renameat2 through nix, which nix offers on
-# glibc only: box does not compile for musl yet. The musl targets stay selectable for when it
-# does (--box-targets), and `hb` is static musl regardless.
+# versions): the allocator the backup engine was measured with. A static musl box builds and
+# passes the same checks (--box-targets); `hb` is static musl regardless.
 readonly DEFAULT_BOX_TARGETS=(x86_64-unknown-linux-gnu aarch64-unknown-linux-gnu aarch64-apple-darwin)
 readonly GLIBC_FLOOR=2.28
 readonly HB_MAX_BYTES=$((6 * 1024 * 1024))
