@@ -49,12 +49,7 @@ fn hermes(b: &Box_, bin: &Path, args: &[&str]) -> String {
         .stdin(Stdio::null())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    b.transcript.borrow_mut().push_str(&text);
+    let text = b.record(&out);
     assert!(out.status.success(), "hermes {args:?}: {text}");
     text
 }

@@ -82,12 +82,7 @@ fn client(b: &Box_, bin: &Path, args: &[&str]) -> String {
         .stdin(std::process::Stdio::null())
         .output()
         .unwrap();
-    let text = format!(
-        "{}{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    b.transcript.borrow_mut().push_str(&text);
+    let text = b.record(&out);
     assert!(out.status.success(), "{} {args:?}: {text}", bin.display());
     text
 }
@@ -285,6 +280,8 @@ fn workload_supervises_the_real_executor_end_to_end() {
         b.hb_config().join("executor-token"),
         b.hb_config().join("executor-mcp.env"),
         b.home().join(".codex/.env"),
+        // Wired when `hermes` is on PATH (scripts/setup.sh installs it for these tests).
+        b.home().join(".hermes/.env"),
     ];
     for f in &holders {
         let executor_state = f.starts_with(b.home().join(".executor"));

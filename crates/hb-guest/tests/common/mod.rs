@@ -137,6 +137,18 @@ impl Box_ {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// stdout then stderr of a finished tool run, added to the transcript (scanned for the
+    /// token at the end).
+    pub fn record(&self, out: &Output) -> String {
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        self.transcript.borrow_mut().push_str(&text);
+        text
+    }
+
     pub fn init(&self) {
         self.ok(&["init"]);
     }
