@@ -116,19 +116,14 @@ pub fn rollback_created(
 mod tests {
     use super::*;
     use crate::state::BoxRecord;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A smolvm whose delete succeeds but whose listing then cannot be read: the "status
     /// ambiguous" case, which the simulator cannot single out (all `ls` calls look alike).
     fn ambiguous_smolvm(dir: &std::path::Path) -> Smolvm {
-        let path = dir.join("smolvm");
-        std::fs::write(
-            &path,
-            "#!/bin/sh\ncase \"$2\" in\n  delete) echo 'Deleted machine: alpha';;\n  ls) echo 'Error: config operation failed: load database: database is locked' >&2; exit 1;;\nesac\n",
+        crate::smolvm::fake_smolvm(
+            dir,
+            "case \"$2\" in\n  delete) echo 'Deleted machine: alpha';;\n  ls) echo 'Error: config operation failed: load database: database is locked' >&2; exit 1;;\nesac",
         )
-        .unwrap();
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Smolvm::with_binary(path, None)
     }
 
     #[test]

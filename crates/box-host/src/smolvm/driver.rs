@@ -366,18 +366,11 @@ fn check(call: &str, out: Output) -> Result<Output, SmolvmError> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
-    use std::os::unix::fs::PermissionsExt;
 
     /// A fake smolvm that plays back a canned answer: the test's only purpose is the
     /// driver's reading of real smolvm texts.
     fn fake(dir: &Path, script: &str) -> Smolvm {
-        let path = dir.join("smolvm");
-        let mut f = std::fs::File::create(&path).unwrap();
-        writeln!(f, "#!/bin/sh\n{script}").unwrap();
-        drop(f);
-        std::fs::set_permissions(&path, std::fs::Permissions::from_mode(0o755)).unwrap();
-        Smolvm::with_binary(path, None)
+        crate::smolvm::fake_smolvm(dir, script)
     }
 
     #[test]

@@ -12,3 +12,24 @@ pub use error::SmolvmError;
 pub use json::{Machine, MachineState};
 pub use runner::{Output, Stream};
 pub use version::SmolvmVersion;
+
+/// A stand-in `smolvm` for unit tests that play back canned texts: a shell script at
+/// `<dir>/smolvm`.
+#[cfg(test)]
+pub(crate) fn fake_smolvm(dir: &std::path::Path, script: &str) -> Smolvm {
+    // The executable is written by a child (`install`), never through a file descriptor of
+    // this process: a test thread that forks while such a descriptor is open hands it to its
+    // child until that child execs, and exec'ing the script meanwhile fails with ETXTBSY.
+    let source = dir.join("smolvm.sh");
+    std::fs::write(&source, format!("#!/bin/sh\n{script}\n")).expect("write the fake smolvm");
+    let path = dir.join("smolvm");
+    let installed = std::process::Command::new("install")
+        .arg("-m")
+        .arg("755")
+        .arg(&source)
+        .arg(&path)
+        .status()
+        .expect("run install");
+    assert!(installed.success(), "install the fake smolvm");
+    Smolvm::with_binary(path, None)
+}
