@@ -263,6 +263,11 @@ build_release() {
     local d=$pkg_root/$name
     mkdir -p "$d"
     install -m 0755 "$target_dir/$t/release/box" "$d/box"
+    if [ "$t" = aarch64-apple-darwin ]; then
+      # zig's LC_UUID depends on the target dir; derive it from the binary instead.
+      python3 "$repo/scripts/macho-stable-uuid.py" "$d/box" || die "cannot make $t box reproducible"
+      verify_macho "$d/box"
+    fi
     install -m 0755 "$hb_x86" "$d/hb-x86_64-linux"
     install -m 0755 "$hb_arm" "$d/hb-aarch64-linux"
     install -m 0644 "$src/README.md" "$src/box.env" "$d/"
