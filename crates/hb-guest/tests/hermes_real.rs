@@ -146,12 +146,7 @@ fn hermes_reads_our_wiring_beside_the_users_servers_and_connects_to_the_real_exe
 
     // Disabling removes exactly our entry: the user's file comes back byte for byte and
     // Hermes still reads their server.
-    let out = b
-        .hb(&["wire-mcp"])
-        .env("WIRE_EXECUTOR_MCP", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    b.unwire();
     assert_eq!(read(&config), USER_YAML);
     assert_eq!(read(&dotenv), "OPENROUTER_API_KEY=or-keep\n");
     let list = hermes(&b, &hermes_bin, &["mcp", "list"]);
@@ -252,12 +247,7 @@ fn hermes_sends_the_token_from_dotenv_as_the_authorization_header() {
     );
 
     // Disabled: `mcp_servers: {}` is left, which Hermes reads as no servers.
-    let out = b
-        .hb(&["wire-mcp"])
-        .env("WIRE_EXECUTOR_MCP", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
+    b.unwire();
     assert_eq!(read(&config), "mcp_servers: {}\n");
     let list = hermes(&b, &hermes_bin, &["mcp", "list"]);
     assert!(list.contains("No MCP servers configured"), "{list}");

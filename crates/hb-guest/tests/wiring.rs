@@ -252,13 +252,7 @@ fn a_new_token_is_rewired_and_disabling_removes_only_ours() {
     assert!(read(&home.join(".codex/.env")).contains(&new_token));
     assert!(read(&home.join(".hermes/.env")).contains(&new_token));
 
-    let out = b
-        .hb(&["wire-mcp"])
-        .env("WIRE_EXECUTOR_MCP", "0")
-        .output()
-        .unwrap();
-    assert!(out.status.success());
-    let text = String::from_utf8_lossy(&out.stdout);
+    let text = b.unwire();
     assert!(
         text.contains("disabled") && text.contains("removed"),
         "{text}"

@@ -137,6 +137,18 @@ impl Box_ {
         String::from_utf8_lossy(&out.stdout).into_owned()
     }
 
+    /// `hb wire-mcp` with the wiring switched off (`WIRE_EXECUTOR_MCP=0`); asserts success
+    /// and returns stdout.
+    pub fn unwire(&self) -> String {
+        let out = self
+            .hb(&["wire-mcp"])
+            .env("WIRE_EXECUTOR_MCP", "0")
+            .output()
+            .expect("run hb wire-mcp");
+        assert!(out.status.success(), "hb wire-mcp (disabled): {out:?}");
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    }
+
     /// stdout then stderr of a finished tool run, added to the transcript (scanned for the
     /// token at the end).
     pub fn record(&self, out: &Output) -> String {
