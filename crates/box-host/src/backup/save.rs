@@ -333,16 +333,12 @@ impl Sealed {
     }
 
     fn wait_for_verifier(&mut self) {
-        if let VerifierState::Running(_) = self.verifier {
-            let VerifierState::Running(handle) =
-                std::mem::replace(&mut self.verifier, VerifierState::Panicked)
-            else {
-                return;
-            };
-            if let Ok(result) = handle.join() {
-                self.verifier = VerifierState::Done(result);
-            }
-        }
+        self.verifier = match std::mem::replace(&mut self.verifier, VerifierState::Panicked) {
+            VerifierState::Running(handle) => handle
+                .join()
+                .map_or(VerifierState::Panicked, VerifierState::Done),
+            done => done,
+        };
     }
 
     pub fn temp_path(&self) -> &Path {

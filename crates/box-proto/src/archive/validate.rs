@@ -583,80 +583,78 @@ impl<'a, 'm> Resolver<'a, 'm> {
         follow_final: bool,
         open: &mut Vec<(Vec<u8>, usize)>,
     ) -> Result<(), ArchiveError> {
-        {
-            if c == b".." {
-                if resolved.pop().is_none() {
-                    return Err(ArchiveError::unsafe_(
-                        Rule::LinkResolvesOutside,
-                        shown(&join(pending.iter().map(|p| p.as_slice()))),
-                    ));
-                }
-                return Ok(());
+        if c == b".." {
+            if resolved.pop().is_none() {
+                return Err(ArchiveError::unsafe_(
+                    Rule::LinkResolvesOutside,
+                    shown(&join(pending.iter().map(|p| p.as_slice()))),
+                ));
             }
-            resolved.push(c);
-            let key = join(resolved.iter().map(|p| p.as_slice()));
-            let last = pending.is_empty();
-            match self.v.kind(&key) {
-                None => {
-                    let rule = if last {
-                        Rule::LinkToMissing
-                    } else {
-                        Rule::ThroughMissingOrNonDirectory
-                    };
-                    return Err(ArchiveError::unsafe_(rule, shown_key(&key)));
+            return Ok(());
+        }
+        resolved.push(c);
+        let key = join(resolved.iter().map(|p| p.as_slice()));
+        let last = pending.is_empty();
+        match self.v.kind(&key) {
+            None => {
+                let rule = if last {
+                    Rule::LinkToMissing
+                } else {
+                    Rule::ThroughMissingOrNonDirectory
+                };
+                return Err(ArchiveError::unsafe_(rule, shown_key(&key)));
+            }
+            Some(Kind::Dir) => {}
+            Some(Kind::File) | Some(Kind::Hardlink(_)) if !last => {
+                return Err(ArchiveError::unsafe_(
+                    Rule::ThroughMissingOrNonDirectory,
+                    shown_key(&key),
+                ));
+            }
+            Some(Kind::File) | Some(Kind::Hardlink(_)) => {}
+            Some(Kind::Symlink(target)) => {
+                if last && !follow_final {
+                    return Ok(());
                 }
-                Some(Kind::Dir) => {}
-                Some(Kind::File) | Some(Kind::Hardlink(_)) if !last => {
-                    return Err(ArchiveError::unsafe_(
-                        Rule::ThroughMissingOrNonDirectory,
-                        shown_key(&key),
-                    ));
+                #[cfg(test)]
+                let remembered = self.memo.resolved.get(&key).filter(|_| !self.memo.off);
+                #[cfg(not(test))]
+                let remembered = self.memo.resolved.get(&key);
+                if let Some(to) = remembered {
+                    // Exactly what expanding it would give: a link that leads to a
+                    // non-directory fails on the next component, at that member.
+                    *resolved = to.clone();
+                    let at = join(resolved.iter().map(|p| p.as_slice()));
+                    if !last && self.v.kind(&at) != Some(&Kind::Dir) {
+                        return Err(ArchiveError::unsafe_(
+                            Rule::ThroughMissingOrNonDirectory,
+                            shown_key(&at),
+                        ));
+                    }
+                    return Ok(());
                 }
-                Some(Kind::File) | Some(Kind::Hardlink(_)) => {}
-                Some(Kind::Symlink(target)) => {
-                    if last && !follow_final {
-                        return Ok(());
-                    }
-                    #[cfg(test)]
-                    let remembered = self.memo.resolved.get(&key).filter(|_| !self.memo.off);
-                    #[cfg(not(test))]
-                    let remembered = self.memo.resolved.get(&key);
-                    if let Some(to) = remembered {
-                        // Exactly what expanding it would give: a link that leads to a
-                        // non-directory fails on the next component, at that member.
-                        *resolved = to.clone();
-                        let at = join(resolved.iter().map(|p| p.as_slice()));
-                        if !last && self.v.kind(&at) != Some(&Kind::Dir) {
-                            return Err(ArchiveError::unsafe_(
-                                Rule::ThroughMissingOrNonDirectory,
-                                shown_key(&at),
-                            ));
-                        }
-                        return Ok(());
-                    }
-                    self.memo.expansions += 1;
-                    // The work of one expansion (§1.3 caps the *work*): the link, the
-                    // parts its target pushes, and the rest of the path, which the state
-                    // below copies into `seen`. Counting expansions alone let a link like
-                    // `x -> x/x/x/…` grow the pending path on every step, and the seen
-                    // states with it, quadratically: 4 KiB of archive (500 members) took
-                    // over 2 GiB (fuzz/regressions/archive_tar/link-expansion-grows-path).
-                    let target_parts = parts_owned(target);
-                    self.steps = self
-                        .steps
-                        .saturating_add(1 + target_parts.len() + pending.len());
-                    if self.steps > self.bound {
-                        return Err(ArchiveError::unsafe_(Rule::LinkChainBound, shown_key(&key)));
-                    }
-                    let rest = join(pending.iter().map(|p| p.as_slice()));
-                    if !self.seen.insert((key.clone(), rest)) {
-                        return Err(ArchiveError::unsafe_(Rule::LinkCycle, shown_key(&key)));
-                    }
-                    resolved.pop();
-                    open.push((key, pending.len()));
-                    for part in target_parts.into_iter().rev() {
-                        pending.push_front(part);
-                    }
+                self.memo.expansions += 1;
+                // The work of one expansion (§1.3 caps the *work*): the link, the
+                // parts its target pushes, and the rest of the path, which the state
+                // below copies into `seen`. Counting expansions alone let a link like
+                // `x -> x/x/x/…` grow the pending path on every step, and the seen
+                // states with it, quadratically: 4 KiB of archive (500 members) took
+                // over 2 GiB (fuzz/regressions/archive_tar/link-expansion-grows-path).
+                let target_parts = parts_owned(target);
+                self.steps = self
+                    .steps
+                    .saturating_add(1 + target_parts.len() + pending.len());
+                if self.steps > self.bound {
+                    return Err(ArchiveError::unsafe_(Rule::LinkChainBound, shown_key(&key)));
+                }
+                let rest = join(pending.iter().map(|p| p.as_slice()));
+                if !self.seen.insert((key.clone(), rest)) {
+                    return Err(ArchiveError::unsafe_(Rule::LinkCycle, shown_key(&key)));
+                }
+                resolved.pop();
+                open.push((key, pending.len()));
+                for part in target_parts.into_iter().rev() {
+                    pending.push_front(part);
                 }
             }
         }
