@@ -184,11 +184,19 @@ impl NewRun<'_> {
             workload: guest::launcher(),
         };
         // Signals stay deferred through create: it is never cut short.
-        if let Err(e) = self.smolvm.create(&spec) {
-            self.transcript.line(&format!("create failed: {e}"));
-            self.registry_lock = None;
-            cleanup::warn_create_failed(&self.machine);
-            return Err(e.into());
+        match self.smolvm.create(&spec) {
+            Ok(notes) => {
+                for note in notes {
+                    self.transcript.line(&format!("smolvm: {note}"));
+                    ui::warn(format!("smolvm {note}"));
+                }
+            }
+            Err(e) => {
+                self.transcript.line(&format!("create failed: {e}"));
+                self.registry_lock = None;
+                cleanup::warn_create_failed(&self.machine);
+                return Err(e.into());
+            }
         }
         self.created = true;
         self.transcript.line("machine created");
