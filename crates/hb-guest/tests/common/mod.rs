@@ -33,7 +33,7 @@ pub fn require_tool(name: &str) -> Option<PathBuf> {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{why}");
     }
-    eprintln!("SKIP: {why}");
+    eprintln!("SKIPPED: {why}");
     None
 }
 
