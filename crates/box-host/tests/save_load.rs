@@ -52,6 +52,9 @@ mkdir -p $H/.hermes
 sqlite3 $H/.hermes/state.db "PRAGMA journal_mode=WAL; CREATE TABLE t(i INTEGER PRIMARY KEY, v TEXT); INSERT INTO t(v) VALUES('base');" >/dev/null
 printf '\nmodel = "user-choice"\n' >> $H/.codex/config.toml
 chown -R agent:agent $H/workspace $H/.hermes $H/.codex
+# Old, distinct mtimes on every path of the project (links themselves, dirs after their
+# contents): a restore that re-dates files cannot match the listing.
+find $H/workspace/proj -depth -exec sh -c 'i=0; for f; do i=$((i+1)); touch -h -d "@$((1000000000 + i * 3607))" "$f"; done' sh {} +
 "#;
 
 /// A connection that keeps 500 committed rows in the WAL only (no checkpoint) and stays
@@ -150,6 +153,8 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         "no smolvm call before refusing"
     );
     w.assert_running_unpaused("alpha");
+    // Before rm removes the row and the machine record: nothing leaked anywhere yet.
+    w.scan_secrets();
 
     // rm the source, load into another name.
     let rm = w.run(&["rm", "alpha", "--force"], &[]);
@@ -168,7 +173,10 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         load.stdout
     );
     let after = tree_listing(&w, "beta", PROJ);
-    assert_eq!(before, after, "every byte, mode, owner and link is back");
+    assert_eq!(
+        before, after,
+        "every byte, mode, owner, link and mtime is back"
+    );
     let git = w.sh(
         "beta",
         &format!("cd {PROJ}/repo && G='git -c safe.directory=*' && $G log --format=%s && $G fsck --strict 2>&1 && $G status --porcelain"),
