@@ -229,6 +229,7 @@ pub const HARNESS_ARGS: &str = "BOX_TEST_BACKUP_HARNESS_ARGS";
 pub fn harness(args: &[&str]) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
+        "--ignored",
         "--exact",
         "harness_entry",
         "--nocapture",
