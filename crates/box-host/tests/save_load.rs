@@ -263,6 +263,18 @@ fn seed_format_backup_loads() {
     std::fs::write(home.join("workspace/notes/todo.md"), "from the seed\n").unwrap();
     std::fs::create_dir_all(tree.join("logs")).unwrap();
     std::os::unix::fs::symlink("notes/todo.md", home.join("workspace/todo-link")).unwrap();
+    // Old, distinct times (links and dirs too), which GNU tar keeps: they must come back.
+    let touch = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "cd \"$1\" && touch -h -d @1000000000 workspace/notes/todo.md && \
+             touch -h -d @1000003607 workspace/todo-link && touch -h -d @1000007214 workspace/notes",
+        )
+        .arg("sh")
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(touch.success());
     let tgz = w.dir.path().join("seed.tgz");
     let st = Command::new("tar")
         .arg("czf")
@@ -286,6 +298,14 @@ fn seed_format_backup_loads() {
         "cat /data/home/agent/workspace/notes/todo.md; readlink /data/home/agent/workspace/todo-link; stat -c %U /data/home/agent/workspace/notes/todo.md",
     );
     assert_eq!(got, "from the seed\nnotes/todo.md\nagent\n");
+    let times = w.sh(
+        "restored",
+        "cd /data/home/agent/workspace && stat -c '%n %Y' notes/todo.md todo-link notes",
+    );
+    assert_eq!(
+        times, "notes/todo.md 1000000000\ntodo-link 1000003607\nnotes 1000007214\n",
+        "the seed archive's mtimes are restored"
+    );
     w.assert_running_unpaused("restored");
     w.assert_no_plaintext(&["restored"]);
     w.scan_secrets();
