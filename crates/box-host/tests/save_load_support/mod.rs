@@ -212,6 +212,10 @@ impl World {
         Command::new(sibling("smolvm-sim"))
             .args(args)
             .env("SMOLVM_SIM_HOME", self.sim_home())
+            .env(
+                "SMOLVM_SIM_RAW_CALL_LOG",
+                sim_support::raw_call_log(&self.sim_home()),
+            )
             .env_remove("SMOLVM_SIM_FAIL")
             .stdin(Stdio::null())
             .output()
