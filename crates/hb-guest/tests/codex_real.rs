@@ -38,7 +38,7 @@ fn codex_sends_the_token_from_its_env_file_as_the_authorization_header() {
 
     let client_home = b.dir.path().join("client-home");
     std::fs::create_dir_all(&client_home).unwrap();
-    let mut child = Command::new(&codex_bin)
+    let child = Command::new(&codex_bin)
         .args([
             "exec",
             "--skip-git-repo-check",
