@@ -6,10 +6,8 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup_support;
-#[path = "../../hb-guest/tests/export_import_support/mod.rs"]
-mod trees;
 
-use backup_support::{PASS, secret};
+use backup_support::{PASS, secret, trees};
 use box_host::backup::{load, save};
 use proptest::prelude::*;
 
@@ -21,6 +19,7 @@ proptest! {
         let t = tempfile::tempdir().unwrap();
         let src = t.path().join("src");
         trees::build(&src, &nodes);
+        trees::backdate(&src);
         let parts = t.path().join("parts");
         // Export names the links a restore would refuse and leaves them out...
         let opts = hb_guest::archive::export::ExportOptions::new(&src, &parts, 5000);

@@ -4,6 +4,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lifecycle_support;
+mod pty_support;
 
 use std::net::TcpListener;
 
@@ -93,6 +94,12 @@ fn full_lifecycle(version: &str) {
     let doctor = w.run(&["doctor"]);
     assert!(doctor.ok(), "{doctor}");
     assert!(doctor.stdout.contains("hb doctor passed"), "{doctor}");
+    assert!(
+        doctor
+            .stdout
+            .contains(&format!("published port {port} listens on 127.0.0.1 only")),
+        "{doctor}"
+    );
     assert!(
         doctor.stdout.contains(&format!(
             "host Executor MCP: healthy on http://127.0.0.1:{port}"
@@ -232,6 +239,25 @@ fn full_lifecycle(version: &str) {
         token.len()
     );
 
+    // Before rm removes the row and the machine record: neither the URL's token nor
+    // Executor's MCP token is in box's output, its state dir, or anything the simulator
+    // recorded (machine records, unredacted argv and env of every smolvm call).
+    let mcp_token = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "/usr/local/bin/hb",
+        "token",
+    ]);
+    assert!(mcp_token.status.success(), "hb token");
+    let mcp_token = String::from_utf8_lossy(&mcp_token.stdout)
+        .trim()
+        .to_string();
+    assert!(mcp_token.len() >= 16, "implausible MCP token");
+    w.assert_no_secrets(&[token.to_string(), mcp_token.clone()]);
+
     // rm: no terminal and no --force is refused; with --force the box is gone.
     let rm = w.run(&["rm", "alpha"]);
     assert_eq!(rm.code, Some(1), "{rm}");
@@ -334,6 +360,11 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     w.wait_for_call("machine create", std::time::Duration::from_secs(30));
     let ls = w.run(&["ls"]);
     assert!(ls.ok(), "{ls}");
+    let mut child = child;
+    assert!(
+        child.try_wait().unwrap().is_none(),
+        "box new finished before ls returned: ls was not shown to run beside it"
+    );
     let new = w.collect(child, "box new alpha");
     assert!(new.ok(), "{new}");
 
@@ -349,6 +380,65 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         "echo precious > /data/home/agent/workspace/keep.txt",
     ]);
     assert!(put.status.success());
+    let user_files = |w: &World| {
+        let out = w.sim(&[
+            "machine",
+            "exec",
+            "--name",
+            "alpha",
+            "--",
+            "sh",
+            "-c",
+            "cd /data/home/agent/workspace && find . -printf '%p %y %m %u %T@\\n' | sort && find . -type f -print0 | sort -z | xargs -0 -r sha256sum",
+        ]);
+        assert!(out.status.success());
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let files_before = user_files(&w);
+    // Break the box first: hb gone, Claude's executor entry gone, the login profile gone.
+    let claude_json = "/data/home/agent/.claude/.claude.json";
+    let got = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "cat",
+        claude_json,
+    ]);
+    assert!(got.status.success(), "no {claude_json}");
+    let mut claude: serde_json::Value = serde_json::from_slice(&got.stdout).unwrap();
+    assert!(
+        claude["mcpServers"]["executor"].is_object(),
+        "{claude_json} has no executor entry to break"
+    );
+    claude["mcpServers"]
+        .as_object_mut()
+        .unwrap()
+        .remove("executor");
+    let broken = base64(serde_json::to_string(&claude).unwrap().as_bytes());
+    let breaker = format!(
+        "set -e; rm /usr/local/bin/hb /etc/profile.d/hermes-box.sh; \
+         echo {broken} | base64 -d > {claude_json}; chown agent:agent {claude_json}"
+    );
+    let broke = w.sim(&[
+        "machine", "exec", "--name", "alpha", "--", "sh", "-c", &breaker,
+    ]);
+    assert!(
+        broke.status.success(),
+        "{}",
+        String::from_utf8_lossy(&broke.stderr)
+    );
+    let check = "test -x /usr/local/bin/hb && test -s /etc/profile.d/hermes-box.sh && \
+                 grep -q '\"executor\"' /data/home/agent/.claude/.claude.json";
+    let state = |w: &World| {
+        w.sim(&[
+            "machine", "exec", "--name", "alpha", "--", "sh", "-c", check,
+        ])
+        .status
+        .success()
+    };
+    assert!(!state(&w), "the box was not broken");
     let repair = w.run(&["repair", "alpha"]);
     assert!(repair.ok(), "{repair}");
     assert!(
@@ -366,6 +456,29 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         "/data/home/agent/workspace/keep.txt",
     ]);
     assert_eq!(String::from_utf8_lossy(&got.stdout), "precious\n");
+    assert!(
+        state(&w),
+        "repair left hb, the profile or Claude's executor entry missing"
+    );
+    let doctor = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "/usr/local/bin/hb",
+        "doctor",
+    ]);
+    assert!(
+        doctor.status.success(),
+        "hb doctor after repair: {}",
+        String::from_utf8_lossy(&doctor.stdout)
+    );
+    assert_eq!(
+        user_files(&w),
+        files_before,
+        "repair changed the user's files"
+    );
 
     // enter: starts a stopped box, attaches tmux session `main` as agent, on a real pty.
     let stop = w.run(&["stop", "alpha"]);
@@ -393,12 +506,24 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         std::thread::sleep(std::time::Duration::from_secs(4));
         let _ = stdin.write_all(b"echo hello-from-$(whoami)-in-$TMUX_PANE\r");
         std::thread::sleep(std::time::Duration::from_secs(1));
+        // The MCP token in the agent's login shell. TODO(issue 16 item 8): also
+        // `command -v claude codex executor hermes` once this world provisions the real
+        // /opt/hermes-box layout; today the tools come from HB_TOOL_PREFIX and are not on
+        // the login PATH (the line prints tools-0).
+        let _ = stdin.write_all(
+            b"echo token-${EXECUTOR_MCP_TOKEN:+set}-tools-$(command -v claude codex executor | wc -l)\r",
+        );
+        std::thread::sleep(std::time::Duration::from_secs(1));
         let _ = stdin.write_all(b"exit\r");
         std::thread::sleep(std::time::Duration::from_secs(3));
     });
     let enter = w.collect(child, "script box enter alpha");
     assert!(enter.ok(), "{enter}");
     assert!(enter.stdout.contains("hello-from-agent-in-%"), "{enter}");
+    assert!(
+        enter.stdout.contains("token-set-tools-"),
+        "EXECUTOR_MCP_TOKEN is not set in the agent's login shell: {enter}"
+    );
     assert_eq!(
         w.machines()[0],
         ("alpha".to_string(), "running".to_string())
@@ -473,9 +598,61 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     assert!(!create.contains(&"-p".to_string()), "{create:?}");
     let doctor = w.run_env(&["doctor", "gamma"], &[("INSTALL_EXECUTOR", "0")]);
     assert!(doctor.ok(), "{doctor}");
-    for name in ["alpha", "beta", "gamma"] {
+    // rm on a terminal: only the exact name deletes; a prefix or an empty line keeps the
+    // machine and its row.
+    let rm_typing = |w: &mut World, answer: &str| {
+        let mut pty = pty_support::spawn(w.command(&["rm", "alpha"], &[]));
+        pty.expect(
+            "Type the box name 'alpha' to delete it permanently: ",
+            std::time::Duration::from_secs(30),
+        );
+        pty.send(format!("{answer}\r").as_bytes());
+        let status = pty.wait(std::time::Duration::from_secs(120));
+        let shown = pty.shown();
+        w.transcript
+            .push_str(&format!("$ box rm alpha (typed {answer:?})\n{shown}\n"));
+        (status.code(), shown)
+    };
+    for answer in ["alph", "", "alpha ", "ALPHA"] {
+        let (code, shown) = rm_typing(&mut w, answer);
+        assert_eq!(code, Some(1), "typed {answer:?}: {shown}");
+        assert!(shown.contains("deletion cancelled"), "{shown}");
+        assert!(
+            w.machines().iter().any(|(n, _)| n == "alpha"),
+            "typed {answer:?}: the machine was deleted"
+        );
+        assert!(w.row_exists("alpha"), "typed {answer:?}: the row went");
+    }
+    let (code, shown) = rm_typing(&mut w, "alpha");
+    assert_eq!(code, Some(0), "{shown}");
+    assert!(shown.contains("deleted 'alpha'"), "{shown}");
+    assert!(!w.machines().iter().any(|(n, _)| n == "alpha"));
+    assert!(!w.row_exists("alpha"));
+    for name in ["beta", "gamma"] {
         let rm = w.run(&["rm", name, "--force"]);
         assert!(rm.ok(), "{rm}");
     }
     assert!(w.machines().is_empty());
+}
+
+/// Standard base64, for handing a file's bytes to a guest shell in an argument.
+fn base64(bytes: &[u8]) -> String {
+    const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
+    let mut out = String::new();
+    for chunk in bytes.chunks(3) {
+        let b = [
+            chunk[0],
+            *chunk.get(1).unwrap_or(&0),
+            *chunk.get(2).unwrap_or(&0),
+        ];
+        let n = (u32::from(b[0]) << 16) | (u32::from(b[1]) << 8) | u32::from(b[2]);
+        for i in 0..4 {
+            if i <= chunk.len() {
+                out.push(ABC[(n >> (18 - 6 * i)) as usize & 63] as char);
+            } else {
+                out.push('=');
+            }
+        }
+    }
+    out
 }

@@ -20,8 +20,10 @@ fn alpha() -> LockKey {
 }
 
 /// Entry point of a holder process: takes the lock (or reports why not), optionally spawns
-/// a long-lived child, then waits to be killed. Does nothing in a normal test run.
+/// a long-lived child, then waits to be killed. Ignored in a normal test run; the tests
+/// below re-run this binary with `--ignored --exact holder_entry`.
 #[test]
+#[ignore = "entry point of the lock holder child processes, not a test"]
 fn holder_entry() {
     let Ok(mode) = std::env::var(MODE) else {
         return;
@@ -45,7 +47,13 @@ fn holder_entry() {
 
 fn spawn_holder(home: &Path, mode: &str) -> (Child, Vec<String>) {
     let mut child = Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", "holder_entry", "--nocapture", "--test-threads=1"])
+        .args([
+            "--ignored",
+            "--exact",
+            "holder_entry",
+            "--nocapture",
+            "--test-threads=1",
+        ])
         .env(MODE, mode)
         .env("BOX_HOME", home)
         .stdout(Stdio::piped())

@@ -52,6 +52,9 @@ mkdir -p $H/.hermes
 sqlite3 $H/.hermes/state.db "PRAGMA journal_mode=WAL; CREATE TABLE t(i INTEGER PRIMARY KEY, v TEXT); INSERT INTO t(v) VALUES('base');" >/dev/null
 printf '\nmodel = "user-choice"\n' >> $H/.codex/config.toml
 chown -R agent:agent $H/workspace $H/.hermes $H/.codex
+# Old, distinct mtimes on every path of the project (links themselves, dirs after their
+# contents): a restore that re-dates files cannot match the listing.
+find $H/workspace/proj -depth -exec sh -c 'i=0; for f; do i=$((i+1)); touch -h -d "@$((1000000000 + i * 3607))" "$f"; done' sh {} +
 "#;
 
 /// A connection that keeps 500 committed rows in the WAL only (no checkpoint) and stays
@@ -150,6 +153,8 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         "no smolvm call before refusing"
     );
     w.assert_running_unpaused("alpha");
+    // Before rm removes the row and the machine record: nothing leaked anywhere yet.
+    w.scan_secrets();
 
     // rm the source, load into another name.
     let rm = w.run(&["rm", "alpha", "--force"], &[]);
@@ -168,7 +173,10 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         load.stdout
     );
     let after = tree_listing(&w, "beta", PROJ);
-    assert_eq!(before, after, "every byte, mode, owner and link is back");
+    assert_eq!(
+        before, after,
+        "every byte, mode, owner, link and mtime is back"
+    );
     let git = w.sh(
         "beta",
         &format!("cd {PROJ}/repo && G='git -c safe.directory=*' && $G log --format=%s && $G fsck --strict 2>&1 && $G status --porcelain"),
@@ -255,6 +263,18 @@ fn seed_format_backup_loads() {
     std::fs::write(home.join("workspace/notes/todo.md"), "from the seed\n").unwrap();
     std::fs::create_dir_all(tree.join("logs")).unwrap();
     std::os::unix::fs::symlink("notes/todo.md", home.join("workspace/todo-link")).unwrap();
+    // Old, distinct times (links and dirs too), which GNU tar keeps: they must come back.
+    let touch = Command::new("sh")
+        .arg("-c")
+        .arg(
+            "cd \"$1\" && touch -h -d @1000000000 workspace/notes/todo.md && \
+             touch -h -d @1000003607 workspace/todo-link && touch -h -d @1000007214 workspace/notes",
+        )
+        .arg("sh")
+        .arg(&home)
+        .status()
+        .unwrap();
+    assert!(touch.success());
     let tgz = w.dir.path().join("seed.tgz");
     let st = Command::new("tar")
         .arg("czf")
@@ -278,6 +298,14 @@ fn seed_format_backup_loads() {
         "cat /data/home/agent/workspace/notes/todo.md; readlink /data/home/agent/workspace/todo-link; stat -c %U /data/home/agent/workspace/notes/todo.md",
     );
     assert_eq!(got, "from the seed\nnotes/todo.md\nagent\n");
+    let times = w.sh(
+        "restored",
+        "cd /data/home/agent/workspace && stat -c '%n %Y' notes/todo.md todo-link notes",
+    );
+    assert_eq!(
+        times, "notes/todo.md 1000000000\ntodo-link 1000003607\nnotes 1000007214\n",
+        "the seed archive's mtimes are restored"
+    );
     w.assert_running_unpaused("restored");
     w.assert_no_plaintext(&["restored"]);
     w.scan_secrets();

@@ -31,6 +31,11 @@ enum Act {
     Signal(&'static str, &'static str, Signal),
     /// An injected smolvm fault (SMOLVM_SIM_FAIL), optionally with a short smolvm deadline.
     Fault(&'static str, Option<&'static str>),
+    /// In machine `.0`, the guest command of the exec call containing the needle has
+    /// started and is frozen mid-run (`exec:held@<needle>`) when the signal arrives: the
+    /// caller must kill the call (the guest command dies with it) and clean up what the
+    /// command had already done.
+    Held(&'static str, &'static str, Signal),
 }
 
 fn describe(act: &Act) -> String {
@@ -40,6 +45,9 @@ fn describe(act: &Act) -> String {
             "{spec}{}",
             cap.map(|c| format!(" (deadline {c}s)")).unwrap_or_default()
         ),
+        Act::Held(machine, needle, sig) => {
+            format!("{sig:?} while '{needle}' runs in {machine}")
+        }
     }
 }
 
@@ -77,13 +85,49 @@ fn run_case(w: &World, args: &[&str], act: Act, env: &[(&str, &str)]) -> save_lo
             }
             run
         }
+        Act::Held(machine, needle, sig) => {
+            let spec = format!("exec:held@{needle}");
+            let mut e: Vec<(&str, &str)> = env.to_vec();
+            e.push(("SMOLVM_SIM_FAIL", &spec));
+            e.push(("SMOLVM_SIM_SLOW_SECS", "20"));
+            let from = w.calls().len();
+            let child = w.spawn(args, &e);
+            let pid = nix::unistd::Pid::from_raw(child.id() as i32);
+            assert!(
+                w.wait_for_call(from, needle, 120),
+                "the call '{needle}' never came ({})",
+                describe(&act)
+            );
+            // The guest command is there (frozen mid-run), so the signal lands on a
+            // command that has started its work.
+            let started = (0..200).any(|_| {
+                std::thread::sleep(std::time::Duration::from_millis(50));
+                !guest_processes(w, machine, needle).is_empty()
+            });
+            assert!(started, "'{needle}' never ran in {machine}");
+            nix::sys::signal::kill(pid, sig).unwrap();
+            w.finish(args, child, 240)
+        }
     }
+}
+
+/// Command lines of the processes in `machine` whose argv contains `needle` (the probe
+/// itself left out).
+fn guest_processes(w: &World, machine: &str, needle: &str) -> Vec<String> {
+    let (_, out) = w.sh_any(
+        machine,
+        "for p in /proc/[0-9]*; do c=$(tr '\\0' ' ' < $p/cmdline 2>/dev/null) && echo \"$c\"; done",
+    );
+    out.lines()
+        .filter(|l| l.contains(needle) && !l.contains("/proc/[0-9]"))
+        .map(String::from)
+        .collect()
 }
 
 fn expected_code(act: &Act) -> Option<i32> {
     match act {
         Act::Signal(_, _, Signal::SIGKILL) => None,
-        Act::Signal(_, _, sig) => Some(128 + *sig as i32),
+        Act::Signal(_, _, sig) | Act::Held(_, _, sig) => Some(128 + *sig as i32),
         Act::Fault(..) => Some(1),
     }
 }
@@ -120,6 +164,9 @@ fn save_cases() -> Vec<Act> {
             Act::Fault("cp:truncate@/part-000001", None),
             Act::Fault("cp:always@/part-000001", None),
             Act::Fault("exec:always@rm -rf -- /root/hb-save-", None),
+            Act::Held("alpha", "hb quiesce", Signal::SIGINT),
+            Act::Held("alpha", "hb export", Signal::SIGINT),
+            Act::Held("alpha", "hb export", Signal::SIGTERM),
         ]);
     } else {
         cases.extend([
@@ -129,6 +176,8 @@ fn save_cases() -> Vec<Act> {
             Act::Signal("cp", "/part-000000", Signal::SIGKILL),
             Act::Fault("cp:truncate@/part-000001", None),
             Act::Fault("exec:hang@hb export", Some("8")),
+            Act::Held("alpha", "hb quiesce", Signal::SIGTERM),
+            Act::Held("alpha", "hb export", Signal::SIGINT),
         ]);
     }
     cases
@@ -167,6 +216,8 @@ fn load_cases() -> Vec<Act> {
             Act::Fault("exec:always@hb import", None),
             Act::Fault("exec:hang@hb import", Some("8")),
             Act::Fault("exec:always@hb resume", None),
+            Act::Held("victim", "hb import", Signal::SIGINT),
+            Act::Held("victim", "provision.sh", Signal::SIGTERM),
         ]);
     } else {
         cases.extend([
@@ -175,6 +226,7 @@ fn load_cases() -> Vec<Act> {
             Act::Signal("exec", "hb import", Signal::SIGKILL),
             Act::Fault("start:always", None),
             Act::Fault("exec:hang@hb import", Some("8")),
+            Act::Held("victim", "hb import", Signal::SIGTERM),
         ]);
     }
     cases
@@ -254,6 +306,13 @@ fn save_fault_matrix() {
         }
         w.assert_no_plaintext(&["alpha"]);
         w.assert_running_unpaused("alpha");
+        if let Act::Held(machine, needle, _) = act {
+            let left = guest_processes(&w, machine, needle);
+            assert!(
+                left.is_empty(),
+                "{what}: still running in the guest: {left:?}"
+            );
+        }
         assert_eq!(w.machines().len(), 1, "{what}: no other VM");
     }
     // A resume that fails: the backup is complete and verified and published, and the

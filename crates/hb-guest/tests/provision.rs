@@ -57,7 +57,7 @@ fn scripts_are_well_formed() {
         Err(_) if std::env::var("CI").is_ok_and(|v| v == "true") => {
             panic!("shellcheck is not installed (scripts/setup.sh installs it)")
         }
-        Err(_) => eprintln!("SKIP shellcheck: not installed"),
+        Err(_) => eprintln!("SKIPPED: shellcheck is not installed"),
     }
 
     let script = read("provision.sh");
@@ -153,14 +153,22 @@ if in_box /bin/bash /opt/hermes-box/provision/provision.sh; then echo "unexpecte
 #[test]
 fn provisioning_runs_twice_in_an_overlay_and_changes_nothing_the_second_time() {
     if std::env::var("HB_SKIP_PROVISION_TEST").is_ok_and(|v| v == "1") {
-        eprintln!("SKIP: HB_SKIP_PROVISION_TEST=1");
+        {
+            // Written past libtest's capture (eprintln! of a passing test is hidden).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: HB_SKIP_PROVISION_TEST=1");
+        }
         return;
     }
     if let Err(why) = overlay_usable() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("the provisioning test needs root and mount namespaces: {why}");
         }
-        eprintln!("SKIP: {why}");
+        {
+            // Written past libtest's capture (eprintln! of a passing test is hidden).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        }
         return;
     }
     if common::require_tool("executor").is_none() {
@@ -239,7 +247,11 @@ fn hermes_step_installs_from_pypi_when_the_installer_is_unreachable() {
         if std::env::var("CI").is_ok_and(|v| v == "true") {
             panic!("{why}");
         }
-        eprintln!("SKIP: {why}");
+        {
+            // Written past libtest's capture (eprintln! of a passing test is hidden).
+            use std::io::Write as _;
+            let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+        }
         return;
     }
     let dir = tempfile::tempdir().unwrap();

@@ -2,6 +2,12 @@
 //! `{"argv":[...],"env":{"SMOLVM_SIM_FAIL":..,"SMOLVM_SIM_VERSION":..},"pid":N,"ts":UNIX}`.
 //! `argv[0]` is the program as invoked. Values of `-e/--env KEY=VALUE` whose KEY contains
 //! TOKEN, PASS, SECRET or KEY are replaced by `<redacted>`.
+//!
+//! TEST-ONLY: with `SMOLVM_SIM_RAW_CALL_LOG=<file>` every invocation is also appended there
+//! unredacted, argv and the whole environment, one JSON line each. That is what `ps` and
+//! `/proc/<pid>/environ` show of a real smolvm call (and what its machine DB keeps), so
+//! secret scans must read it: the redacted log above would hide `-e EXECUTOR_MCP_TOKEN=…`.
+//! Real smolvm has no such switch; nothing but tests may set it.
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
@@ -61,6 +67,7 @@ pub fn redact(argv: &[String]) -> Vec<String> {
 /// Append this invocation to the log. Failures are ignored: logging must never change
 /// what the caller observes.
 pub fn record(argv: &[String]) {
+    record_raw_for_tests(argv);
     let home = crate::registry::home();
     if std::fs::create_dir_all(&home).is_err() {
         return;
@@ -86,6 +93,34 @@ pub fn record(argv: &[String]) {
         .append(true)
         .mode(0o600)
         .open(home.join("calls.jsonl"))
+    {
+        let _ = f.write_all(s.as_bytes());
+    }
+}
+
+/// TEST-ONLY: the unredacted line for `SMOLVM_SIM_RAW_CALL_LOG` (see the module doc).
+fn record_raw_for_tests(argv: &[String]) {
+    let Some(path) = std::env::var_os("SMOLVM_SIM_RAW_CALL_LOG").filter(|p| !p.is_empty()) else {
+        return;
+    };
+    let env: serde_json::Map<String, serde_json::Value> = std::env::vars_os()
+        .map(|(k, v)| {
+            (
+                k.to_string_lossy().into_owned(),
+                serde_json::Value::String(v.to_string_lossy().into_owned()),
+            )
+        })
+        .collect();
+    let line = serde_json::json!({ "argv": argv, "env": env, "pid": std::process::id() });
+    let Ok(mut s) = serde_json::to_string(&line) else {
+        return;
+    };
+    s.push('\n');
+    if let Ok(mut f) = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .mode(0o600)
+        .open(path)
     {
         let _ = f.write_all(s.as_bytes());
     }

@@ -24,6 +24,9 @@ pub enum Action {
     Truncate,
     /// `delete`: the data dir cannot be removed.
     Datadir,
+    /// `exec`: start the guest command, then hold this client (see [`hold_started`]), so a
+    /// signal to the caller lands while the guest command is mid-run.
+    Held,
 }
 
 #[derive(Debug, Clone)]
@@ -90,6 +93,7 @@ impl Faults {
                 "slow" => Some(Action::Slow),
                 "truncate" => Some(Action::Truncate),
                 "datadir" => Some(Action::Datadir),
+                "held" => Some(Action::Held),
                 "once" => counted(&s.raw, 1).then_some(Action::Fail),
                 n => match n.parse::<u64>() {
                     Ok(k) => counted(&s.raw, k).then_some(Action::Fail),
@@ -148,6 +152,36 @@ pub fn slow() {
     std::thread::sleep(std::time::Duration::from_secs_f64(secs.max(0.0)));
 }
 
+/// `exec:held`, once the guest command (process group `pgid`, from its setsid) started:
+/// let it run SMOLVM_SIM_HELD_RUN_SECS (default 0.1), freeze it there (SIGSTOP), hold this
+/// client for SMOLVM_SIM_SLOW_SECS (default 3), then let it go on (SIGCONT) and return to
+/// the normal wait. The freeze is what makes "mid-run" deterministic: the command has done
+/// part of its work (an export's first parts, a quiesce's record) and not the rest. The
+/// guest command was started with PR_SET_PDEATHSIG=SIGKILL, so a caller that kills this
+/// client mid-hold kills the guest command too, as the teardown of real smolvm's exec
+/// session does.
+pub fn hold_started(pgid: i32) {
+    let secs = |var: &str, default: f64| {
+        std::env::var(var)
+            .ok()
+            .and_then(|v| v.parse::<f64>().ok())
+            .unwrap_or(default)
+            .max(0.0)
+    };
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs(
+        "SMOLVM_SIM_HELD_RUN_SECS",
+        0.1,
+    )));
+    // SAFETY: signals to the process group the guest command created with setsid.
+    unsafe { libc::kill(-pgid, libc::SIGSTOP) };
+    std::thread::sleep(std::time::Duration::from_secs_f64(secs(
+        "SMOLVM_SIM_SLOW_SECS",
+        3.0,
+    )));
+    // SAFETY: as above.
+    unsafe { libc::kill(-pgid, libc::SIGCONT) };
+}
+
 /// Block forever (until a signal kills us).
 pub fn hang() -> ! {
     loop {
@@ -169,6 +203,8 @@ mod tests {
         assert_eq!(f.check("cp"), Some(Action::Truncate));
         assert_eq!(f.check("delete"), Some(Action::After));
         assert_eq!(f.check("start"), None);
+        let h = Faults::parse("exec:held@hb export", "machine exec -- hb export".into());
+        assert_eq!(h.check("exec"), Some(Action::Held));
         assert_eq!(f.state_override("box-a1").as_deref(), Some("unreachable"));
         assert_eq!(f.state_override("other"), None);
         let g = Faults::parse(

@@ -12,6 +12,7 @@ use box_proto::BoxName;
 use super::Context;
 use crate::lifecycle::guest;
 use crate::lifecycle::host_checks::{self, Check, Status};
+use crate::lifecycle::listeners;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
@@ -243,7 +244,14 @@ fn box_checks(
             true
         }
     };
-    guest_ok && host_ok
+    // Whatever runs behind it: a published port must answer on loopback only.
+    let port_ok = record.web_port.is_none_or(|port| {
+        let check = listeners::check(s, port);
+        let ok = check.status != Status::Fail;
+        checks.push(check);
+        ok
+    });
+    guest_ok && host_ok && port_ok
 }
 
 /// Runs `hb doctor` and records the result. Returns whether it passed.

@@ -4,7 +4,7 @@
 //! `guest_assets` (which hb and provision/ to copy), `provisioning` (copy, provision, init,
 //! wire, health), `progress` (step lines and transcripts), `readiness` (bounded waits after a
 //! start), `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's
-//! host half).
+//! host half), `listeners` (doctor's loopback-only check of a published port).
 //!
 //! Environment knobs (besides `SMOLVM`, `BOX_HOME`, `BOX_CONFIG`):
 //! * `BOX_HB_BINARY`: the `hb` to install in guests (default: beside `box`);
@@ -21,6 +21,7 @@ pub mod cleanup;
 pub mod guest;
 pub mod guest_assets;
 pub mod host_checks;
+pub mod listeners;
 pub mod ports;
 pub mod progress;
 pub mod provisioning;

@@ -378,8 +378,14 @@ mod tests {
 
     #[test]
     fn a_slow_call_is_killed_with_its_children_and_named() {
+        let dir = tempfile::tempdir().unwrap();
+        let pid_file = dir.path().join("child.pid");
+        let script = format!(
+            "sleep 30 & echo $! > '{}'; sleep 30; wait",
+            pid_file.display()
+        );
         let start = Instant::now();
-        let err = sh("sleep 30 & sleep 30; wait", Duration::from_millis(300)).unwrap_err();
+        let err = sh(&script, Duration::from_millis(300)).unwrap_err();
         assert!(
             start.elapsed() < Duration::from_secs(5),
             "{:?}",
@@ -388,6 +394,24 @@ mod tests {
         assert_eq!(
             err.to_string(),
             "`test call` did not finish within 0.3s and was stopped; smolvm may be hung (see `box doctor`)"
+        );
+        // The background child died with the call: gone, or a zombie awaiting its reaper.
+        let pid = std::fs::read_to_string(&pid_file).unwrap();
+        let stat = format!("/proc/{}/stat", pid.trim());
+        let dead = || {
+            std::fs::read_to_string(&stat).map_or(true, |s| {
+                s.rsplit_once(')')
+                    .is_some_and(|(_, rest)| rest.trim_start().starts_with('Z'))
+            })
+        };
+        let deadline = Instant::now() + Duration::from_secs(3);
+        while !dead() && Instant::now() < deadline {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        assert!(
+            dead(),
+            "the call's background child {} still runs",
+            pid.trim()
         );
     }
 

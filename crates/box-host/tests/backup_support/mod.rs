@@ -2,6 +2,8 @@
 #![allow(dead_code, clippy::unwrap_used, clippy::expect_used)]
 
 pub mod harness;
+#[path = "../../../hb-guest/tests/export_import_support/mod.rs"]
+pub mod trees;
 
 use std::collections::BTreeMap;
 use std::fs;
@@ -56,6 +58,8 @@ pub fn sample_tree(root: &Path) {
     fs::write(home.join(".hermes/state.db-wal"), b"wal").unwrap();
     fs::write(root.join("logs/executor.log"), "started\n").unwrap();
     fs::set_permissions(root.join("logs"), fs::Permissions::from_mode(0o750)).unwrap();
+    // Old, distinct times on everything: a restore that re-dates files shows.
+    trees::backdate(root);
 }
 
 /// `hb export` through the library.
@@ -99,10 +103,14 @@ pub fn gzip(bytes: &[u8]) -> Vec<u8> {
     e.finish().unwrap()
 }
 
-/// What a tree holds, for byte-for-byte comparison: kind, permission bits, content or target.
-pub fn snapshot(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
+/// Per path: kind, permission bits, content or target, mtime (whole seconds).
+pub type Tree = BTreeMap<String, (char, u32, Vec<u8>, i64)>;
+
+/// What a tree holds, for byte-for-byte comparison: kind, permission bits, content or
+/// target, and modification time (of links themselves too).
+pub fn snapshot(root: &Path) -> Tree {
     let mut out = BTreeMap::new();
-    fn walk(root: &Path, dir: &Path, out: &mut BTreeMap<String, (char, u32, Vec<u8>)>) {
+    fn walk(root: &Path, dir: &Path, out: &mut Tree) {
         let mut names: Vec<_> = fs::read_dir(dir)
             .unwrap()
             .map(|e| e.unwrap().path())
@@ -112,14 +120,16 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
             let rel = p.strip_prefix(root).unwrap().to_string_lossy().into_owned();
             let m = fs::symlink_metadata(&p).unwrap();
             let mode = m.mode() & 0o7777;
+            let time = m.mtime();
             if m.file_type().is_symlink() {
                 let t = fs::read_link(&p).unwrap();
-                out.insert(rel, ('l', 0, t.as_os_str().as_encoded_bytes().to_vec()));
+                let t = t.as_os_str().as_encoded_bytes().to_vec();
+                out.insert(rel, ('l', 0, t, time));
             } else if m.is_dir() {
-                out.insert(rel, ('d', mode, Vec::new()));
+                out.insert(rel, ('d', mode, Vec::new(), time));
                 walk(root, &p, out);
             } else {
-                out.insert(rel, ('f', mode, fs::read(&p).unwrap()));
+                out.insert(rel, ('f', mode, fs::read(&p).unwrap(), time));
             }
         }
     }
@@ -128,7 +138,7 @@ pub fn snapshot(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
 }
 
 /// The tree a backup of `root` should reproduce: the snapshot minus the excludes.
-pub fn expected_after_excludes(root: &Path) -> BTreeMap<String, (char, u32, Vec<u8>)> {
+pub fn expected_after_excludes(root: &Path) -> Tree {
     snapshot(root)
         .into_iter()
         .filter(|(k, _)| {
@@ -219,6 +229,7 @@ pub const HARNESS_ARGS: &str = "BOX_TEST_BACKUP_HARNESS_ARGS";
 pub fn harness(args: &[&str]) -> Command {
     let mut cmd = Command::new(std::env::current_exe().unwrap());
     cmd.args([
+        "--ignored",
         "--exact",
         "harness_entry",
         "--nocapture",

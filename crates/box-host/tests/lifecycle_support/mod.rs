@@ -102,6 +102,10 @@ impl World {
             // image (the first-run test is the one that takes the user's path).
             .env("SMOLVM_SIM_HOST_USERLAND", "1")
             .env("SMOLVM_SIM_VERSION", &self.version)
+            .env(
+                "SMOLVM_SIM_RAW_CALL_LOG",
+                sim_support::raw_call_log(&self.sim_home),
+            )
             .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")
             .env_remove("SMOLVM_SIM_FAIL")
@@ -233,6 +237,15 @@ impl World {
             "no smolvm call with {needle:?} within {timeout:?}; calls:\n{}",
             self.calls_text()
         );
+    }
+
+    /// Asserts none of `secrets` is in box's output, anywhere in its state dir, or in what
+    /// the simulator recorded (machine records, redacted and unredacted call logs). Call it
+    /// before `box rm` removes the rows and records.
+    pub fn assert_no_secrets(&self, secrets: &[String]) {
+        let mut surfaces = sim_support::secret_surfaces(&self.home, &self.sim_home);
+        surfaces.push(("box output".into(), self.transcript.clone()));
+        sim_support::assert_no_secrets(&surfaces, secrets);
     }
 
     /// Every log file box wrote, concatenated.

@@ -141,6 +141,10 @@ impl World {
             // Fast-test shortcut, named: guests run on this host's userland, not a pristine
             // image (the first-run test is the one that takes the user's path).
             .env("SMOLVM_SIM_HOST_USERLAND", "1")
+            .env(
+                "SMOLVM_SIM_RAW_CALL_LOG",
+                sim_support::raw_call_log(&self.sim_home()),
+            )
             .env("TMPDIR", self.tmp())
             .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")
@@ -211,6 +215,10 @@ impl World {
         Command::new(sibling("smolvm-sim"))
             .args(args)
             .env("SMOLVM_SIM_HOME", self.sim_home())
+            .env(
+                "SMOLVM_SIM_RAW_CALL_LOG",
+                sim_support::raw_call_log(&self.sim_home()),
+            )
             .env_remove("SMOLVM_SIM_FAIL")
             .stdin(Stdio::null())
             .output()
@@ -362,29 +370,15 @@ impl World {
         v
     }
 
-    /// The passphrase and every token seen: never in what box printed, its logs or the
-    /// simulator's call log.
+    /// The passphrase and every token seen: never in what box printed, anywhere in its
+    /// state dir (rows, logs, scratch), nor in what the simulator recorded (machine
+    /// records, the redacted and the unredacted call log: argv and env as `ps` shows them).
     pub fn scan_secrets(&self) {
         let mut secrets = self.secrets.borrow().clone();
         secrets.push(self.passphrase.clone());
-        let mut texts = vec![("box output".to_string(), self.transcript.borrow().clone())];
-        texts.push((
-            "call log".into(),
-            std::fs::read_to_string(self.sim_home().join("calls.jsonl")).unwrap_or_default(),
-        ));
-        if let Ok(rd) = std::fs::read_dir(self.home().join("logs")) {
-            for e in rd.flatten() {
-                texts.push((
-                    e.path().display().to_string(),
-                    std::fs::read_to_string(e.path()).unwrap_or_default(),
-                ));
-            }
-        }
-        for (what, text) in &texts {
-            for s in &secrets {
-                assert!(!text.contains(s.as_str()), "a secret leaked into {what}");
-            }
-        }
+        let mut surfaces = sim_support::secret_surfaces(&self.home(), &self.sim_home());
+        surfaces.push(("box output".into(), self.transcript.borrow().clone()));
+        sim_support::assert_no_secrets(&surfaces, &secrets);
     }
 
     /// `gpg --symmetric` of `plain` with the world's passphrase on fd 3 (never argv).
@@ -448,6 +442,7 @@ pub fn tree_listing(w: &World, machine: &str, root: &str) -> String {
         machine,
         &format!(
             "cd {root} && find . -printf '%p %y %m %u:%g %s %l\\n' | sort && \
+             find . -print0 | sort -z | xargs -0 -r stat -c 'mtime %n %Y' && \
              find . -type f -print0 | sort -z | xargs -0 -r sha256sum"
         ),
     )

@@ -67,7 +67,11 @@ pub fn prerequisites(suite: &str, commands: &[&str]) -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{why}");
     }
-    eprintln!("SKIPPED: {why}");
+    {
+        // Written past libtest's capture (eprintln! of a passing test is hidden).
+        use std::io::Write as _;
+        let _ = writeln!(std::io::stderr(), "SKIPPED: {why}");
+    }
     false
 }
 
@@ -156,4 +160,66 @@ pub fn logged_calls(sim_home: &Path) -> Vec<Vec<String>> {
                 .unwrap_or_default()
         })
         .collect()
+}
+
+/// File name (under the simulator home) of the simulator's TEST-ONLY unredacted call log:
+/// argv and environment of every smolvm call, as `ps` and /proc/<pid>/environ show them.
+pub const RAW_CALL_LOG: &str = "raw-calls.jsonl";
+
+/// `SMOLVM_SIM_RAW_CALL_LOG` for a world whose simulator home is `sim_home`.
+pub fn raw_call_log(sim_home: &Path) -> PathBuf {
+    sim_home.join(RAW_CALL_LOG)
+}
+
+/// Every place a secret could leak to on the host, as `(what, text)`: every file of box's
+/// state dir (registry rows, locks, logs, scratch), the simulator's machine records (its
+/// "DB": create flags and env), its redacted and unredacted call logs. The guests' disks
+/// (`vms/`) are left out: the guest is where the token belongs. Read before anything is
+/// removed, so `box rm` cannot hide a leak.
+pub fn secret_surfaces(state_dir: &Path, sim_home: &Path) -> Vec<(String, String)> {
+    fn walk(dir: &Path, skip: &[&str], out: &mut Vec<(String, String)>) {
+        let Ok(rd) = std::fs::read_dir(dir) else {
+            return;
+        };
+        for e in rd.flatten() {
+            let p = e.path();
+            let name = e.file_name().to_string_lossy().into_owned();
+            let Ok(m) = std::fs::symlink_metadata(&p) else {
+                continue;
+            };
+            if m.is_dir() {
+                if !skip.contains(&name.as_str()) {
+                    walk(&p, &[], out);
+                }
+            } else if m.is_file() && m.len() < (8 << 20) {
+                let bytes = std::fs::read(&p).unwrap_or_default();
+                out.push((
+                    p.display().to_string(),
+                    String::from_utf8_lossy(&bytes).into_owned(),
+                ));
+            }
+        }
+    }
+    let mut out = Vec::new();
+    walk(state_dir, &[], &mut out);
+    walk(sim_home, &["vms"], &mut out);
+    // Any smolvm call at all (the redacted log) must have its unredacted line too.
+    let logged = |name: &str| out.iter().any(|(p, _)| p.ends_with(name));
+    assert!(
+        !logged("calls.jsonl") || logged(RAW_CALL_LOG),
+        "the simulator wrote no unredacted call log ({RAW_CALL_LOG}): the scan would see nothing"
+    );
+    out
+}
+
+/// Asserts that no `secret` appears in any of `surfaces` (the value is never printed).
+pub fn assert_no_secrets(surfaces: &[(String, String)], secrets: &[String]) {
+    for (what, text) in surfaces {
+        for (i, s) in secrets.iter().enumerate() {
+            assert!(
+                s.is_empty() || !text.contains(s.as_str()),
+                "secret #{i} leaked into {what}"
+            );
+        }
+    }
 }

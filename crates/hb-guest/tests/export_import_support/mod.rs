@@ -98,9 +98,48 @@ pub fn build(root: &Path, nodes: &[Node]) {
     }
 }
 
-pub type Snapshot = BTreeMap<String, (char, u32, Vec<u8>)>;
+/// Per path: kind, permission bits, content (or link target), modification time (whole
+/// seconds: what a tar header keeps).
+pub type Snapshot = BTreeMap<String, (char, u32, Vec<u8>, i64)>;
 
-/// Kind, permission bits and content (or link target) of every path under `root`,
+/// Gives every path under `root` (files, dirs, links themselves) its own modification time,
+/// years in the past, children before their directory, so a restore that re-dates files
+/// (to "now" or to one shared time) cannot pass a comparison of [`snapshot`]s.
+pub fn backdate(root: &Path) {
+    fn walk(dir: &Path, n: &mut i64) {
+        let mut names: Vec<_> = fs::read_dir(dir)
+            .unwrap()
+            .map(|e| e.unwrap().path())
+            .collect();
+        names.sort();
+        for p in names {
+            let m = fs::symlink_metadata(&p).unwrap();
+            if m.is_dir() {
+                walk(&p, n);
+            }
+            *n += 1;
+            set_mtime_nofollow(&p, 1_000_000_000 + *n * 3_607);
+        }
+    }
+    walk(root, &mut 0);
+}
+
+/// `utimensat(AT_SYMLINK_NOFOLLOW)`: a link's own time, never its target's.
+pub fn set_mtime_nofollow(p: &Path, secs: i64) {
+    use nix::sys::stat::{UtimensatFlags, utimensat};
+    use nix::sys::time::TimeSpec;
+    let t = TimeSpec::new(secs, 0);
+    utimensat(
+        nix::fcntl::AT_FDCWD,
+        p,
+        &t,
+        &t,
+        UtimensatFlags::NoFollowSymlink,
+    )
+    .unwrap_or_else(|e| panic!("set mtime of {}: {e}", p.display()));
+}
+
+/// Kind, permission bits, content (or link target) and mtime of every path under `root`,
 /// leaving out what a backup excludes and the root's own entry.
 pub fn snapshot(root: &Path) -> Snapshot {
     fn walk(root: &Path, dir: &Path, out: &mut Snapshot) {
@@ -116,17 +155,19 @@ pub fn snapshot(root: &Path) -> Snapshot {
             }
             let m = fs::symlink_metadata(&p).unwrap();
             let mode = m.mode() & 0o7777;
+            let t = m.mtime();
             if m.file_type().is_symlink() {
-                let t = fs::read_link(&p).unwrap();
-                out.insert(rel, ('l', 0, t.as_os_str().as_encoded_bytes().to_vec()));
+                let target = fs::read_link(&p).unwrap();
+                let target = target.as_os_str().as_encoded_bytes().to_vec();
+                out.insert(rel, ('l', 0, target, t));
             } else if m.is_dir() {
-                out.insert(rel, ('d', mode, Vec::new()));
+                out.insert(rel, ('d', mode, Vec::new(), t));
                 walk(root, &p, out);
             } else if m.is_file() {
-                out.insert(rel, ('f', mode, fs::read(&p).unwrap()));
+                out.insert(rel, ('f', mode, fs::read(&p).unwrap(), t));
             } else {
                 // FIFOs and other specials: never opened (a FIFO would block).
-                out.insert(rel, ('s', mode, Vec::new()));
+                out.insert(rel, ('s', mode, Vec::new(), t));
             }
         }
     }
@@ -141,6 +182,17 @@ pub fn without_mode_of(mut s: Snapshot, keys: &[&str]) -> Snapshot {
     for k in keys {
         if let Some(v) = s.get_mut(*k) {
             v.1 = 0;
+        }
+    }
+    s
+}
+
+/// Leaves out the mtime of `keys`: directories the import itself writes into after
+/// extraction (the re-armed pause marker's), whose times the restore cannot keep.
+pub fn without_mtime_of(mut s: Snapshot, keys: &[&str]) -> Snapshot {
+    for k in keys {
+        if let Some(v) = s.get_mut(*k) {
+            v.3 = 0;
         }
     }
     s

@@ -40,7 +40,16 @@ pub fn shell(ctx: &Ctx, c: ShellCmd) -> VerbResult {
         .map_err(|e| agent("resolve secrets", e))?;
     let env = guest_env(&r.env, &secrets);
     let fresh = fresh_container(ctx, &r);
-    run_in_guest(&r, &argv, env, r.workdir.clone(), None, Io::Tty, fresh)
+    run_in_guest(
+        &r,
+        &argv,
+        env,
+        r.workdir.clone(),
+        None,
+        Io::Tty,
+        fresh,
+        false,
+    )
 }
 
 pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
@@ -69,7 +78,8 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
     let env = guest_env(&r.env, &extra);
     let workdir = c.workdir.clone().or_else(|| r.workdir.clone());
     let fresh = fresh_container(ctx, &r);
-    let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io, fresh)?;
+    let held = fault == Some(Action::Held);
+    let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io, fresh, held)?;
     if fault == Some(Action::After) {
         return Err(crate::fault_error("exec", &name));
     }
@@ -154,6 +164,8 @@ fn guest_pty(init_pid: i32) -> Result<(OwnedFd, u32), SimError> {
     }
 }
 
+// `held` (the exec:held fault) is the eighth; a struct would churn every call site.
+#[allow(clippy::too_many_arguments)]
 fn run_in_guest(
     r: &Record,
     argv: &[String],
@@ -162,6 +174,7 @@ fn run_in_guest(
     timeout: Option<Duration>,
     io: Io,
     fresh_container: bool,
+    held: bool,
 ) -> VerbResult {
     let init_pid = r
         .init_pid
@@ -221,6 +234,10 @@ fn run_in_guest(
                 return Err(std::io::Error::last_os_error());
             }
             libc::setsid();
+            if held {
+                // The `exec:held` fault: killed with this client (crate::faults::hold_started).
+                libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL);
+            }
             if let Some(p) = &slave_path {
                 let s = libc::open(p.as_ptr(), libc::O_RDWR);
                 if s < 0 {
@@ -267,6 +284,9 @@ fn run_in_guest(
         let _ = child.wait();
     }
     let watch = watch?;
+    if held {
+        crate::faults::hold_started(pid);
+    }
     let timed_out = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     if let Some(t) = timeout {
