@@ -45,6 +45,9 @@ else
     echo "demo: the simulator needs root (namespaces, overlay mounts); run: sudo just demo" >&2
     exit 1
   fi
+  # The simulator boots pristine images by default; the demo (for now) opts into its named
+  # fast-test shortcut, a guest on this host's userland, so it provisions offline.
+  export SMOLVM_SIM_HOST_USERLAND=1
   # Provision from the tools this host already has (scripts/setup.sh), so the demo needs
   # no network; without them provisioning installs from npm.
   {

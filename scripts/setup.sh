@@ -181,4 +181,23 @@ fi
 apt_ensure "GNU time, for the save/load benchmark" time
 # --- end save/load (issue 6) ---
 
+# --- simulator images (issue 11) ---
+# smolvm-sim guests boot pristine images built from the Debian archive (minbase, as the OCI
+# debian images are): debian:12 and debian:13, the stand-in for ubuntu:24.04/26.04. The
+# recipe is the simulator's own (crates/smolvm-sim/src/image/build-image.sh); it builds into
+# a temp dir, renames into /var/cache/smolvm-sim/images (SMOLVM_SIM_IMAGES overrides) under
+# a flock, and does nothing for an image already there. Cold: ~45-65 s and ~130-180 MiB each.
+apt_ensure "smolvm-sim images" mmdebstrap debian-archive-keyring
+sim_images=${SMOLVM_SIM_IMAGES:-/var/cache/smolvm-sim/images}
+for sim_image in debian:12 debian:13; do
+  if [ -d "$sim_images/${sim_image//:/_}/rootfs" ]; then
+    log "smolvm-sim image $sim_image: cached in $sim_images"
+  else
+    log "building smolvm-sim image $sim_image into $sim_images (mmdebstrap, about a minute)"
+    as_root bash "$(dirname "$0")/../crates/smolvm-sim/src/image/build-image.sh" "$sim_images" "$sim_image" |
+      sed -n 's/^progress 100 /    /p'
+  fi
+done
+# --- end simulator images (issue 11) ---
+
 log "setup complete"

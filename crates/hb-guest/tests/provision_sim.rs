@@ -36,6 +36,8 @@ impl Machine {
         Command::new(&self.sim)
             .args(args)
             .env("SMOLVM_SIM_HOME", self.home.path())
+            // Fast-test shortcut, named: the guest runs on this host's userland.
+            .env("SMOLVM_SIM_HOST_USERLAND", "1")
             .env_remove("SMOLVM_SIM_FAIL")
             .output()
             .unwrap()

@@ -157,6 +157,14 @@ pub struct Record {
     pub gpu_vram_mib: Option<u32>,
     #[serde(default)]
     pub allowed_cidrs: Vec<String>,
+    /// The guest's root is the host's userland (SMOLVM_SIM_HOST_USERLAND=1 at create, the
+    /// fast-test shortcut) instead of a pristine image.
+    #[serde(default)]
+    pub host_userland: bool,
+    /// The buildable image the guest boots (`image` itself, or its stand-in); `None` for an
+    /// image smolvm-sim can neither build nor map (its first start fails like a pull).
+    #[serde(default)]
+    pub sim_image: Option<String>,
 }
 
 pub fn load(name: &str) -> Result<Option<Record>, SimError> {

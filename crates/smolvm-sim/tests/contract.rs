@@ -168,6 +168,10 @@ impl Smol {
         let mut c = Command::new(binary());
         c.args(args)
             .env("SMOLVM_SIM_HOME", self.home())
+            // Fast-test shortcut for the CLI contract: guests run on this host's userland
+            // (real smolvm ignores it). The image tests (`image_*`) take it off again.
+            .env("SMOLVM_SIM_HOST_USERLAND", "1")
+            .env_remove("SMOLVM_SIM_IMAGE_MAP")
             .env_remove("SMOLVM_SIM_FAIL")
             .env_remove("SMOLVM_SIM_VERSION")
             .stdin(Stdio::null());
@@ -1885,4 +1889,226 @@ fn init_commands_run_on_first_start_only() {
         );
         assert_ne!(s.state(&bad).as_deref(), Some("running"));
     }
+}
+
+// ---------------------------------------------------------------------------------------------
+// Pristine images (simulator only: a real smolvm pulls from a registry). These machines do not
+// opt into the host-userland shortcut. The images come from the cache scripts/setup.sh fills
+// (/var/cache/smolvm-sim/images); a missing one is built on first start (about a minute).
+// ---------------------------------------------------------------------------------------------
+
+/// A state root whose machines boot pristine images (the default a user gets).
+fn pristine() -> Smol {
+    Smol::new().with_env("SMOLVM_SIM_HOST_USERLAND", "0")
+}
+
+#[test]
+fn image_guest_is_the_pristine_image_with_a_per_machine_overlay() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let a = s.name("img-a");
+    let b = s.name("img-b");
+    s.create(&a, &["--image", "debian:13", "--", "sleep", "infinity"]);
+    s.create(&b, &["--image", "debian:13", "--", "sleep", "infinity"]);
+    let o = s.start(&a);
+    // smolvm's first-boot pull lines: "Pulling IMAGE...", then the \r-drawn bar ending "done.".
+    assert!(o.stderr.contains("Pulling debian:13...\n"), "{o:?}");
+    assert!(
+        o.stderr.contains("\rPulling image debian:13... done."),
+        "{o:?}"
+    );
+    s.start(&b);
+    let o = s.sh(
+        &a,
+        ". /etc/os-release; echo $VERSION_CODENAME; \
+         for t in bash apt-get dpkg ls; do command -v $t >/dev/null || echo missing-$t; done; \
+         for t in curl sudo update-ca-certificates tmux node gpg git; do \
+           command -v $t >/dev/null && echo present-$t; done; \
+         test -d /workspace && echo workspace; test -e /data || echo no-data; \
+         ls /var/lib/apt/lists | grep -c _ ; \
+         echo mine > /etc/only-in-a; touch /root/a-was-here",
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(
+        o.stdout, "trixie\nworkspace\nno-data\n0\n",
+        "what an OCI debian:13 has: bash/apt/coreutils, no curl/sudo/CA/tmux/node/gpg/git, \
+         no apt lists, smolvm's /workspace, no /data: {o:?}"
+    );
+    let o = s.sh(&b, "cat /etc/only-in-a 2>&1; ls /root");
+    assert!(
+        o.stdout.contains("No such file"),
+        "machines share only the read-only image: {o:?}"
+    );
+    // A second start pulls nothing and keeps the machine's own writes.
+    s.ok(&["machine", "stop", "--name", &a]);
+    let o = s.start(&a);
+    assert!(!o.stderr.contains("Pulling"), "{o:?}");
+    let o = s.sh(&a, "cat /etc/only-in-a; ls /root");
+    assert_eq!(o.stdout, "mine\na-was-here\n", "{o:?}");
+    // The image in the cache is untouched.
+    let cache = std::env::var("SMOLVM_SIM_IMAGES")
+        .unwrap_or_else(|_| "/var/cache/smolvm-sim/images".into());
+    assert!(
+        !Path::new(&cache)
+            .join("debian_13/rootfs/etc/only-in-a")
+            .exists()
+    );
+}
+
+#[test]
+fn image_tmp_is_a_fresh_tmpfs_from_1_9() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    for (version, survives) in [("1.0.4", true), ("1.9.2", false)] {
+        let s = pristine().with_env("SMOLVM_SIM_VERSION", version);
+        let n = s.name("img-tmp");
+        s.create(&n, &["--image", "debian:12", "--", "sleep", "infinity"]);
+        s.start(&n);
+        s.sh(&n, "echo x > /tmp/f");
+        s.ok(&["machine", "stop", "--name", &n]);
+        s.start(&n);
+        let o = s.sh(
+            &n,
+            "cat /tmp/f 2>/dev/null || echo gone; . /etc/os-release; echo $VERSION_CODENAME",
+        );
+        let want = if survives {
+            "x\nbookworm\n"
+        } else {
+            "gone\nbookworm\n"
+        };
+        assert_eq!(o.stdout, want, "{version}: {o:?}");
+    }
+}
+
+#[test]
+fn image_ubuntu_boots_a_named_stand_in() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let n = s.name("img-ubuntu");
+    let o = s.create(&n, &["--image", "ubuntu:24.04", "--", "sleep", "infinity"]);
+    assert!(
+        o.stderr.contains("ubuntu:24.04 cannot be built here")
+            && o.stderr.contains("boots the debian:13 image instead")
+            && o.stderr.contains("SMOLVM_SIM_IMAGE_MAP"),
+        "every create says so: {o:?}"
+    );
+    let m = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == n.as_str())
+        .unwrap();
+    assert_eq!(m["image"], "ubuntu:24.04", "ls shows the image asked for");
+    let o = s.start(&n);
+    assert!(o.stderr.contains("Pulling ubuntu:24.04..."), "{o:?}");
+    let o = s.sh(&n, ". /etc/os-release; echo $ID $VERSION_CODENAME");
+    assert_eq!(
+        o.stdout, "debian trixie\n",
+        "never pretends to be Ubuntu: {o:?}"
+    );
+
+    let m2 = pristine().with_env("SMOLVM_SIM_IMAGE_MAP", "ubuntu:24.04=debian:12");
+    let n2 = m2.name("img-map");
+    let o = m2.create(
+        &n2,
+        &[
+            "--image",
+            "docker.io/library/ubuntu:24.04",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    assert!(
+        o.stderr.contains("boots the debian:12 image instead"),
+        "{o:?}"
+    );
+    m2.start(&n2);
+    let o = m2.sh(&n2, ". /etc/os-release; echo $VERSION_CODENAME");
+    assert_eq!(o.stdout, "bookworm\n", "{o:?}");
+
+    // A map to something unbuildable, or a malformed one, is refused at create.
+    for bad in ["ubuntu:24.04=alpine:3.19", "ubuntu:24.04"] {
+        let o = pristine().with_env("SMOLVM_SIM_IMAGE_MAP", bad).run(&[
+            "machine",
+            "create",
+            "--name",
+            "bad-map",
+            "--image",
+            "ubuntu:24.04",
+        ]);
+        assert_eq!(o.code, 1, "{bad}: {o:?}");
+        assert!(
+            o.stderr.starts_with(
+                "Error: config operation failed: create machine: SMOLVM_SIM_IMAGE_MAP"
+            ),
+            "{o:?}"
+        );
+    }
+}
+
+#[test]
+fn image_that_cannot_be_pulled_fails_the_first_start_like_smolvm() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let n = s.name("img-unknown");
+    // smolvm's create only records the image: it succeeds.
+    s.create(&n, &["--image", "ubuntu:99.04", "--", "sleep", "infinity"]);
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr
+            .contains("Pulling ubuntu:99.04...\nPulling image ubuntu:99.04..."),
+        "{o:?}"
+    );
+    let last = o
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap();
+    assert_eq!(
+        last,
+        "Error: agent operation failed: pull image: crane manifest failed: Error: fetching \
+         manifest docker.io/library/ubuntu:99.04: GET \
+         https://index.docker.io/v2/library/ubuntu/manifests/99.04: MANIFEST_UNKNOWN: manifest \
+         unknown; unknown tag=99.04",
+        "{o:?}"
+    );
+    assert_eq!(s.state(&n).as_deref(), Some("created"), "nothing booted");
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "and again on the next start: {o:?}");
+    let o = s.exec(&n, &["true"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stderr.contains("is not running"), "{o:?}");
+}
+
+#[test]
+fn image_bare_machine_and_bad_opt_in_are_refused() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let n = s.name("bare");
+    s.create(&n, &[]);
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr.contains("without --image") && o.stderr.contains("SMOLVM_SIM_HOST_USERLAND=1"),
+        "{o:?}"
+    );
+    let o = Smol::new()
+        .with_env("SMOLVM_SIM_HOST_USERLAND", "yes")
+        .run(&["machine", "create", "--name", "x", "--image", "debian:13"]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr.contains("SMOLVM_SIM_HOST_USERLAND must be 1 or 0"),
+        "{o:?}"
+    );
 }

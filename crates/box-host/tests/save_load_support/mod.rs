@@ -138,6 +138,9 @@ impl World {
             .env("BOX_PASSPHRASE_FILE", self.passphrase_file())
             .env("SMOLVM", sibling("smolvm-sim"))
             .env("SMOLVM_SIM_HOME", self.sim_home())
+            // Fast-test shortcut, named: guests run on this host's userland, not a pristine
+            // image (the first-run test is the one that takes the user's path).
+            .env("SMOLVM_SIM_HOST_USERLAND", "1")
             .env("TMPDIR", self.tmp())
             .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")

@@ -1,5 +1,14 @@
-//! The guest root filesystem.
+//! The guest root filesystem, in one of two forms.
 //!
+//! **Image** (the default): the root is one overlay whose read-only lower layer is the
+//! cached image (`image::cache`, shared by every machine of that image) and whose upper layer
+//! is the machine's own `<data>/guest/image-upper`, as smolvm keeps a persistent overlay per
+//! machine on its storage disk. The image's own `/root`, `/home`, `/tmp`, `/etc` are what the
+//! guest sees; `/workspace` is added (smolvm's storage-disk directory); there is no `/data`
+//! (box makes its own). 1.9 mounts a fresh tmpfs on `/tmp` at every boot, as smolvm's agent
+//! does from 1.9 on (crun spec, privileged containers); 1.0.4 keeps the image's `/tmp`.
+//!
+//! **Host userland** (SMOLVM_SIM_HOST_USERLAND=1, the fast-test shortcut), described next.
 //! Overlayfs refuses an upper dir inside its lower dir, so `/` cannot be the lower layer while
 //! the machine's state lives under SMOLVM_SIM_HOME. Instead the root is assembled per top-level
 //! directory: a persistent skeleton (`<data>/guest/top`, which holds the guest's own `/root`,
@@ -131,9 +140,21 @@ pub fn prepare(data: &Path) -> Result<(), String> {
     Ok(())
 }
 
+/// What the guest's root is built from.
+pub enum GuestRoot {
+    /// A cached image's root filesystem (read-only lower layer).
+    Image {
+        lower: PathBuf,
+        /// Mount a fresh tmpfs on /tmp at every boot (smolvm 1.9's agent does).
+        tmp_tmpfs: bool,
+    },
+    /// The host's userland (the opt-in fast-test shortcut).
+    HostUserland,
+}
+
 /// Build the guest root and pivot into it. Runs as the guest's PID 1, inside its fresh mount
 /// namespace, before anything else happens there.
-pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
+pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, network: bool) -> Result<(), String> {
     // Nothing we mount may propagate back to the host.
     mount(
         None,
@@ -142,6 +163,64 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
         libc::MS_REC | libc::MS_PRIVATE,
         None,
     )?;
+    match root {
+        GuestRoot::HostUserland => assemble_host_userland(data)?,
+        GuestRoot::Image { lower, tmp_tmpfs } => assemble_image(data, lower, *tmp_tmpfs)?,
+    }
+    let r = mountpoint(data);
+    mount_runtime_dirs(&r)?;
+    if network {
+        fix_resolv_conf(&r.join("etc"))?;
+    }
+    pivot(&r)
+}
+
+/// The image form: one overlay over the cached image, plus smolvm's `/workspace`.
+fn assemble_image(data: &Path, lower: &Path, tmp_tmpfs: bool) -> Result<(), String> {
+    if !lower.join("bin").exists() {
+        return Err(format!(
+            "image root {} is missing (was the image cache removed?)",
+            lower.display()
+        ));
+    }
+    let g = guest_dir(data);
+    let upper = g.join("image-upper");
+    let work = g.join("image-work");
+    for p in [&upper, &work] {
+        fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
+    }
+    let r = mountpoint(data);
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(Some("overlay"), &r, Some("overlay"), 0, Some(&opts))?;
+    mkdir_mode(&r.join("workspace"), 0o755)?;
+    for (d, mode) in [
+        ("proc", 0o555),
+        ("sys", 0o555),
+        ("dev", 0o755),
+        ("run", 0o755),
+        ("tmp", 0o1777),
+    ] {
+        mkdir_mode(&r.join(d), mode)?;
+    }
+    if tmp_tmpfs {
+        mount(
+            Some("tmpfs"),
+            &r.join("tmp"),
+            Some("tmpfs"),
+            libc::MS_NOSUID | libc::MS_NODEV,
+            Some("mode=1777"),
+        )?;
+    }
+    Ok(())
+}
+
+/// The host-userland form (see the module doc).
+fn assemble_host_userland(data: &Path) -> Result<(), String> {
     let g = guest_dir(data);
     let top = g.join("top");
     let r = mountpoint(data);
@@ -199,7 +278,11 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
             None,
         )?;
     }
+    Ok(())
+}
 
+/// `/proc`, read-only `/sys`, `/run` and a minimal `/dev`, fresh at every boot.
+fn mount_runtime_dirs(r: &Path) -> Result<(), String> {
     let nodev = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     mount(Some("proc"), &r.join("proc"), Some("proc"), nodev, None)?;
     mount(
@@ -217,13 +300,13 @@ pub fn assemble_and_pivot(data: &Path, network: bool) -> Result<(), String> {
         Some("mode=755"),
     )?;
     mkdir_mode(&r.join("run/lock"), 0o1777)?;
-    make_dev(&r.join("dev"))?;
-    if network {
-        fix_resolv_conf(&r.join("etc"))?;
-    }
+    make_dev(&r.join("dev"))
+}
 
+/// Make `r` the root of this mount namespace.
+fn pivot(r: &Path) -> Result<(), String> {
     // pivot_root(".", ".") stacks the old root on top of the new one; detach it.
-    let rc = std::env::set_current_dir(&r);
+    let rc = std::env::set_current_dir(r);
     rc.map_err(|e| format!("chdir {}: {e}", r.display()))?;
     let dot = CString::new(".").unwrap_or_default();
     // SAFETY: syscall with valid NUL-terminated strings.

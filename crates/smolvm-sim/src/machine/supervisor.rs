@@ -472,7 +472,23 @@ fn guest_init(
         unsafe { libc::_exit(1) }
     };
     let network = r.network || !r.ports.is_empty();
-    if let Err(e) = rootfs::assemble_and_pivot(data, network) {
+    let root = if r.host_userland {
+        rootfs::GuestRoot::HostUserland
+    } else {
+        match &r.sim_image {
+            Some(image) => rootfs::GuestRoot::Image {
+                lower: crate::image::cache::rootfs(image),
+                tmp_tmpfs: p.is_head(),
+            },
+            None => fail(
+                &mut rep,
+                "config",
+                "start machine",
+                "no image root to boot (the image was never pulled)".to_string(),
+            ),
+        }
+    };
+    if let Err(e) = rootfs::assemble_and_pivot(data, &root, network) {
         fail(
             &mut rep,
             "config",

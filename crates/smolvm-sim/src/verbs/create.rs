@@ -5,6 +5,7 @@ use std::io::Read;
 use crate::Ctx;
 use crate::cli::CreateCmd;
 use crate::faults::Action;
+use crate::image::refs::Resolved;
 use crate::output::{self, VerbResult, config};
 use crate::registry::{self, Record, State};
 
@@ -57,6 +58,15 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
             }
         }
     }
+    let host_userland = crate::image::host_userland_from_env()?;
+    let sim_image = match (&c.image, host_userland) {
+        (Some(image), false) => match crate::image::resolve_at_create(image)? {
+            Resolved::Buildable(b) => Some(b),
+            Resolved::StandIn { stand_in, .. } => Some(stand_in),
+            Resolved::Unknown => None,
+        },
+        _ => None,
+    };
     let mut allowed = c.allow_cidr.clone();
     if c.outbound_localhost_only {
         allowed.push("127.0.0.0/8".to_string());
@@ -92,6 +102,8 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         gpu: c.gpu,
         gpu_vram_mib: c.gpu_vram_mib,
         allowed_cidrs: allowed,
+        host_userland,
+        sim_image,
     };
 
     let _lock = registry::lock()?;

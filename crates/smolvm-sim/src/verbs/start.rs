@@ -9,7 +9,7 @@ use crate::registry::{self, State};
 
 pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     let name = c.name.clone().unwrap_or_else(|| "default".to_string());
-    let _lock = registry::lock()?;
+    let mut _lock = registry::lock()?;
     let mut r = super::require(&name)?;
     match r.live_state(&ctx.faults) {
         State::Running => {
@@ -47,7 +47,30 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     }
     let fault = ctx.fault_point("start", &name)?;
     rootfs::check_home(&registry::home()).map_err(|e| config("start machine", e))?;
+    if !r.host_userland && r.image.is_none() {
+        return Err(config(
+            "start machine",
+            "smolvm-sim cannot boot a machine without --image (smolvm's bare agent VM runs \
+             its Alpine agent rootfs, which the simulator does not have): create it with \
+             --image debian:13, or with SMOLVM_SIM_HOST_USERLAND=1 for the host-userland \
+             fast-test guest",
+        ));
+    }
     eprintln!("{}", output::starting(&name, r.mounts.len(), r.ports.len()));
+    if !r.init_completed && !r.host_userland {
+        // First boot pulls the image (smolvm: in the guest, after boot; here: before the
+        // guest exists, so a failed pull leaves nothing running). A build can take a
+        // minute: do it without the registry lock, then look at the record again.
+        drop(_lock);
+        let image = r.image.clone().unwrap_or_default();
+        crate::image::cache::pull(&image, r.sim_image.as_deref())?;
+        _lock = registry::lock()?;
+        r = super::require(&name)?;
+        if r.live_state(&ctx.faults) == State::Running {
+            println!("{}", output::already_running(&name, r.live_pid()));
+            return Ok(0);
+        }
+    }
     let l = supervisor::launch(&r)?;
     let first_boot = !r.init_completed;
     r.state = State::Running;
