@@ -52,19 +52,15 @@ fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<Strin
 /// proxies with credentials hidden, and whether the extra CA certificates are in the trust
 /// store. `HB_PROXY_ENV`/`HB_CA_CERTS`/`HB_CA_TRUSTED` override the paths (tests).
 fn guest_network() -> Check {
-    let var = |k: &str, d: &str| std::env::var(k).unwrap_or_else(|_| d.to_string());
-    let proxy_env = var("HB_PROXY_ENV", "/etc/hermes-box/proxy.env");
-    let ca = var("HB_CA_CERTS", "/etc/hermes-box/ca-certs.pem");
-    let trusted = var("HB_CA_TRUSTED", "/usr/local/share/ca-certificates/hermes-box.crt");
-    let proxies: Vec<String> = std::fs::read_to_string(&proxy_env)
-        .unwrap_or_default()
-        .lines()
-        .filter_map(|l| l.split_once('='))
-        .filter(|(k, _)| box_proto::proxy::NAMES.contains(k))
+    let ca = crate::netenv::ca_certs_file().display().to_string();
+    let trusted = std::env::var("HB_CA_TRUSTED")
+        .unwrap_or_else(|_| "/usr/local/share/ca-certificates/hermes-box.crt".into());
+    let proxies: Vec<String> = crate::netenv::proxies()
+        .into_iter()
+        .filter(|(k, _)| box_proto::proxy::NAMES.contains(&k.as_str()))
         .map(|(k, v)| {
-            let v = v.trim_matches('\'');
-            if box_proto::proxy::is_url_var(k) {
-                format!("{k}={}", box_proto::proxy::redact(v))
+            if box_proto::proxy::is_url_var(&k) {
+                format!("{k}={}", box_proto::proxy::redact(&v))
             } else {
                 format!("{k}={v}")
             }
