@@ -426,18 +426,32 @@ mod tests {
 
     #[test]
     fn network_keys() {
-        let env = parse("GUEST_CA_CERTS=/etc/ssl/a.pem: /opt/b c.pem\nPROPAGATE_PROXY=0\n").unwrap();
+        let env =
+            parse("GUEST_CA_CERTS=/etc/ssl/a.pem: /opt/b c.pem\nPROPAGATE_PROXY=0\n").unwrap();
         assert_eq!(
             env.guest_ca_certs,
-            [PathBuf::from("/etc/ssl/a.pem"), PathBuf::from("/opt/b c.pem")]
+            [
+                PathBuf::from("/etc/ssl/a.pem"),
+                PathBuf::from("/opt/b c.pem")
+            ]
         );
         assert!(!env.propagate_proxy);
         assert_eq!(parse(&env.render()).unwrap(), env);
         let d = BoxEnv::default();
         assert!(d.guest_ca_certs.is_empty() && d.propagate_proxy);
-        assert!(parse("GUEST_CA_CERTS=\n").unwrap().guest_ca_certs.is_empty());
-        let err = parse("GUEST_CA_CERTS=certs/ca.pem\n").unwrap_err().to_string();
-        assert!(err.contains("GUEST_CA_CERTS") && err.contains("absolute"), "{err}");
+        assert!(
+            parse("GUEST_CA_CERTS=\n")
+                .unwrap()
+                .guest_ca_certs
+                .is_empty()
+        );
+        let err = parse("GUEST_CA_CERTS=certs/ca.pem\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("GUEST_CA_CERTS") && err.contains("absolute"),
+            "{err}"
+        );
         let err = parse("PROPAGATE_PROXY=maybe\n").unwrap_err().to_string();
         assert!(err.contains("PROPAGATE_PROXY"), "{err}");
     }

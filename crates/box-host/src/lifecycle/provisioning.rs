@@ -109,7 +109,11 @@ impl Setup<'_> {
         )?;
         // Proxies and CA certificates before provisioning, which trusts and exports them.
         let network = GuestNetwork::from_host(self.env, |k| std::env::var(k).ok())?;
-        ui::say(format!("Network for '{}': {}", self.machine, network.summary()));
+        ui::say(format!(
+            "Network for '{}': {}",
+            self.machine,
+            network.summary()
+        ));
         self.transcript
             .line(&format!("network: {}", network.summary()));
         network.install(self)?;
