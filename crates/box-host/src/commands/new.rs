@@ -122,7 +122,8 @@ impl NewRun<'_> {
         let version = self.smolvm.version()?;
         if !version.is_tested() {
             ui::warn(format!(
-                "smolvm {version} is outside the tested range 1.0.4-1.9.x; continuing"
+                "smolvm {version} is outside the checked range {}; continuing",
+                crate::smolvm::version::checked_range()
             ));
         }
         self.transcript
@@ -186,11 +187,19 @@ impl NewRun<'_> {
             workload: guest::launcher(),
         };
         // Signals stay deferred through create: it is never cut short.
-        if let Err(e) = self.smolvm.create(&spec) {
-            self.transcript.line(&format!("create failed: {e}"));
-            self.registry_lock = None;
-            cleanup::warn_create_failed(&self.machine);
-            return Err(e.into());
+        match self.smolvm.create(&spec) {
+            Ok(notes) => {
+                for note in notes {
+                    self.transcript.line(&format!("smolvm: {note}"));
+                    ui::warn(format!("smolvm {note}"));
+                }
+            }
+            Err(e) => {
+                self.transcript.line(&format!("create failed: {e}"));
+                self.registry_lock = None;
+                cleanup::warn_create_failed(&self.machine);
+                return Err(e.into());
+            }
         }
         self.created = true;
         self.transcript.line("machine created");
