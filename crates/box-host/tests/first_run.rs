@@ -260,6 +260,11 @@ fn first_run_on_a_pristine_image_from_the_network() {
     assert!(new.ok(), "{new}");
     let all = new.all();
     assert!(all.contains("Ready. Enter with: box enter alpha"), "{new}");
+    // The stand-in is said, never hidden: the guest is Debian 13, not Ubuntu.
+    assert!(
+        all.contains("ubuntu:24.04 cannot be built here"),
+        "the image stand-in is not said: {new}"
+    );
     assert!(
         all.contains("extra CA certificates: ") && all.contains("from GUEST_CA_CERTS"),
         "{new}"
