@@ -11,6 +11,24 @@ export PATH
 export HERMES_BOX_DATA=/data
 export EDITOR=nvim VISUAL=nvim
 
+# The host's proxies (PROPAGATE_PROXY, written by box; KEY='value' lines) and its extra CA
+# certificates (GUEST_CA_CERTS) for every tool: node/npm add NODE_EXTRA_CA_CERTS to their
+# own roots, curl, git, pip and Python read the system bundle, which holds them.
+if [ -r /etc/hermes-box/proxy.env ]; then
+  set -a
+  # shellcheck disable=SC1091
+  . /etc/hermes-box/proxy.env
+  set +a
+fi
+if [ -s /etc/hermes-box/ca-certs.pem ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/hermes-box/ca-certs.pem
+  export SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
+  export CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+  export GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt
+  export PIP_CERT=/etc/ssl/certs/ca-certificates.crt
+  export REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+fi
+
 if [ "$(id -un 2>/dev/null)" = agent ]; then
   export XDG_CONFIG_HOME=/data/home/agent/.config
   export XDG_DATA_HOME=/data/home/agent/.local/share

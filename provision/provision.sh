@@ -4,7 +4,8 @@
 # first). Safe to re-run: every step checks before it changes anything, and a run that
 # changes nothing says so.
 #
-# Works on Ubuntu 24.04 (real smolvm guests) and Debian 12 (the simulator's guests).
+# Works on stock Ubuntu 24.04 (real smolvm guests), Debian 12 and Debian 13 (the
+# simulator's pristine images): nothing is assumed but bash, apt and coreutils.
 # Each step prints `==> step: <name>`; a failing step stops provisioning and names itself
 # (no silent `set -e` exits: every command's status is checked by the step runner).
 #
@@ -13,6 +14,12 @@
 # PROVISION_STEPS="config hermes" (run only the named steps), HERMES_INSTALLER_URL (the
 # official Hermes installer's address). pip honours its own PIP_* variables (PIP_NO_INDEX,
 # PIP_FIND_LINKS) in the Hermes step's PyPI fallback.
+#
+# Network settings box puts in before this runs (GUEST_CA_CERTS, PROPAGATE_PROXY):
+# HB_CA_CERTS (/etc/hermes-box/ca-certs.pem, the host's extra CA certificates) and
+# HB_PROXY_ENV (/etc/hermes-box/proxy.env, the host's proxy variables). The `network` step
+# trusts the certificates before any download and exports everything for apt, curl, git,
+# npm and pip; /etc/profile.d/hermes-box.sh does the same for login shells.
 
 set -uo pipefail
 umask 022
@@ -27,13 +34,54 @@ HB=${HB_BIN:-/usr/local/bin/hb}
 AGENT=agent
 AGENT_HOME="$DATA/home/agent"
 PROFILE=/etc/profile.d/hermes-box.sh
+CA_CERTS=${HB_CA_CERTS:-/etc/hermes-box/ca-certs.pem}
+PROXY_ENV=${HB_PROXY_ENV:-/etc/hermes-box/proxy.env}
+CA_TRUSTED=/usr/local/share/ca-certificates/hermes-box.crt
+SYSTEM_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+# shellcheck source=lib/choices.sh
+. "$HERE/lib/choices.sh"
 
 CHANGED=()          # names of steps that changed something
 CURRENT_STEP=""
+STEP_LOG_FROM=1
+# Everything this run prints also goes to a log, so a failed step's output can be read for
+# its cause (an untrusted certificate) after the fact.
+LOG=$(mktemp /tmp/hermes-box-provision.XXXXXX) || exit 1
+trap 'rm -f "$LOG"' EXIT
+exec > >(tee -a "$LOG") 2> >(tee -a "$LOG" >&2)
 
 say() { printf '    %s\n' "$*"; }
 changed() { CHANGED+=("$CURRENT_STEP"); say "$*"; }
-die() { printf '==> failed: %s: %s\n' "$CURRENT_STEP" "$*" >&2; exit 1; }
+die() { explain_failure; printf '==> failed: %s: %s\n' "$CURRENT_STEP" "$*" >&2; exit 1; }
+
+# The hint for a step that failed on an untrusted certificate: the guest trusts only what
+# GUEST_CA_CERTS gives it, and a TLS-inspecting network needs its CA there.
+certificate_hint() {
+  # shellcheck disable=SC2016  # the backticks are literal: commands for the user
+  local retry='then run `box new` again (an existing box: `box repair <box>`)'
+  if [ -s "$CA_CERTS" ]; then
+    printf "==> failed: %s: a TLS certificate was not trusted although GUEST_CA_CERTS is set (%s certificate(s) installed): check that GUEST_CA_CERTS in box.env holds the CA that signs this network's certificates, %s\n" \
+      "$CURRENT_STEP" "$(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS")" "$retry" >&2
+  else
+    printf '==> failed: %s: a TLS certificate was not trusted (this network likely inspects TLS): set GUEST_CA_CERTS in box.env to the CA bundle your host trusts (e.g. /etc/ssl/certs/ca-certificates.crt), %s\n' \
+      "$CURRENT_STEP" "$retry" >&2
+  fi
+}
+
+# Names the cause of a failed step when its output shows one. The log is written by tee
+# processes, so it is read once it has stopped growing (at most ~2 s).
+explain_failure() {
+  local size=-1 now
+  for _ in $(seq 20); do
+    now=$(stat -c %s "$LOG" 2>/dev/null || echo 0)
+    [ "$now" = "$size" ] && break
+    size=$now
+    sleep 0.1
+  done
+  if tail -n "+$STEP_LOG_FROM" "$LOG" | is_certificate_failure; then
+    certificate_hint
+  fi
+}
 
 # Runs one named step; any non-zero status stops provisioning with the step's name.
 step() {
@@ -43,9 +91,11 @@ step() {
     return 0
   fi
   printf '==> step: %s\n' "$CURRENT_STEP"
+  STEP_LOG_FROM=$(($(wc -l < "$LOG") + 1))
   "$@"
   local rc=$?
   if [ "$rc" -ne 0 ]; then
+    explain_failure
     printf '==> failed: %s (exit %s)\n' "$CURRENT_STEP" "$rc" >&2
     exit 1
   fi
@@ -95,6 +145,74 @@ check_system() {
   esac
 }
 
+# --- network: proxies and extra CA certificates, before any download ----------------
+PROXY_KEYS=(HTTP_PROXY HTTPS_PROXY NO_PROXY ALL_PROXY http_proxy https_proxy no_proxy all_proxy)
+
+# Reads box's proxy.env (KEY='value' lines box wrote; parsed, never sourced) and exports
+# the variables; without the file, proxies are off for provisioning.
+proxy_env() {
+  local k
+  for k in "${PROXY_KEYS[@]}"; do unset "$k"; done
+  if [ ! -s "$PROXY_ENV" ]; then
+    say "proxies: none"
+    return 0
+  fi
+  local line key value shown=()
+  while IFS= read -r line || [ -n "$line" ]; do
+    case $line in ''|'#'*) continue ;; esac
+    key=${line%%=*}
+    value=${line#*=}
+    value=${value#\'}; value=${value%\'}
+    case " ${PROXY_KEYS[*]} " in
+      *" $key "*) ;;
+      *) die "$PROXY_ENV: unexpected key '${key:0:40}'" ;;
+    esac
+    export "$key=$value"
+    case $key in [A-Z]*) shown+=("$key=$(redact_proxy "$value")") ;; esac
+  done < "$PROXY_ENV"
+  say "proxies: ${shown[*]}"
+}
+
+# The extra CA certificates: into the trust store (update-ca-certificates, once the image
+# has it; the ca-certificates package's own install runs it too) and into the variables
+# node/npm, pip, git and curl read. Without GUEST_CA_CERTS a certificate installed before
+# is taken out again.
+ca_trust() {
+  if [ ! -s "$CA_CERTS" ]; then
+    if [ -e "$CA_TRUSTED" ]; then
+      rm -f "$CA_TRUSTED" || return 1
+      if command -v update-ca-certificates >/dev/null; then update-ca-certificates --fresh >/dev/null || return 1; fi
+      changed "removed the extra CA certificates (GUEST_CA_CERTS is no longer set)"
+    else
+      say "extra CA certificates: none"
+    fi
+    return 0
+  fi
+  if ! cmp -s "$CA_CERTS" "$CA_TRUSTED"; then
+    install -D -m 0644 "$CA_CERTS" "$CA_TRUSTED" || return 1
+    changed "installed $(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS") extra CA certificate(s) from GUEST_CA_CERTS"
+    [ ! -e "$SYSTEM_BUNDLE" ] || update-ca-certificates >/dev/null || return 1
+  fi
+  ca_exports
+  say "extra CA certificates: $(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS") (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT, REQUESTS_CA_BUNDLE)"
+}
+
+# Node adds NODE_EXTRA_CA_CERTS to its own roots; the others replace theirs, so they get
+# the system bundle once ca-certificates has built it (with ours in), ours alone before.
+ca_exports() {
+  [ -s "$CA_CERTS" ] || return 0
+  local bundle=$CA_CERTS
+  [ -s "$SYSTEM_BUNDLE" ] && grep -q 'BEGIN CERTIFICATE' "$SYSTEM_BUNDLE" && bundle=$SYSTEM_BUNDLE
+  export NODE_EXTRA_CA_CERTS=$CA_CERTS
+  export SSL_CERT_FILE=$bundle CURL_CA_BUNDLE=$bundle GIT_SSL_CAINFO=$bundle
+  export PIP_CERT=$bundle REQUESTS_CA_BUNDLE=$bundle
+}
+
+network() {
+  proxy_env || return 1
+  ca_trust || return 1
+}
+
 APT_PACKAGES=(ca-certificates curl git jq tmux sudo neovim build-essential xz-utils
   less procps iproute2 util-linux ripgrep unzip python3 python3-venv)
 
@@ -116,6 +234,8 @@ apt_packages() {
   apt-get install -y -qq --no-install-recommends "${missing[@]}" || return 1
   apt-get clean
   changed "installed ${#missing[@]} packages"
+  # ca-certificates arrived: its bundle (with GUEST_CA_CERTS in it) serves curl, git, pip.
+  ca_exports
 }
 
 agent_user() {
@@ -146,29 +266,64 @@ agent_user() {
 
 node_major() { node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 0; }
 
+# npm from its own registry tarball, which then installs itself under /usr/local the
+# ordinary way. Pinned: npm's latest (12.x) needs Node 22.22+, 10.9 runs on Node >= 20.5.
+NPM_BOOTSTRAP_VERSION=10.9.4
+npm_bootstrap() {
+  local meta url dir
+  meta=$(curl -fsSL --max-time 60 "https://registry.npmjs.org/npm/$NPM_BOOTSTRAP_VERSION") || return 1
+  url=$(printf '%s' "$meta" | jq -r '.dist.tarball // empty')
+  [ -n "$url" ] || die "the npm registry's answer for npm@$NPM_BOOTSTRAP_VERSION has no tarball"
+  dir=$(mktemp -d /tmp/npm-bootstrap.XXXXXX) || return 1
+  # From the tarball, not the unpacked folder: a folder install is only a symlink to it.
+  if ! { curl -fsSL --max-time 120 "$url" -o "$dir/npm.tgz" && tar -xzf "$dir/npm.tgz" -C "$dir" \
+    && node "$dir/package/bin/npm-cli.js" install -g --prefix /usr/local --no-audit --no-fund --loglevel=error "$dir/npm.tgz"; }; then
+    rm -rf "$dir"
+    return 1
+  fi
+  rm -rf "$dir"
+  hash -r
+}
+
 nodejs() {
   if command -v node >/dev/null && [ "$(node_major)" -ge 20 ] && command -v npm >/dev/null; then
     say "node $(node --version), npm $(npm --version)"
     return 0
   fi
-  # The distro's nodejs first (Debian 12 and Ubuntu 24.04 ship 18: too old), then NodeSource.
-  if [ "${PROVISION_SKIP_APT:-0}" != 1 ]; then
-    apt-get update -qq && apt-get install -y -qq --no-install-recommends nodejs npm >/dev/null 2>&1
-    if command -v node >/dev/null && [ "$(node_major)" -ge 20 ] && command -v npm >/dev/null; then
-      changed "node $(node --version) from the distribution"
-      return 0
-    fi
-    local setup=/tmp/nodesource_setup.sh
-    if curl -fsSL --max-time 30 "https://deb.nodesource.com/setup_${NODE_MAJOR}.x" -o "$setup"; then
-      bash "$setup" >/dev/null && apt-get install -y -qq nodejs >/dev/null || return 1
-      rm -f "$setup"
-      if [ "$(node_major)" -ge 20 ]; then
-        changed "node $(node --version) from NodeSource"
-        return 0
-      fi
-    fi
+  if [ "${PROVISION_SKIP_APT:-0}" = 1 ]; then
+    die "Node.js >= 20 with npm is required (found: $(node --version 2>/dev/null || echo none)) and PROVISION_SKIP_APT=1 forbids installing it"
   fi
-  die "Node.js >= 20 with npm is required and none could be installed (distribution: $(node --version 2>/dev/null || echo none); NodeSource unreachable)"
+  local id version candidate plan
+  id=$(. /etc/os-release && echo "${ID:-}")
+  version=$(. /etc/os-release && echo "${VERSION_ID:-}")
+  apt-get update -qq || return 1
+  candidate=$(apt-cache policy nodejs 2>/dev/null | sed -n 's/^ *Candidate: *//p' | grep -v '(none)')
+  plan=$(node_plan "$id" "$version" "$candidate")
+  say "nodejs: $plan (archive candidate: ${candidate:-none})"
+  case $plan in
+    distro)
+      # Debian 13's own nodejs (20.x). Not Debian's npm package: it drags in ~340 node-*
+      # packages and took 5 minutes here; npm comes from the npm registry instead.
+      apt-get install -y -qq --no-install-recommends nodejs || return 1
+      apt-get clean
+      command -v npm >/dev/null || npm_bootstrap || return 1
+      ;;
+    nodesource)
+      # Ubuntu 24.04 and Debian 12 ship Node 18: NodeSource's NODE_MAJOR line instead.
+      local setup=/tmp/nodesource_setup.sh
+      curl -fsSL --max-time 60 "https://deb.nodesource.com/setup_${NODE_MAJOR}.x" -o "$setup" \
+        || die "cannot download NodeSource's setup script for Node ${NODE_MAJOR} (https://deb.nodesource.com); this image's own nodejs is ${candidate:-missing}, too old"
+      bash "$setup" >/dev/null || { rm -f "$setup"; return 1; }
+      rm -f "$setup"
+      apt-get install -y -qq nodejs || return 1
+      apt-get clean
+      ;;
+  esac
+  if command -v node >/dev/null && [ "$(node_major)" -ge 20 ] && command -v npm >/dev/null; then
+    changed "node $(node --version) ($plan), npm $(npm --version)"
+    return 0
+  fi
+  die "Node.js >= 20 with npm is required; after installing from $plan: node $(node --version 2>/dev/null || echo missing), npm $(npm --version 2>/dev/null || echo missing)"
 }
 
 # Installs one npm package under $PREFIX unless the wanted version is already there.
@@ -262,6 +417,12 @@ place() {
 
 login_env() {
   place profile.sh "$PROFILE" 0644 || return 1
+  # Proxy URLs may hold credentials: root and the agent's login shells read them, no one
+  # else (box copies the file in root-only).
+  if [ -e "$PROXY_ENV" ] && [ "$(stat -c %a:%U:%G "$PROXY_ENV")" != "640:root:$AGENT" ]; then
+    chown "root:$AGENT" "$PROXY_ENV" && chmod 0640 "$PROXY_ENV" || return 1
+    say "$PROXY_ENV readable by $AGENT"
+  fi
   place tmux.conf "$ASSETS/tmux.conf" 0644 || return 1
   place agent-bash-profile.sh "$AGENT_HOME/.bash_profile" 0644 "$AGENT" || return 1
 }
@@ -290,6 +451,7 @@ manifest() {
 
 step config read_config
 step system check_system
+step network network
 step apt-packages apt_packages
 step agent-user agent_user
 step nodejs nodejs

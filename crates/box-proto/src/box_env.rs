@@ -60,6 +60,11 @@ pub struct BoxEnv {
     pub codex_version: String,
     pub executor_version: String,
     pub hermes_install_args: String,
+    /// `GUEST_CA_CERTS`: PEM files on the host whose certificates every box trusts (a
+    /// TLS-inspecting network's CA). `:`-separated, like PATH; empty for none.
+    pub guest_ca_certs: Vec<PathBuf>,
+    /// `PROPAGATE_PROXY`: hand the host's HTTP(S)_PROXY, NO_PROXY and ALL_PROXY to boxes.
+    pub propagate_proxy: bool,
 }
 
 impl Default for BoxEnv {
@@ -81,6 +86,8 @@ impl Default for BoxEnv {
             codex_version: "latest".into(),
             executor_version: "latest".into(),
             hermes_install_args: "--skip-browser".into(),
+            guest_ca_certs: Vec::new(),
+            propagate_proxy: true,
         }
     }
 }
@@ -103,6 +110,8 @@ pub const KEYS: &[&str] = &[
     "CODEX_VERSION",
     "EXECUTOR_VERSION",
     "HERMES_INSTALL_ARGS",
+    "GUEST_CA_CERTS",
+    "PROPAGATE_PROXY",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -151,6 +160,23 @@ fn parse_text(v: &str) -> Result<String, String> {
     }
 }
 
+/// `a.pem:/etc/b.pem`: absolute paths (a relative one would depend on where box runs),
+/// empty parts ignored; the files themselves are checked where they are read, on the host.
+fn parse_path_list(v: &str) -> Result<Vec<PathBuf>, String> {
+    let v = parse_text(v)?;
+    let mut out = Vec::new();
+    for part in v.split(':').map(str::trim).filter(|p| !p.is_empty()) {
+        if !part.starts_with('/') {
+            return Err(format!(
+                "'{}' is not an absolute path (give each PEM file as /full/path, ':'-separated)",
+                part.escape_debug()
+            ));
+        }
+        out.push(PathBuf::from(part));
+    }
+    Ok(out)
+}
+
 impl BoxEnv {
     /// Sets one key from its string form.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -176,6 +202,8 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version = parse_word(value)?,
             "EXECUTOR_VERSION" => self.executor_version = parse_word(value)?,
             "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
+            "GUEST_CA_CERTS" => self.guest_ca_certs = parse_path_list(value)?,
+            "PROPAGATE_PROXY" => self.propagate_proxy = parse_bool(value)?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -203,6 +231,13 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version.clone(),
             "EXECUTOR_VERSION" => self.executor_version.clone(),
             "HERMES_INSTALL_ARGS" => self.hermes_install_args.clone(),
+            "GUEST_CA_CERTS" => self
+                .guest_ca_certs
+                .iter()
+                .map(|p| p.display().to_string())
+                .collect::<Vec<_>>()
+                .join(":"),
+            "PROPAGATE_PROXY" => b(self.propagate_proxy),
             _ => return None,
         })
     }
@@ -387,6 +422,38 @@ mod tests {
             .apply_env(|k| (k == "HERMES_INSTALL_ARGS").then(|| "a'b\"c".into()))
             .unwrap_err();
         assert!(err.to_string().contains("both"), "{err}");
+    }
+
+    #[test]
+    fn network_keys() {
+        let env =
+            parse("GUEST_CA_CERTS=/etc/ssl/a.pem: /opt/b c.pem\nPROPAGATE_PROXY=0\n").unwrap();
+        assert_eq!(
+            env.guest_ca_certs,
+            [
+                PathBuf::from("/etc/ssl/a.pem"),
+                PathBuf::from("/opt/b c.pem")
+            ]
+        );
+        assert!(!env.propagate_proxy);
+        assert_eq!(parse(&env.render()).unwrap(), env);
+        let d = BoxEnv::default();
+        assert!(d.guest_ca_certs.is_empty() && d.propagate_proxy);
+        assert!(
+            parse("GUEST_CA_CERTS=\n")
+                .unwrap()
+                .guest_ca_certs
+                .is_empty()
+        );
+        let err = parse("GUEST_CA_CERTS=certs/ca.pem\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("GUEST_CA_CERTS") && err.contains("absolute"),
+            "{err}"
+        );
+        let err = parse("PROPAGATE_PROXY=maybe\n").unwrap_err().to_string();
+        assert!(err.contains("PROPAGATE_PROXY"), "{err}");
     }
 
     #[test]

@@ -11,6 +11,7 @@ pub mod layout;
 pub mod manifest;
 pub mod mcp;
 pub mod name;
+pub mod proxy;
 
 pub use box_env::{BoxEnv, ConfigError};
 pub use manifest::{ManifestError, RuntimeManifest};

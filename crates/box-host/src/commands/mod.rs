@@ -1,9 +1,5 @@
 //! One module per verb. Each exposes `run(&Context, args) -> Result<ExitCode>`.
 
-use std::process::ExitCode;
-
-use anyhow::{Result, bail};
-
 use crate::config::Config;
 use crate::state::StateDir;
 
@@ -29,9 +25,4 @@ pub struct Context {
     pub state: StateDir,
     pub verbose: u8,
     pub quiet: bool,
-}
-
-/// The answer of a verb whose issue has not landed yet.
-pub fn not_done(verb: &str, issue: u32) -> Result<ExitCode> {
-    bail!("'box {verb}' is not implemented yet (tracked in issue {issue})")
 }

@@ -130,6 +130,9 @@ impl NewRun<'_> {
             .line(&format!("box new {}: smolvm {version}", self.name));
 
         crate::lifecycle::guest_assets::preflight()?;
+        // A bad GUEST_CA_CERTS file or an unreachable (loopback) proxy stops us before any
+        // VM exists.
+        crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         // The check-create-register window, under the registry lock.
         let registry = Registry::new(&self.ctx.state);

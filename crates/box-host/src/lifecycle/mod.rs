@@ -1,7 +1,8 @@
 //! Shared pieces of the box lifecycle verbs (new, enter, ls, open, doctor, repair, stop,
 //! start, rm), one concern per module: `boxes` (looking up a managed box), `ports` (the web
 //! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (the §3.4 rollback),
-//! `guest_assets` (which hb and provision/ to copy), `provisioning` (copy, provision, init,
+//! `guest_assets` (which hb and provision/ to copy), `guest_network` (proxies and CA
+//! certificates for the guest), `provisioning` (copy, provision, init,
 //! wire, health), `progress` (step lines and transcripts), `readiness` (bounded waits after a
 //! start), `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's
 //! host half), `listeners` (doctor's loopback-only check of a published port).
@@ -20,6 +21,7 @@ pub mod boxes;
 pub mod cleanup;
 pub mod guest;
 pub mod guest_assets;
+pub mod guest_network;
 pub mod host_checks;
 pub mod listeners;
 pub mod ports;

@@ -13,6 +13,7 @@ use box_proto::BoxEnv;
 
 use super::guest::{self, GUEST_CONFIG, HB_PATH, PROVISION_DIR};
 use super::guest_assets::{self, GuestArch};
+use super::guest_network::GuestNetwork;
 use super::progress::{StepProgress, Transcript, mmss};
 use crate::smolvm::{ExecOpts, Smolvm, Stream, timeouts};
 use crate::state::StateDir;
@@ -106,6 +107,16 @@ impl Setup<'_> {
             ],
             timeouts::EXEC,
         )?;
+        // Proxies and CA certificates before provisioning, which trusts and exports them.
+        let network = GuestNetwork::from_host(self.env, |k| std::env::var(k).ok())?;
+        ui::say(format!(
+            "Network for '{}': {}",
+            self.machine,
+            network.summary()
+        ));
+        self.transcript
+            .line(&format!("network: {}", network.summary()));
+        network.install(self)?;
         for (path, rel) in guest_assets::files_under(&provision)? {
             self.smolvm.copy_in_cancellable(
                 &path,

@@ -1,9 +1,6 @@
 //! One module per verb.
 
 use std::path::PathBuf;
-use std::process::ExitCode;
-
-use anyhow::{Result, bail};
 
 pub mod doctor;
 pub mod down;
@@ -28,9 +25,4 @@ pub struct Context {
     pub data: PathBuf,
     /// The configuration file (`/etc/hermes-box.env`).
     pub config: PathBuf,
-}
-
-/// The answer of a verb whose issue has not landed yet.
-pub fn not_done(verb: &str, issue: u32) -> Result<ExitCode> {
-    bail!("'hb {verb}' is not implemented yet (tracked in issue {issue})")
 }
