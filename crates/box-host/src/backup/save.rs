@@ -1,8 +1,9 @@
-//! The save pipeline: parts → one stream → OpenPGP encryptor → 0600 temp file beside the
-//! destination, while a zstd decoder + tar walker validates the members (on a second
-//! thread, fed through a bounded channel) and SHA-256 runs over the plaintext — one pass.
-//! A third thread verifies as the file grows: it follows the temp file, decrypts it and
-//! hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
+//! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
+//! [`super::seipd`]) → 0600 temp file beside the destination, while a zstd decoder + tar
+//! walker validates the members and SHA-256 runs over the plaintext (on a second thread,
+//! fed through a bounded channel) — one pass. A third thread verifies as the file grows:
+//! it follows the temp file, decrypts it with the bulk path (this process wrote it; files
+//! from anywhere else go through sequoia) and hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
 //! hash, and checks the file on disk is still the one it decrypted; then
 //! [`Verified::publish`] links it into place without ever replacing.
 

@@ -636,7 +636,7 @@ mod tests {
         const M4: usize = 4 << 20;
         // The literal body is 6 header bytes + data; both packets cut 4 MiB chunks.
         let mut sizes = vec![0, 1, 2, 15, 16, 17, 21, 22, 23, 511, 512, 513];
-        sizes.extend((M4 - 40..M4 + 8).step_by(3));
+        sizes.extend([M4 - 48, M4 - 47, M4 - 7, M4 - 6, M4 - 5, M4, M4 + 1]);
         sizes.extend([2 * M4 - 6, 2 * M4 + 1]);
         let all = bytes(2 * M4 + 1, 7);
         for n in sizes {
@@ -652,21 +652,13 @@ mod tests {
         }
     }
 
-    #[test]
-    fn every_flipped_byte_and_every_truncation_fails_verification() {
-        let dir = tempfile::tempdir().unwrap();
-        // Two partial body chunks of each packet and a tail.
-        let plain = bytes((8 << 20) + 1000, 3);
-        let path = encrypt(dir.path(), &plain, &[65536]);
-        let good = std::fs::read(&path).unwrap();
-        assert!(own(&path, PASS).is_ok());
+    /// Every spot in `flips` flipped, every length in `cuts`, and one trailing byte: each
+    /// must fail the bulk reader.
+    fn assert_tampering_fails(dir: &Path, good: &[u8], flips: &[usize], cuts: &[usize]) {
         let len = good.len();
-        let mut spots: Vec<usize> = (0..80).collect(); // SKESK, SEIP header, prefix
-        spots.extend([4 << 20, (4 << 20) + 5, (4 << 20) + 6, 6 << 20]);
-        spots.extend(len - 40..len);
-        let bad = dir.path().join("bad");
-        for at in spots {
-            let mut b = good.clone();
+        let bad = dir.join("bad");
+        for &at in flips {
+            let mut b = good.to_vec();
             b[at] ^= 0x01;
             std::fs::write(&bad, &b).unwrap();
             assert!(
@@ -674,20 +666,48 @@ mod tests {
                 "a flipped byte at {at} of {len} passed"
             );
         }
-        let mut cuts: Vec<usize> = (0..70).collect();
-        cuts.extend([4 << 20, (4 << 20) + 1, 8 << 20]);
-        cuts.extend(len - 30..len);
-        for at in cuts {
+        for &at in cuts {
             std::fs::write(&bad, &good[..at]).unwrap();
             assert!(
                 own(&bad, PASS).is_err(),
                 "a backup cut at {at} of {len} passed"
             );
         }
-        let mut longer = good.clone();
+        let mut longer = good.to_vec();
         longer.push(0);
         std::fs::write(&bad, &longer).unwrap();
         assert!(own(&bad, PASS).is_err(), "a trailing byte passed");
+    }
+
+    #[test]
+    fn every_flipped_byte_and_every_truncation_fails_verification() {
+        let dir = tempfile::tempdir().unwrap();
+        // Small: every byte of the packet headers, the prefix and the MDC, and cuts in all.
+        let path = encrypt(dir.path(), &bytes(3000, 3), &[700]);
+        let good = std::fs::read(&path).unwrap();
+        assert!(own(&path, PASS).is_ok());
+        let len = good.len();
+        // Each check derives the key (S2K) once: keep the count near a hundred.
+        let mut spots: Vec<usize> = (0..90).step_by(2).collect();
+        spots.extend((90..len - 30).step_by(500));
+        spots.extend(len - 30..len);
+        let mut cuts: Vec<usize> = (0..70).step_by(5).collect();
+        cuts.extend((70..len - 24).step_by(300));
+        cuts.extend(len - 24..len);
+        assert_tampering_fails(dir.path(), &good, &spots, &cuts);
+    }
+
+    #[test]
+    fn tampering_across_partial_body_chunks_fails_verification() {
+        let dir = tempfile::tempdir().unwrap();
+        // Two 4 MiB partial body chunks of each packet and a tail.
+        let path = encrypt(dir.path(), &bytes((8 << 20) + 1000, 5), &[1 << 20]);
+        let good = std::fs::read(&path).unwrap();
+        let len = good.len();
+        let m4 = 4 << 20;
+        let flips = [m4 - 1, m4, m4 + 1, m4 + 6, 6 << 20, len - 21];
+        let cuts = [m4, m4 + 1, 8 << 20, len - 1];
+        assert_tampering_fails(dir.path(), &good, &flips, &cuts);
     }
 
     #[test]
