@@ -9,8 +9,9 @@
 #   BENCH_LARGE_MB  MiB of large files: 1/4 random, 1/4 log-like text, 1/2 sparse-ish
 #                   mixed (default 1024)
 #   BENCH_DIR       work dir (default: a temp dir, removed afterwards)
-#   BENCH_HB, BENCH_HARNESS  prebuilt hb and backup_harness (e.g. of an older commit, for a
-#                   before/after table); both or neither
+#   BENCH_HB, BENCH_HARNESS  prebuilt hb and backup_harness instead of building; both or neither
+#   BENCH_BEFORE    a dir with hb and backup_harness of an older commit: its box row is
+#                   measured in the same run and printed as "box before"
 #   CARGO_TARGET_DIR as usual
 set -euo pipefail
 
@@ -125,6 +126,15 @@ r = {}
 r["box export"] = run([hb, "export", "--root", data, "--out", path("parts")])
 r["box save"] = run([harness, "save", path("parts"), path("box.gpg")])
 r["box validate"] = run([harness, "verify", path("box.gpg")])
+before = os.environ.get("BENCH_BEFORE")
+if before:
+    import shutil
+    shutil.rmtree(path("parts-before"), ignore_errors=True)
+    r["box before export"] = run([os.path.join(before, "hb"), "export", "--root", data, "--out", path("parts-before")])
+    r["box before save"] = run([os.path.join(before, "backup_harness"), "save", path("parts-before"), path("before.gpg")])
+    r["box before validate"] = run([os.path.join(before, "backup_harness"), "verify", path("before.gpg")])
+    shutil.rmtree(path("parts-before"))
+    os.remove(path("before.gpg"))
 r["seed save"] = sh(f"tar czf - -C {data} . | {gpg} --symmetric --cipher-algo AES256 -o {path('seed.gpg')}")
 r["seed validate"] = sh(f"{gpg} -d {path('seed.gpg')} | tar tzf - >/dev/null")
 r["hand save"] = sh(f"tar cf - -C {data} . | zstd -q -T2 -3 | {gpg} -z 0 --symmetric --cipher-algo AES256 -o {path('hand.gpg')}")
@@ -165,6 +175,10 @@ def table(i, what):
     print(f"\n{what}:\n| pipeline | save + verify | load's validate pass |")
     print(f"|---|---|---|")
     print(f"| box (hb export + encrypt/validate/verify/publish) | {box_sv:.2f} s | {box_v:.2f} s |")
+    if "box before save" in r:
+        b_sv = r["box before export"][i] + r["box before save"][i]
+        b_v = r["box before validate"][i]
+        print(f"| box before ($BENCH_BEFORE) | {b_sv:.2f} s ({vs(b_sv, box_sv)}) | {b_v:.2f} s ({vs(b_v, box_v)}) |")
     print(f"| the seed (tar czf; gpg --symmetric from stdin; gpg -d \\| tar tzf) | {seed_sv:.2f} s ({vs(seed_sv, box_sv)}) | {seed_v:.2f} s ({vs(seed_v, box_v)}) |")
     print(f"| best hand-written (tar \\| zstd -T2 -3 \\| gpg -z 0 --symmetric; gpg -d \\| zstd -d \\| tar t) | {hand_sv:.2f} s ({vs(hand_sv, box_sv)}) | {hand_v:.2f} s ({vs(hand_v, box_v)}) |")
 table(0, "wall time (the issue's table)")
