@@ -740,6 +740,16 @@ mod tests {
     }
 
     #[test]
+    fn the_key_schedules_and_cfb_state_are_zeroised_on_drop() {
+        // Compile-time: the "zeroize" features of aes and cfb-mode are on. (The session key
+        // is sequoia's `SessionKey`, memory it zeroes on drop.)
+        fn zeroised_on_drop<T: zeroize::ZeroizeOnDrop>() {}
+        zeroised_on_drop::<Aes256>();
+        zeroised_on_drop::<CfbEnc>();
+        zeroised_on_drop::<CfbDec>();
+    }
+
+    #[test]
     fn debug_output_shows_no_key_material() {
         let dir = tempfile::tempdir().unwrap();
         let w = SeipdWriter::new(
