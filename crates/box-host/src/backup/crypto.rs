@@ -44,7 +44,7 @@ thread_local! {
 /// hostile inputs (an SEIPD packet shorter than its MDC reserve, i.e. a backup truncated
 /// a few dozen bytes in); that must read as "corrupt or truncated", never crash `box`.
 /// Needs `panic = "unwind"`, which the release profile keeps for this reason.
-fn contain_parser_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
+pub(super) fn contain_parser_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
     QUIET_HOOK.call_once(|| {
         let default = std::panic::take_hook();
@@ -66,7 +66,10 @@ fn contain_parser_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
     })
 }
 
-/// An encrypting writer: write plaintext, then [`EncryptWriter::finish`].
+/// sequoia's own encrypting writer: write plaintext, then [`EncryptWriter::finish`].
+/// `box save` writes with the faster [`super::seipd::SeipdWriter`]; this one stays as the
+/// reference its output is tested against, and for tests that need a backup box did not
+/// write itself.
 pub struct EncryptWriter {
     inner: Option<Message<'static>>,
     file: File,

@@ -1,8 +1,9 @@
-//! The save pipeline: parts → one stream → OpenPGP encryptor → 0600 temp file beside the
-//! destination, while a zstd decoder + tar walker validates the members (on a second
-//! thread, fed through a bounded channel) and SHA-256 runs over the plaintext — one pass.
-//! A third thread verifies as the file grows: it follows the temp file, decrypts it and
-//! hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
+//! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
+//! [`super::seipd`]) → 0600 temp file beside the destination, while a zstd decoder + tar
+//! walker validates the members and SHA-256 runs over the plaintext (on a second thread,
+//! fed through a bounded channel) — one pass. A third thread verifies as the file grows:
+//! it follows the temp file, decrypts it with the bulk path (this process wrote it; files
+//! from anywhere else go through sequoia) and hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
 //! hash, and checks the file on disk is still the one it decrypted; then
 //! [`Verified::publish`] links it into place without ever replacing.
 
@@ -21,10 +22,10 @@ use sha2::{Digest, Sha256};
 
 use super::channel::ChannelReader;
 use super::cleanup::{self, Temp};
-use super::crypto::{DecryptReader, EncryptWriter};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::progress::Progress;
 use super::publish;
+use super::seipd::{self, SeipdWriter};
 use super::{BackupError, hex_sha};
 
 const CHUNK: usize = 1 << 20;
@@ -41,15 +42,18 @@ pub fn check_destination(out: &Path) -> Result<()> {
 pub struct Pipeline {
     out: PathBuf,
     temp: Temp,
-    writer: EncryptWriter,
-    hasher: Sha256,
+    writer: SeipdWriter,
     bytes: u64,
     tx: Option<SyncSender<Vec<u8>>>,
-    validator: Option<JoinHandle<Result<Report, ArchiveError>>>,
+    validator: Option<JoinHandle<ValidatorResult>>,
     written: WriteProgress,
     verifier: Verifier,
     progress: Progress,
 }
+
+/// What the validator thread found: the report, and the SHA-256 of the plaintext it read
+/// (hashed there, not on the encrypting thread, to spread the work over both cores).
+type ValidatorResult = Result<(Report, [u8; 32]), ArchiveError>;
 
 /// What the verifier thread found: the plaintext's SHA-256 and size, and what it read of
 /// the encrypted file.
@@ -117,19 +121,30 @@ impl Pipeline {
             .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
         let follower = File::open(temp.path())
             .with_context(|| format!("cannot reopen {} to verify it", temp.path().display()))?;
-        let writer = EncryptWriter::new(file, passphrase)?;
+        let writer = SeipdWriter::new(file, passphrase)?;
         let (written, follower) = follow::follow(follower);
         let verifier = spawn_verifier(follower, temp.path(), passphrase)?;
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
-            .spawn(move || validate::validate(ChannelReader::new(rx, false), &limits))
+            .spawn(move || {
+                let mut hashing = HashingReader {
+                    inner: ChannelReader::new(rx, false),
+                    hasher: Sha256::new(),
+                    bytes: 0,
+                };
+                let report = validate::validate(&mut hashing, &limits)?;
+                // The validator stops at the end of the archive; hash what follows too, so
+                // the hash covers every byte that was encrypted.
+                io::copy(&mut hashing, &mut io::sink())
+                    .map_err(|e| ArchiveError::Invalid(format!("cannot read the stream: {e}")))?;
+                Ok((report, hashing.hasher.finalize().into()))
+            })
             .context("cannot start the validator thread")?;
         Ok(Pipeline {
             out: out.to_path_buf(),
             temp,
             writer,
-            hasher: Sha256::new(),
             bytes: 0,
             tx: Some(tx),
             validator: Some(validator),
@@ -162,7 +177,6 @@ impl Pipeline {
                 Err(e) => return Err(e).context("cannot read backup data"),
             };
             chunk.truncate(n);
-            self.hasher.update(&chunk);
             self.writer
                 .write_all(&chunk)
                 .context("cannot write the encrypted backup")?;
@@ -217,15 +231,14 @@ impl Pipeline {
     /// Ends encryption (fsync) and validation; returns the sealed temp file.
     pub fn finish(mut self) -> Result<Sealed> {
         self.tx.take();
-        let report = match self.validator.take().map(|h| h.join()) {
-            Some(Ok(Ok(report))) => report,
+        let (report, sha256) = match self.validator.take().map(|h| h.join()) {
+            Some(Ok(Ok(found))) => found,
             Some(Ok(Err(e))) => bail!("generated archive failed validation: {e}"),
             _ => bail!("the validator thread failed"),
         };
         self.progress.done();
         self.writer.finish()?;
         self.written.complete();
-        let sha256: [u8; 32] = self.hasher.finalize().into();
         Ok(Sealed {
             out: self.out,
             temp: self.temp,
@@ -272,30 +285,9 @@ fn spawn_verifier(
         .name("box-verify".into())
         .spawn(move || -> VerifierResult {
             let tally = follower.tally();
-            let mut reader = DecryptReader::from_reader(follower, &what, &passphrase)?;
-            let status = reader.status();
-            let mut hasher = Sha256::new();
-            let mut chunk = vec![0u8; super::crypto::DECRYPT_BUFFER];
-            loop {
-                cleanup::check().map_err(|e| BackupError::Io(e.to_string()))?;
-                let n = reader
-                    .read(&mut chunk)
-                    .map_err(|e| BackupError::Corrupt(status.failure().unwrap_or(e.to_string())))?;
-                if n == 0 {
-                    break;
-                }
-                hasher.update(&chunk[..n]);
-            }
-            if !reader.authenticated() {
-                return Err(BackupError::Corrupt(
-                    "the decrypted stream did not reach its end".into(),
-                ));
-            }
-            Ok((
-                hasher.finalize().into(),
-                DecryptReader::bytes(&reader),
-                tally.fingerprint(),
-            ))
+            // The bulk path: this is the file we are writing, never someone else's.
+            let (sha, bytes) = seipd::verify_own(follower, &what, &passphrase, |_| {})?;
+            Ok((sha, bytes, tally.fingerprint()))
         })
         .context("cannot start the verifier thread")
 }

@@ -6,6 +6,9 @@
 //! backup_harness save <parts-dir> <out.tar.zst.gpg>     # encrypt + validate + verify + publish
 //! backup_harness verify <backup>                         # pass 1 only (decrypt, validate, hash)
 //! backup_harness parts <backup> <dir> <part-size>        # pass 1 + pass 2 into parts + index
+//! backup_harness encrypt <plain> <out>                   # bench: the bulk SEIPDv1 writer alone
+//! backup_harness decrypt-own <backup>                    # bench: the bulk verify-decrypt alone
+//! backup_harness decrypt <backup>                        # bench: sequoia's decryption alone
 //! ```
 //! The passphrase comes from BOX_PASSPHRASE_FILE / BOX_PASSPHRASE as for `box`.
 //! `HARNESS_PAUSE_MS=<n>` sleeps n ms after each part and before verify/publish, so tests
@@ -16,7 +19,7 @@ use std::process::ExitCode;
 use std::time::Duration;
 
 use anyhow::{Result, bail};
-use box_host::backup::{cleanup, load, passphrase, save};
+use box_host::backup::{cleanup, crypto, load, passphrase, save, seipd};
 
 fn pause() {
     if let Some(ms) = std::env::var("HARNESS_PAUSE_MS")
@@ -93,6 +96,31 @@ fn run(args: &[String]) -> Result<()> {
                 index.render(),
             )?;
             println!("{} parts", index.parts.len());
+        }
+        ["encrypt", plain, out] => {
+            let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
+            let file = std::fs::OpenOptions::new()
+                .write(true)
+                .create_new(true)
+                .open(out)?;
+            let mut w = seipd::SeipdWriter::new(file, &pass)?;
+            std::io::copy(&mut std::fs::File::open(plain)?, &mut w)?;
+            w.finish()?;
+        }
+        ["decrypt-own", backup] => {
+            let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+            let file = std::fs::File::open(backup)?;
+            let (sha, size) = seipd::verify_own(file, backup, &pass, |_| {})?;
+            println!("ok {} {size}", hex::encode(sha));
+        }
+        ["decrypt", backup] => {
+            let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+            let mut r = crypto::DecryptReader::open(Path::new(backup), &pass)?;
+            let size = std::io::copy(&mut r, &mut std::io::sink())?;
+            if !r.authenticated() {
+                bail!("not authenticated");
+            }
+            println!("ok {size}");
         }
         _ => bail!(
             "usage: backup_harness save <parts-dir> <out> | verify <backup> | parts <backup> <dir> <size>"
