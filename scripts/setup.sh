@@ -181,4 +181,13 @@ fi
 apt_ensure "GNU time, for the save/load benchmark" time
 # --- end save/load (issue 6) ---
 
+# --- archives from the wild (issue 13) ---
+# tests/ext_archives.rs needs GNU tar, gnupg, util-linux (setpriv) and python3 (fuzz seeds)
+# from the base list, and the corpus beside the repo root, which is other projects' data
+# and never copied into it: under CI=true the test fails without it.
+if [[ ! -f "$(dirname "$0")/../../shared/ext-archives/SOURCES.txt" ]]; then
+  log "WARNING: ../shared/ext-archives is missing; tests/ext_archives.rs will fail under CI=true"
+fi
+# --- end archives from the wild (issue 13) ---
+
 log "setup complete"

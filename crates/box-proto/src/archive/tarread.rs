@@ -240,7 +240,6 @@ impl<R: Read> TarReader<R> {
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
         let mut local: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
-        let mut first_offset: Option<u64> = None;
         loop {
             let offset = self.pos;
             let mut block = [0u8; 512];
@@ -250,7 +249,6 @@ impl<R: Read> TarReader<R> {
                 self.done = true;
                 return Ok(None);
             }
-            first_offset.get_or_insert(offset);
             check_checksum(&block, offset)?;
             let flag = block[156];
             let size = number(&block[124..136], "size", offset)?;
@@ -282,13 +280,11 @@ impl<R: Read> TarReader<R> {
                     for (k, v) in parse_pax(&data, offset)? {
                         self.global.insert(k, v);
                     }
-                    first_offset = None;
                     continue;
                 }
                 b'V' => {
                     // A volume label: GNU tar skips it when extracting.
                     self.skip(size.div_ceil(512) * 512)?;
-                    first_offset = None;
                     continue;
                 }
                 _ => {}
