@@ -579,6 +579,14 @@ fn run_one(name: &str, work: &Path, who: As, box_bin: &Path) -> Row {
     }
 }
 
+/// The built `box`, or EXT_ARCHIVES_BOX: another build to compare (how the "before" table
+/// of issue 13 was made, and how these tests were seen failing on the old code).
+fn box_under_test() -> PathBuf {
+    std::env::var_os("EXT_ARCHIVES_BOX")
+        .map(PathBuf::from)
+        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_box")))
+}
+
 fn is_root() -> bool {
     // SAFETY: getuid cannot fail.
     unsafe { libc::getuid() == 0 }
@@ -608,10 +616,7 @@ fn every_corpus_archive_extracts_like_gnu_tar_or_is_refused_with_its_rule() {
         skip("not root: the unprivileged (nobody) pass needs setpriv from root");
         return;
     };
-    // EXT_ARCHIVES_BOX: another build of box to compare (the "before" table of issue 13).
-    let box_bin = std::env::var_os("EXT_ARCHIVES_BOX")
-        .map(PathBuf::from)
-        .unwrap_or_else(|| PathBuf::from(env!("CARGO_BIN_EXE_box")));
+    let box_bin = box_under_test();
     let mut names: Vec<String> = fs::read_dir(&corpus)
         .unwrap()
         .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
@@ -772,7 +777,7 @@ fn gnu_tar_sparse_archives_of_every_format_come_back_with_their_holes() {
             &work.join("x.tar.gz.gpg"),
         );
         let target = work.join("out");
-        let out = Command::new(env!("CARGO_BIN_EXE_box"))
+        let out = Command::new(box_under_test())
             .arg("extract")
             .arg(work.join("x.tar.gz.gpg"))
             .arg(&target)

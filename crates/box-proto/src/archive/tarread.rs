@@ -239,7 +239,7 @@ impl<R: Read> TarReader<R> {
         self.pad = 0;
         let mut long_name: Option<Vec<u8>> = None;
         let mut long_link: Option<Vec<u8>> = None;
-        let mut local: Option<Vec<(Vec<u8>, Vec<u8>)>> = None;
+        let mut local: Option<Vec<Record>> = None;
         loop {
             let offset = self.pos;
             let mut block = [0u8; 512];
@@ -308,7 +308,7 @@ impl<R: Read> TarReader<R> {
         header_size: u64,
         long_name: Option<Vec<u8>>,
         long_link: Option<Vec<u8>>,
-        local: Option<Vec<(Vec<u8>, Vec<u8>)>>,
+        local: Option<Vec<Record>>,
     ) -> Result<Member, TarError> {
         let flag = block[156];
         let ustar = &block[257..263] == b"ustar\0";
@@ -331,7 +331,7 @@ impl<R: Read> TarReader<R> {
         let mut mtime = (number(&block[136..148], "mtime", offset)?, 0u32);
         let mut size = header_size;
         // Records: globals first, the member's own override them (POSIX, GNU tar).
-        let mut records: Vec<(Vec<u8>, Vec<u8>)> = self
+        let mut records: Vec<Record> = self
             .global
             .iter()
             .map(|(k, v)| (k.clone(), v.clone()))
@@ -739,10 +739,13 @@ fn number(field: &[u8], what: &str, offset: u64) -> Result<i64, TarError> {
     }
 }
 
+/// One PAX record: keyword and value.
+pub type Record = (Vec<u8>, Vec<u8>);
+
 /// PAX records, strictly: `<len> <key>=<value>\n`, `<len>` counting the whole record.
 /// A malformed one is refused naming its offset (and keyword when there is one), as GNU
 /// tar refuses it ("Malformed extended header").
-pub fn parse_pax(data: &[u8], at: u64) -> Result<Vec<(Vec<u8>, Vec<u8>)>, TarError> {
+pub fn parse_pax(data: &[u8], at: u64) -> Result<Vec<Record>, TarError> {
     let mut out = Vec::new();
     let mut i = 0usize;
     while i < data.len() {
