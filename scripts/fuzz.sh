@@ -32,12 +32,46 @@ else
     mapfile -t targets < <(cargo fuzz list --fuzz-dir fuzz)
 fi
 
+# Issue 13: the third-party archives beside the repo (../shared/ext-archives, never copied
+# into it) are seeds of the two archive targets, converted at run time into each target's
+# input form: `home/` + `home/agent/` in front, then gzip'd (archive_validate) or behind
+# `#raw` (archive_tar, raw tar zstd'd by the target). Missing corpus: a visible note.
+ext="$PWD/../shared/ext-archives"
+seeds_for() { # target -> extra corpus dir (or nothing)
+    local t="$1" out="$work/ext-seeds/$1"
+    [[ "$t" == archive_validate || "$t" == archive_tar ]] || return 0
+    if [[ ! -d "$ext" ]]; then
+        echo "note: $ext is missing; fuzzing $t without the ext-archives seeds" >&2
+        return 0
+    fi
+    mkdir -p "$out"
+    python3 - "$ext" "$out" "$t" <<'PY'
+import gzip, io, os, sys, tarfile
+ext, out, target = sys.argv[1:]
+prefix = b""
+for name in ("home/", "home/agent/"):
+    info = tarfile.TarInfo(name)
+    info.type, info.mode, info.mtime = tarfile.DIRTYPE, 0o755, 1700000000
+    prefix += info.tobuf(format=tarfile.USTAR_FORMAT)
+for name in sorted(os.listdir(ext)):
+    if not name.endswith(".tar"):
+        continue
+    with open(os.path.join(ext, name), "rb") as f:
+        data = prefix + f.read()
+    seed = gzip.compress(data, mtime=0) if target == "archive_validate" else b"#raw\n" + data
+    with open(os.path.join(out, name), "wb") as f:
+        f.write(seed)
+PY
+    echo "$out"
+}
+
 for t in "${targets[@]}"; do
     mkdir -p "$work/corpus/$t" "fuzz/artifacts/$t"
+    extra="$(seeds_for "$t")"
     echo "== fuzzing $t for ${seconds}s"
     # shellcheck disable=SC2086 # FUZZ_ARGS is a list of flags
     cargo fuzz run --fuzz-dir fuzz --target-dir "$work/fuzz" "$t" \
-        "$work/corpus/$t" "fuzz/corpus/$t" "fuzz/regressions/$t" -- \
+        "$work/corpus/$t" "fuzz/corpus/$t" "fuzz/regressions/$t" ${extra:+"$extra"} -- \
         -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
         ${FUZZ_ARGS:-}
 done

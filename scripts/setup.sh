@@ -200,4 +200,13 @@ for sim_image in debian:12 debian:13; do
 done
 # --- end simulator images (issue 11) ---
 
+# --- archives from the wild (issue 13) ---
+# tests/ext_archives.rs needs GNU tar, gnupg, util-linux (setpriv) and python3 (fuzz seeds)
+# from the base list, and the corpus beside the repo root, which is other projects' data
+# and never copied into it: under CI=true the test fails without it.
+if [[ ! -f "$(dirname "$0")/../../shared/ext-archives/SOURCES.txt" ]]; then
+  log "WARNING: ../shared/ext-archives is missing; tests/ext_archives.rs will fail under CI=true"
+fi
+# --- end archives from the wild (issue 13) ---
+
 log "setup complete"

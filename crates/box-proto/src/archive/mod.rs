@@ -12,6 +12,7 @@
 pub mod excludes;
 pub mod naming;
 pub mod parts;
+pub mod tarread;
 pub mod unpack;
 pub mod validate;
 

@@ -22,6 +22,7 @@ use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
 
+use crate::archive::tarread::{Data, Member, MemberKind, TarError, TarReader, shown_name};
 use crate::archive::{Compression, sniff};
 use crate::layout;
 
@@ -243,7 +244,7 @@ fn shown_key(key: &[u8]) -> String {
     if key.is_empty() {
         ".".to_string()
     } else {
-        shown(key)
+        shown_name(key)
     }
 }
 
@@ -309,17 +310,20 @@ impl Validator {
                 format!(
                     "members exceed {} bytes at {}",
                     self.limits.max_total_bytes,
-                    shown(name)
+                    shown_name(name)
                 ),
             ));
         }
         // Rule 2.
         let link = link.filter(|_| entry_type.is_symlink() || entry_type.is_hard_link());
         if has_control(name) || link.is_some_and(has_control) {
-            return Err(ArchiveError::unsafe_(Rule::ControlCharacters, shown(name)));
+            return Err(ArchiveError::unsafe_(
+                Rule::ControlCharacters,
+                shown_name(name),
+            ));
         }
         if name.starts_with(b"/") || name.split(|b| *b == b'/').any(|p| p == b"..") {
-            return Err(ArchiveError::unsafe_(Rule::PathEscapes, shown(name)));
+            return Err(ArchiveError::unsafe_(Rule::PathEscapes, shown_name(name)));
         }
         // Rule 3.
         let key = key_of(name);
@@ -336,21 +340,27 @@ impl Validator {
         } else if entry_type.is_hard_link() {
             Kind::Hardlink(link.unwrap_or_default().into())
         } else {
-            return Err(ArchiveError::unsafe_(Rule::SpecialFile, shown(name)));
+            return Err(ArchiveError::unsafe_(Rule::SpecialFile, shown_name(name)));
         };
         // Rule 5.
         if key.is_empty() && kind != Kind::Dir {
-            return Err(ArchiveError::unsafe_(Rule::RootNotDirectory, shown(name)));
+            return Err(ArchiveError::unsafe_(
+                Rule::RootNotDirectory,
+                shown_name(name),
+            ));
         }
         // Rule 6.
         if let Kind::Symlink(target) | Kind::Hardlink(target) = &kind {
             if target.is_empty() {
-                return Err(ArchiveError::unsafe_(Rule::LinkTargetEmpty, shown(name)));
+                return Err(ArchiveError::unsafe_(
+                    Rule::LinkTargetEmpty,
+                    shown_name(name),
+                ));
             }
             if target.starts_with(b"/") {
                 return Err(ArchiveError::unsafe_(
                     Rule::LinkTargetAbsolute,
-                    format!("{} -> {}", shown(name), shown(target)),
+                    format!("{} -> {}", shown_name(name), shown_name(target)),
                 ));
             }
             let mut depth: i64 = if matches!(kind, Kind::Symlink(_)) {
@@ -364,7 +374,7 @@ impl Validator {
                     if depth < 0 {
                         return Err(ArchiveError::unsafe_(
                             Rule::LinkTargetEscapes,
-                            format!("{} -> {}", shown(name), shown(target)),
+                            format!("{} -> {}", shown_name(name), shown_name(target)),
                         ));
                     }
                 } else {
@@ -471,7 +481,7 @@ impl Validator {
                             _ => {
                                 return Err(ArchiveError::unsafe_(
                                     Rule::HardlinkNotRegularFile,
-                                    format!("{} -> {}", shown_key(key), shown(target)),
+                                    format!("{} -> {}", shown_key(key), shown_name(target)),
                                 ));
                             }
                         }
@@ -480,7 +490,7 @@ impl Validator {
                     if target_position.is_none_or(|p| p as usize > position) {
                         return Err(ArchiveError::unsafe_(
                             Rule::HardlinkBeforeTarget,
-                            format!("{} -> {}", shown_key(key), shown(target)),
+                            format!("{} -> {}", shown_key(key), shown_name(target)),
                         ));
                     }
                 }
@@ -488,6 +498,27 @@ impl Validator {
             }
         }
         Ok(memo.expansions)
+    }
+
+    /// Where a hardlink's target leads through the members seen so far (the key of a
+    /// regular file), or `None` when it does not (yet) lead to one.
+    pub fn resolve_hardlink(&self, target: &[u8]) -> Option<Vec<u8>> {
+        let mut memo = LinkMemo::default();
+        let bound = self.order.len() * 8 + 32;
+        let mut r = Resolver::new(self, bound, &mut memo);
+        let (mut key, mut kind) = r.resolve(Vec::new(), parts_owned(target), false).ok()?;
+        for _ in 0..bound {
+            match kind {
+                Some(Kind::File) => return Some(key),
+                Some(Kind::Hardlink(next)) => {
+                    let (k, f) = r.resolve(Vec::new(), parts_owned(next), false).ok()?;
+                    key = k;
+                    kind = f;
+                }
+                _ => return None,
+            }
+        }
+        None
     }
 
     fn kind(&self, key: &[u8]) -> Option<&Kind> {
@@ -587,7 +618,7 @@ impl<'a, 'm> Resolver<'a, 'm> {
             if resolved.pop().is_none() {
                 return Err(ArchiveError::unsafe_(
                     Rule::LinkResolvesOutside,
-                    shown(&join(pending.iter().map(|p| p.as_slice()))),
+                    shown_name(&join(pending.iter().map(|p| p.as_slice()))),
                 ));
             }
             return Ok(());
@@ -744,20 +775,38 @@ fn invalid(what: &str, e: &io::Error) -> ArchiveError {
     // The tar and decompression errors quote raw header bytes ("numeric field was not a
     // number: <bytes>", a member's path): escape them, or a hostile archive writes control
     // sequences to the terminal through our error message.
-    ArchiveError::Invalid(format!("{what}: {}", shown(e.to_string().as_bytes())))
+    ArchiveError::Invalid(format!("{what}: {}", shown_name(e.to_string().as_bytes())))
+}
+
+/// One member as the callback of [`walk`] sees it: the decoded headers, the hardlink's
+/// target as the validator resolved it (through the links seen so far), and the stored
+/// data as a reader (packed, for a sparse file: see [`Member::sparse`]).
+pub struct Entry<'a> {
+    pub member: &'a Member,
+    /// For a hardlink: the key of the regular file it resolves to, when the members seen
+    /// so far resolve it (rule 9 refuses the archive otherwise, at its end).
+    pub hardlink_target: Option<Vec<u8>>,
+    data: &'a mut dyn Read,
+}
+
+impl Read for Entry<'_> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        self.data.read(buf)
+    }
 }
 
 /// Walks a compressed tar stream: sniffs the compression, checks every member (rules 2–6,
 /// caps) *before* handing it to `on_member` with its key, drains the stream to its end
 /// (footer, checksum, trailing bytes), then applies rules 1, 7, 8 and 9.
 ///
-/// The callback may read or unpack the entry; whatever it leaves unread is skipped. Any
-/// read error of `input` shows up as [`ArchiveError::Invalid`]: a caller whose input can
-/// fail for its own reasons (decryption) should record those itself and check first.
+/// The tar is read by [`tarread`](crate::archive::tarread), as GNU tar reads it. The
+/// callback may read the entry's data; whatever it leaves unread is skipped. Any read
+/// error of `input` shows up as [`ArchiveError::Invalid`]: a caller whose input can fail
+/// for its own reasons (decryption) should record those itself and check first.
 pub fn walk<R, E, F>(input: R, limits: &Limits, mut on_member: F) -> Result<Report, WalkError<E>>
 where
     R: Read,
-    F: FnMut(&mut tar::Entry<'_, Box<dyn Read + '_>>, &[u8]) -> Result<(), E>,
+    F: FnMut(&mut Entry<'_>, &[u8]) -> Result<(), E>,
 {
     let meter = Rc::new(Meter::default());
     let mut input = CountIn {
@@ -793,41 +842,57 @@ where
         meter: meter.clone(),
         limits: limits.clone(),
     };
-    let mut archive = tar::Archive::new(Box::new(counted) as Box<dyn Read>);
+    let mut reader = TarReader::new(counted);
     let mut validator = Validator::new(limits.clone());
-    let fail = |what: &str, e: io::Error| -> ArchiveError {
-        if let Some(v) = meter.violation.borrow_mut().take() {
-            v
-        } else {
-            invalid(what, &e)
+    let fail = |e: TarError| -> ArchiveError {
+        match meter.violation.borrow_mut().take() {
+            Some(v) => v,
+            None => ArchiveError::Invalid(e.0),
         }
     };
-    {
-        let entries = archive
-            .entries()
-            .map_err(|e| fail("cannot read the tar stream", e))?;
-        for entry in entries {
-            let mut entry = entry.map_err(|e| fail("corrupt tar or compressed stream", e))?;
-            let name = entry.path_bytes().into_owned();
-            let link = entry.link_name_bytes().map(|l| l.into_owned());
-            let entry_type = entry.header().entry_type();
-            let size = entry.size();
-            let key = validator.observe(&name, entry_type, link.as_deref(), size)?;
-            on_member(&mut entry, &key).map_err(WalkError::Callback)?;
-            if let Some(v) = meter.violation.borrow_mut().take() {
-                return Err(v.into());
-            }
+    loop {
+        let member = match reader.next_member() {
+            Ok(Some(m)) => m,
+            Ok(None) => break,
+            Err(e) => return Err(fail(e).into()),
+        };
+        let link = matches!(member.kind, MemberKind::Symlink | MemberKind::Hardlink)
+            .then_some(member.link.as_slice());
+        let key = validator.observe(&member.name, member.kind.entry_type(), link, member.size)?;
+        let hardlink_target = match member.kind {
+            MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
+            _ => None,
+        };
+        let mut data = Data {
+            reader: &mut reader,
+        };
+        let mut entry = Entry {
+            member: &member,
+            hardlink_target,
+            data: &mut data,
+        };
+        let outcome = on_member(&mut entry, &key);
+        if let Some(v) = meter.violation.borrow_mut().take() {
+            return Err(v.into());
         }
+        outcome.map_err(WalkError::Callback)?;
     }
     // Drain: everything after the end-of-archive marker must be zero padding, and reading
     // it to EOF makes the decoder check the footer (gzip CRC32/ISIZE, zstd checksum) and
     // reject trailing garbage.
-    let mut rest = archive.into_inner();
+    let mut rest = reader.into_inner();
     let mut buf = vec![0u8; 64 << 10];
     loop {
-        let n = rest
-            .read(&mut buf)
-            .map_err(|e| fail("corrupt compressed stream", e))?;
+        let n = match rest.read(&mut buf) {
+            Ok(n) => n,
+            Err(e) => {
+                return Err(match meter.violation.borrow_mut().take() {
+                    Some(v) => v,
+                    None => invalid("corrupt compressed stream", &e),
+                }
+                .into());
+            }
+        };
         if n == 0 {
             break;
         }
@@ -854,8 +919,9 @@ pub fn validate<R: Read>(input: R, limits: &Limits) -> Result<Report, ArchiveErr
     let mut manifest = None;
     let result = walk(input, limits, |entry, key| -> Result<(), io::Error> {
         if key == layout::RUNTIME_MANIFEST.as_bytes()
-            && entry.header().entry_type().is_file()
-            && entry.size() <= limits.max_manifest_bytes
+            && entry.member.kind == MemberKind::File
+            && entry.member.sparse.is_none()
+            && entry.member.size <= limits.max_manifest_bytes
         {
             let mut bytes = Vec::new();
             entry.read_to_end(&mut bytes)?;

@@ -25,6 +25,7 @@ use box_proto::archive::parts::PartIndex;
 
 use super::links;
 use super::parts::PartWriter;
+use super::sparse;
 
 /// zstd job size with worker threads.
 pub const JOB_SIZE: u32 = 2 << 20;
@@ -129,6 +130,7 @@ impl<W: Write> Walker<W> {
         kind: tar::EntryType,
         link: Option<&[u8]>,
         data: Option<&mut dyn Read>,
+        sparse_map: Option<&[(u64, u64)]>,
     ) -> io::Result<()> {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(kind);
@@ -142,6 +144,13 @@ impl<W: Write> Walker<W> {
             0
         };
         h.set_size(size);
+        // A file with holes: an old GNU sparse member (see `sparse`), its runs as data.
+        let mut sparse_payload = false;
+        if let (true, Some(map)) = (kind == tar::EntryType::GNUSparse, sparse_map) {
+            h.set_size(sparse::stored_size(map));
+            sparse::fill_header(&mut h, map, meta.len())?;
+            sparse_payload = true;
+        }
         if let Some(user) = self.user(meta.uid()) {
             let _ = h.set_username(&user);
         }
@@ -175,6 +184,10 @@ impl<W: Write> Walker<W> {
         }
         h.set_cksum();
         match data {
+            Some(reader) if sparse_payload => {
+                // The payload is exact by construction (extension blocks, padded runs).
+                self.builder.append(&h, reader)?;
+            }
             Some(reader) => {
                 // Exactly `size` bytes even if the file changed while we read it.
                 let mut exact = reader.take(size).chain(io::repeat(0)).take(size);
@@ -217,7 +230,7 @@ impl<W: Write> Walker<W> {
                     continue;
                 }
                 member.push(b'/');
-                self.append(&member, &meta, tar::EntryType::Directory, None, None)
+                self.append(&member, &meta, tar::EntryType::Directory, None, None, None)
                     .with_context(|| format!("cannot archive {shown}"))?;
                 self.walk_dir(&path, &key)?;
             } else if ft.is_symlink() {
@@ -237,13 +250,21 @@ impl<W: Write> Walker<W> {
                     tar::EntryType::Symlink,
                     Some(target.as_os_str().as_bytes()),
                     None,
+                    None,
                 )
                 .with_context(|| format!("cannot archive {shown}"))?;
             } else if ft.is_file() {
                 if meta.nlink() > 1 {
                     if let Some(first) = self.hardlinks.get(&(meta.dev(), meta.ino())).cloned() {
-                        self.append(&member, &meta, tar::EntryType::Link, Some(&first), None)
-                            .with_context(|| format!("cannot archive {shown}"))?;
+                        self.append(
+                            &member,
+                            &meta,
+                            tar::EntryType::Link,
+                            Some(&first),
+                            None,
+                            None,
+                        )
+                        .with_context(|| format!("cannot archive {shown}"))?;
                         continue;
                     }
                     self.hardlinks
@@ -256,14 +277,29 @@ impl<W: Write> Walker<W> {
                         return Err(e).with_context(|| format!("cannot read {}", path.display()));
                     }
                 };
-                self.append(
-                    &member,
-                    &meta,
-                    tar::EntryType::Regular,
-                    None,
-                    Some(&mut file),
-                )
-                .with_context(|| format!("cannot archive {shown}"))?;
+                let appended = match sparse::data_map(&file, meta.len()) {
+                    Some(map) => {
+                        let prefix = sparse::extension_blocks(&map, meta.len());
+                        let mut payload = sparse::Payload::new(&file, prefix, &map);
+                        self.append(
+                            &member,
+                            &meta,
+                            tar::EntryType::GNUSparse,
+                            None,
+                            Some(&mut payload),
+                            Some(&map),
+                        )
+                    }
+                    None => self.append(
+                        &member,
+                        &meta,
+                        tar::EntryType::Regular,
+                        None,
+                        Some(&mut file),
+                        None,
+                    ),
+                };
+                appended.with_context(|| format!("cannot archive {shown}"))?;
             } else {
                 let what = if ft.is_socket() {
                     "socket"
@@ -325,7 +361,14 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
             .with_context(|| format!("cannot resolve the data root {}", opts.root.display()))?,
     };
     walker
-        .append(b"./", &root_meta, tar::EntryType::Directory, None, None)
+        .append(
+            b"./",
+            &root_meta,
+            tar::EntryType::Directory,
+            None,
+            None,
+            None,
+        )
         .context("cannot archive ./")?;
     walker.walk_dir(&opts.root, b"")?;
     let encoder = walker

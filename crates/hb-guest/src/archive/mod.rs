@@ -6,3 +6,4 @@ pub mod export;
 pub mod import;
 pub mod links;
 pub mod parts;
+pub mod sparse;
