@@ -11,13 +11,18 @@ use crate::personality::Personality;
 const ABOUT: &str = "smolvm-sim: a simulator of the smolvm CLI, for tests and demos.
 
 Machines are real Linux guests built from namespaces (mount, PID, UTS, network), not microVMs.
-The guest root filesystem is the HOST's userland (/usr, /etc, /var, /opt ...) read-only under a
-per-machine overlay, so writes inside a guest never touch the host. --image is recorded and
-shown but no image is pulled: the root is always the host's userland.";
+The guest root filesystem is a pristine image (debian:12, debian:13, built from the Debian
+archive and cached; ubuntu:24.04/26.04 boot debian:13 as a stand-in, said at create) read-only
+under a per-machine overlay. SMOLVM_SIM_HOST_USERLAND=1 at create is the fast-test shortcut:
+the root is then the HOST's userland under per-machine overlays. Writes inside a guest never
+touch the host.";
 
 const AFTER_HELP: &str = "Environment:
   SMOLVM_SIM_HOME     state root (default $XDG_DATA_HOME/smolvm-sim or ~/.local/share/smolvm-sim)
-  SMOLVM_SIM_VERSION  personality: 1.0.4 (default) or 1.9.2
+  SMOLVM_SIM_VERSION  personality: 1.0.4 (default), 1.9.2, 1.9.3 or 1.17.0
+  SMOLVM_SIM_IMAGES   image cache (default /var/cache/smolvm-sim/images)
+  SMOLVM_SIM_IMAGE_MAP  stand-ins, FROM=TO[,...] (default ubuntu:24.04=debian:13,ubuntu:26.04=debian:13)
+  SMOLVM_SIM_HOST_USERLAND  1 at create: guest root = host userland (fast-test shortcut)
   SMOLVM_SIM_FAIL     fault injection, comma list of VERB:MODE[@TEXT], e.g.
                         start:once, start:always, create:after, delete:always, stop:always,
                         exec:hang@hb quiesce, cp:truncate, state:unreachable@mybox
@@ -47,6 +52,17 @@ pub enum TopCmd {
     /// Internal: the machine supervisor (started by `machine start`)
     #[command(name = "_boot-vm", hide = true)]
     BootVm(BootVmArgs),
+    /// Internal: kills an exec'd command when its `machine exec` client dies
+    #[command(name = "_exec-watch", hide = true)]
+    ExecWatch(ExecWatchArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct ExecWatchArgs {
+    #[arg(long)]
+    pub pid: i32,
+    #[arg(long)]
+    pub start_time: u64,
 }
 
 #[derive(Args, Debug)]

@@ -8,6 +8,7 @@ mod image;
 mod machine;
 mod output;
 mod personality;
+mod progress;
 mod registry;
 mod verbs;
 
@@ -78,7 +79,9 @@ fn main() {
     let argv: Vec<String> = std::env::args_os()
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
-    let boot = argv.get(1).is_some_and(|a| a == "_boot-vm");
+    let boot = argv
+        .get(1)
+        .is_some_and(|a| a == "_boot-vm" || a == "_exec-watch");
     if !boot {
         calllog::record(&argv);
     }
@@ -95,6 +98,7 @@ fn main() {
     };
     let res = match parsed.command {
         TopCmd::BootVm(a) => machine::supervisor::boot(&a.name, personality),
+        TopCmd::ExecWatch(a) => machine::disconnect::run_watcher(a.pid, a.start_time),
         TopCmd::Machine(m) => dispatch(&ctx, m),
     };
     finish(res)

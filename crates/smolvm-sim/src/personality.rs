@@ -6,18 +6,32 @@ pub enum Personality {
     V104,
     /// smolvm 1.9.2 (main at the time of the reference).
     V192,
+    /// smolvm 1.9.3: 1.9.2 plus a version bump (`git diff v1.9.2 v1.9.3` touches only
+    /// manifests), so the same contract under another `--version`.
+    V193,
+    /// smolvm 1.17.0: the 1.9 contract box uses, plus the first change that matters to it:
+    /// `delete` without `--force` on a stdin that is not a terminal fails (exit 1) instead
+    /// of printing `Cancelled` (smolvm PR #1333, after 1.16.2; observed on 1.17/1.18).
+    /// Nothing else of the newer CLI (paused states, new `ls` keys, `-u`) is modelled.
+    V1170,
 }
 
+/// The values SMOLVM_SIM_VERSION takes.
+pub const VERSIONS: [&str; 4] = ["1.0.4", "1.9.2", "1.9.3", "1.17.0"];
+
 impl Personality {
-    /// From SMOLVM_SIM_VERSION; anything but the two known versions is an error.
+    /// From SMOLVM_SIM_VERSION; anything but the known versions is an error.
     pub fn from_env() -> Result<Self, String> {
         match std::env::var("SMOLVM_SIM_VERSION") {
             Err(_) => Ok(Personality::V104),
             Ok(v) => match v.trim() {
                 "" | "1.0.4" => Ok(Personality::V104),
                 "1.9.2" => Ok(Personality::V192),
+                "1.9.3" => Ok(Personality::V193),
+                "1.17.0" => Ok(Personality::V1170),
                 other => Err(format!(
-                    "SMOLVM_SIM_VERSION must be 1.0.4 or 1.9.2 (got {other:?})"
+                    "SMOLVM_SIM_VERSION must be one of {} (got {other:?})",
+                    VERSIONS.join(", ")
                 )),
             },
         }
@@ -27,11 +41,21 @@ impl Personality {
         match self {
             Personality::V104 => "1.0.4",
             Personality::V192 => "1.9.2",
+            Personality::V193 => "1.9.3",
+            Personality::V1170 => "1.17.0",
         }
     }
 
+    /// 1.9 or newer: the SHEAD behaviour of reference/smolvm.md (labels, `exec -d`,
+    /// `cp --mode`, keep-alive exec container, data dir removed before the record, ...).
     pub fn is_head(self) -> bool {
-        self == Personality::V192
+        self != Personality::V104
+    }
+
+    /// `delete` without `--force` refuses a non-terminal stdin (exit 1) instead of
+    /// reading an answer from it.
+    pub fn delete_needs_tty(self) -> bool {
+        self == Personality::V1170
     }
 
     /// The guest hostname: `container` before 1.9.0; then the machine name when it is a
@@ -60,5 +84,7 @@ mod tests {
         assert_eq!(Personality::V192.hostname("box-a"), "box-a");
         assert_eq!(Personality::V192.hostname("Box_A"), "container");
         assert_eq!(Personality::V192.hostname(&"a".repeat(64)), "container");
+        assert_eq!(Personality::V193.hostname("box-a"), "box-a");
+        assert_eq!(Personality::V1170.hostname("box-a"), "box-a");
     }
 }

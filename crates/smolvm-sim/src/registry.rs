@@ -16,7 +16,7 @@ use crate::output::{SimError, storage};
 
 /// The simulator's state root.
 pub fn home() -> PathBuf {
-    let head = std::env::var("SMOLVM_SIM_VERSION").is_ok_and(|v| v.trim() == "1.9.2");
+    let head = crate::personality::Personality::from_env().is_ok_and(|p| p.is_head());
     let p = if let Some(h) = std::env::var_os("SMOLVM_SIM_HOME").filter(|v| !v.is_empty()) {
         PathBuf::from(h)
     } else if let Some(d) = std::env::var_os("SMOLVM_DATA_DIR").filter(|v| head && !v.is_empty()) {

@@ -2112,3 +2112,241 @@ fn image_bare_machine_and_bad_opt_in_are_refused() {
         "{o:?}"
     );
 }
+
+// ---------------------------------------------------------------------------------------------
+// Fidelity items read from smolvm's source (issue 11): exec disconnect kill, `-e KEY`, cp
+// progress on failure, the 1.9.3 and 1.17.0 personalities.
+// ---------------------------------------------------------------------------------------------
+
+/// Guest processes whose command line contains `needle`, seen from inside the guest.
+fn guest_procs(s: &Smol, name: &str, needle: &str) -> String {
+    let o = s.sh(
+        name,
+        &format!(
+            "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done \
+             | grep -F -- '{needle}' | grep -v grep || true"
+        ),
+    );
+    o.stdout
+}
+
+/// smolvm's agent kills the exec'd command, its children included, with SIGKILL when the
+/// client goes away (box's deadline kill does exactly that to the client).
+#[test]
+fn killing_the_exec_client_kills_the_guest_command_tree() {
+    if !guests_available() {
+        return;
+    }
+    for version in ["1.0.4", "1.9.2"] {
+        let s = Smol::new().with_env("SMOLVM_SIM_VERSION", version);
+        let n = s.name("disc");
+        s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+        s.start(&n);
+        // The command ignores TERM/HUP/INT: only a SIGKILL ends it. Its child must go too.
+        let mut client = s
+            .cmd(&[
+                "machine",
+                "exec",
+                "--stream",
+                "--name",
+                &n,
+                "--",
+                "/bin/sh",
+                "-c",
+                "trap '' TERM HUP INT; sleep 313 & echo ready; sleep 314",
+            ])
+            .stdout(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let mut first = [0u8; 6];
+        client
+            .stdout
+            .take()
+            .unwrap()
+            .read_exact(&mut first)
+            .unwrap();
+        assert_eq!(&first, b"ready\n");
+        assert!(guest_procs(&s, &n, "sleep 314").contains("sleep 314"));
+        client.kill().unwrap(); // SIGKILL, as box's deadline does
+        let _ = client.wait();
+        let t0 = Instant::now();
+        let mut left = guest_procs(&s, &n, "sleep 31");
+        while !left.trim().is_empty() && t0.elapsed() < Duration::from_secs(5) {
+            std::thread::sleep(Duration::from_millis(50));
+            left = guest_procs(&s, &n, "sleep 31");
+        }
+        assert_eq!(
+            left.trim(),
+            "",
+            "{version}: the command outlived its client"
+        );
+        // A command that finishes normally is left alone by the watcher.
+        let o = s.sh(&n, "sleep 0.2 & echo done");
+        assert_eq!((o.code, o.stdout.as_str()), (0, "done\n"), "{o:?}");
+    }
+}
+
+/// `-e KEY` without `=` forwards the host's value of KEY (smolvm's parse_env_spec), on exec
+/// and on create; an unset KEY and an empty key are skipped.
+#[test]
+fn env_key_without_value_forwards_the_hosts_value() {
+    if !guests_available() {
+        return;
+    }
+    let s = Smol::new().with_env("CT_FWD_CREATE", "from-create");
+    let n = s.name("envfwd");
+    s.create(
+        &n,
+        &[
+            "--image",
+            &image(),
+            "-e",
+            "CT_FWD_CREATE",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
+    s.start(&n);
+    let o = s.run_env(
+        &[("CT_FWD_EXEC", "host value with spaces")],
+        &[
+            "machine",
+            "exec",
+            "--name",
+            &n,
+            "-e",
+            "CT_FWD_EXEC",
+            "-e",
+            "CT_FWD_UNSET",
+            "-e",
+            "=nokey",
+            "--",
+            "/bin/sh",
+            "-c",
+            "echo \"$CT_FWD_EXEC|${CT_FWD_UNSET-unset}|$CT_FWD_CREATE\"",
+        ],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(
+        o.stdout, "host value with spaces|unset|from-create\n",
+        "{o:?}"
+    );
+}
+
+/// smolvm draws cp progress with `\r` and no newline; a transfer that fails after a
+/// progress update leaves `\r<progress>Error: …` on one line. Success ends with the
+/// summary line `(100.0%, RATE)` for an upload and `BYTES (RATE)` for a download.
+#[test]
+fn cp_progress_is_carriage_return_drawn_and_precedes_a_mid_transfer_error() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("cpprog");
+    s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+    s.start(&n);
+    let local = s.home().join("payload.bin");
+    std::fs::write(&local, vec![7u8; 3 * 1024 * 1024]).unwrap();
+    let up = format!("{n}:/root/payload.bin");
+    let o = s.ok(&["machine", "cp", local.to_str().unwrap(), &up]);
+    let last = o.stderr.rsplit('\r').next().unwrap();
+    assert!(
+        o.stderr.starts_with('\r')
+            && last.starts_with(&format!(
+                "Uploading {} -> /root/payload.bin: 3.0 MB / 3.0 MB (100.0%, ",
+                local.display()
+            ))
+            && last.ends_with("/s)\n"),
+        "{:?}",
+        o.stderr
+    );
+    let back = s.home().join("back.bin");
+    let o = s.ok(&["machine", "cp", &up, back.to_str().unwrap()]);
+    assert!(
+        o.stderr.contains("\rDownloading /root/payload.bin -> "),
+        "{:?}",
+        o.stderr
+    );
+    assert!(
+        o.stderr.trim_end().ends_with("/s)") && o.stderr.contains("3.0 MB ("),
+        "{:?}",
+        o.stderr
+    );
+    let o = s.run_env(
+        &[("SMOLVM_SIM_FAIL", "cp:always")],
+        &[
+            "machine",
+            "cp",
+            local.to_str().unwrap(),
+            &format!("{n}:/root/other.bin"),
+        ],
+    );
+    assert_eq!(o.code, 1, "{o:?}");
+    let line = o.stderr.lines().last().unwrap();
+    assert!(
+        line.starts_with("\rUploading ")
+            && line.contains("(33.3%, ")
+            && line.ends_with("/s)Error: agent operation failed: transfer file: agent connection closed unexpectedly"),
+        "{:?}",
+        o.stderr
+    );
+    let o = s.sh(&n, "ls /root");
+    assert_eq!(
+        o.stdout, "payload.bin\n",
+        "a failed upload leaves nothing: {o:?}"
+    );
+}
+
+#[test]
+fn personality_1_9_3_is_the_1_9_2_contract() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.9.3");
+    assert_eq!(s.ok(&["--version"]).stdout, "smolvm 1.9.3\n");
+    let n = s.name("v193");
+    s.create(&n, &["--label", "team=core"]);
+    let m = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == n.as_str())
+        .unwrap();
+    assert_eq!(m["labels"]["team"], "core", "1.9 keys: {m}");
+    // Delete without -f still reads the answer from stdin (EOF: Cancelled, exit 0).
+    let o = s.run(&["machine", "delete", "--name", &n]);
+    assert_eq!((o.code, o.stdout.as_str()), (0, "Cancelled\n"), "{o:?}");
+    let o = Smol::new()
+        .with_env("SMOLVM_SIM_VERSION", "1.10.0")
+        .run(&["--version"]);
+    assert_eq!(o.code, 1, "unknown personalities are refused: {o:?}");
+}
+
+/// From 1.17 (smolvm PR #1333) `delete` without `--force` refuses a stdin that is not a
+/// terminal, exit 1, and deletes nothing; `--force` works as before. Text as observed on
+/// a real 1.18.2.
+#[test]
+fn personality_1_17_0_delete_needs_a_terminal_or_force() {
+    if !is_sim() {
+        return;
+    }
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.17.0");
+    assert_eq!(s.ok(&["--version"]).stdout, "smolvm 1.17.0\n");
+    let n = s.name("v117");
+    s.create(&n, &[]);
+    let o = s.run(&["machine", "delete", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert_eq!(
+        o.stderr,
+        format!(
+            "Error: agent operation failed: delete: machine '{n}' needs confirmation but stdin \
+             is not a terminal; pass --force to delete it, or --cascade to remove it together \
+             with any machines branched from it\n"
+        )
+    );
+    assert!(s.state(&n).is_some(), "nothing deleted");
+    let o = s.ok(&["machine", "delete", "--name", &n, "-f"]);
+    assert_eq!(o.stdout, format!("Deleted machine: {n}\n"));
+    let o = s.run(&["machine", "delete", "--name", "nosuch"]);
+    assert_eq!(o.stderr, "Error: vm not found: nosuch\n", "{o:?}");
+}

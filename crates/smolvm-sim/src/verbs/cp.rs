@@ -18,6 +18,7 @@ use crate::cli::CpCmd;
 use crate::faults::Action;
 use crate::machine::namespaces::{self, GuestNs};
 use crate::output::{self, SimError, VerbResult, agent, config};
+use crate::progress::ProgressBar;
 
 /// smolvm's per-transfer limit.
 pub const MAX_BYTES: u64 = 4 * 1024 * 1024 * 1024;
@@ -34,7 +35,12 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
         ));
     };
     let r = super::require_running(ctx, &name)?;
-    let fault = ctx.fault_point("cp", &name)?;
+    // An injected failure strikes mid-transfer, after the first progress update, as an agent
+    // connection dropping would: stderr then ends `\r<progress>Error: …`.
+    let (fault, fail_mid) = match ctx.fault_point("cp", &name) {
+        Ok(a) => (a, None),
+        Err(e) => (None, Some(e)),
+    };
     let init = r.init_pid.ok_or_else(|| output::not_running(&name))?;
     let ns = GuestNs::open(init).map_err(|_| output::not_running(&name))?;
     let gp = if gpath.starts_with('/') {
@@ -59,9 +65,16 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
             ctx.extras.cp_uid.unwrap_or(0),
             ctx.extras.cp_gid.unwrap_or(0),
         );
-        upload_file(&ns, &local, &gpath, &gp, mode, owner)?;
+        upload_file(&ns, &local, &gpath, &gp, mode, owner, fail_mid)?;
     } else {
-        download_file(&ns, &gpath, &gp, &local, fault == Some(Action::Truncate))?;
+        download_file(
+            &ns,
+            &gpath,
+            &gp,
+            &local,
+            fault == Some(Action::Truncate),
+            fail_mid,
+        )?;
     }
     if fault == Some(Action::After) {
         return Err(crate::fault_error("cp", &name));
@@ -74,14 +87,35 @@ fn join_mnt(ns: &GuestNs) -> Result<(), SimError> {
         .map_err(|e| agent("connect", format!("join machine filesystem: {e}")))
 }
 
-fn progress(label: &str, done: u64, total: Option<u64>) {
-    match total {
-        Some(t) => eprintln!(
-            "{label}: {} / {} (100%)",
-            output::format_bytes(done),
-            output::format_bytes(t)
-        ),
-        None => eprintln!("{label}: {}", output::format_bytes(done)),
+/// Upload and download chunk sizes (smolvm streams 1 MiB up, 16 MiB down).
+const UP_CHUNK: usize = 1024 * 1024;
+const DOWN_CHUNK: usize = 16 * 1024 * 1024;
+
+/// Copies `src` to `dst` in `chunk`-sized pieces, updating `bar` after each; `fail_mid`
+/// is returned after the first piece (an injected mid-transfer failure).
+fn copy_chunks(
+    src: &mut impl Read,
+    dst: &mut impl Write,
+    chunk: usize,
+    bar: &mut ProgressBar,
+    fail_mid: &mut Option<SimError>,
+) -> Result<u64, Result<SimError, std::io::Error>> {
+    let mut buf = vec![0u8; chunk];
+    let mut n: u64 = 0;
+    loop {
+        let got = src.read(&mut buf).map_err(Err)?;
+        if got == 0 {
+            return match fail_mid.take() {
+                Some(e) => Err(Ok(e)),
+                None => Ok(n),
+            };
+        }
+        dst.write_all(&buf[..got]).map_err(Err)?;
+        n += got as u64;
+        bar.update(n);
+        if let Some(e) = fail_mid.take() {
+            return Err(Ok(e));
+        }
     }
 }
 
@@ -92,6 +126,7 @@ fn upload_file(
     gp: &Path,
     mode: u32,
     owner: (u32, u32),
+    mut fail_mid: Option<SimError>,
 ) -> Result<(), SimError> {
     let mut src =
         File::open(local).map_err(|e| agent("read local file", format!("{local}: {e}")))?;
@@ -128,28 +163,33 @@ fn upload_file(
         .map(|b| b.to_string_lossy().into_owned())
         .unwrap_or_default();
     let staging = parent.join(format!(".{base}.smolvm-upload.{}", std::process::id()));
-    let res = (|| -> std::io::Result<u64> {
+    let mut bar = ProgressBar::new(format!("Uploading {local} -> {gpath}"), Some(md.len()));
+    let res = (|| -> Result<u64, Result<SimError, std::io::Error>> {
         let mut dst = OpenOptions::new()
             .write(true)
             .create(true)
             .truncate(true)
             .mode(0o600)
-            .open(&staging)?;
-        let n = std::io::copy(&mut src, &mut dst)?;
-        dst.sync_all()?;
-        std::os::unix::fs::fchown(&dst, Some(owner.0), Some(owner.1))?;
-        dst.set_permissions(fs::Permissions::from_mode(mode))?;
-        fs::rename(&staging, gp)?;
+            .open(&staging)
+            .map_err(Err)?;
+        let n = copy_chunks(&mut src, &mut dst, UP_CHUNK, &mut bar, &mut fail_mid)?;
+        let finish = || -> std::io::Result<()> {
+            dst.sync_all()?;
+            std::os::unix::fs::fchown(&dst, Some(owner.0), Some(owner.1))?;
+            dst.set_permissions(fs::Permissions::from_mode(mode))?;
+            fs::rename(&staging, gp)
+        };
+        finish().map_err(Err)?;
         Ok(n)
     })();
     match res {
         Ok(n) => {
-            progress(&format!("Uploading {local} -> {gpath}"), n, Some(md.len()));
+            bar.finish(n);
             Ok(())
         }
         Err(e) => {
             let _ = fs::remove_file(&staging);
-            Err(werr(e))
+            Err(e.unwrap_or_else(werr))
         }
     }
 }
@@ -160,6 +200,7 @@ fn download_file(
     gp: &Path,
     local: &str,
     truncate: bool,
+    mut fail_mid: Option<SimError>,
 ) -> Result<(), SimError> {
     let lp = Path::new(local);
     let mut dst =
@@ -184,6 +225,7 @@ fn download_file(
         remove_local();
         return Err(e);
     }
+    let mut bar = ProgressBar::new(format!("Downloading {gpath} -> {local}"), None);
     let res = (|| -> Result<u64, SimError> {
         let mut src = File::open(gp)
             .map_err(|e| agent("read file", format!("failed to open {gpath}: {e}")))?;
@@ -206,12 +248,15 @@ fn download_file(
             ));
         }
         let rerr = |e: std::io::Error| agent("read file", format!("{gpath}: {e}"));
-        let n = if truncate {
-            let keep = md.len() / 2;
-            std::io::copy(&mut (&mut src).take(keep), &mut dst).map_err(rerr)?
-        } else {
-            std::io::copy(&mut src, &mut dst).map_err(rerr)?
-        };
+        let keep = if truncate { md.len() / 2 } else { md.len() };
+        let n = copy_chunks(
+            &mut (&mut src).take(keep),
+            &mut dst,
+            DOWN_CHUNK,
+            &mut bar,
+            &mut fail_mid,
+        )
+        .map_err(|e| e.unwrap_or_else(rerr))?;
         dst.flush()
             .and_then(|_| dst.sync_all())
             .map_err(|e| agent("write local file", format!("{local}: {e}")))?;
@@ -219,7 +264,7 @@ fn download_file(
     })();
     match res {
         Ok(n) => {
-            progress(&format!("Downloading {gpath} -> {local}"), n, None);
+            bar.finish(n);
             Ok(())
         }
         Err(e) => {

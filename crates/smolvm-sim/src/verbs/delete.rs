@@ -1,5 +1,7 @@
 //! `machine delete` (alias `rm`): stop if running, confirm unless -f, remove the record and
-//! the data dir (the guest's whole filesystem). Not idempotent, like smolvm.
+//! the data dir (the guest's whole filesystem). Not idempotent, like smolvm. Without `-f`,
+//! up to 1.9.3 a non-terminal stdin is read as the answer (EOF: `Cancelled`, exit 0); 1.17
+//! refuses it with exit 1.
 
 use std::io::BufRead;
 
@@ -7,13 +9,26 @@ use crate::Ctx;
 use crate::cli::DeleteCmd;
 use crate::faults::Action;
 use crate::machine::supervisor;
-use crate::output::{self, VerbResult, storage};
+use crate::output::{self, VerbResult, agent, storage};
 use crate::registry::{self, State};
 
 pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     let name = c.name.clone();
     let _lock = registry::lock()?;
     let r = super::require(&name)?;
+    if !c.force && !ctx.extras.cascade && ctx.personality.delete_needs_tty() {
+        // SAFETY: isatty on fd 0 has no preconditions.
+        if unsafe { libc::isatty(0) } != 1 {
+            return Err(agent(
+                "delete",
+                format!(
+                    "machine '{name}' needs confirmation but stdin is not a terminal; pass \
+                     --force to delete it, or --cascade to remove it together with any \
+                     machines branched from it"
+                ),
+            ));
+        }
+    }
     let fault = ctx.fault_point("delete", &name)?;
     match r.live_state(&ctx.faults) {
         State::Running => {

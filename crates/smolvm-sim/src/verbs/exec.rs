@@ -17,6 +17,7 @@ use std::time::Duration;
 use crate::Ctx;
 use crate::cli::{ExecCmd, ShellCmd};
 use crate::faults::Action;
+use crate::machine::disconnect;
 use crate::machine::namespaces::{self, GuestNs};
 use crate::machine::supervisor::{self, guest_env};
 use crate::output::{SimError, VerbResult, agent};
@@ -257,6 +258,15 @@ fn run_in_guest(
         println!("{}", namespaces::guest_pid(pid).unwrap_or(pid));
         return Ok(0);
     }
+    // From here until the command ends, this process dying kills the command (smolvm's
+    // agent does on a client disconnect).
+    let watch = disconnect::watch(pid);
+    if watch.is_err() {
+        // SAFETY: kill the command we just started; without a watcher it must not run.
+        unsafe { libc::kill(pid, libc::SIGKILL) };
+        let _ = child.wait();
+    }
+    let watch = watch?;
     let timed_out = Arc::new(AtomicBool::new(false));
     let done = Arc::new(AtomicBool::new(false));
     if let Some(t) = timeout {
@@ -295,6 +305,7 @@ fn run_in_guest(
         _ => child.wait(),
     };
     done.store(true, Ordering::SeqCst);
+    watch.release();
     if fresh_container {
         kill_session(pid);
     }

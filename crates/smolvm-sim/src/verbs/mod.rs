@@ -28,12 +28,16 @@ pub fn require_running(ctx: &crate::Ctx, name: &str) -> Result<Record, SimError>
     Ok(r)
 }
 
-/// `KEY=VALUE` pairs; entries without `=` are ignored, as smolvm's parse_env_list does.
+/// smolvm's `parse_env_list` (`src/util.rs`, 1.0.4 and 1.9): `KEY=VALUE` as given; a bare
+/// `KEY` forwards this process's value of KEY (Docker's `-e KEY`), or nothing when it is
+/// unset; an empty key is skipped.
 pub fn parse_env(list: &[String]) -> Vec<(String, String)> {
     list.iter()
-        .filter_map(|s| {
-            s.split_once('=')
-                .map(|(k, v)| (k.to_string(), v.to_string()))
+        .filter_map(|s| match s.split_once('=') {
+            Some(("", _)) => None,
+            Some((k, v)) => Some((k.to_string(), v.to_string())),
+            None if s.is_empty() => None,
+            None => std::env::var(s).ok().map(|v| (s.clone(), v)),
         })
         .collect()
 }
