@@ -23,7 +23,11 @@ pub fn redact(url: &str) -> String {
     let authority_end = rest.find(['/', '?', '#']).unwrap_or(rest.len());
     let authority = &rest[..authority_end];
     match authority.rfind('@') {
-        Some(at) => format!("{scheme}***@{}{}", &authority[at + 1..], &rest[authority_end..]),
+        Some(at) => format!(
+            "{scheme}***@{}{}",
+            &authority[at + 1..],
+            &rest[authority_end..]
+        ),
         None => url.to_string(),
     }
 }
@@ -66,7 +70,10 @@ mod tests {
     #[test]
     fn redacts_userinfo_only() {
         assert_eq!(redact("http://u:p@proxy:3128"), "http://***@proxy:3128");
-        assert_eq!(redact("http://u:p@ss@proxy:3128/x"), "http://***@proxy:3128/x");
+        assert_eq!(
+            redact("http://u:p@ss@proxy:3128/x"),
+            "http://***@proxy:3128/x"
+        );
         assert_eq!(redact("u:secret@proxy:3128"), "***@proxy:3128");
         assert_eq!(redact("http://proxy:3128/a@b"), "http://proxy:3128/a@b");
         assert_eq!(redact("http://proxy:3128"), "http://proxy:3128");
@@ -77,11 +84,22 @@ mod tests {
 
     #[test]
     fn host_and_loopback() {
-        assert_eq!(host("http://u:p@Proxy.Corp:3128/").as_deref(), Some("proxy.corp"));
+        assert_eq!(
+            host("http://u:p@Proxy.Corp:3128/").as_deref(),
+            Some("proxy.corp")
+        );
         assert_eq!(host("http://[::1]:3128").as_deref(), Some("::1"));
         assert_eq!(host("127.0.0.1:8080").as_deref(), Some("127.0.0.1"));
         assert_eq!(host("http://:3128"), None);
-        for h in ["localhost", "127.0.0.1", "127.1.2.3", "::1", "0.0.0.0", "::ffff:127.0.0.1", "a.localhost"] {
+        for h in [
+            "localhost",
+            "127.0.0.1",
+            "127.1.2.3",
+            "::1",
+            "0.0.0.0",
+            "::ffff:127.0.0.1",
+            "a.localhost",
+        ] {
             assert!(is_loopback_host(h), "{h}");
         }
         for h in ["10.0.2.2", "proxy.corp", "192.0.2.2", "::2"] {

@@ -57,7 +57,7 @@ struct NewRun<'a> {
     keep_on_failure: bool,
 }
 
-pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(
@@ -352,7 +352,7 @@ pub fn create_and_provision(
 /// `BOX_TEST_GUEST_ENV="K=V,K=V"`: extra persisted guest environment, for tests against the
 /// simulator only (e.g. pointing provisioning at npm tools the host already has). Never
 /// secrets: smolvm records these and shows them on its argv.
-fn test_guest_env() -> Vec<(String, String)> {
+pub(crate) fn test_guest_env() -> Vec<(String, String)> {
     std::env::var("BOX_TEST_GUEST_ENV")
         .unwrap_or_default()
         .split(',')

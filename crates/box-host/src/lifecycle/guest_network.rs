@@ -146,7 +146,11 @@ impl GuestNetwork {
     pub fn install(&self, setup: &mut super::provisioning::Setup<'_>) -> Result<()> {
         setup.exec_ok(
             "network settings dir",
-            &["sh", "-c", "mkdir -p /etc/hermes-box && chmod 0755 /etc/hermes-box"],
+            &[
+                "sh",
+                "-c",
+                "mkdir -p /etc/hermes-box && chmod 0755 /etc/hermes-box",
+            ],
             crate::smolvm::timeouts::EXEC,
         )?;
         if !self.propagate {
@@ -326,7 +330,10 @@ mod tests {
         let summary = n.summary();
         assert!(!summary.contains("hunter2"), "{summary}");
         assert!(!format!("{n:?}").contains("hunter2"));
-        assert!(summary.contains("HTTPS_PROXY=http://***@proxy.corp:3128"), "{summary}");
+        assert!(
+            summary.contains("HTTPS_PROXY=http://***@proxy.corp:3128"),
+            "{summary}"
+        );
         assert!(summary.contains("NO_PROXY=localhost,.corp"), "{summary}");
         let text = n.proxy_env_text();
         let text = text.expose_secret();
@@ -345,7 +352,10 @@ mod tests {
             "http://u:hunter2@[::1]:3128",
         ] {
             let err = host(&[("HTTP_PROXY", url)], &env).unwrap_err().to_string();
-            assert!(err.contains("loopback") && err.contains("PROPAGATE_PROXY=0"), "{err}");
+            assert!(
+                err.contains("loopback") && err.contains("PROPAGATE_PROXY=0"),
+                "{err}"
+            );
             assert!(!err.contains("hunter2"), "{err}");
         }
         let err = host(&[("all_proxy", "http://u:pa'ss@h:1")], &env)
@@ -385,15 +395,25 @@ mod tests {
         let n = host(&[], &env).unwrap();
         assert_eq!(n.ca_count(), 4);
         assert!(n.ca_pem.matches("-----END CERTIFICATE-----\n").count() == 4);
-        assert!(n.summary().contains("4 from GUEST_CA_CERTS"), "{}", n.summary());
+        assert!(
+            n.summary().contains("4 from GUEST_CA_CERTS"),
+            "{}",
+            n.summary()
+        );
 
         let cases = [
             ("missing.pem", None, "cannot read"),
             ("empty.pem", Some(""), "no complete PEM"),
-            ("truncated.pem", Some("-----BEGIN CERTIFICATE-----\nMII"), "no complete PEM"),
+            (
+                "truncated.pem",
+                Some("-----BEGIN CERTIFICATE-----\nMII"),
+                "no complete PEM",
+            ),
             (
                 "key.pem",
-                Some("-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\n"),
+                Some(
+                    "-----BEGIN CERTIFICATE-----\n-----END CERTIFICATE-----\n-----BEGIN PRIVATE KEY-----\n",
+                ),
                 "private key",
             ),
         ];
@@ -407,7 +427,10 @@ mod tests {
                 ..BoxEnv::default()
             };
             let err = host(&[], &env).unwrap_err().to_string();
-            assert!(err.contains("GUEST_CA_CERTS") && err.contains(want), "{name}: {err}");
+            assert!(
+                err.contains("GUEST_CA_CERTS") && err.contains(want),
+                "{name}: {err}"
+            );
         }
     }
 }

@@ -30,6 +30,29 @@ pub mod timeouts {
     pub const COPY: Duration = Duration::from_secs(600);
     /// Provisioning installs the agents from the network.
     pub const PROVISION: Duration = Duration::from_secs(45 * 60);
+    /// `pack create --from-vm` re-pulls the image and writes the whole machine.
+    pub const PACK: Duration = Duration::from_secs(30 * 60);
+    /// `machine create --from` extracts a pack (hundreds of MiB).
+    pub const CREATE_FROM: Duration = Duration::from_secs(10 * 60);
+}
+
+/// The pack cache cap box gives smolvm for `create --from`: 16 GiB, as hermes-box does,
+/// because 1.0.4 evicts a freshly extracted pack larger than the cap (default 5 GiB) right
+/// after extracting it (reference/smolvm.md §2.10; smolvm-pack extract.rs@v1.0.4 L455-500).
+pub const PACK_CACHE_MAX_BYTES: u64 = 16 * 1024 * 1024 * 1024;
+
+/// `machine create --from`: a machine from a packed base. The pack's workload and env are
+/// its defaults; `--cpus`/`--mem` only win when they differ from smolvm's defaults (4,
+/// 8192), so box sets them again with `update` when that matters (see [`Smolvm::update_resources`]).
+#[derive(Debug, Clone)]
+pub struct CreateFromSpec {
+    pub name: String,
+    pub pack: std::path::PathBuf,
+    pub ports: Vec<(u16, u16)>,
+    pub cpus: u8,
+    pub mem_mib: u32,
+    /// Persisted `-e K=V`, after the pack's own env. Never secrets.
+    pub env: Vec<(String, String)>,
 }
 
 /// What `machine create` is asked for.
@@ -182,6 +205,114 @@ impl Smolvm {
         self.checked(a, timeouts::CREATE).map(drop)
     }
 
+    /// `machine create --name N --from PACK --net …`, with the pack cache cap raised (never
+    /// lowered below what the caller's environment already asks for).
+    pub fn create_from(&self, spec: &CreateFromSpec) -> Result<(), SmolvmError> {
+        let mut a = vec![
+            OsString::from("machine"),
+            "create".into(),
+            "--name".into(),
+            spec.name.clone().into(),
+            "--from".into(),
+            spec.pack.as_os_str().to_owned(),
+            "--net".into(),
+        ];
+        for (host, guest) in &spec.ports {
+            a.push("-p".into());
+            a.push(format!("{host}:{guest}").into());
+        }
+        a.push("--cpus".into());
+        a.push(spec.cpus.to_string().into());
+        a.push("--mem".into());
+        a.push(spec.mem_mib.to_string().into());
+        for (k, v) in &spec.env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        let call = Self::call_name(&a);
+        let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(PACK_CACHE_MAX_BYTES, |v| v.max(PACK_CACHE_MAX_BYTES));
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                env: vec![("SMOLVM_PACK_CACHE_MAX_BYTES".into(), cap.to_string())],
+                ..CallOpts::with_timeout(self.deadline(timeouts::CREATE_FROM))
+            },
+        )?;
+        check(&call, out).map(drop)
+    }
+
+    /// `machine data-dir --name N`: the machine's host data directory.
+    pub fn data_dir(&self, name: &str) -> Result<std::path::PathBuf, SmolvmError> {
+        let a = args(["machine", "data-dir", "--name", name]);
+        let call = Self::call_name(&a);
+        let out = self.checked(a, timeouts::QUERY)?;
+        let path = out.stdout.trim();
+        if path.is_empty() || !path.starts_with('/') {
+            return Err(SmolvmError::BadOutput {
+                call,
+                problem: format!("expected an absolute path, got {path:?}"),
+            });
+        }
+        Ok(std::path::PathBuf::from(path))
+    }
+
+    /// `pack create --from-vm N -o OUT --entrypoint E --cpus C --mem M`: writes `OUT` (a
+    /// stub) and `OUT.smolmachine`. The machine must be stopped. Output lines go to
+    /// `on_line` (progress).
+    pub fn pack_from_vm(
+        &self,
+        name: &str,
+        out: &Path,
+        entrypoint: &str,
+        cpus: u8,
+        mem_mib: u32,
+        on_line: Option<LineSink<'_>>,
+    ) -> Result<(), SmolvmError> {
+        let a = vec![
+            OsString::from("pack"),
+            "create".into(),
+            "--from-vm".into(),
+            name.into(),
+            "-o".into(),
+            out.as_os_str().to_owned(),
+            "--entrypoint".into(),
+            entrypoint.into(),
+            "--cpus".into(),
+            cpus.to_string().into(),
+            "--mem".into(),
+            mem_mib.to_string().into(),
+        ];
+        let call = Self::call_name(&a);
+        let res = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                on_line,
+                ..CallOpts::with_timeout(self.deadline(timeouts::PACK))
+            },
+        )?;
+        check(&call, res).map(drop)
+    }
+
+    /// `machine update --name N --cpus C --mem M` (stopped machines only).
+    pub fn update_resources(&self, name: &str, cpus: u8, mem_mib: u32) -> Result<(), SmolvmError> {
+        let cpus = cpus.to_string();
+        let mem = mem_mib.to_string();
+        self.checked(
+            args([
+                "machine", "update", "--name", name, "--cpus", &cpus, "--mem", &mem,
+            ]),
+            timeouts::QUERY,
+        )
+        .map(drop)
+    }
+
     /// 1.0.x NIC workaround (`machine update --name N --net`), before the first start.
     pub fn update_net(&self, name: &str) -> Result<(), SmolvmError> {
         self.checked(
@@ -214,6 +345,7 @@ impl Smolvm {
                 timeout: self.deadline(timeouts::START),
                 on_line: None,
                 cancel,
+                env: Vec::new(),
             },
         )?;
         check(&call, out).map(drop)
@@ -264,6 +396,7 @@ impl Smolvm {
                 timeout: self.deadline(opts.timeout.unwrap_or(timeouts::EXEC)),
                 on_line: opts.on_line,
                 cancel: opts.cancel,
+                env: Vec::new(),
             },
         )?;
         if let Some(message) = out.smolvm_error() {
@@ -322,6 +455,7 @@ impl Smolvm {
                 timeout: self.deadline(timeouts::COPY),
                 on_line: None,
                 cancel,
+                env: Vec::new(),
             },
         )?;
         check(&call, out).map(drop)
