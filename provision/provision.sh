@@ -57,12 +57,14 @@ die() { explain_failure; printf '==> failed: %s: %s\n' "$CURRENT_STEP" "$*" >&2;
 # The hint for a step that failed on an untrusted certificate: the guest trusts only what
 # GUEST_CA_CERTS gives it, and a TLS-inspecting network needs its CA there.
 certificate_hint() {
+  # shellcheck disable=SC2016  # the backticks are literal: commands for the user
+  local retry='then run `box new` again (an existing box: `box repair <box>`)'
   if [ -s "$CA_CERTS" ]; then
-    printf '==> failed: %s: a TLS certificate was not trusted although GUEST_CA_CERTS is set (%s certificate(s) installed): check that GUEST_CA_CERTS in box.env holds the CA that signs this network'"'"'s certificates, then run `box repair <box>`\n' \
-      "$CURRENT_STEP" "$(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS")" >&2
+    printf "==> failed: %s: a TLS certificate was not trusted although GUEST_CA_CERTS is set (%s certificate(s) installed): check that GUEST_CA_CERTS in box.env holds the CA that signs this network's certificates, %s\n" \
+      "$CURRENT_STEP" "$(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS")" "$retry" >&2
   else
-    printf '==> failed: %s: a TLS certificate was not trusted (this network likely inspects TLS): set GUEST_CA_CERTS in box.env to the CA bundle your host trusts (e.g. /etc/ssl/certs/ca-certificates.crt), then run `box repair <box>`\n' \
-      "$CURRENT_STEP" >&2
+    printf '==> failed: %s: a TLS certificate was not trusted (this network likely inspects TLS): set GUEST_CA_CERTS in box.env to the CA bundle your host trusts (e.g. /etc/ssl/certs/ca-certificates.crt), %s\n' \
+      "$CURRENT_STEP" "$retry" >&2
   fi
 }
 
@@ -274,9 +276,11 @@ npm_bootstrap() {
   [ -n "$url" ] || die "the npm registry's answer for npm@$NPM_BOOTSTRAP_VERSION has no tarball"
   dir=$(mktemp -d /tmp/npm-bootstrap.XXXXXX) || return 1
   # From the tarball, not the unpacked folder: a folder install is only a symlink to it.
-  curl -fsSL --max-time 120 "$url" -o "$dir/npm.tgz" && tar -xzf "$dir/npm.tgz" -C "$dir" \
-    && node "$dir/package/bin/npm-cli.js" install -g --prefix /usr/local --no-audit --no-fund --loglevel=error "$dir/npm.tgz" \
-    || { rm -rf "$dir"; return 1; }
+  if ! { curl -fsSL --max-time 120 "$url" -o "$dir/npm.tgz" && tar -xzf "$dir/npm.tgz" -C "$dir" \
+    && node "$dir/package/bin/npm-cli.js" install -g --prefix /usr/local --no-audit --no-fund --loglevel=error "$dir/npm.tgz"; }; then
+    rm -rf "$dir"
+    return 1
+  fi
   rm -rf "$dir"
   hash -r
 }

@@ -2,8 +2,10 @@
 # A short box lifecycle: new -> ls -> doctor -> stop -> start -> doctor -> rm.
 #
 # Uses `smolvm` when it is on PATH; otherwise the bundled simulator `smolvm-sim` (real
-# namespaced Linux guests that share this host's userland; needs root), and says so. State
-# lives in a temp dir that is removed at the end, with every demo machine.
+# namespaced Linux guests booting pristine Debian images; needs root), and says so. Either
+# way it takes the user's path: the shipped box.env, provisioning from the network, and
+# GUEST_CA_CERTS set to this host's CA bundle when the network inspects TLS. State lives
+# in a temp dir that is removed at the end, with every demo machine.
 set -euo pipefail
 
 say() { printf '\n\033[1m### %s\033[0m\n' "$*"; }
@@ -40,31 +42,30 @@ else
   fi
   export SMOLVM="$SIM"
   echo "demo: NOTICE: smolvm is not on PATH; using the simulator $SIM"
-  echo "demo:         (its guests are namespaces over this host's userland, not microVMs)"
+  echo "demo:         (its guests are namespaces over pristine Debian images, not microVMs)"
   if [ "$(id -u)" -ne 0 ]; then
     echo "demo: the simulator needs root (namespaces, overlay mounts); run: sudo just demo" >&2
     exit 1
   fi
-  # The simulator boots pristine images by default; the demo (for now) opts into its named
-  # fast-test shortcut, a guest on this host's userland, so it provisions offline.
-  export SMOLVM_SIM_HOST_USERLAND=1
-  # Provision from the tools this host already has (scripts/setup.sh), so the demo needs
-  # no network; without them provisioning installs from npm.
-  {
-    echo "INSTALL_HERMES=0"
-    echo "NODE_MAJOR=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null || echo 22)"
-    echo "BOX_CPUS=2"
-    echo "BOX_MEM_MIB=2048"
-  } > "$BOX_CONFIG"
-  tools=/var/lib/hermes-box-lifecycle-tools   # scripts/setup.sh; guests cannot see /opt
-  if [ -x "$tools/bin/executor" ]; then
-    ver() { node -p "require('$tools/lib/node_modules/$1/package.json').version" 2>/dev/null; }
-    {
-      echo "EXECUTOR_VERSION=$(ver executor)"
-      echo "CODEX_VERSION=$(ver @openai/codex)"
-      echo "CLAUDE_CODE_VERSION=$(ver @anthropic-ai/claude-code)"
-    } >> "$BOX_CONFIG"
-    export BOX_TEST_GUEST_ENV="HB_TOOL_PREFIX=$tools,PATH=$tools/bin:/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin"
+  # The user's path: the shipped box.env, a pristine image (ubuntu:24.04 boots the
+  # simulator's Debian 13 stand-in: no curl, no CA certificates, no sudo, no tmux, no
+  # node) and provisioning from the real network (Debian archive, npm registry, PyPI).
+  cp "$root/box.env" "$BOX_CONFIG"
+  echo "demo: default box.env, pristine $(sed -n 's/^BASE_IMAGE=//p' "$BOX_CONFIG") image, provisioning from the network (a few minutes)"
+fi
+
+# A network that inspects TLS needs its CA in the guest: when this host's CA bundle trusts
+# the npm registry and the stock (Mozilla) roots alone do not, hand the bundle to the box.
+bundle=/etc/ssl/certs/ca-certificates.crt
+if [ -z "${GUEST_CA_CERTS:-}" ] && [ -s "$bundle" ] && command -v curl >/dev/null \
+  && ls /usr/share/ca-certificates/mozilla/*.crt >/dev/null 2>&1; then
+  cat /usr/share/ca-certificates/mozilla/*.crt > "$work/stock-roots.pem"
+  mkdir -p "$work/no-capath"   # curl also reads /etc/ssl/certs unless told otherwise
+  if curl -fsS -o /dev/null --max-time 20 https://registry.npmjs.org/ \
+    && ! curl -fsS -o /dev/null --max-time 20 --cacert "$work/stock-roots.pem" --capath "$work/no-capath" https://registry.npmjs.org/ 2>/dev/null; then
+    sed -i "s|^GUEST_CA_CERTS=.*|GUEST_CA_CERTS=$bundle|" "$BOX_CONFIG"
+    echo "demo: this network inspects TLS (the stock roots do not trust registry.npmjs.org, this host's bundle does):"
+    echo "demo:   GUEST_CA_CERTS=$bundle added to the demo's box.env"
   fi
 fi
 

@@ -279,7 +279,19 @@ fn save_fault_matrix() {
     );
     assert!(x.ok(), "the published backup is complete: {}", x.all());
     std::fs::remove_dir_all(w.dir.path().join("x")).unwrap();
-    w.sh("alpha", "/usr/local/bin/hb resume");
+    // The user's way out: doctor names the interrupted save (not "something else holds the
+    // port") and `--fix` resumes it.
+    let d = w.run(&["doctor", "alpha"], &[]);
+    assert_eq!(d.code, Some(1), "{}", d.all());
+    assert!(
+        d.stdout.contains("executor paused by an interrupted save: paused by hb quiesce at 20"),
+        "{}",
+        d.all()
+    );
+    assert!(d.stdout.contains("`box doctor --fix alpha` resumes it"), "{}", d.all());
+    let d = w.run(&["doctor", "--fix", "alpha"], &[]);
+    assert!(d.ok(), "{}", d.all());
+    assert!(d.all().contains("resumed 'alpha' after an interrupted save"), "{}", d.all());
     w.assert_running_unpaused("alpha");
     w.assert_no_plaintext(&["alpha"]);
     w.scan_secrets();

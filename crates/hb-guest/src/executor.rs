@@ -109,6 +109,9 @@ pub fn daemon_command(
         .current_dir(&data_dir)
         // Its own process group, so a stop reaches the node launcher and the inner binary.
         .process_group(0);
+    // The host's proxies and extra CA certificates (box.env PROPAGATE_PROXY,
+    // GUEST_CA_CERTS), as the agent's login shells have them.
+    cmd.envs(crate::netenv::vars());
     if agent.must_switch() {
         cmd.uid(agent.uid.as_raw()).gid(agent.gid.as_raw());
     }

@@ -7,6 +7,7 @@ pub mod commands;
 pub mod config;
 pub mod executor;
 pub mod fsutil;
+pub mod netenv;
 pub mod paths;
 pub mod pause;
 pub mod procs;

@@ -17,8 +17,9 @@ pub fn is_paused(paths: &Paths) -> bool {
     paths.quiesced_marker().exists()
 }
 
-/// Writes the marker (idempotent). Returns whether it was newly created.
-pub fn set(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<bool> {
+/// Writes the marker (idempotent), naming the operation that paused (`hb down`,
+/// `hb quiesce`) and when, for `hb doctor`. Returns whether it was newly created.
+pub fn set(paths: &Paths, owner: Option<(Uid, Gid)>, operation: &str) -> Result<bool> {
     if is_paused(paths) {
         return Ok(false);
     }
@@ -28,9 +29,21 @@ pub fn set(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<bool> {
             paths.hb_config().display()
         );
     }
-    let text = format!("paused by hb at {}\n", chrono::Utc::now().to_rfc3339());
+    let text = format!(
+        "paused by {operation} at {}\n",
+        chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true)
+    );
     write_private(&paths.quiesced_marker(), text.as_bytes(), 0o600, owner)?;
     Ok(true)
+}
+
+/// Who paused Executor and when, from the marker: `("hb quiesce", "2026-…Z")`. Markers of
+/// older hb versions say only `paused by hb at …`.
+pub fn paused_by(paths: &Paths) -> Option<(String, String)> {
+    let text = std::fs::read_to_string(paths.quiesced_marker()).ok()?;
+    let line = text.lines().next()?.strip_prefix("paused by ")?;
+    let (op, at) = line.rsplit_once(" at ")?;
+    Some((op.trim().to_string(), at.trim().to_string()))
 }
 
 /// Removes the marker. Returns whether it existed.

@@ -45,7 +45,7 @@ fn scripts_are_well_formed() {
     assert!(st.success(), "sh -n profile.sh");
     match Command::new("shellcheck")
         .arg("-x")
-        .args(["provision.sh", "agent-bash-profile.sh", "profile.sh"])
+        .args(["provision.sh", "agent-bash-profile.sh", "profile.sh", "lib/choices.sh"])
         .current_dir(provision_dir())
         .output()
     {
@@ -104,6 +104,94 @@ fn scripts_are_well_formed() {
         "/opt/hermes-box/bin",
     ] {
         assert!(profile.contains(var), "profile.sh lacks {var}");
+    }
+}
+
+/// Runs `snippet` with provision/lib/choices.sh sourced; returns (success, stdout).
+fn choices(snippet: &str, stdin: &str) -> (bool, String) {
+    use std::io::Write as _;
+    let mut child = Command::new("bash")
+        .args(["-c", &format!(". lib/choices.sh; {snippet}")])
+        .current_dir(provision_dir())
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(stdin.as_bytes())
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+    )
+}
+
+/// Where Node >= 20 comes from: Debian 13's own nodejs; NodeSource for Ubuntu 24.04 and
+/// Debian 12 (their archives have 18). Decided from the archive's candidate, or from the
+/// release before apt lists exist. (NodeSource is not reachable from CI: the choice is
+/// tested here, not the download.)
+#[test]
+fn node_comes_from_the_archive_only_where_it_has_node_20() {
+    for (id, version, candidate, want) in [
+        ("debian", "13", "20.19.2+dfsg-1+deb13u3", "distro"),
+        ("debian", "12", "18.19.0+dfsg-6~deb12u2", "nodesource"),
+        ("ubuntu", "24.04", "18.19.1+dfsg-6ubuntu5", "nodesource"),
+        ("ubuntu", "26.04", "22.14.0+dfsg-1ubuntu1", "distro"),
+        ("debian", "13", "1:20.1.0-1", "distro"),
+        ("debian", "12", "", "nodesource"),
+        ("ubuntu", "24.04", "", "nodesource"),
+        ("debian", "13", "", "distro"),
+        ("alpine", "3.20", "", "nodesource"),
+    ] {
+        let (ok, out) = choices(&format!("node_plan {id} {version} '{candidate}'"), "");
+        assert!(ok);
+        assert_eq!(out.trim(), want, "{id} {version} candidate {candidate:?}");
+    }
+}
+
+/// The wording of an untrusted certificate in each downloader provisioning uses, which
+/// makes a failed step name GUEST_CA_CERTS; other failures do not.
+#[test]
+fn certificate_failures_are_recognised_in_every_tool() {
+    for text in [
+        "npm ERR! code SELF_SIGNED_CERT_IN_CHAIN",
+        "npm error request to https://registry.npmjs.org/x failed, reason: self-signed certificate in certificate chain",
+        "curl: (60) SSL certificate problem: self-signed certificate in certificate chain",
+        "curl: (60) SSL certificate problem: unable to get local issuer certificate",
+        "WARNING: Retrying ... SSLError(SSLCertVerificationError(1, '[SSL: CERTIFICATE_VERIFY_FAILED] certificate verify failed'))",
+        "fatal: unable to access 'https://github.com/x/': server certificate verification failed. CAfile: none CRLfile: none",
+        "Err:1 https://deb.example stable InRelease\n  Certificate verification failed: The certificate is NOT trusted.",
+        "npm ERR! code UNABLE_TO_GET_ISSUER_CERT_LOCALLY",
+    ] {
+        let (ok, _) = choices("is_certificate_failure", text);
+        assert!(ok, "not recognised: {text}");
+    }
+    for text in [
+        "npm ERR! code E404",
+        "curl: (6) Could not resolve host: deb.nodesource.com",
+        "E: Unable to locate package nodejs",
+        "",
+    ] {
+        let (ok, _) = choices("is_certificate_failure", text);
+        assert!(!ok, "wrongly recognised: {text}");
+    }
+}
+
+#[test]
+fn proxy_urls_are_printed_without_credentials() {
+    for (url, want) in [
+        ("http://user:hunter2@proxy.corp:3128", "http://***@proxy.corp:3128"),
+        ("http://u:p@ss@proxy:3128/x", "http://***@proxy:3128/x"),
+        ("proxy.corp:3128", "proxy.corp:3128"),
+        ("http://proxy:3128/a@b", "http://proxy:3128/a@b"),
+    ] {
+        let (ok, out) = choices(&format!("redact_proxy '{url}'"), "");
+        assert!(ok);
+        assert_eq!(out, want, "{url}");
     }
 }
 

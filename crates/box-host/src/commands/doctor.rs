@@ -11,6 +11,7 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::lifecycle::guest;
+use crate::lifecycle::guest_network::GuestNetwork;
 use crate::lifecycle::host_checks::{self, Check, Status};
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
@@ -20,6 +21,13 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     let only = args.name.as_deref().map(BoxName::parse).transpose()?;
     let smolvm = Smolvm::from_env();
     let mut checks = host_checks::run(&smolvm);
+    // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY).
+    checks.push(
+        match GuestNetwork::from_host(&ctx.config.env, |k| std::env::var(k).ok()) {
+            Ok(n) => Check::new("host", "network", Status::Ok, format!("for boxes: {}", n.summary())),
+            Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
+        },
+    );
     let mut fixed: Vec<String> = Vec::new();
     let registry = Registry::new(&ctx.state);
     let listing = registry.list()?;
@@ -175,8 +183,30 @@ fn check_box(
     checks.push(Check::new(s, "state", Status::Ok, "running"));
     let executor = ctx.config.env.install_executor;
     let mut found = Vec::new();
-    let healthy = box_checks(smolvm, record, executor, s, &mut found);
-    if !healthy && fix && executor {
+    let health = box_checks(smolvm, record, executor, s, &mut found);
+    if !health.healthy && fix && executor {
+        // An interrupted save left its quiesce: `hb resume` undoes exactly that (the pause
+        // it set, the Hermes gateways it stopped) before Executor is started.
+        if health.interrupted_save {
+            match guest::hb(smolvm, &record.machine, &["resume"], Duration::from_secs(120)) {
+                Ok(out) if out.success() || out.stdout.contains("pause cleared") => fixed.push(
+                    format!("resumed '{}' after an interrupted save (hb resume)", record.name),
+                ),
+                Ok(out) => found.push(Check::new(
+                    s,
+                    "fix",
+                    Status::Fail,
+                    format!(
+                        "hb resume failed ({}){}",
+                        guest::status(&out),
+                        guest::last_lines(&out.stderr, &out.stdout)
+                    ),
+                )),
+                Err(e) => {
+                    found.push(Check::new(s, "fix", Status::Fail, format!("hb resume: {e:#}")))
+                }
+            }
+        }
         // The safe fix: (re)start Executor, e.g. after a `box stop` whose pause survived a
         // start by other means. Then check again and report only the second round.
         match guest::hb(smolvm, &record.machine, &["up"], Duration::from_secs(180)) {
@@ -201,16 +231,42 @@ fn check_box(
     checks.extend(found);
 }
 
-/// The guest's `hb doctor` and the host handshake; true when neither failed.
+/// What the guest and host checks of one box found.
+struct Health {
+    /// Neither `hb doctor` nor the host handshake failed.
+    healthy: bool,
+    /// `hb doctor` says Executor is paused by a `box save`/`load` that never resumed it.
+    interrupted_save: bool,
+}
+
+/// The line of `hb doctor` that reports an interrupted save.
+const INTERRUPTED_SAVE: &str = "✗ executor paused by an interrupted save";
+
+/// The guest's `hb doctor` and the host handshake.
 fn box_checks(
     smolvm: &Smolvm,
     record: &BoxRecord,
     executor: bool,
     s: &str,
     checks: &mut Vec<Check>,
-) -> bool {
-    let guest_ok = guest_doctor(smolvm, record, checks, s);
+) -> Health {
+    let guest = guest_doctor(smolvm, record, checks, s);
+    let interrupted_save = guest.stdout.contains(INTERRUPTED_SAVE);
     let host_ok = match record.web_port {
+        Some(_) if executor && interrupted_save => {
+            // The port is closed because Executor is paused, not because something else
+            // holds it: say that instead of a handshake failure.
+            checks.push(Check::new(
+                s,
+                "host-mcp",
+                Status::Fail,
+                format!(
+                    "Executor is paused by an interrupted save (see above); `box doctor --fix {}` resumes it",
+                    record.name
+                ),
+            ));
+            false
+        }
         Some(port) if executor => {
             let result = guest::read_token(smolvm, &record.machine)
                 .and_then(|token| guest::host_handshake(port, &token, 3, None));
@@ -243,18 +299,33 @@ fn box_checks(
             true
         }
     };
-    guest_ok && host_ok
+    Health {
+        healthy: guest.ok && host_ok,
+        interrupted_save,
+    }
 }
 
-/// Runs `hb doctor` and records the result. Returns whether it passed.
-fn guest_doctor(smolvm: &Smolvm, record: &BoxRecord, checks: &mut Vec<Check>, scope: &str) -> bool {
-    let (ok, detail) = match guest::hb(
+/// What `hb doctor` answered.
+struct GuestDoctor {
+    ok: bool,
+    stdout: String,
+}
+
+/// Runs `hb doctor` and records the result, plus the lines that say what is in effect
+/// (the guest network, a pause and who made it).
+fn guest_doctor(
+    smolvm: &Smolvm,
+    record: &BoxRecord,
+    checks: &mut Vec<Check>,
+    scope: &str,
+) -> GuestDoctor {
+    let (ok, detail, stdout) = match guest::hb(
         smolvm,
         &record.machine,
         &["doctor"],
         Duration::from_secs(60),
     ) {
-        Ok(out) if out.success() => (true, "hb doctor passed".to_string()),
+        Ok(out) if out.success() => (true, "hb doctor passed".to_string(), out.stdout),
         Ok(out) => (
             false,
             format!(
@@ -262,8 +333,9 @@ fn guest_doctor(smolvm: &Smolvm, record: &BoxRecord, checks: &mut Vec<Check>, sc
                 guest::status(&out),
                 guest::last_lines(&out.stderr, &out.stdout)
             ),
+            out.stdout,
         ),
-        Err(e) => (false, format!("{e:#}")),
+        Err(e) => (false, format!("{e:#}"), String::new()),
     };
     checks.push(Check::new(
         scope,
@@ -271,7 +343,16 @@ fn guest_doctor(smolvm: &Smolvm, record: &BoxRecord, checks: &mut Vec<Check>, sc
         if ok { Status::Ok } else { Status::Fail },
         detail,
     ));
-    ok
+    for (prefix, name) in [
+        ("✓ guest network: ", "network"),
+        ("✓ executor durably paused: ", "paused"),
+    ] {
+        if let Some(line) = stdout.lines().find_map(|l| l.strip_prefix(prefix)) {
+            let label = if name == "network" { "guest network" } else { "Executor paused" };
+            checks.push(Check::new(scope, name, Status::Ok, format!("{label}: {line}")));
+        }
+    }
+    GuestDoctor { ok, stdout }
 }
 
 fn drop_stale_row(ctx: &Context, record: &BoxRecord) -> Result<()> {

@@ -48,6 +48,51 @@ fn fail(name: impl Into<String>, detail: impl Into<String>, fix: impl Into<Strin
     }
 }
 
+/// What box handed in from the host's network set-up (PROPAGATE_PROXY, GUEST_CA_CERTS):
+/// proxies with credentials hidden, and whether the extra CA certificates are in the trust
+/// store. `HB_PROXY_ENV`/`HB_CA_CERTS`/`HB_CA_TRUSTED` override the paths (tests).
+fn guest_network() -> Check {
+    let ca = crate::netenv::ca_certs_file().display().to_string();
+    let trusted = std::env::var("HB_CA_TRUSTED")
+        .unwrap_or_else(|_| "/usr/local/share/ca-certificates/hermes-box.crt".into());
+    let proxies: Vec<String> = crate::netenv::proxies()
+        .into_iter()
+        .filter(|(k, _)| box_proto::proxy::NAMES.contains(&k.as_str()))
+        .map(|(k, v)| {
+            if box_proto::proxy::is_url_var(&k) {
+                format!("{k}={}", box_proto::proxy::redact(&v))
+            } else {
+                format!("{k}={v}")
+            }
+        })
+        .collect();
+    let proxies = if proxies.is_empty() {
+        "proxies: none".to_string()
+    } else {
+        format!("proxies: {}", proxies.join(" "))
+    };
+    let pem = std::fs::read(&ca).unwrap_or_default();
+    if pem.is_empty() {
+        return pass("guest network", format!("{proxies}; extra CA certificates: none"));
+    }
+    let count = String::from_utf8_lossy(&pem)
+        .matches("-----BEGIN CERTIFICATE-----")
+        .count();
+    if std::fs::read(&trusted).ok().as_deref() != Some(pem.as_slice()) {
+        return fail(
+            "guest network",
+            format!(
+                "{proxies}; {count} extra CA certificate(s) in {ca} are not in the trust store ({trusted})"
+            ),
+            "`box repair <box>` on the host (provisioning installs them)",
+        );
+    }
+    pass(
+        "guest network",
+        format!("{proxies}; extra CA certificates: {count} (GUEST_CA_CERTS), trusted"),
+    )
+}
+
 fn layout_problem(paths: &Paths, agent: &Agent) -> Option<String> {
     for (rel, mode, agent_owned) in LAYOUT {
         let p = if rel.is_empty() {
@@ -178,6 +223,8 @@ pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
         )
     });
 
+    out.push(guest_network());
+
     let port = cfg.executor_port;
     let live = WorkloadState::read_live(&paths);
     let source = live.as_ref().and_then(|s| s.token_source());
@@ -185,13 +232,28 @@ pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
     if !cfg.install_executor {
         out.push(pass("executor", "disabled (INSTALL_EXECUTOR=0)"));
     } else if pause::is_paused(&paths) {
-        out.push(pass(
-            "executor durably paused",
-            format!(
-                "marker {}; `hb up` resumes it",
-                paths.quiesced_marker().display()
-            ),
-        ));
+        let (op, at) = pause::paused_by(&paths)
+            .unwrap_or_else(|| ("an unknown operation".into(), "an unknown time".into()));
+        if paths.quiesce_record().exists() {
+            // `hb quiesce` (box save, box load) left its record: nothing resumed it, so the
+            // save or load was interrupted (box doctor holds the box lock: none is running).
+            out.push(fail(
+                "executor paused by an interrupted save",
+                format!(
+                    "paused by {op} at {at}, and the box save/load that ran it never resumed it (quiesce record {})",
+                    paths.quiesce_record().display()
+                ),
+                "`box doctor --fix <box>` on the host, or inside: `hb resume` then `hb up`",
+            ));
+        } else {
+            out.push(pass(
+                "executor durably paused",
+                format!(
+                    "by {op} at {at} (marker {}); `hb up` resumes it",
+                    paths.quiesced_marker().display()
+                ),
+            ));
+        }
         out.push(if executor::port_open(port) {
             fail(
                 "executor port closed while paused",

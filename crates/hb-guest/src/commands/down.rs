@@ -15,7 +15,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     let owner = account::Agent::resolve()
         .ok()
         .and_then(|a| a.owner_if_root());
-    let created = pause::set(&paths, owner)?;
+    let created = pause::set(&paths, owner, "hb down")?;
     println!(
         "executor: {} (durable: survives restarts until `hb up`)",
         if created { "pausing" } else { "already paused" }

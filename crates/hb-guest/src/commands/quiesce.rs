@@ -81,7 +81,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     // A second quiesce keeps the first record: resume must undo what the first one did.
     let mut record = Record::read(&paths)?.unwrap_or_default();
     let first = !paths.quiesce_record().exists();
-    let created = pause::set(&paths, owner)?;
+    let created = pause::set(&paths, owner, "hb quiesce")?;
     if first {
         record.created_marker = created;
     }

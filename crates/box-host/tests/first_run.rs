@@ -1,0 +1,335 @@
+//! The first run as a user has it (issue 11 §4): the repo's default box.env plus the one
+//! line this network needs (`GUEST_CA_CERTS`, the CA bundle the host trusts), a pristine
+//! guest image (`ubuntu:24.04`, which the simulator boots as its stand-in, a minbase
+//! Debian 13 with no curl, no CA certificates, no sudo, no tmux, no node), and provisioning
+//! from the real network: the Debian archive, the npm registry, PyPI.
+//!
+//! `box new` → `box doctor` (guest + host MCP handshake) → `box enter` has the tmux session
+//! → `box save` → `box load` into a second pristine box → `box doctor` → `box rm` both.
+//! No local-tools hook (`BOX_TEST_GUEST_ENV`) and no host-userland guest
+//! (`SMOLVM_SIM_HOST_USERLAND`). Each phase's wall time is printed.
+//!
+//! Beside it, the same first run WITHOUT the CA fails on this TLS-inspecting network, and
+//! the error names GUEST_CA_CERTS. The two tests run in parallel (each its own world).
+//!
+//! Needs root (namespaced guests), slirp4netns, mmdebstrap (the simulator builds the image
+//! on its first start when scripts/setup.sh has not), the host CA bundle and the network.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "sim_support/mod.rs"]
+mod sim_support;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use sim_support::{Run, box_bin, detach, sibling};
+
+const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+fn prerequisites() -> bool {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (the simulator builds namespaced guests)".to_string());
+    }
+    for t in ["slirp4netns", "mmdebstrap", "script"] {
+        let found = Command::new("sh")
+            .args(["-c", &format!("command -v {t}")])
+            .output()
+            .is_ok_and(|o| o.status.success());
+        if !found {
+            missing.push(format!("{t} (scripts/setup.sh installs it)"));
+        }
+    }
+    if !Path::new(CA_BUNDLE).is_file() {
+        missing.push(format!("{CA_BUNDLE} (the host's CA bundle)"));
+    }
+    if missing.is_empty() {
+        return true;
+    }
+    let why = format!("first-run tests need: {}", missing.join(", "));
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// One user's machine: their own BOX_HOME, simulator home, box.env and backups.
+struct User {
+    dir: tempfile::TempDir,
+    config: PathBuf,
+    passphrase: PathBuf,
+    /// Everything box printed, for the secret scan.
+    transcript: String,
+}
+
+impl User {
+    /// The repo's box.env as shipped, plus `extra` lines (a user's own edits).
+    fn new(extra: &str) -> Self {
+        let dir = tempfile::Builder::new()
+            .prefix("first-run-")
+            .tempdir()
+            .unwrap();
+        let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../box.env");
+        let mut text = std::fs::read_to_string(&shipped).unwrap();
+        // The user's edit of the shipped keys: replace the line, keep everything else.
+        for line in extra.lines() {
+            let key = line.split('=').next().unwrap();
+            text = text
+                .lines()
+                .filter(|l| !l.starts_with(&format!("{key}=")))
+                .collect::<Vec<_>>()
+                .join("\n");
+            text.push('\n');
+            text.push_str(line);
+            text.push('\n');
+        }
+        text.push_str(&format!(
+            "BACKUP_DIR={}\n",
+            dir.path().join("backups").display()
+        ));
+        let text = text.replace("BACKUP_DIR=backups\n", "");
+        let config = dir.path().join("box.env");
+        std::fs::write(&config, text).unwrap();
+        let passphrase = dir.path().join("passphrase");
+        std::fs::write(&passphrase, "first-run-pp-7d1c0a\n").unwrap();
+        std::fs::create_dir_all(dir.path().join("sim")).unwrap();
+        Self {
+            dir,
+            config,
+            passphrase,
+            transcript: String::new(),
+        }
+    }
+
+    fn sim_home(&self) -> PathBuf {
+        self.dir.path().join("sim")
+    }
+
+    fn env(&self, cmd: &mut Command) {
+        cmd.env("BOX_HOME", self.dir.path().join("box-home"))
+            .env("BOX_CONFIG", &self.config)
+            .env("BOX_PASSPHRASE_FILE", &self.passphrase)
+            .env("SMOLVM", sibling("smolvm-sim"))
+            .env("SMOLVM_SIM_HOME", self.sim_home())
+            .env("NO_COLOR", "1")
+            // The user's path: a pristine image, the default stand-in map, no test hooks.
+            .env_remove("SMOLVM_SIM_HOST_USERLAND")
+            .env_remove("SMOLVM_SIM_IMAGE_MAP")
+            .env_remove("SMOLVM_SIM_VERSION")
+            .env_remove("SMOLVM_SIM_FAIL")
+            .env_remove("BOX_TEST_GUEST_ENV")
+            .env_remove("BOX_SMOLVM_TIMEOUT")
+            .env_remove("BOX_KEEP_ON_FAILURE")
+            .env_remove("BOX_HB_BINARY")
+            .env_remove("BOX_PROVISION_DIR")
+            .env_remove("BOX_PASSPHRASE");
+        // Every box.env key comes from the file, as for a user who exported none of them,
+        // and no proxy of the machine running the tests leaks into the expectations.
+        for key in box_proto::box_env::KEYS {
+            cmd.env_remove(key);
+        }
+        for key in box_proto::proxy::NAMES {
+            cmd.env_remove(key).env_remove(key.to_ascii_lowercase());
+        }
+    }
+
+    fn command(&self, args: &[&str]) -> Command {
+        let mut cmd = Command::new(box_bin());
+        cmd.args(args).stdin(Stdio::null());
+        self.env(&mut cmd);
+        detach(&mut cmd);
+        cmd
+    }
+
+    /// `box args…`, timed; prints the phase's wall time.
+    fn phase(&mut self, label: &str, args: &[&str]) -> (Run, Duration) {
+        let t = Instant::now();
+        let run = Run::from(&self.command(args).output().unwrap());
+        let took = t.elapsed();
+        eprintln!("first-run phase {label}: {:.1} s", took.as_secs_f64());
+        self.transcript
+            .push_str(&format!("$ box {}\n{run}\n", args.join(" ")));
+        (run, took)
+    }
+
+    /// `box enter NAME` on a real pty (script(1)): types a command into the session.
+    fn enter(&mut self, name: &str) -> Run {
+        let t = Instant::now();
+        let mut cmd = Command::new("script");
+        cmd.args([
+            "-qec",
+            &format!("{} enter {name}", box_bin().display()),
+            "/dev/null",
+        ]);
+        self.env(&mut cmd);
+        cmd.stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::piped());
+        let mut child = cmd.spawn().unwrap();
+        let mut stdin = child.stdin.take().unwrap();
+        std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_secs(5));
+            let _ = stdin.write_all(
+                b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-ca-${NODE_EXTRA_CA_CERTS:-none}\r",
+            );
+            std::thread::sleep(Duration::from_secs(2));
+            let _ = stdin.write_all(b"exit\r");
+            std::thread::sleep(Duration::from_secs(3));
+        });
+        let run = Run::from(&child.wait_with_output().unwrap());
+        eprintln!(
+            "first-run phase enter {name}: {:.1} s",
+            t.elapsed().as_secs_f64()
+        );
+        self.transcript
+            .push_str(&format!("$ script box enter {name}\n{run}\n"));
+        run
+    }
+
+    /// The provisioning step lines of a `box new`/`load` (`[mm:ss] step`), for the report.
+    fn print_steps(label: &str, run: &Run) {
+        let all = run.all();
+        let steps: Vec<&str> = all
+            .lines()
+            .filter_map(|l| l.strip_prefix("==>   ["))
+            .collect();
+        eprintln!("first-run {label} provisioning steps (start time): {}", steps.join(", "));
+    }
+
+    fn backups(&self) -> Vec<PathBuf> {
+        std::fs::read_dir(self.dir.path().join("backups"))
+            .map(|d| d.filter_map(|e| e.ok().map(|e| e.path())).collect())
+            .unwrap_or_default()
+    }
+
+    /// Machines left in the simulator (every test removes what it made).
+    fn machines(&self) -> Vec<(String, String)> {
+        let mut cmd = Command::new(sibling("smolvm-sim"));
+        cmd.args(["machine", "ls", "--json"]);
+        self.env(&mut cmd);
+        sim_support::parse_machines(&cmd.output().unwrap().stdout)
+    }
+}
+
+impl Drop for User {
+    fn drop(&mut self) {
+        // A failed assertion must not leave namespaced guests running.
+        for (name, _) in self.machines() {
+            let mut cmd = Command::new(sibling("smolvm-sim"));
+            cmd.args(["machine", "delete", "-f", "--name", &name]);
+            self.env(&mut cmd);
+            let _ = cmd.output();
+        }
+    }
+}
+
+fn doctor_ok(user: &mut User, name: &str) {
+    let (d, _) = user.phase(&format!("doctor {name}"), &["doctor", name]);
+    assert!(d.ok(), "{d}");
+    for want in [
+        "hb doctor passed",
+        "host Executor MCP: healthy",
+        "guest network: proxies: none; extra CA certificates:",
+        "(GUEST_CA_CERTS), trusted",
+    ] {
+        assert!(d.stdout.contains(want), "doctor {name} lacks {want:?}:\n{d}");
+    }
+}
+
+#[test]
+fn first_run_on_a_pristine_image_from_the_network() {
+    if !prerequisites() {
+        return;
+    }
+    let mut user = User::new(&format!("GUEST_CA_CERTS={CA_BUNDLE}"));
+    let total = Instant::now();
+
+    let (new, _) = user.phase("new alpha", &["new", "alpha"]);
+    User::print_steps("new", &new);
+    assert!(new.ok(), "{new}");
+    let all = new.all();
+    assert!(all.contains("Ready. Enter with: box enter alpha"), "{new}");
+    assert!(
+        all.contains("extra CA certificates: ") && all.contains("from GUEST_CA_CERTS"),
+        "{new}"
+    );
+    // Provisioning really installed the tools: every step that adds software ran.
+    let transcript = std::fs::read_dir(user.dir.path().join("box-home/logs"))
+        .unwrap()
+        .filter_map(|e| e.ok())
+        .map(|e| std::fs::read_to_string(e.path()).unwrap_or_default())
+        .collect::<String>();
+    for want in [
+        "installing: ca-certificates curl",
+        "nodejs: distro",
+        "npm install @anthropic-ai/claude-code@latest",
+        "npm install @openai/codex@latest",
+        "npm install executor@latest",
+        "hermes-agent",
+        "installed ",
+    ] {
+        assert!(transcript.contains(want), "provisioning did not {want:?}");
+    }
+    assert!(
+        !transcript.contains("HB_TOOL_PREFIX=/var/lib/hermes-box-lifecycle-tools"),
+        "the local-tools hook leaked in"
+    );
+
+    doctor_ok(&mut user, "alpha");
+
+    let enter = user.enter("alpha");
+    assert!(enter.ok(), "{enter}");
+    assert!(
+        enter
+            .stdout
+            .contains("in-main-as-agent-ca-/etc/hermes-box/ca-certs.pem"),
+        "box enter did not land in tmux session main as agent with the CA exported:\n{enter}"
+    );
+
+    let (save, _) = user.phase("save alpha", &["save", "alpha"]);
+    assert!(save.ok(), "{save}");
+    let backups = user.backups();
+    assert_eq!(backups.len(), 1, "{backups:?}");
+    let backup = backups[0].display().to_string();
+
+    let (load, _) = user.phase("load into beta", &["load", &backup, "beta"]);
+    User::print_steps("load", &load);
+    assert!(load.ok(), "{load}");
+    doctor_ok(&mut user, "beta");
+
+    for name in ["alpha", "beta"] {
+        let (rm, _) = user.phase(&format!("rm {name}"), &["rm", name, "--force"]);
+        assert!(rm.ok(), "{rm}");
+    }
+    assert!(user.machines().is_empty(), "{:?}", user.machines());
+    assert!(
+        !user.transcript.contains("first-run-pp-7d1c0a"),
+        "the passphrase was printed"
+    );
+    eprintln!(
+        "first-run total: {:.1} s",
+        total.elapsed().as_secs_f64()
+    );
+}
+
+#[test]
+fn without_the_ca_a_tls_inspecting_network_fails_naming_guest_ca_certs() {
+    if !prerequisites() {
+        return;
+    }
+    let mut user = User::new("");
+    let (new, _) = user.phase("new without GUEST_CA_CERTS", &["new", "gamma"]);
+    User::print_steps("new without the CA", &new);
+    assert_eq!(new.code, Some(1), "{new}");
+    let err = new.stderr.clone();
+    assert!(
+        err.contains("a TLS certificate was not trusted") && err.contains("set GUEST_CA_CERTS in box.env"),
+        "the failure does not name GUEST_CA_CERTS:\n{new}"
+    );
+    // The failed new rolled its VM back.
+    assert!(user.machines().is_empty(), "{:?}", user.machines());
+}
