@@ -53,6 +53,60 @@ fn create_failure_deletes_nothing() {
     assert_eq!(w.machines().len(), 1);
 }
 
+/// smolvm 1.17 made `delete` without `-f` on a stdin that is not a terminal exit 1 ("needs
+/// confirmation but stdin is not a terminal"); before, it printed `Cancelled` and exited 0
+/// without deleting. box must always pass `-f`: against the 1.17 personality a delete
+/// without it leaves the machine behind, and this test fails.
+#[test]
+fn cleanup_deletes_with_force_on_smolvm_1_17() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.17.0");
+    let r = new_with(&mut w, "start:always");
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr.contains("outside the checked range 1.0.4-1.16.x"),
+        "1.17 was not checked as a whole: {r}"
+    );
+    assert!(
+        w.called(&["machine", "delete", "--name", "alpha", "-f"]),
+        "{}",
+        w.calls_text()
+    );
+    assert!(!r.all().contains("needs confirmation"), "{r}");
+    assert!(w.machines().is_empty(), "{:?}\n{r}", w.machines());
+    assert!(!w.row_exists("alpha"));
+    w.assert_no_locks("alpha");
+}
+
+/// A `machine cp` that fails mid-transfer ends its stderr with `\r<progress>Error: …` on one
+/// line (smolvm's progress bar has no newline). box must still read smolvm's own message
+/// (and not fall back to "exited with status 1" and a stderr tail), then roll back.
+#[test]
+fn a_failed_upload_reports_smolvms_own_error_text() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+    let r = new_with(&mut w, "cp:always@hb.new");
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr.contains(
+            "failed: agent operation failed: transfer file: agent connection closed unexpectedly"
+        ),
+        "{r}"
+    );
+    assert!(!r.stderr.contains("exited with status 1"), "{r}");
+    assert!(
+        !r.stderr.contains("Uploading "),
+        "no progress text in the error: {r}"
+    );
+    assert!(w.called(&["machine", "delete", "--name", "alpha", "-f"]));
+    assert!(w.machines().is_empty(), "{:?}", w.machines());
+    assert!(!w.row_exists("alpha"));
+}
+
 #[test]
 fn start_failure_removes_the_machine_then_the_row() {
     if !lifecycle_support::prerequisites() {

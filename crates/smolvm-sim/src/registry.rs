@@ -158,8 +158,9 @@ pub struct Record {
     #[serde(default)]
     pub allowed_cidrs: Vec<String>,
     /// The guest's root is the host's userland (SMOLVM_SIM_HOST_USERLAND=1 at create, the
-    /// fast-test shortcut) instead of a pristine image.
-    #[serde(default)]
+    /// fast-test shortcut) instead of a pristine image. A record without the field predates
+    /// images, when every guest was a host-userland one: it keeps booting as it did.
+    #[serde(default = "predates_images")]
     pub host_userland: bool,
     /// The buildable image the guest boots (`image` itself, or its stand-in); `None` for an
     /// image smolvm-sim can neither build nor map (its first start fails like a pull).
@@ -169,6 +170,10 @@ pub struct Record {
     /// its start needs `<data dir>/pack/.smolvm-extracted`.
     #[serde(default)]
     pub source_smolmachine: Option<String>,
+}
+
+fn predates_images() -> bool {
+    true
 }
 
 pub fn load(name: &str) -> Result<Option<Record>, SimError> {
@@ -429,6 +434,26 @@ mod tests {
             "machine name cannot contain path separators"
         );
         assert!(validate_name(&"a".repeat(129)).is_err());
+    }
+
+    /// A record written before images existed keeps its host-userland guest; a new one
+    /// says what it is.
+    #[test]
+    fn records_from_before_images_boot_the_host_userland() {
+        let old = r#"{"name":"a","state":"stopped","pid":null,"cpus":4,"mem":8192,
+            "image":"ubuntu:24.04","entrypoint":[],"cmd":[],"ports":[],"mounts":[],
+            "network":true,"net_backend":null,"env":[],"workdir":null,"storage_gb":null,
+            "overlay_gb":null,"init":[],"init_completed":true,"created_at":1}"#;
+        let r: Record = serde_json::from_str(old).unwrap_or_else(|e| panic!("{e}"));
+        assert!(r.host_userland);
+        assert_eq!(r.sim_image, None);
+        let mut new = r.clone();
+        new.host_userland = false;
+        new.sim_image = Some("debian:13".into());
+        let text = serde_json::to_string(&new).unwrap_or_default();
+        let back: Record = serde_json::from_str(&text).unwrap_or_else(|e| panic!("{e}"));
+        assert!(!back.host_userland);
+        assert_eq!(back.sim_image.as_deref(), Some("debian:13"));
     }
 
     #[test]

@@ -143,7 +143,8 @@ impl NewRun<'_> {
         let version = self.smolvm.version()?;
         if !version.is_tested() {
             ui::warn(format!(
-                "smolvm {version} is outside the tested range 1.0.4-1.9.x; continuing"
+                "smolvm {version} is outside the checked range {}; continuing",
+                crate::smolvm::version::checked_range()
             ));
         }
         self.transcript

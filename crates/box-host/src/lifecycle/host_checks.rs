@@ -1,4 +1,4 @@
-//! The host half of `box doctor`: smolvm present and in the tested range, KVM on Linux,
+//! The host half of `box doctor`: smolvm present and in the checked range, KVM on Linux,
 //! Apple Silicon on macOS, a browser opener.
 
 use std::path::Path;
@@ -54,7 +54,10 @@ pub fn run(smolvm: &Smolvm) -> Vec<Check> {
             h,
             "smolvm",
             Status::Warn,
-            format!("smolvm {v} is outside the tested range 1.0.4-1.9.x"),
+            format!(
+                "smolvm {v} is outside the checked range {}",
+                crate::smolvm::version::checked_range()
+            ),
         )),
         Err(e) => out.push(Check::new(h, "smolvm", Status::Fail, e.to_string())),
     }

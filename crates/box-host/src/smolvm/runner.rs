@@ -60,15 +60,31 @@ impl Output {
     /// (smolvm prints `eprintln!("Error: {e}")` and exits 1; reference/smolvm.md §1.1).
     /// A guest command that fails prints whatever it likes, but never as smolvm's last word
     /// with exit status 1 unless it imitates smolvm exactly; see `exec` in the driver.
+    ///
+    /// smolvm draws `cp` and pull progress as `\r`-redrawn text with no newline, so a
+    /// transfer that fails mid-way leaves `\r<progress>Error: …` as its last line (smolvm-drift
+    /// §2 item 3a): the error starts after the last `\r`, or right after the progress text.
     pub fn smolvm_error(&self) -> Option<&str> {
         if self.code != Some(1) {
             return None;
         }
-        self.stderr
+        let last = self
+            .stderr
             .lines()
             .rev()
-            .find(|l| !l.trim().is_empty())
-            .and_then(|l| l.trim_end().strip_prefix("Error: "))
+            .find(|l| !l.trim().is_empty())?
+            .trim_end();
+        if let Some(msg) = last.strip_prefix("Error: ") {
+            return Some(msg);
+        }
+        // Progress was drawn on this line: only its `\r` segments can carry the error, and
+        // the last segment is what stayed on screen.
+        let seg = last.rsplit('\r').find(|s| !s.trim().is_empty())?;
+        if let Some(msg) = seg.strip_prefix("Error: ") {
+            return Some(msg);
+        }
+        let at = seg.find(")Error: ").filter(|_| last.contains('\r'))?;
+        Some(&seg[at + ")Error: ".len()..])
     }
 }
 
@@ -310,6 +326,57 @@ mod tests {
         // Output after the Error line means it was not smolvm's last word.
         let out = sh(
             "echo 'Error: x' >&2; echo later >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.smolvm_error(), None);
+    }
+
+    /// A `cp` or pull that fails mid-way: `\r`-drawn progress with no newline, then smolvm's
+    /// `Error:` on the same line (smolvm's ProgressBar; smolvm-drift §2 item 3a).
+    #[test]
+    fn finds_smolvms_error_after_carriage_return_progress() {
+        let out = sh(
+            "printf '\\rUploading a -> /b: 1.0 MB / 4.0 MB (25.0%%, 30.1 MB/s)' >&2; \
+             echo 'Error: agent operation failed: write file: /b: No space left on device (os error 28)' >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            out.smolvm_error(),
+            Some("agent operation failed: write file: /b: No space left on device (os error 28)")
+        );
+        // A pull prints "done." with a newline before the error, and the agent's message
+        // can end in a blank line (crane's stderr).
+        let out = sh(
+            "printf 'Pulling ubuntu:99.04...\\nPulling image ubuntu:99.04...\\rPulling image ubuntu:99.04... done.   \\n' >&2; \
+             printf 'Error: agent operation failed: pull image: crane manifest failed: MANIFEST_UNKNOWN\\n\\n' >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            out.smolvm_error(),
+            Some("agent operation failed: pull image: crane manifest failed: MANIFEST_UNKNOWN")
+        );
+        // An error after a `\r` segment of its own.
+        let out = sh(
+            "printf '\\rDownloading /x -> y: 16.0 MB (1.0 GB/s)\\rError: agent operation failed: read file: gone\\n' >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(
+            out.smolvm_error(),
+            Some("agent operation failed: read file: gone")
+        );
+        // Progress text alone, or a guest's own words that merely contain "Error:", are not it.
+        let out = sh(
+            "printf '\\rUploading a -> /b: 1.0 MB / 4.0 MB (25.0%%, 30.1 MB/s)\\n' >&2; exit 1",
+            Duration::from_secs(10),
+        )
+        .unwrap();
+        assert_eq!(out.smolvm_error(), None);
+        let out = sh(
+            "echo 'build (1)Error: x' >&2; exit 1",
             Duration::from_secs(10),
         )
         .unwrap();

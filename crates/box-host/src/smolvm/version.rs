@@ -1,5 +1,6 @@
 //! `smolvm --version` and what differs between the versions box supports
-//! (reference/smolvm.md §7). box is tested against 1.0.4 and 1.9.x.
+//! (reference/smolvm.md §7). [`CHECKED`] says which releases were checked and how; box warns
+//! only about a version outside it.
 
 use std::fmt;
 
@@ -11,9 +12,38 @@ pub struct SmolvmVersion {
     pub patch: u64,
 }
 
-/// The oldest and newest versions box was tested with (inclusive, any 1.9 patch).
-pub const TESTED_LOW: SmolvmVersion = SmolvmVersion::new(1, 0, 4);
-pub const TESTED_HIGH_MINOR: (u64, u64) = (1, 9);
+/// One run of smolvm releases whose contract with box was checked: from `from` through
+/// every patch of `through` (major, minor).
+#[derive(Debug, Clone, Copy)]
+pub struct Checked {
+    pub from: SmolvmVersion,
+    pub through: (u64, u64),
+    /// What the check was.
+    pub how: &'static str,
+}
+
+/// What was checked, oldest first. Extend it only after checking a release against the
+/// flags, texts and JSON keys box depends on (reference/smolvm-drift.md).
+pub const CHECKED: [Checked; 2] = [
+    Checked {
+        from: SmolvmVersion::new(1, 0, 4),
+        through: (1, 9),
+        how: "1.0.4 (hermes-box's pin) and 1.9.2/1.9.3 read in source and simulated \
+              (1.9.3 is 1.9.2 plus a version bump)",
+    },
+    Checked {
+        from: SmolvmVersion::new(1, 10, 0),
+        through: (1, 16),
+        how: "the create/start/stop/delete/ls/exec/cp flags, texts and ls --json keys box \
+              uses, read in the 1.16-line source: unchanged",
+    },
+];
+
+/// `1.0.4-1.16.x`, for messages.
+pub fn checked_range() -> String {
+    let (first, last) = (CHECKED[0], CHECKED[CHECKED.len() - 1]);
+    format!("{}-{}.{}.x", first.from, last.through.0, last.through.1)
+}
 
 impl SmolvmVersion {
     pub const fn new(major: u64, minor: u64, patch: u64) -> Self {
@@ -48,9 +78,11 @@ impl SmolvmVersion {
         }
     }
 
-    /// Inside the range box is tested against: 1.0.4 up to any 1.9.x.
+    /// Inside a row of [`CHECKED`] (1.0.4 up to any 1.16.x).
     pub fn is_tested(&self) -> bool {
-        *self >= TESTED_LOW && (self.major, self.minor) <= TESTED_HIGH_MINOR
+        CHECKED
+            .iter()
+            .any(|c| *self >= c.from && (self.major, self.minor) <= c.through)
     }
 
     /// 1.0.x can record `network=true` at create while booting without a NIC; HB runs
@@ -122,7 +154,29 @@ mod tests {
         assert!(v104.is_tested() && v192.is_tested());
         assert!(SmolvmVersion::new(1, 9, 99).is_tested());
         assert!(!SmolvmVersion::new(1, 0, 3).is_tested());
-        assert!(!SmolvmVersion::new(1, 10, 0).is_tested());
         assert!(!SmolvmVersion::new(2, 0, 0).is_tested());
+    }
+
+    /// 1.9.3 has the 1.9.2 contract and the flags box uses are valid through the 1.16
+    /// line: none of them may warn. 1.17 changed `delete` (box passes -f regardless) and was
+    /// not checked as a whole: it warns.
+    #[test]
+    fn the_checked_table_covers_1_9_3_and_the_1_16_line_only() {
+        for (v, checked) in [
+            ((1, 0, 4), true),
+            ((1, 9, 2), true),
+            ((1, 9, 3), true),
+            ((1, 10, 0), true),
+            ((1, 14, 5), true),
+            ((1, 16, 2), true),
+            ((1, 16, 9), true),
+            ((1, 17, 0), false),
+            ((1, 18, 2), false),
+            ((0, 9, 0), false),
+        ] {
+            let ver = SmolvmVersion::new(v.0, v.1, v.2);
+            assert_eq!(ver.is_tested(), checked, "{ver}");
+        }
+        assert_eq!(checked_range(), "1.0.4-1.16.x");
     }
 }
