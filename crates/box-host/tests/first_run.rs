@@ -197,7 +197,10 @@ impl User {
             .lines()
             .filter_map(|l| l.strip_prefix("==>   ["))
             .collect();
-        eprintln!("first-run {label} provisioning steps (start time): {}", steps.join(", "));
+        eprintln!(
+            "first-run {label} provisioning steps (start time): {}",
+            steps.join(", ")
+        );
     }
 
     fn backups(&self) -> Vec<PathBuf> {
@@ -236,7 +239,10 @@ fn doctor_ok(user: &mut User, name: &str) {
         "guest network: proxies: none; extra CA certificates:",
         "(GUEST_CA_CERTS), trusted",
     ] {
-        assert!(d.stdout.contains(want), "doctor {name} lacks {want:?}:\n{d}");
+        assert!(
+            d.stdout.contains(want),
+            "doctor {name} lacks {want:?}:\n{d}"
+        );
     }
 }
 
@@ -310,10 +316,7 @@ fn first_run_on_a_pristine_image_from_the_network() {
         !user.transcript.contains("first-run-pp-7d1c0a"),
         "the passphrase was printed"
     );
-    eprintln!(
-        "first-run total: {:.1} s",
-        total.elapsed().as_secs_f64()
-    );
+    eprintln!("first-run total: {:.1} s", total.elapsed().as_secs_f64());
 }
 
 #[test]
@@ -327,7 +330,8 @@ fn without_the_ca_a_tls_inspecting_network_fails_naming_guest_ca_certs() {
     assert_eq!(new.code, Some(1), "{new}");
     let err = new.stderr.clone();
     assert!(
-        err.contains("a TLS certificate was not trusted") && err.contains("set GUEST_CA_CERTS in box.env"),
+        err.contains("a TLS certificate was not trusted")
+            && err.contains("set GUEST_CA_CERTS in box.env"),
         "the failure does not name GUEST_CA_CERTS:\n{new}"
     );
     // The failed new rolled its VM back.

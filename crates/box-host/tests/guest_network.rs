@@ -19,18 +19,13 @@ const PASSWORD: &str = "pr0xy-s3cret-9f2";
 /// The agent's login environment in the box, as `box enter` gives it.
 fn login_env(w: &World, name: &str) -> String {
     let out = w.sim(&[
-        "machine",
-        "exec",
-        "--name",
-        name,
-        "--",
-        "runuser",
-        "-l",
-        "agent",
-        "-c",
-        "env",
+        "machine", "exec", "--name", name, "--", "runuser", "-l", "agent", "-c", "env",
     ]);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8_lossy(&out.stdout).into_owned()
 }
 
@@ -53,7 +48,8 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
     let new = w.run_env(&["new", "alpha"], &env);
     assert!(new.ok(), "{new}");
     assert!(
-        new.stdout.contains("HTTPS_PROXY=http://***@proxy.corp.example:3128"),
+        new.stdout
+            .contains("HTTPS_PROXY=http://***@proxy.corp.example:3128"),
         "{new}"
     );
     let check = |w: &World, when: &str| {
@@ -73,9 +69,10 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
     let doctor = w.run_env(&["doctor", "alpha"], &env);
     assert!(doctor.ok(), "{doctor}");
     assert!(
-        doctor.stdout.contains(
-            "guest network: proxies: HTTPS_PROXY=http://***@proxy.corp.example:3128"
-        ) && doctor.stdout.contains("(GUEST_CA_CERTS), trusted"),
+        doctor
+            .stdout
+            .contains("guest network: proxies: HTTPS_PROXY=http://***@proxy.corp.example:3128")
+            && doctor.stdout.contains("(GUEST_CA_CERTS), trusted"),
         "{doctor}"
     );
 
@@ -94,9 +91,18 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
     );
     assert!(repair.ok(), "{repair}");
     let e = login_env(&w, "alpha");
-    assert!(!e.contains("proxy.corp.example"), "PROPAGATE_PROXY=0 kept the proxy");
-    assert!(!e.contains("NODE_EXTRA_CA_CERTS"), "the CA stayed after GUEST_CA_CERTS was unset");
-    assert!(repair.all().contains("removed the extra CA certificates") || w.logs().contains("removed the extra CA certificates"));
+    assert!(
+        !e.contains("proxy.corp.example"),
+        "PROPAGATE_PROXY=0 kept the proxy"
+    );
+    assert!(
+        !e.contains("NODE_EXTRA_CA_CERTS"),
+        "the CA stayed after GUEST_CA_CERTS was unset"
+    );
+    assert!(
+        repair.all().contains("removed the extra CA certificates")
+            || w.logs().contains("removed the extra CA certificates")
+    );
 
     assert!(w.run(&["rm", "alpha", "--force"]).ok());
     for (what, text) in [
@@ -104,7 +110,10 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
         ("box logs", w.logs()),
         ("smolvm argv", w.calls_text()),
     ] {
-        assert!(!text.contains(PASSWORD), "the proxy password is in the {what}");
+        assert!(
+            !text.contains(PASSWORD),
+            "the proxy password is in the {what}"
+        );
     }
 }
 
@@ -118,7 +127,8 @@ fn a_loopback_proxy_is_refused_before_any_vm_exists() {
     let new = w.run_env(&["new", "alpha"], &[("HTTP_PROXY", proxy.as_str())]);
     assert_eq!(new.code, Some(1), "{new}");
     assert!(
-        new.stderr.contains("HTTP_PROXY=http://***@127.0.0.1:3128 is on this host's loopback")
+        new.stderr
+            .contains("HTTP_PROXY=http://***@127.0.0.1:3128 is on this host's loopback")
             && new.stderr.contains("PROPAGATE_PROXY=0"),
         "{new}"
     );
@@ -131,6 +141,9 @@ fn a_loopback_proxy_is_refused_before_any_vm_exists() {
         &[("HTTP_PROXY", proxy.as_str()), ("PROPAGATE_PROXY", "0")],
     );
     assert!(new.ok(), "{new}");
-    assert!(new.stdout.contains("proxies: off (PROPAGATE_PROXY=0)"), "{new}");
+    assert!(
+        new.stdout.contains("proxies: off (PROPAGATE_PROXY=0)"),
+        "{new}"
+    );
     assert!(w.run(&["rm", "alpha", "--force"]).ok());
 }

@@ -284,14 +284,24 @@ fn save_fault_matrix() {
     let d = w.run(&["doctor", "alpha"], &[]);
     assert_eq!(d.code, Some(1), "{}", d.all());
     assert!(
-        d.stdout.contains("executor paused by an interrupted save: paused by hb quiesce at 20"),
+        d.stdout
+            .contains("executor paused by an interrupted save: paused by hb quiesce at 20"),
         "{}",
         d.all()
     );
-    assert!(d.stdout.contains("`box doctor --fix alpha` resumes it"), "{}", d.all());
+    assert!(
+        d.stdout.contains("`box doctor --fix alpha` resumes it"),
+        "{}",
+        d.all()
+    );
     let d = w.run(&["doctor", "--fix", "alpha"], &[]);
     assert!(d.ok(), "{}", d.all());
-    assert!(d.all().contains("resumed 'alpha' after an interrupted save"), "{}", d.all());
+    assert!(
+        d.all()
+            .contains("resumed 'alpha' after an interrupted save"),
+        "{}",
+        d.all()
+    );
     w.assert_running_unpaused("alpha");
     w.assert_no_plaintext(&["alpha"]);
     w.scan_secrets();

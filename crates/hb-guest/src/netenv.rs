@@ -40,7 +40,10 @@ pub fn proxies_from(file: &std::path::Path) -> Vec<(String, String)> {
                 .any(|n| n == k || n.to_ascii_lowercase() == *k)
         })
         .map(|(k, v)| {
-            let v = v.strip_prefix('\'').and_then(|v| v.strip_suffix('\'')).unwrap_or(v);
+            let v = v
+                .strip_prefix('\'')
+                .and_then(|v| v.strip_suffix('\''))
+                .unwrap_or(v);
             (k.to_string(), v.to_string())
         })
         .collect()

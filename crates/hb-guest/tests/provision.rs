@@ -45,7 +45,12 @@ fn scripts_are_well_formed() {
     assert!(st.success(), "sh -n profile.sh");
     match Command::new("shellcheck")
         .arg("-x")
-        .args(["provision.sh", "agent-bash-profile.sh", "profile.sh", "lib/choices.sh"])
+        .args([
+            "provision.sh",
+            "agent-bash-profile.sh",
+            "profile.sh",
+            "lib/choices.sh",
+        ])
         .current_dir(provision_dir())
         .output()
     {
@@ -184,7 +189,10 @@ fn certificate_failures_are_recognised_in_every_tool() {
 #[test]
 fn proxy_urls_are_printed_without_credentials() {
     for (url, want) in [
-        ("http://user:hunter2@proxy.corp:3128", "http://***@proxy.corp:3128"),
+        (
+            "http://user:hunter2@proxy.corp:3128",
+            "http://***@proxy.corp:3128",
+        ),
         ("http://u:p@ss@proxy:3128/x", "http://***@proxy:3128/x"),
         ("proxy.corp:3128", "proxy.corp:3128"),
         ("http://proxy:3128/a@b", "http://proxy:3128/a@b"),

@@ -179,7 +179,10 @@ fn doctor_says_who_paused_executor_and_fails_on_an_interrupted_save() {
     b.ok(&["down"]);
     let c = doctor_check(&b, "executor durably paused");
     assert_eq!(c["ok"], true, "{c}");
-    assert!(c["detail"].as_str().unwrap().contains("by hb down at 20"), "{c}");
+    assert!(
+        c["detail"].as_str().unwrap().contains("by hb down at 20"),
+        "{c}"
+    );
     // `hb up` clears the pause first (then fails here: no workload runs in this test).
     b.run(&["up"]);
     assert!(!b.hb_config().join("quiesced").exists());
@@ -191,7 +194,10 @@ fn doctor_says_who_paused_executor_and_fails_on_an_interrupted_save() {
     assert_eq!(c["ok"], false, "{c}");
     let detail = c["detail"].as_str().unwrap();
     assert!(detail.contains("paused by hb quiesce at 20"), "{c}");
-    assert!(c["fix"].as_str().unwrap().contains("box doctor --fix"), "{c}");
+    assert!(
+        c["fix"].as_str().unwrap().contains("box doctor --fix"),
+        "{c}"
+    );
     // The way out doctor names: resume clears the pause (and then, with no workload
     // here, cannot start Executor).
     b.run(&["resume"]);
@@ -210,8 +216,16 @@ fn doctor_shows_the_guest_network_with_credentials_hidden() {
     .unwrap();
     let ca = b.dir.path().join("ca.pem");
     let trusted = b.dir.path().join("trusted.crt");
-    std::fs::write(&ca, "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n").unwrap();
-    for (k, v) in [("HB_PROXY_ENV", &proxy), ("HB_CA_CERTS", &ca), ("HB_CA_TRUSTED", &trusted)] {
+    std::fs::write(
+        &ca,
+        "-----BEGIN CERTIFICATE-----\nMIIB\n-----END CERTIFICATE-----\n",
+    )
+    .unwrap();
+    for (k, v) in [
+        ("HB_PROXY_ENV", &proxy),
+        ("HB_CA_CERTS", &ca),
+        ("HB_CA_TRUSTED", &trusted),
+    ] {
         b.extra_env.push((k.into(), v.display().to_string()));
     }
     let c = doctor_check(&b, "guest network");
@@ -220,7 +234,13 @@ fn doctor_shows_the_guest_network_with_credentials_hidden() {
     let c = doctor_check(&b, "guest network");
     assert_eq!(c["ok"], true, "{c}");
     let detail = c["detail"].as_str().unwrap();
-    assert!(detail.contains("HTTPS_PROXY=http://***@proxy.corp:3128"), "{detail}");
-    assert!(detail.contains("NO_PROXY=localhost") && detail.contains("1 (GUEST_CA_CERTS)"), "{detail}");
+    assert!(
+        detail.contains("HTTPS_PROXY=http://***@proxy.corp:3128"),
+        "{detail}"
+    );
+    assert!(
+        detail.contains("NO_PROXY=localhost") && detail.contains("1 (GUEST_CA_CERTS)"),
+        "{detail}"
+    );
     assert!(!b.transcript.borrow().contains("hunter2"));
 }

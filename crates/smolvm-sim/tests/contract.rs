@@ -2620,8 +2620,9 @@ fn a_pack_that_cannot_be_read_or_extracted_leaves_no_machine() {
     ]);
     assert_eq!(o.code, 1, "{o:?}");
     assert!(
-        o.stderr
-            .starts_with("Error: agent operation failed: extract sidecar: tar:"),
+        o.stderr.starts_with(
+            "Error: agent operation failed: extract sidecar: Data corruption detected"
+        ),
         "{o:?}"
     );
     assert!(s.state(&n).is_none() && s.state(&n2).is_none());

@@ -24,10 +24,16 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY).
     checks.push(
         match GuestNetwork::from_host(&ctx.config.env, |k| std::env::var(k).ok()) {
-            Ok(n) => Check::new("host", "network", Status::Ok, format!("for boxes: {}", n.summary())),
+            Ok(n) => Check::new(
+                "host",
+                "network",
+                Status::Ok,
+                format!("for boxes: {}", n.summary()),
+            ),
             Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
         },
     );
+    checks.push(crate::base::doctor_check(ctx));
     let mut fixed: Vec<String> = Vec::new();
     let registry = Registry::new(&ctx.state);
     let listing = registry.list()?;
@@ -188,10 +194,18 @@ fn check_box(
         // An interrupted save left its quiesce: `hb resume` undoes exactly that (the pause
         // it set, the Hermes gateways it stopped) before Executor is started.
         if health.interrupted_save {
-            match guest::hb(smolvm, &record.machine, &["resume"], Duration::from_secs(120)) {
-                Ok(out) if out.success() || out.stdout.contains("pause cleared") => fixed.push(
-                    format!("resumed '{}' after an interrupted save (hb resume)", record.name),
-                ),
+            match guest::hb(
+                smolvm,
+                &record.machine,
+                &["resume"],
+                Duration::from_secs(120),
+            ) {
+                Ok(out) if out.success() || out.stdout.contains("pause cleared") => {
+                    fixed.push(format!(
+                        "resumed '{}' after an interrupted save (hb resume)",
+                        record.name
+                    ))
+                }
                 Ok(out) => found.push(Check::new(
                     s,
                     "fix",
@@ -202,9 +216,12 @@ fn check_box(
                         guest::last_lines(&out.stderr, &out.stdout)
                     ),
                 )),
-                Err(e) => {
-                    found.push(Check::new(s, "fix", Status::Fail, format!("hb resume: {e:#}")))
-                }
+                Err(e) => found.push(Check::new(
+                    s,
+                    "fix",
+                    Status::Fail,
+                    format!("hb resume: {e:#}"),
+                )),
             }
         }
         // The safe fix: (re)start Executor, e.g. after a `box stop` whose pause survived a
@@ -348,8 +365,17 @@ fn guest_doctor(
         ("✓ executor durably paused: ", "paused"),
     ] {
         if let Some(line) = stdout.lines().find_map(|l| l.strip_prefix(prefix)) {
-            let label = if name == "network" { "guest network" } else { "Executor paused" };
-            checks.push(Check::new(scope, name, Status::Ok, format!("{label}: {line}")));
+            let label = if name == "network" {
+                "guest network"
+            } else {
+                "Executor paused"
+            };
+            checks.push(Check::new(
+                scope,
+                name,
+                Status::Ok,
+                format!("{label}: {line}"),
+            ));
         }
     }
     GuestDoctor { ok, stdout }

@@ -73,7 +73,10 @@ fn guest_network() -> Check {
     };
     let pem = std::fs::read(&ca).unwrap_or_default();
     if pem.is_empty() {
-        return pass("guest network", format!("{proxies}; extra CA certificates: none"));
+        return pass(
+            "guest network",
+            format!("{proxies}; extra CA certificates: none"),
+        );
     }
     let count = String::from_utf8_lossy(&pem)
         .matches("-----BEGIN CERTIFICATE-----")

@@ -51,7 +51,11 @@ pub fn create_layout(paths: &Paths, agent: &Agent) -> Result<()> {
     }
     let legacy = std::env::var("HB_LEGACY_QUIESCE_FILE").unwrap_or_else(|_| LEGACY_MARKER.into());
     if std::path::Path::new(&legacy).exists() {
-        crate::pause::set(paths, agent.owner_if_root(), "the seed's quiesce (legacy marker)")?;
+        crate::pause::set(
+            paths,
+            agent.owner_if_root(),
+            "the seed's quiesce (legacy marker)",
+        )?;
         let _ = std::fs::remove_file(&legacy);
         println!(
             "moved the legacy pause marker {legacy} to {}",

@@ -175,7 +175,8 @@ fn append_footer(tar: &Path) -> Result<(), String> {
     let len = fs::metadata(tar)
         .map_err(|e| format!("{}: {e}", tar.display()))?
         .len();
-    let mut footer = format!("{FOOTER_MAGIC} assets_size={len}\n").into_bytes();
+    let sum = sha256_prefix(tar, len)?;
+    let mut footer = format!("{FOOTER_MAGIC} assets_size={len} sha256={sum}\n").into_bytes();
     footer.resize(FOOTER_LEN as usize, 0);
     let mut f = fs::OpenOptions::new()
         .append(true)
@@ -186,8 +187,41 @@ fn append_footer(tar: &Path) -> Result<(), String> {
         .map_err(|e| format!("{}: {e}", tar.display()))
 }
 
-/// The footer's `assets_size`, checked against the file's length.
-fn read_footer(sidecar: &Path) -> Result<u64, SimError> {
+/// SHA-256 of the first `len` bytes of `path` (coreutils: the simulator is built in debug
+/// mode for tests, where hashing hundreds of MiB in Rust would take seconds).
+fn sha256_prefix(path: &Path, len: u64) -> Result<String, String> {
+    let out = Command::new("sh")
+        .args(["-c", "head -c \"$1\" -- \"$2\" | sha256sum", "sh"])
+        .arg(len.to_string())
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sha256sum: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sum = text.split_whitespace().next().unwrap_or_default();
+    if !out.status.success() || sum.len() != 64 {
+        return Err(format!("sha256sum failed on {}", path.display()));
+    }
+    Ok(sum.to_string())
+}
+
+/// smolvm's zstd decoder fails on a damaged pack; a tar would extract damaged file
+/// contents silently, so the simulator checks the footer's checksum first. The wording is
+/// the simulator's.
+pub fn verify_payload(sidecar: &Path) -> Result<(), SimError> {
+    let (size, want) = read_footer(sidecar)?;
+    let got = sha256_prefix(sidecar, size).map_err(|e| agent("extract sidecar", e))?;
+    if got != want {
+        return Err(agent(
+            "extract sidecar",
+            "Data corruption detected: the assets do not match the pack's checksum",
+        ));
+    }
+    Ok(())
+}
+
+/// The footer's `assets_size` and checksum, checked against the file's length.
+fn read_footer(sidecar: &Path) -> Result<(u64, String), SimError> {
     use std::io::{Seek, SeekFrom};
     let fail = |why: &str| agent("read sidecar footer", why.to_string());
     let mut f = fs::File::open(sidecar).map_err(|e| fail(&e.to_string()))?;
@@ -209,7 +243,12 @@ fn read_footer(sidecar: &Path) -> Result<u64, SimError> {
     if size + FOOTER_LEN != total {
         return Err(fail("invalid footer magic"));
     }
-    Ok(size)
+    let sum = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("sha256="))
+        .filter(|s| s.len() == 64)
+        .ok_or_else(|| fail("invalid footer magic"))?;
+    Ok((size, sum.to_string()))
 }
 
 /// The manifest of a `.smolmachine`, read without extracting anything. A file that is not
@@ -275,6 +314,10 @@ pub fn extract(sidecar: &Path, dir: &Path) -> Result<(), SimError> {
         Err(e) => return Err(agent("clear packed layers cache", e.to_string())),
     }
     fs::create_dir_all(dir).map_err(|e| agent("extract sidecar", e.to_string()))?;
+    if let Err(e) = verify_payload(sidecar) {
+        let _ = fs::remove_dir_all(dir);
+        return Err(e);
+    }
     let out = Command::new("tar")
         .arg("--extract")
         .arg("--file")
