@@ -249,6 +249,9 @@ fn base_flow(version: &str) {
         "{doctor}"
     );
 
+    // The world has two host ports: free one for each of the next boxes.
+    let rm = w.run(&["rm", "alpha", "--force"]);
+    assert!(rm.ok(), "{rm}");
     let t0 = Instant::now();
     let load = w.run(&["load", backup.to_str().unwrap(), "gamma"]);
     let load_secs = t0.elapsed().as_secs_f64();
@@ -259,6 +262,8 @@ fn base_flow(version: &str) {
     );
 
     // --fresh ignores the base.
+    let rm = w.run(&["rm", "gamma", "--force"]);
+    assert!(rm.ok(), "{rm}");
     let fresh = w.run(&["new", "delta", "--fresh"]);
     assert!(
         fresh.ok() && fresh.stdout.contains("--fresh: provisioning from scratch"),
