@@ -249,15 +249,14 @@ impl<'a> Builder<'a> {
 
     /// Deletes the builder (whatever happened) and the staging files.
     fn cleanup(&mut self, store: &Store) {
-        if self.created {
-            if let Err(e) = self.smolvm.delete(&self.machine) {
-                if !e.is_not_found() {
-                    ui::warn(format!(
-                        "could not delete the base builder '{}': {e}; remove it with: smolvm machine delete --name {} -f",
-                        self.machine, self.machine
-                    ));
-                }
-            }
+        if self.created
+            && let Err(e) = self.smolvm.delete(&self.machine)
+            && !e.is_not_found()
+        {
+            ui::warn(format!(
+                "could not delete the base builder '{}': {e}; remove it with: smolvm machine delete --name {} -f",
+                self.machine, self.machine
+            ));
         }
         let staging = store.staging_out(&self.digest);
         let _ = std::fs::remove_file(&staging);

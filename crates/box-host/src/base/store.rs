@@ -111,7 +111,7 @@ impl Store {
                 Err(e) => crate::ui::warn(format!("ignoring base {digest}: {e:#}")),
             }
         }
-        out.sort_by(|a, b| b.built_at.cmp(&a.built_at));
+        out.sort_by_key(|m| std::cmp::Reverse(m.built_at));
         Ok(out)
     }
 

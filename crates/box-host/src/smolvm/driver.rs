@@ -636,6 +636,64 @@ esac"#,
     }
 
     #[test]
+    fn create_from_raises_the_pack_cache_cap_and_names_the_pack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("argv");
+        let s = fake(
+            tmp.path(),
+            &format!(
+                "echo \"cap=$SMOLVM_PACK_CACHE_MAX_BYTES\" > {l}; for a in \"$@\"; do echo \"$a\"; done >> {l}",
+                l = log.display()
+            ),
+        );
+        s.create_from(&CreateFromSpec {
+            name: "beta".into(),
+            pack: "/s/bases/k.smolmachine".into(),
+            ports: vec![(4791, 4791)],
+            cpus: 2,
+            mem_mib: 2048,
+            env: vec![("HB_WEB_PORT".into(), "4791".into())],
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            [
+                "cap=17179869184",
+                "machine",
+                "create",
+                "--name",
+                "beta",
+                "--from",
+                "/s/bases/k.smolmachine",
+                "--net",
+                "-p",
+                "4791:4791",
+                "--cpus",
+                "2",
+                "--mem",
+                "2048",
+                "-e",
+                "HB_WEB_PORT=4791"
+            ]
+        );
+    }
+
+    #[test]
+    fn pack_refusal_of_a_running_machine_is_smolvms_text() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            "echo \"Error: agent operation failed: pack from VM: VM 'b' is running. Stop it first with: smolvm machine stop --name b\" >&2; exit 1",
+        );
+        let err = s
+            .pack_from_vm("b", Path::new("/tmp/o"), "/x", 2, 2048, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is running. Stop it first"), "{err}");
+    }
+
+    #[test]
     fn create_passes_the_flags_in_smolvms_spelling() {
         let tmp = tempfile::tempdir().unwrap();
         let log = tmp.path().join("argv");
