@@ -233,10 +233,14 @@ fn base_flow(version: &str) {
         "/usr/local/bin/hb",
         "/data/home/agent",
         "/usr/bin/sudo",
+        "/etc/passwd",
+        "/etc/shadow",
     ]);
+    // /etc/passwd and /etc/shadow changed in the builder (useradd agent), so they are in
+    // the pack's layer: the files 1.0.4 re-owns.
     assert_eq!(
         String::from_utf8_lossy(&check.stdout),
-        "root:root 755\nagent:agent 700\nroot:root 4755\n",
+        "root:root 755\nagent:agent 700\nroot:root 4755\nroot:root 644\nroot:shadow 640\n",
         "owners and set-id bits as a provisioned box has them"
     );
     // The box's own token, not the base's (a base has none) or alpha's.

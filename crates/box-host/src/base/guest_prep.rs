@@ -44,7 +44,7 @@ printf '%s\n' '#!/bin/sh' '# hermes-box base workload: waits for hb, then become
 chmod 0755 {BASE_WORKLOAD} || exit 1
 : > {MARKER} && chown 0:0 {MARKER} || exit 1
 find / {PRUNE} -type f -perm /6000 -printf '%m %p\n' > {SETID} || exit 1
-find / {PRUNE} ! -uid 0 -printf '%U:%G %p\n' > {OWNERS} || exit 1
+find / {PRUNE} \( ! -uid 0 -o ! -gid 0 \) -printf '%U:%G %p\n' > {OWNERS} || exit 1
 # The builder's own logs (its workload writes /data/logs) are not a box's.
 find /data/logs -mindepth 1 ! -type d -delete 2>/dev/null
 # /data may hold only directories and the agent's untouched /etc/skel files.
