@@ -193,9 +193,10 @@ impl User {
     /// The provisioning step lines of a `box new`/`load` (`[mm:ss] step`), for the report.
     fn print_steps(label: &str, run: &Run) {
         let all = run.all();
-        let steps: Vec<&str> = all
+        let steps: Vec<String> = all
             .lines()
             .filter_map(|l| l.strip_prefix("==>   ["))
+            .map(|l| l.replacen("] ", " ", 1))
             .collect();
         eprintln!(
             "first-run {label} provisioning steps (start time): {}",
@@ -259,6 +260,11 @@ fn first_run_on_a_pristine_image_from_the_network() {
     assert!(new.ok(), "{new}");
     let all = new.all();
     assert!(all.contains("Ready. Enter with: box enter alpha"), "{new}");
+    // The stand-in is said, never hidden: the guest is Debian 13, not Ubuntu.
+    assert!(
+        all.contains("ubuntu:24.04 cannot be built here"),
+        "the image stand-in is not said: {new}"
+    );
     assert!(
         all.contains("extra CA certificates: ") && all.contains("from GUEST_CA_CERTS"),
         "{new}"

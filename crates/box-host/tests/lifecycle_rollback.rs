@@ -107,6 +107,34 @@ fn a_failed_upload_reports_smolvms_own_error_text() {
     assert!(!w.row_exists("alpha"));
 }
 
+/// On a pristine image (the harness's host-userland shortcut turned off) the simulator
+/// boots debian:13 for ubuntu:24.04 and says so at create; box passes the note on, so a
+/// user never takes the guest for Ubuntu. (Start then fails by injection: the rollback is
+/// the cheap way out, provisioning from the network is the first-run test's business.)
+#[test]
+fn a_stand_in_image_is_named_to_the_user() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+    let r = w.run_env(
+        &["new", "alpha"],
+        &[
+            ("SMOLVM_SIM_HOST_USERLAND", "0"),
+            ("SMOLVM_SIM_FAIL", "start:always"),
+        ],
+    );
+    assert_eq!(r.code, Some(1), "{r}");
+    assert!(
+        r.stderr.contains(
+            "warning: smolvm note: ubuntu:24.04 cannot be built here (no archive for it); \
+             this machine boots the debian:13 image instead."
+        ),
+        "{r}"
+    );
+    assert!(w.machines().is_empty(), "{:?}", w.machines());
+}
+
 #[test]
 fn start_failure_removes_the_machine_then_the_row() {
     if !lifecycle_support::prerequisites() {

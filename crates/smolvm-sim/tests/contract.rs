@@ -2673,3 +2673,34 @@ fn pack_of_a_pristine_image_machine_re_pulls_and_boots_without_a_pull() {
     );
     assert_eq!(o.stdout, "trixie\ntool\n", "{o:?}");
 }
+
+/// apt in a pristine image reaches the Debian archive over plain http, as in a stock
+/// container (no CA certificates needed). Opt-in: it downloads from the archive.
+#[test]
+fn image_apt_installs_from_the_archive() {
+    if std::env::var("SMOLVM_SIM_NET_TESTS").ok().as_deref() != Some("1") {
+        eprintln!("SKIP: set SMOLVM_SIM_NET_TESTS=1 to run apt-get install in a pristine image");
+        return;
+    }
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let n = s.name("img-apt");
+    s.create(
+        &n,
+        &["--image", "debian:13", "--net", "--", "sleep", "infinity"],
+    );
+    s.start(&n);
+    let o = s.sh(
+        &n,
+        "export DEBIAN_FRONTEND=noninteractive; apt-get install -y -qq cowsay >/dev/null 2>&1 \
+         && echo installed-without-update; apt-get update -qq && apt-get install -y -qq \
+         --no-install-recommends cowsay >/dev/null && /usr/games/cowsay moo",
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert!(
+        !o.stdout.contains("installed-without-update") && o.stdout.contains("moo"),
+        "empty lists first, as in a stock image; then the archive works: {o:?}"
+    );
+}

@@ -212,11 +212,21 @@ impl NewRun<'_> {
         // Signals stay deferred through create: it is never cut short.
         if let Some(base) = self.base.clone() {
             self.create_from_base(&spec, &base)?;
-        } else if let Err(e) = self.smolvm.create(&spec) {
-            self.transcript.line(&format!("create failed: {e}"));
-            self.registry_lock = None;
-            cleanup::warn_create_failed(&self.machine);
-            return Err(e.into());
+        } else {
+            match self.smolvm.create(&spec) {
+                Ok(notes) => {
+                    for note in notes {
+                        self.transcript.line(&format!("smolvm: {note}"));
+                        ui::warn(format!("smolvm {note}"));
+                    }
+                }
+                Err(e) => {
+                    self.transcript.line(&format!("create failed: {e}"));
+                    self.registry_lock = None;
+                    cleanup::warn_create_failed(&self.machine);
+                    return Err(e.into());
+                }
+            }
         }
         self.created = true;
         self.transcript.line("machine created");

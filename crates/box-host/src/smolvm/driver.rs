@@ -177,8 +177,11 @@ impl Smolvm {
         Ok(self.list()?.into_iter().find(|m| m.name == name))
     }
 
-    /// `machine create`. Only writes smolvm's record; nothing boots.
-    pub fn create(&self, spec: &CreateSpec) -> Result<(), SmolvmError> {
+    /// `machine create`. Only writes smolvm's record; nothing boots. Returns smolvm's
+    /// notes from stderr, for the user: smolvm 1.9 notes machine flags written after `--`,
+    /// and the simulator notes the stand-in it boots for an image it cannot build
+    /// (`ubuntu:24.04` → `debian:13`), which a user must not miss.
+    pub fn create(&self, spec: &CreateSpec) -> Result<Vec<String>, SmolvmError> {
         let mut a = args([
             "machine",
             "create",
@@ -202,7 +205,8 @@ impl Smolvm {
         }
         a.push("--".into());
         a.extend(spec.workload.iter().map(OsString::from));
-        self.checked(a, timeouts::CREATE).map(drop)
+        let out = self.checked(a, timeouts::CREATE)?;
+        Ok(notes(&out.stderr))
     }
 
     /// `machine create --name N --from PACK --net …`, with the pack cache cap raised (never
@@ -477,6 +481,17 @@ fn args<const N: usize>(items: [&str; N]) -> Vec<OsString> {
     items.iter().map(OsString::from).collect()
 }
 
+/// The `note: …` lines of a call's stderr (smolvm's own, or `smolvm-sim: note: …`).
+fn notes(stderr: &str) -> Vec<String> {
+    stderr
+        .lines()
+        .map(str::trim)
+        .filter_map(|l| l.strip_prefix("smolvm-sim: ").or(Some(l)))
+        .filter(|l| l.starts_with("note: "))
+        .map(str::to_string)
+        .collect()
+}
+
 /// smolvm succeeded, or the error names the call and smolvm's own message.
 fn check(call: &str, out: Output) -> Result<Output, SmolvmError> {
     if out.success() {
@@ -675,6 +690,33 @@ esac"#,
                 "2048",
                 "-e",
                 "HB_WEB_PORT=4791"
+            ]
+        );
+    }
+
+    #[test]
+    fn create_hands_back_smolvms_notes() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            "echo 'smolvm-sim: note: ubuntu:24.04 cannot be built here; this machine boots the debian:13 image instead.' >&2; \
+             echo ' WARN unrelated' >&2; echo 'Created machine: alpha'",
+        );
+        let notes = s
+            .create(&CreateSpec {
+                name: "alpha".into(),
+                image: "ubuntu:24.04".into(),
+                ports: vec![],
+                cpus: 2,
+                mem_mib: 2048,
+                env: vec![],
+                workload: vec!["true".into()],
+            })
+            .unwrap();
+        assert_eq!(
+            notes,
+            [
+                "note: ubuntu:24.04 cannot be built here; this machine boots the debian:13 image instead."
             ]
         );
     }
