@@ -2704,3 +2704,63 @@ fn image_apt_installs_from_the_archive() {
         "empty lists first, as in a stock image; then the archive works: {o:?}"
     );
 }
+
+/// A buildable image whose build fails (here: an mmdebstrap that cannot reach the archive)
+/// fails the first start like a pull that cannot reach its registry: exit 1, smolvm's
+/// `pull image` error naming the cause and the build log; nothing half-built is cached.
+#[test]
+fn image_that_cannot_be_built_fails_the_first_start_with_the_cause() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let bin = tmp.path().join("bin");
+    std::fs::create_dir_all(&bin).unwrap();
+    let fake = bin.join("mmdebstrap");
+    std::fs::write(
+        &fake,
+        "#!/bin/sh\necho 'I: running apt-get update...'\necho 'E: could not resolve deb.debian.org' >&2\nexit 1\n",
+    )
+    .unwrap();
+    std::process::Command::new("chmod")
+        .arg("+x")
+        .arg(&fake)
+        .status()
+        .unwrap();
+    let cache = tmp.path().join("images");
+    let path = format!(
+        "{}:{}",
+        bin.display(),
+        std::env::var("PATH").unwrap_or_default()
+    );
+    let s = pristine()
+        .with_env("SMOLVM_SIM_IMAGES", cache.to_str().unwrap())
+        .with_env("PATH", &path);
+    let n = s.name("img-nobuild");
+    s.create(&n, &["--image", "debian:13", "--", "sleep", "infinity"]);
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    let last = o
+        .stderr
+        .lines()
+        .rev()
+        .find(|l| !l.trim().is_empty())
+        .unwrap();
+    assert!(
+        last.starts_with(
+            "Error: agent operation failed: pull image: crane manifest failed: Error: fetching \
+             manifest docker.io/library/debian:13: smolvm-sim could not build debian:13 with mmdebstrap"
+        ) && last.contains("could not resolve deb.debian.org")
+            && last.contains("debian_13.build.log"),
+        "{o:?}"
+    );
+    assert!(
+        o.stderr.contains("\rPulling image debian:13... done."),
+        "{o:?}"
+    );
+    assert!(
+        !cache.join("debian_13").exists(),
+        "nothing half-built is cached"
+    );
+    assert_eq!(s.state(&n).as_deref(), Some("created"));
+}

@@ -74,7 +74,9 @@ rm -f "$root/etc/resolv.conf" "$root/etc/hostname"
 printf "127.0.0.1\tlocalhost\n::1\tlocalhost ip6-localhost ip6-loopback\n" >"$root/etc/hosts"
 '
 
-# mmdebstrap prints "I: ..." stages; map the main ones onto a rough percentage.
+# mmdebstrap prints "I: ..." stages; map the main ones onto a rough percentage. (errexit is
+# off for the pipeline, so a failed build reaches the message below.)
+set +e
 mmdebstrap --variant=minbase --format=directory --verbose \
   --customize-hook="$customize" \
   "$suite" "$tmp/rootfs" "$mirror" 2>&1 | while IFS= read -r line; do
@@ -89,6 +91,7 @@ mmdebstrap --variant=minbase --format=directory --verbose \
     esac
   done
 status=${PIPESTATUS[0]}
+set -e
 if [ "$status" -ne 0 ] || [ ! -x "$tmp/rootfs/bin/bash" ]; then
   echo "build-image.sh: mmdebstrap $suite failed (exit $status); see $log: $(tail -n 1 "$log")" >&2
   exit 1
