@@ -57,8 +57,10 @@ pub enum Command {
     /// Create and provision a new box
     #[command(after_long_help = "Example:\n  box new alpha\n\n\
         Creates the smolvm machine, installs the agents and Executor, wires MCP and runs doctor.\n\
-        On failure or Ctrl-C, only what this run created is removed; the transcript is kept.")]
-    New(NameArg),
+        On failure or Ctrl-C, only what this run created is removed; the transcript is kept.\n\
+        With a base for this configuration (box base build) it starts from the base and only\n\
+        does what is per box; --fresh provisions from scratch.")]
+    New(NewArgs),
 
     /// Attach the box's tmux session as 'agent' (starts the box if stopped)
     #[command(
@@ -128,6 +130,16 @@ pub enum Command {
     )]
     Rm(RmArgs),
 
+    /// Provisioned bases that make new and load fast (build, list, remove)
+    #[command(
+        subcommand,
+        after_long_help = "Examples:\n  box base build              provision once, pack into the state dir\n  box base build --refresh    rebuild even if the base is fresh\n  box base ls --json\n  box base rm 3f2a9c01d4e5b6a7\n\n\
+        A base is keyed by BASE_IMAGE, the guest architecture, provision/, hb, the tool versions\n\
+        and the other box.env keys provisioning reads. It never holds a token, agent\n\
+        configuration or proxy settings. Older than BASE_MAX_AGE_DAYS: stale."
+    )]
+    Base(BaseCmd),
+
     /// Print a shell completion script
     #[command(
         after_long_help = "Examples:\n  box completions bash > ~/.local/share/bash-completion/completions/box\n  box completions zsh > ~/.zfunc/_box\n  box completions fish > ~/.config/fish/completions/box.fish"
@@ -137,6 +149,49 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(after_long_help = "Example:\n  box man | man -l -")]
     Man,
+}
+
+#[derive(Debug, Args)]
+pub struct NewArgs {
+    /// Box name: lowercase letters, digits and '-', 1-63 characters
+    pub name: String,
+    /// Provision from scratch even when a base exists
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BaseCmd {
+    /// Build the base for the current configuration (shows progress)
+    Build(BaseBuildArgs),
+    /// List bases: key, age, size, tool versions
+    Ls(BaseLsArgs),
+    /// Remove a base by its key digest (or every base with --all)
+    Rm(BaseRmArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct BaseBuildArgs {
+    /// Rebuild even when a fresh base exists (tools set to `latest` move on)
+    #[arg(long)]
+    pub refresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BaseLsArgs {
+    /// JSON output
+    #[arg(long)]
+    pub json: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BaseRmArgs {
+    /// The base's key digest, as `box base ls` shows it
+    #[arg(required_unless_present = "all")]
+    pub digest: Option<String>,
+    /// Remove every base
+    #[arg(long, conflicts_with = "digest")]
+    pub all: bool,
 }
 
 #[derive(Debug, Args)]
@@ -185,6 +240,9 @@ pub struct LoadArgs {
     /// Keep the new VM if the restore fails, for inspection
     #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub keep_on_failure: bool,
+    /// Provision from scratch even when a base exists
+    #[arg(long)]
+    pub fresh: bool,
 }
 
 #[derive(Debug, Args)]

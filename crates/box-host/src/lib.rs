@@ -2,6 +2,7 @@
 //! the end-to-end tests drive the same modules.
 
 pub mod backup;
+pub mod base;
 pub mod cli;
 pub mod commands;
 pub mod config;

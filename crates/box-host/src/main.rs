@@ -52,6 +52,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Load(a) => commands::load::run(&ctx, a),
         Command::Extract(a) => commands::extract::run(&ctx, a),
         Command::Rm(a) => commands::rm::run(&ctx, a),
+        Command::Base(a) => commands::base::run(&ctx, a),
         Command::Completions(_) | Command::Man => unreachable!("handled above"),
     }
 }

@@ -65,6 +65,9 @@ pub struct BoxEnv {
     pub guest_ca_certs: Vec<PathBuf>,
     /// `PROPAGATE_PROXY`: hand the host's HTTP(S)_PROXY, NO_PROXY and ALL_PROXY to boxes.
     pub propagate_proxy: bool,
+    /// `BASE_MAX_AGE_DAYS`: a base older than this is stale (`box doctor` says so, `box
+    /// base build --refresh` rebuilds it): tools set to `latest` age.
+    pub base_max_age_days: u32,
 }
 
 impl Default for BoxEnv {
@@ -88,6 +91,7 @@ impl Default for BoxEnv {
             hermes_install_args: "--skip-browser".into(),
             guest_ca_certs: Vec::new(),
             propagate_proxy: true,
+            base_max_age_days: 7,
         }
     }
 }
@@ -112,6 +116,7 @@ pub const KEYS: &[&str] = &[
     "HERMES_INSTALL_ARGS",
     "GUEST_CA_CERTS",
     "PROPAGATE_PROXY",
+    "BASE_MAX_AGE_DAYS",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -204,6 +209,7 @@ impl BoxEnv {
             "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
             "GUEST_CA_CERTS" => self.guest_ca_certs = parse_path_list(value)?,
             "PROPAGATE_PROXY" => self.propagate_proxy = parse_bool(value)?,
+            "BASE_MAX_AGE_DAYS" => self.base_max_age_days = parse_in(value, 1, 3650, "days")?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -238,6 +244,7 @@ impl BoxEnv {
                 .collect::<Vec<_>>()
                 .join(":"),
             "PROPAGATE_PROXY" => b(self.propagate_proxy),
+            "BASE_MAX_AGE_DAYS" => self.base_max_age_days.to_string(),
             _ => return None,
         })
     }

@@ -49,6 +49,9 @@ pub enum TopCmd {
     /// Manage machines
     #[command(visible_alias = "vm", subcommand)]
     Machine(MachineCmd),
+    /// Package a machine into a portable .smolmachine
+    #[command(subcommand)]
+    Pack(PackCmd),
     /// Internal: the machine supervisor (started by `machine start`)
     #[command(name = "_boot-vm", hide = true)]
     BootVm(BootVmArgs),
@@ -203,12 +206,43 @@ pub struct CreateCmd {
     /// Smolfile (not supported by the simulator)
     #[arg(long = "smolfile", visible_short_alias = 's', value_name = "PATH")]
     pub smolfile: Option<std::path::PathBuf>,
-    /// Create from a .smolmachine (not supported by the simulator)
+    /// Create from a packed .smolmachine artifact (its manifest gives the defaults)
     #[arg(long, value_name = "PATH", conflicts_with_all = ["image", "smolfile"])]
     pub from: Option<std::path::PathBuf>,
     /// Persistent workload command, launched on every start (needs `--`)
     #[arg(last = true, value_name = "COMMAND")]
     pub command: Vec<String>,
+}
+
+#[derive(Subcommand, Debug)]
+pub enum PackCmd {
+    /// Create a packed artifact from a stopped machine (--from-vm)
+    Create(PackCreateCmd),
+}
+
+#[derive(Args, Debug)]
+pub struct PackCreateCmd {
+    /// Container image to pack (not simulated: use --from-vm)
+    #[arg(value_name = "IMAGE", required_unless_present_any = ["from_vm", "smolfile"], conflicts_with = "from_vm")]
+    pub image: Option<String>,
+    /// Pack a stopped machine's state
+    #[arg(long = "from-vm", value_name = "VM_NAME")]
+    pub from_vm: Option<String>,
+    /// Output file path for the packed binary (the payload is OUTPUT.smolmachine)
+    #[arg(short = 'o', long, value_name = "PATH")]
+    pub output: std::path::PathBuf,
+    /// Smolfile (not supported by the simulator)
+    #[arg(short = 's', long = "smolfile", value_name = "PATH")]
+    pub smolfile: Option<std::path::PathBuf>,
+    /// Default number of vCPUs for the packed VM
+    #[arg(long, default_value_t = 4, value_name = "N")]
+    pub cpus: u8,
+    /// Default memory in MiB for the packed VM
+    #[arg(long, default_value_t = 8192, value_name = "MiB")]
+    pub mem: u32,
+    /// Override the image entrypoint
+    #[arg(long, value_name = "CMD")]
+    pub entrypoint: Option<String>,
 }
 
 #[derive(Args, Debug)]

@@ -7,6 +7,7 @@ mod faults;
 mod image;
 mod machine;
 mod output;
+mod pack;
 mod personality;
 mod progress;
 mod registry;
@@ -69,6 +70,7 @@ pub fn fault_error(verb: &str, name: &str) -> SimError {
             ),
         ),
         "exec" => agent("exec", "agent connection closed unexpectedly"),
+        "pack" => agent("pack binary", "No space left on device (os error 28)"),
         "cp" => agent("transfer file", "agent connection closed unexpectedly"),
         "update" => config("update", "database is locked"),
         _ => config("load database", "database is locked"),
@@ -100,6 +102,7 @@ fn main() {
         TopCmd::BootVm(a) => machine::supervisor::boot(&a.name, personality),
         TopCmd::ExecWatch(a) => machine::disconnect::run_watcher(a.pid, a.start_time),
         TopCmd::Machine(m) => dispatch(&ctx, m),
+        TopCmd::Pack(cli::PackCmd::Create(c)) => verbs::pack::run(&ctx, c),
     };
     finish(res)
 }

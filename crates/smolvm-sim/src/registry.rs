@@ -166,6 +166,10 @@ pub struct Record {
     /// image smolvm-sim can neither build nor map (its first start fails like a pull).
     #[serde(default)]
     pub sim_image: Option<String>,
+    /// The `.smolmachine` this machine was created from (smolvm's `source_smolmachine`);
+    /// its start needs `<data dir>/pack/.smolvm-extracted`.
+    #[serde(default)]
+    pub source_smolmachine: Option<String>,
 }
 
 fn predates_images() -> bool {
@@ -346,6 +350,68 @@ pub fn validate_name(name: &str) -> Result<(), String> {
         }
     }
     Ok(())
+}
+
+/// A name held by a `create --from` that is still extracting (smolvm's
+/// `CreateVmReservation`): other creates of the name fail as if it existed, and nothing
+/// lists it. The flock dies with its holder, so a killed create leaves no reservation.
+pub struct Reservation {
+    _file: File,
+    path: PathBuf,
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        let _ = fs::remove_file(&self.path);
+    }
+}
+
+fn reservation_path(name: &str) -> PathBuf {
+    machines_dir().join(format!(".{name}.reserved"))
+}
+
+/// Is `name` reserved by a live `create --from`? Call with the registry lock held.
+pub fn is_reserved(name: &str) -> bool {
+    let Ok(f) = File::open(reservation_path(name)) else {
+        return false;
+    };
+    // SAFETY: flock on a valid fd we own.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    rc != 0
+}
+
+/// Reserve `name`. Call with the registry lock held, after checking it is free.
+pub fn reserve(name: &str) -> Result<Reservation, SimError> {
+    let d = machines_dir();
+    fs::create_dir_all(&d).map_err(|e| io_err("reserve machine", &d, e))?;
+    let path = reservation_path(name);
+    let f = OpenOptions::new()
+        .create(true)
+        .truncate(false)
+        .write(true)
+        .mode(0o600)
+        .open(&path)
+        .map_err(|e| io_err("reserve machine", &path, e))?;
+    // SAFETY: flock on a valid fd we own.
+    let rc = unsafe {
+        libc::flock(
+            std::os::fd::AsRawFd::as_raw_fd(&f),
+            libc::LOCK_EX | libc::LOCK_NB,
+        )
+    };
+    if rc != 0 {
+        return Err(io_err(
+            "reserve machine",
+            &path,
+            std::io::Error::last_os_error(),
+        ));
+    }
+    Ok(Reservation { _file: f, path })
 }
 
 #[cfg(test)]

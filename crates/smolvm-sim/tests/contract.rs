@@ -2352,6 +2352,329 @@ fn personality_1_17_0_delete_needs_a_terminal_or_force() {
     assert_eq!(o.stderr, "Error: vm not found: nosuch\n", "{o:?}");
 }
 
+// ---------------------------------------------------------------------------------------------
+// Packs: `pack create --from-vm` and `machine create --from` (simulator only: a real smolvm's
+// pack is its own binary format; the tests read ours). Spec: reference/smolvm.md §2.10, §3
+// "Packed-artifact quirk"; smolvm v1.0.4 src/cli/pack.rs pack_from_vm, src/cli/machine.rs
+// run_from_smolmachine, crates/smolvm-pack/src/extract.rs; v1.9.3 src/pack_export.rs.
+// ---------------------------------------------------------------------------------------------
+
+/// A stopped source machine of the given state root, with root-owned and agent-owned files,
+/// a deleted image file (an overlay whiteout) and a recorded env; packed to `<home>/pk`.
+fn packed_source(s: &Smol, extra_create: &[&str]) -> (String, PathBuf) {
+    let src = s.name("pack-src");
+    let mut a = vec![
+        "--net",
+        "-e",
+        "BAKED=from-pack",
+        "--cpus",
+        "2",
+        "--mem",
+        "1024",
+    ];
+    a.extend_from_slice(extra_create);
+    a.extend_from_slice(&["--", "/bin/sh", "-c", "sleep infinity"]);
+    s.create(&src, &a);
+    s.start(&src);
+    let o = s.sh(
+        &src,
+        "mkdir -p /data/home/agent /opt/tool && echo tool > /opt/tool/bin && \
+         chown 1000:1000 /data/home/agent && echo mine > /data/home/agent/f && \
+         chown 1000:1000 /data/home/agent/f && rm -f /etc/debian_version",
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let out = s.home().join("pk");
+    let o = s.run(&[
+        "pack",
+        "create",
+        "--from-vm",
+        &src,
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert_eq!(
+        o.stderr,
+        format!(
+            "Error: agent operation failed: pack from VM: VM '{src}' is running. Stop it first \
+             with: smolvm machine stop --name {src}\n"
+        ),
+        "smolvm's exact refusal of a running machine"
+    );
+    s.ok(&["machine", "stop", "--name", &src]);
+    let o = s.ok(&[
+        "pack",
+        "create",
+        "--from-vm",
+        &src,
+        "-o",
+        out.to_str().unwrap(),
+        "--entrypoint",
+        "/bin/sh",
+        "--cpus",
+        "3",
+    ]);
+    assert!(
+        o.stdout
+            .starts_with(&format!("Packing VM '{src}' snapshot...\n")),
+        "{o:?}"
+    );
+    assert!(
+        o.stdout
+            .contains("Note: Keep the .smolmachine file alongside the binary")
+    );
+    (src, PathBuf::from(format!("{}.smolmachine", out.display())))
+}
+
+#[test]
+fn pack_from_vm_and_create_from_on_1_0_4() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let o = s.run(&["pack", "create", "--from-vm", "nope", "-o", "/tmp/x"]);
+    assert_eq!(
+        o.stderr, "Error: agent operation failed: pack from VM: VM 'nope' not found\n",
+        "{o:?}"
+    );
+    let (_src, sidecar) = packed_source(&s, &[]);
+    assert!(
+        s.home().join("pk").is_file(),
+        "the stub OUT is written beside the payload"
+    );
+    assert!(sidecar.is_file());
+
+    let n = s.name("from");
+    let o = s.ok(&[
+        "machine",
+        "create",
+        "--name",
+        &n,
+        "--from",
+        sidecar.to_str().unwrap(),
+        "-e",
+        "EXTRA=cli",
+    ]);
+    assert!(
+        o.stdout.starts_with("Extracting .smolmachine assets...\n"),
+        "{o:?}"
+    );
+    // --cpus/--mem left at smolvm's defaults: the manifest's (pack --cpus 3, mem default).
+    assert!(o.stdout.contains("CPUs: 3, Memory: 8192 MiB"), "{o:?}");
+    let data = s.ok(&["machine", "data-dir", "--name", &n]).stdout;
+    let pack_dir = PathBuf::from(data.trim()).join("pack");
+    assert!(
+        pack_dir.join(".smolvm-extracted").exists(),
+        "marker after create"
+    );
+    s.start(&n);
+    let o = s.sh(
+        &n,
+        "cat /opt/tool/bin /data/home/agent/f; test -e /etc/debian_version || echo whiteout; \
+         echo $BAKED $EXTRA; stat -c '%u:%g %n' /opt/tool/bin /data/home/agent/f",
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    assert_eq!(
+        o.stdout,
+        "tool\nmine\nwhiteout\nfrom-pack cli\n501:20 /opt/tool/bin\n1000:1000 /data/home/agent/f\n",
+        "1.0.4: the pack's files and env come back; root's files are the host user's: {o:?}"
+    );
+    // The workload baked into the pack (entrypoint /bin/sh + the source's cmd) runs.
+    let m = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == n.as_str())
+        .unwrap();
+    assert_eq!(m["entrypoint"], serde_json::json!(["/bin/sh"]));
+    assert_eq!(
+        m["cmd"],
+        serde_json::json!(["/bin/sh", "-c", "sleep infinity"])
+    );
+}
+
+#[test]
+fn pack_1_0_4_evicts_itself_past_the_cache_cap_and_1_9_does_not() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let (_src, sidecar) = packed_source(&s, &[]);
+    let sc = sidecar.to_str().unwrap();
+    let n = s.name("evicted");
+    let o = s.run_env(
+        &[("SMOLVM_PACK_CACHE_MAX_BYTES", "4096")],
+        &["machine", "create", "--name", &n, "--from", sc],
+    );
+    assert_eq!(
+        o.code, 0,
+        "1.0.4's create succeeds although it evicted its own layers: {o:?}"
+    );
+    let data = s.ok(&["machine", "data-dir", "--name", &n]).stdout;
+    assert!(
+        !PathBuf::from(data.trim())
+            .join("pack/.smolvm-extracted")
+            .exists()
+    );
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(o.stderr.contains("packed layers missing"), "{o:?}");
+    // Raising the cap (what hermes-box does) avoids it.
+    let n2 = s.name("kept");
+    s.run_env(
+        &[("SMOLVM_PACK_CACHE_MAX_BYTES", "17179869184")],
+        &["machine", "create", "--name", &n2, "--from", sc],
+    );
+    let data = s.ok(&["machine", "data-dir", "--name", &n2]).stdout;
+    assert!(
+        PathBuf::from(data.trim())
+            .join("pack/.smolvm-extracted")
+            .exists()
+    );
+    // 1.9 protects what it just extracted and keeps the owners.
+    let n3 = s.name("head");
+    let o = s.run_env(
+        &[
+            ("SMOLVM_SIM_VERSION", "1.9.2"),
+            ("SMOLVM_PACK_CACHE_MAX_BYTES", "4096"),
+        ],
+        &["machine", "create", "--name", &n3, "--from", sc],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_VERSION", "1.9.2")],
+        &["machine", "start", "--name", &n3],
+    );
+    assert_eq!(o.code, 0, "{o:?}");
+    let o = s.run_env(
+        &[("SMOLVM_SIM_VERSION", "1.9.2")],
+        &[
+            "machine",
+            "exec",
+            "--name",
+            &n3,
+            "--",
+            "stat",
+            "-c",
+            "%u:%g",
+            "/opt/tool/bin",
+        ],
+    );
+    assert_eq!(o.stdout, "0:0\n", "1.9 keeps root's ownership: {o:?}");
+}
+
+#[test]
+fn a_pack_that_cannot_be_read_or_extracted_leaves_no_machine() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = Smol::new();
+    let (_src, sidecar) = packed_source(&s, &[]);
+    let bytes = std::fs::read(&sidecar).unwrap();
+    let before: Vec<_> = std::fs::read_dir(s.home().join("vms")).unwrap().collect();
+
+    let missing = s.name("missing");
+    let o = s.run(&[
+        "machine",
+        "create",
+        "--name",
+        &missing,
+        "--from",
+        "/nonexistent.smolmachine",
+    ]);
+    assert_eq!(
+        o.stderr,
+        "Error: config operation failed: create from .smolmachine: file not found: \
+         /nonexistent.smolmachine\n"
+    );
+    // Truncated: the footer is gone, so the manifest cannot be read.
+    let trunc = s.home().join("trunc.smolmachine");
+    std::fs::write(&trunc, &bytes[..bytes.len() / 2]).unwrap();
+    let n = s.name("trunc");
+    let o = s.run(&[
+        "machine",
+        "create",
+        "--name",
+        &n,
+        "--from",
+        trunc.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr
+            .starts_with("Error: agent operation failed: read .smolmachine:"),
+        "{o:?}"
+    );
+    // Corrupt in the middle: the manifest reads, the extraction fails.
+    let mut bad = bytes.clone();
+    let at = bad.windows(10).position(|w| w == b"guest/top/").unwrap();
+    bad[at..at + 300].fill(7);
+    let corrupt = s.home().join("corrupt.smolmachine");
+    std::fs::write(&corrupt, &bad).unwrap();
+    let n2 = s.name("corrupt");
+    let o = s.run(&[
+        "machine",
+        "create",
+        "--name",
+        &n2,
+        "--from",
+        corrupt.to_str().unwrap(),
+    ]);
+    assert_eq!(o.code, 1, "{o:?}");
+    assert!(
+        o.stderr.starts_with(
+            "Error: agent operation failed: extract sidecar: Data corruption detected"
+        ),
+        "{o:?}"
+    );
+    assert!(s.state(&n).is_none() && s.state(&n2).is_none());
+    let after: Vec<_> = std::fs::read_dir(s.home().join("vms")).unwrap().collect();
+    assert_eq!(before.len(), after.len(), "no data dir is left behind");
+    // Not a pack at all.
+    let junk = s.home().join("junk.smolmachine");
+    std::fs::write(&junk, vec![b'x'; 4096]).unwrap();
+    let o = s.run(&[
+        "machine",
+        "create",
+        "--name",
+        &n2,
+        "--from",
+        junk.to_str().unwrap(),
+    ]);
+    assert!(
+        o.stderr
+            .starts_with("Error: agent operation failed: read .smolmachine:"),
+        "{o:?}"
+    );
+}
+
+#[test]
+fn pack_of_a_pristine_image_machine_re_pulls_and_boots_without_a_pull() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let (_src, sidecar) = packed_source(&s, &["--image", "debian:13"]);
+    let n = s.name("img-from");
+    s.ok(&[
+        "machine",
+        "create",
+        "--name",
+        &n,
+        "--from",
+        sidecar.to_str().unwrap(),
+    ]);
+    let o = s.start(&n);
+    assert!(
+        !o.stderr.contains("Pulling"),
+        "a pack carries its layers: {o:?}"
+    );
+    let o = s.sh(
+        &n,
+        ". /etc/os-release; echo $VERSION_CODENAME; cat /opt/tool/bin",
+    );
+    assert_eq!(o.stdout, "trixie\ntool\n", "{o:?}");
+}
+
 /// apt in a pristine image reaches the Debian archive over plain http, as in a stock
 /// container (no CA certificates needed). It downloads from the archive.
 #[test]

@@ -34,6 +34,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
         },
     );
+    checks.push(crate::base::doctor_check(ctx));
     let mut fixed: Vec<String> = Vec::new();
     let registry = Registry::new(&ctx.state);
     let listing = registry.list()?;

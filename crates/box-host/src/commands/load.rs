@@ -70,15 +70,16 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
-    let provisioned = match new::create_and_provision(ctx, &name, "load", args.keep_on_failure) {
-        Ok(p) => p,
-        Err(code) => {
-            ui::error(format!(
-                "destination provisioning failed; nothing was restored into '{name}'"
-            ));
-            return Ok(code);
-        }
-    };
+    let provisioned =
+        match new::create_and_provision(ctx, &name, "load", args.keep_on_failure, args.fresh) {
+            Ok(p) => p,
+            Err(code) => {
+                ui::error(format!(
+                    "destination provisioning failed; nothing was restored into '{name}'"
+                ));
+                return Ok(code);
+            }
+        };
     let mut run = LoadRun {
         ctx,
         name,

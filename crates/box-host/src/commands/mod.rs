@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::state::StateDir;
 
+pub mod base;
 pub mod completions;
 pub mod doctor;
 pub mod enter;

@@ -55,9 +55,14 @@ struct NewRun<'a> {
     port: Option<u16>,
     /// `box load --keep-on-failure`: a failure keeps the VM (as BOX_KEEP_ON_FAILURE=1 does).
     keep_on_failure: bool,
+    /// `--fresh`: provision from scratch even when a base exists.
+    fresh: bool,
+    /// The base this box starts from, when there is one.
+    base: Option<crate::base::store::BaseMeta>,
+    started: std::time::Instant,
 }
 
-pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(
@@ -79,6 +84,9 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         registry_lock: None,
         port: None,
         keep_on_failure: false,
+        fresh: args.fresh,
+        base: None,
+        started: std::time::Instant::now(),
     };
     match run.steps() {
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -101,6 +109,19 @@ impl NewRun<'_> {
             ui::warn(format!("{e:#}"));
         }
         self.created = false; // success: nothing to undo
+        ui::say(format!(
+            "Box '{}' built in {:.1} s{}",
+            self.name,
+            self.started.elapsed().as_secs_f64(),
+            self.base
+                .as_ref()
+                .map(|b| format!(
+                    " from base {} (built {} ago)",
+                    b.digest,
+                    crate::base::store::human_age(b.age())
+                ))
+                .unwrap_or_default(),
+        ));
         ui::say(format!("Ready. Enter with: box enter {}", self.name));
         if let Some(p) = self.port {
             ui::say(format!(
@@ -133,6 +154,8 @@ impl NewRun<'_> {
         // A bad GUEST_CA_CERTS file or an unreachable (loopback) proxy stops us before any
         // VM exists.
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
+
+        self.base = self.pick_base();
 
         // The check-create-register window, under the registry lock.
         let registry = Registry::new(&self.ctx.state);
@@ -187,18 +210,22 @@ impl NewRun<'_> {
             workload: guest::launcher(),
         };
         // Signals stay deferred through create: it is never cut short.
-        match self.smolvm.create(&spec) {
-            Ok(notes) => {
-                for note in notes {
-                    self.transcript.line(&format!("smolvm: {note}"));
-                    ui::warn(format!("smolvm {note}"));
+        if let Some(base) = self.base.clone() {
+            self.create_from_base(&spec, &base)?;
+        } else {
+            match self.smolvm.create(&spec) {
+                Ok(notes) => {
+                    for note in notes {
+                        self.transcript.line(&format!("smolvm: {note}"));
+                        ui::warn(format!("smolvm {note}"));
+                    }
                 }
-            }
-            Err(e) => {
-                self.transcript.line(&format!("create failed: {e}"));
-                self.registry_lock = None;
-                cleanup::warn_create_failed(&self.machine);
-                return Err(e.into());
+                Err(e) => {
+                    self.transcript.line(&format!("create failed: {e}"));
+                    self.registry_lock = None;
+                    cleanup::warn_create_failed(&self.machine);
+                    return Err(e.into());
+                }
             }
         }
         self.created = true;
@@ -225,9 +252,17 @@ impl NewRun<'_> {
         self.checkpoint()?;
 
         self.stage = STAGE_PROVISION;
-        self.setup().install_assets()?;
-        self.checkpoint()?;
-        self.setup().provision()?;
+        if self.base.is_some() {
+            self.repair_base_ownership()?;
+            self.setup().install_assets()?;
+            self.checkpoint()?;
+            self.setup()
+                .provision_steps(Some(crate::base::guest_prep::PER_BOX_STEPS))?;
+        } else {
+            self.setup().install_assets()?;
+            self.checkpoint()?;
+            self.setup().provision()?;
+        }
         self.checkpoint()?;
 
         self.stage = STAGE_RUNTIME;
@@ -236,6 +271,106 @@ impl NewRun<'_> {
         let port = self.port;
         self.setup().health(port)?;
         self.checkpoint()?;
+        Ok(())
+    }
+
+    /// The base for this configuration, unless `--fresh`; says what it found.
+    fn pick_base(&mut self) -> Option<crate::base::store::BaseMeta> {
+        use crate::base::{key::BaseKey, store};
+        if self.fresh {
+            ui::say("--fresh: provisioning from scratch");
+            return None;
+        }
+        let env = &self.ctx.config.env;
+        let found = BaseKey::current(env, &test_guest_env())
+            .and_then(|key| store::Store::new(&self.ctx.state).find(&key));
+        match found {
+            Ok(Some(base)) => {
+                let age = store::human_age(base.age());
+                if base.is_stale(env.base_max_age_days) {
+                    ui::warn(format!(
+                        "base {} is {age} old, past BASE_MAX_AGE_DAYS={}: its `latest` tools may be behind; refresh it with: box base build --refresh",
+                        base.digest, env.base_max_age_days
+                    ));
+                }
+                ui::say(format!("Using base {} (built {age} ago)", base.digest));
+                self.transcript
+                    .line(&format!("base {} built {age} ago", base.digest));
+                Some(base)
+            }
+            Ok(None) => {
+                ui::say(
+                    "No base for this configuration: provisioning from the network \
+                     (box base build makes one; then box new and box load take seconds)",
+                );
+                None
+            }
+            Err(e) => {
+                ui::warn(format!(
+                    "cannot look for a base ({e:#}); provisioning from scratch"
+                ));
+                None
+            }
+        }
+    }
+
+    /// `machine create --from` the base, then what smolvm does not do for us: the box's own
+    /// resources (the pack's are defaults that `--cpus 4`/`--mem 8192` cannot override) and
+    /// the check for 1.0.4's eviction of the extracted pack.
+    fn create_from_base(
+        &mut self,
+        spec: &CreateSpec,
+        base: &crate::base::store::BaseMeta,
+    ) -> Result<(), Stop> {
+        let pack = crate::base::store::Store::new(&self.ctx.state).pack_path(&base.digest);
+        let from = crate::smolvm::CreateFromSpec {
+            name: spec.name.clone(),
+            pack,
+            ports: spec.ports.clone(),
+            cpus: spec.cpus,
+            mem_mib: spec.mem_mib,
+            env: spec.env.clone(),
+        };
+        // A failed extraction should leave no machine; if smolvm left one, the rollback
+        // deletes it and verifies it is gone.
+        self.created = true;
+        if let Err(e) = self.smolvm.create_from(&from) {
+            self.transcript.line(&format!("create --from failed: {e}"));
+            return Err(anyhow!(
+                "creating '{}' from base {} failed: {e}\nThe base may be damaged: remove it with `box base rm {}` and rebuild it with `box base build`, or run `box new --fresh`",
+                self.name,
+                base.digest,
+                base.digest
+            )
+            .into());
+        }
+        let data = self.smolvm.data_dir(&self.machine)?;
+        if !data.join("pack/.smolvm-extracted").exists() {
+            return Err(anyhow!(
+                "smolvm removed the base's extracted layers right after creating '{}' (the 1.0.4 pack cache eviction: {} has no .smolvm-extracted); set SMOLVM_PACK_CACHE_MAX_BYTES above the base's size ({} bytes) or run `box new --fresh`",
+                self.machine,
+                data.join("pack").display(),
+                base.size_bytes
+            )
+            .into());
+        }
+        self.smolvm
+            .update_resources(&self.machine, spec.cpus, spec.mem_mib)?;
+        Ok(())
+    }
+
+    /// smolvm 1.0.4 gives a pack's root files back owned by the host user: make them
+    /// root's again before anything runs (a no-op when the owners are intact).
+    fn repair_base_ownership(&mut self) -> Result<(), Stop> {
+        let script = crate::base::guest_prep::repair_ownership_script();
+        let out = self.setup().exec_ok(
+            "ownership after create --from",
+            &["/bin/sh", "-c", &script],
+            crate::smolvm::timeouts::COPY,
+        )?;
+        if let Some(line) = out.lines().find(|l| l.starts_with("repaired")) {
+            ui::say(line);
+        }
         Ok(())
     }
 
@@ -319,6 +454,7 @@ pub fn create_and_provision(
     name: &BoxName,
     verb: &str,
     keep_on_failure: bool,
+    fresh: bool,
 ) -> Result<Provisioned, ExitCode> {
     let setup = || -> Result<(DeferredSignals, Transcript)> {
         Ok((
@@ -346,6 +482,9 @@ pub fn create_and_provision(
         registry_lock: None,
         port: None,
         keep_on_failure,
+        fresh,
+        base: None,
+        started: std::time::Instant::now(),
     };
     match run.build() {
         Ok(()) => Ok(Provisioned {
@@ -361,7 +500,7 @@ pub fn create_and_provision(
 /// `BOX_TEST_GUEST_ENV="K=V,K=V"`: extra persisted guest environment, for tests against the
 /// simulator only (e.g. pointing provisioning at npm tools the host already has). Never
 /// secrets: smolvm records these and shows them on its argv.
-fn test_guest_env() -> Vec<(String, String)> {
+pub(crate) fn test_guest_env() -> Vec<(String, String)> {
     std::env::var("BOX_TEST_GUEST_ENV")
         .unwrap_or_default()
         .split(',')

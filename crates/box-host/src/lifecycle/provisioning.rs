@@ -158,6 +158,12 @@ impl Setup<'_> {
     /// Runs `provision.sh` streamed: step names with elapsed time on the terminal, every
     /// line in the transcript.
     pub fn provision(&mut self) -> Result<()> {
+        self.provision_steps(None)
+    }
+
+    /// [`Self::provision`] limited to the named steps of provision.sh (`PROVISION_STEPS`):
+    /// a base build skips what is per box, a box made from a base runs only that.
+    pub fn provision_steps(&mut self, steps: Option<&str>) -> Result<()> {
         ui::say(format!(
             "Provisioning '{}' (transcript: {})",
             self.machine,
@@ -175,10 +181,12 @@ impl Setup<'_> {
             self.machine,
             &["/bin/bash", &script],
             ExecOpts {
+                env: steps
+                    .map(|s| vec![("PROVISION_STEPS".to_string(), s.to_string())])
+                    .unwrap_or_default(),
                 timeout: Some(timeouts::PROVISION),
                 on_line: Some(&mut on_line),
                 cancel: self.cancel,
-                ..ExecOpts::default()
             },
         );
         let secs = progress.done();

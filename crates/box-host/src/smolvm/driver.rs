@@ -30,6 +30,29 @@ pub mod timeouts {
     pub const COPY: Duration = Duration::from_secs(600);
     /// Provisioning installs the agents from the network.
     pub const PROVISION: Duration = Duration::from_secs(45 * 60);
+    /// `pack create --from-vm` re-pulls the image and writes the whole machine.
+    pub const PACK: Duration = Duration::from_secs(30 * 60);
+    /// `machine create --from` extracts a pack (hundreds of MiB).
+    pub const CREATE_FROM: Duration = Duration::from_secs(10 * 60);
+}
+
+/// The pack cache cap box gives smolvm for `create --from`: 16 GiB, as hermes-box does,
+/// because 1.0.4 evicts a freshly extracted pack larger than the cap (default 5 GiB) right
+/// after extracting it (reference/smolvm.md §2.10; smolvm-pack extract.rs@v1.0.4 L455-500).
+pub const PACK_CACHE_MAX_BYTES: u64 = 16 * 1024 * 1024 * 1024;
+
+/// `machine create --from`: a machine from a packed base. The pack's workload and env are
+/// its defaults; `--cpus`/`--mem` only win when they differ from smolvm's defaults (4,
+/// 8192), so box sets them again with `update` when that matters (see [`Smolvm::update_resources`]).
+#[derive(Debug, Clone)]
+pub struct CreateFromSpec {
+    pub name: String,
+    pub pack: std::path::PathBuf,
+    pub ports: Vec<(u16, u16)>,
+    pub cpus: u8,
+    pub mem_mib: u32,
+    /// Persisted `-e K=V`, after the pack's own env. Never secrets.
+    pub env: Vec<(String, String)>,
 }
 
 /// What `machine create` is asked for.
@@ -186,6 +209,114 @@ impl Smolvm {
         Ok(notes(&out.stderr))
     }
 
+    /// `machine create --name N --from PACK --net …`, with the pack cache cap raised (never
+    /// lowered below what the caller's environment already asks for).
+    pub fn create_from(&self, spec: &CreateFromSpec) -> Result<(), SmolvmError> {
+        let mut a = vec![
+            OsString::from("machine"),
+            "create".into(),
+            "--name".into(),
+            spec.name.clone().into(),
+            "--from".into(),
+            spec.pack.as_os_str().to_owned(),
+            "--net".into(),
+        ];
+        for (host, guest) in &spec.ports {
+            a.push("-p".into());
+            a.push(format!("{host}:{guest}").into());
+        }
+        a.push("--cpus".into());
+        a.push(spec.cpus.to_string().into());
+        a.push("--mem".into());
+        a.push(spec.mem_mib.to_string().into());
+        for (k, v) in &spec.env {
+            a.push("-e".into());
+            a.push(format!("{k}={v}").into());
+        }
+        let call = Self::call_name(&a);
+        let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
+            .ok()
+            .and_then(|v| v.trim().parse::<u64>().ok())
+            .map_or(PACK_CACHE_MAX_BYTES, |v| v.max(PACK_CACHE_MAX_BYTES));
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                env: vec![("SMOLVM_PACK_CACHE_MAX_BYTES".into(), cap.to_string())],
+                ..CallOpts::with_timeout(self.deadline(timeouts::CREATE_FROM))
+            },
+        )?;
+        check(&call, out).map(drop)
+    }
+
+    /// `machine data-dir --name N`: the machine's host data directory.
+    pub fn data_dir(&self, name: &str) -> Result<std::path::PathBuf, SmolvmError> {
+        let a = args(["machine", "data-dir", "--name", name]);
+        let call = Self::call_name(&a);
+        let out = self.checked(a, timeouts::QUERY)?;
+        let path = out.stdout.trim();
+        if path.is_empty() || !path.starts_with('/') {
+            return Err(SmolvmError::BadOutput {
+                call,
+                problem: format!("expected an absolute path, got {path:?}"),
+            });
+        }
+        Ok(std::path::PathBuf::from(path))
+    }
+
+    /// `pack create --from-vm N -o OUT --entrypoint E --cpus C --mem M`: writes `OUT` (a
+    /// stub) and `OUT.smolmachine`. The machine must be stopped. Output lines go to
+    /// `on_line` (progress).
+    pub fn pack_from_vm(
+        &self,
+        name: &str,
+        out: &Path,
+        entrypoint: &str,
+        cpus: u8,
+        mem_mib: u32,
+        on_line: Option<LineSink<'_>>,
+    ) -> Result<(), SmolvmError> {
+        let a = vec![
+            OsString::from("pack"),
+            "create".into(),
+            "--from-vm".into(),
+            name.into(),
+            "-o".into(),
+            out.as_os_str().to_owned(),
+            "--entrypoint".into(),
+            entrypoint.into(),
+            "--cpus".into(),
+            cpus.to_string().into(),
+            "--mem".into(),
+            mem_mib.to_string().into(),
+        ];
+        let call = Self::call_name(&a);
+        let res = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                on_line,
+                ..CallOpts::with_timeout(self.deadline(timeouts::PACK))
+            },
+        )?;
+        check(&call, res).map(drop)
+    }
+
+    /// `machine update --name N --cpus C --mem M` (stopped machines only).
+    pub fn update_resources(&self, name: &str, cpus: u8, mem_mib: u32) -> Result<(), SmolvmError> {
+        let cpus = cpus.to_string();
+        let mem = mem_mib.to_string();
+        self.checked(
+            args([
+                "machine", "update", "--name", name, "--cpus", &cpus, "--mem", &mem,
+            ]),
+            timeouts::QUERY,
+        )
+        .map(drop)
+    }
+
     /// 1.0.x NIC workaround (`machine update --name N --net`), before the first start.
     pub fn update_net(&self, name: &str) -> Result<(), SmolvmError> {
         self.checked(
@@ -218,6 +349,7 @@ impl Smolvm {
                 timeout: self.deadline(timeouts::START),
                 on_line: None,
                 cancel,
+                env: Vec::new(),
             },
         )?;
         check(&call, out).map(drop)
@@ -268,6 +400,7 @@ impl Smolvm {
                 timeout: self.deadline(opts.timeout.unwrap_or(timeouts::EXEC)),
                 on_line: opts.on_line,
                 cancel: opts.cancel,
+                env: Vec::new(),
             },
         )?;
         if let Some(message) = out.smolvm_error() {
@@ -326,6 +459,7 @@ impl Smolvm {
                 timeout: self.deadline(timeouts::COPY),
                 on_line: None,
                 cancel,
+                env: Vec::new(),
             },
         )?;
         check(&call, out).map(drop)
@@ -517,6 +651,50 @@ esac"#,
     }
 
     #[test]
+    fn create_from_raises_the_pack_cache_cap_and_names_the_pack() {
+        let tmp = tempfile::tempdir().unwrap();
+        let log = tmp.path().join("argv");
+        let s = fake(
+            tmp.path(),
+            &format!(
+                "echo \"cap=$SMOLVM_PACK_CACHE_MAX_BYTES\" > {l}; for a in \"$@\"; do echo \"$a\"; done >> {l}",
+                l = log.display()
+            ),
+        );
+        s.create_from(&CreateFromSpec {
+            name: "beta".into(),
+            pack: "/s/bases/k.smolmachine".into(),
+            ports: vec![(4791, 4791)],
+            cpus: 2,
+            mem_mib: 2048,
+            env: vec![("HB_WEB_PORT".into(), "4791".into())],
+        })
+        .unwrap();
+        let text = std::fs::read_to_string(&log).unwrap();
+        assert_eq!(
+            text.lines().collect::<Vec<_>>(),
+            [
+                "cap=17179869184",
+                "machine",
+                "create",
+                "--name",
+                "beta",
+                "--from",
+                "/s/bases/k.smolmachine",
+                "--net",
+                "-p",
+                "4791:4791",
+                "--cpus",
+                "2",
+                "--mem",
+                "2048",
+                "-e",
+                "HB_WEB_PORT=4791"
+            ]
+        );
+    }
+
+    #[test]
     fn create_hands_back_smolvms_notes() {
         let tmp = tempfile::tempdir().unwrap();
         let s = fake(
@@ -541,6 +719,20 @@ esac"#,
                 "note: ubuntu:24.04 cannot be built here; this machine boots the debian:13 image instead."
             ]
         );
+    }
+
+    #[test]
+    fn pack_refusal_of_a_running_machine_is_smolvms_text() {
+        let tmp = tempfile::tempdir().unwrap();
+        let s = fake(
+            tmp.path(),
+            "echo \"Error: agent operation failed: pack from VM: VM 'b' is running. Stop it first with: smolvm machine stop --name b\" >&2; exit 1",
+        );
+        let err = s
+            .pack_from_vm("b", Path::new("/tmp/o"), "/x", 2, 2048, None)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("is running. Stop it first"), "{err}");
     }
 
     #[test]

@@ -7,7 +7,7 @@ pub mod json;
 pub mod runner;
 pub mod version;
 
-pub use driver::{CreateSpec, ExecOpts, Smolvm, timeouts};
+pub use driver::{CreateFromSpec, CreateSpec, ExecOpts, Smolvm, timeouts};
 pub use error::SmolvmError;
 pub use json::{Machine, MachineState};
 pub use runner::{Output, Stream};

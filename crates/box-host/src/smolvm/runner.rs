@@ -100,6 +100,9 @@ pub struct CallOpts<'a> {
     /// When set and it becomes non-zero (a pending HUP/INT/TERM), the call is killed and
     /// `Interrupted` returned. Calls that must finish (`machine create`) leave it unset.
     pub cancel: Option<&'a AtomicUsize>,
+    /// Extra environment for smolvm itself (its own knobs, e.g.
+    /// `SMOLVM_PACK_CACHE_MAX_BYTES`); never secrets.
+    pub env: Vec<(String, String)>,
 }
 
 impl<'a> CallOpts<'a> {
@@ -108,6 +111,7 @@ impl<'a> CallOpts<'a> {
             timeout,
             on_line: None,
             cancel: None,
+            env: Vec::new(),
         }
     }
 }
@@ -133,6 +137,9 @@ pub fn run(
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .process_group(0);
+    for (k, v) in &opts.env {
+        cmd.env(k, v);
+    }
     let mut child = spawn(&mut cmd, bin, call)?;
     let (tx, rx) = mpsc::channel();
     if let Some(out) = child.stdout.take() {
@@ -443,6 +450,7 @@ mod tests {
                 timeout: Duration::from_secs(10),
                 on_line: Some(&mut cb),
                 cancel: None,
+                env: Vec::new(),
             },
         )
         .unwrap();
@@ -475,6 +483,7 @@ mod tests {
                     timeout: Duration::from_secs(30),
                     on_line: None,
                     cancel: Some(&flag),
+                    env: Vec::new(),
                 },
             )
         });

@@ -23,6 +23,8 @@ pub enum LockKey {
     Registry,
     /// Every mutation of one box.
     Box(BoxName),
+    /// Building a base (one at a time).
+    Base,
 }
 
 impl LockKey {
@@ -31,6 +33,7 @@ impl LockKey {
         match self {
             LockKey::Registry => "registry",
             LockKey::Box(name) => name.as_str(),
+            LockKey::Base => "base",
         }
     }
 
@@ -39,6 +42,7 @@ impl LockKey {
         match self {
             LockKey::Registry => "registry.lock".into(),
             LockKey::Box(name) => format!("box-{name}.lock"),
+            LockKey::Base => "base.lock".into(),
         }
     }
 }

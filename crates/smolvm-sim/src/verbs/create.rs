@@ -14,16 +14,8 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         note_stray_flags(ctx, &c.command);
     }
     if let Some(from) = &c.from {
-        if !from.exists() {
-            return Err(config(
-                "create from .smolmachine",
-                format!("file not found: {}", from.display()),
-            ));
-        }
-        return Err(config(
-            "create from .smolmachine",
-            "not supported by smolvm-sim",
-        ));
+        let name = c.name.clone().unwrap_or_else(generate_name);
+        return super::create_from::run(ctx, &c, from, name);
     }
     if c.smolfile.is_some() {
         return Err(config(
@@ -104,10 +96,11 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         allowed_cidrs: allowed,
         host_userland,
         sim_image,
+        source_smolmachine: None,
     };
 
     let _lock = registry::lock()?;
-    if registry::load(&name)?.is_some() {
+    if registry::load(&name)?.is_some() || registry::is_reserved(&name) {
         return Err(config(
             "create machine",
             format!("machine '{name}' already exists or is being created"),

@@ -2,10 +2,12 @@
 
 pub mod cp;
 pub mod create;
+pub mod create_from;
 pub mod data_dir;
 pub mod delete;
 pub mod exec;
 pub mod ls;
+pub mod pack;
 pub mod start;
 pub mod status;
 pub mod stop;

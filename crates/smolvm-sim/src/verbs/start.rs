@@ -56,6 +56,24 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
              fast-test guest",
         ));
     }
+    if r.source_smolmachine.is_some() {
+        // A machine made from a pack boots from the layers extracted at create; 1.0.4's
+        // cache eviction can remove them (crate::pack). The wording is the simulator's:
+        // smolvm's own failure text for this case was not read.
+        let cache = registry::data_dir(&name).join("pack");
+        if !cache.join(crate::pack::EXTRACTED_MARKER).exists() {
+            return Err(crate::output::agent(
+                "start",
+                format!(
+                    "packed layers missing: {} has no {} (the extraction was evicted or \
+                     removed); recreate the machine with SMOLVM_PACK_CACHE_MAX_BYTES above \
+                     the pack's size",
+                    cache.display(),
+                    crate::pack::EXTRACTED_MARKER
+                ),
+            ));
+        }
+    }
     eprintln!("{}", output::starting(&name, r.mounts.len(), r.ports.len()));
     if !r.init_completed && !r.host_userland {
         // First boot pulls the image (smolvm: in the guest, after boot; here: before the

@@ -1,0 +1,107 @@
+//! What runs inside a guest around a base: the steps of `provision.sh` that belong to a
+//! base and to a box, the preparation before packing (nothing per box, nothing secret,
+//! what the 1.0.4 ownership quirk will need), and the repair of that quirk at a new box's
+//! first boot.
+
+/// provision.sh steps a base runs: everything but what makes a box someone's (`hb init`
+/// creates the data layout and the agent's state, the login environment and the runtime
+/// manifest live in the agent's home under /data).
+pub const BASE_STEPS: &str =
+    "config system network apt-packages agent-user nodejs npm-tools hermes hb-binary verify";
+
+/// provision.sh steps a box made from a base runs: its own configuration, network (its CA
+/// and proxies), `hb init`, the login environment and the runtime manifest. The installed
+/// tools came with the base; `verify` proves they still run.
+pub const PER_BOX_STEPS: &str =
+    "config system network hb-binary hb-init login-environment verify runtime-manifest";
+
+/// The workload a base's pack declares (`pack create --entrypoint`). smolvm puts the
+/// pack's entrypoint in front of the source machine's cmd (`/bin/sh -c <launcher>`), so
+/// the entrypoint must be a program that ignores its arguments: this script, written into
+/// the base before it is packed.
+pub const BASE_WORKLOAD: &str = "/usr/local/libexec/hermes-box/base-workload";
+
+/// A root-owned file every base has: how a new box tells whether smolvm gave root's files
+/// back to someone else (1.0.4).
+const MARKER: &str = "/var/lib/hermes-box/base-marker";
+const SETID: &str = "/var/lib/hermes-box/base-setid";
+const OWNERS: &str = "/var/lib/hermes-box/base-owners";
+
+/// Paths no `find` over the guest's tree should walk.
+const PRUNE: &str =
+    r"\( -path /proc -o -path /sys -o -path /dev -o -path /run -o -path /tmp \) -prune -o";
+
+/// Prepares a provisioned builder for packing, as root. Exit 3 and a list on stdout when
+/// /data holds anything beyond the empty layout (a base never carries user state).
+pub fn prepare_script() -> String {
+    format!(
+        r#"set -u
+# Proxy settings (they may hold credentials) are per box: never in a base.
+rm -f /etc/hermes-box/proxy.env
+mkdir -p /usr/local/libexec/hermes-box /var/lib/hermes-box || exit 1
+printf '%s\n' '#!/bin/sh' '# hermes-box base workload: waits for hb, then becomes it (arguments ignored).' \
+  'while [ ! -x /usr/local/bin/hb ]; do sleep 1; done' 'exec /usr/local/bin/hb workload' > {BASE_WORKLOAD} || exit 1
+chmod 0755 {BASE_WORKLOAD} || exit 1
+: > {MARKER} && chown 0:0 {MARKER} || exit 1
+find / {PRUNE} -type f -perm /6000 -printf '%m %p\n' > {SETID} || exit 1
+find / {PRUNE} \( ! -uid 0 -o ! -gid 0 \) -printf '%U:%G %p\n' > {OWNERS} || exit 1
+# The builder's own logs (its workload writes /data/logs) are not a box's.
+find /data/logs -mindepth 1 ! -type d -delete 2>/dev/null
+# /data may hold only directories and the agent's untouched /etc/skel files.
+bad=0
+if [ -d /data ]; then
+  home=/data/home/agent
+  while IFS= read -r -d '' p; do
+    rel=${{p#"$home"/}}
+    if [ "$rel" != "$p" ] && [ -f "/etc/skel/$rel" ] && cmp -s "$p" "/etc/skel/$rel"; then
+      continue
+    fi
+    echo "user state in the base: $p"
+    bad=1
+  done < <(find /data -mindepth 1 ! -type d -print0)
+fi
+rm -rf /tmp/hermes-box-provision.* /root/.npm/_cacache 2>/dev/null
+[ "$bad" = 0 ] || exit 3
+echo "base prepared"
+"#
+    )
+}
+
+/// Run as root at a new box's first boot: when smolvm (1.0.4) gave the pack's root files
+/// back owned by the host user, make them root's again, then restore the recorded non-root
+/// owners and set-id modes (a chown clears those bits).
+pub fn repair_ownership_script() -> String {
+    format!(
+        r#"set -u
+[ -e {MARKER} ] || {{ echo "no base marker: not a box from a base"; exit 0; }}
+set -- $(stat -c '%u %g' {MARKER})
+if [ "$1" = 0 ] && [ "$2" = 0 ]; then echo "ownership intact"; exit 0; fi
+u=$1 g=$2
+w=$(mktemp -d) || exit 1
+trap 'rm -rf "$w"' EXIT
+# Batched (xargs), not a process per file: a provisioned guest has ~100k files.
+find / {PRUNE} -uid "$u" -gid "$g" -print > "$w/reowned" || exit 1
+xargs -r -d '\n' chown -h 0:0 < "$w/reowned" || exit 1
+# Give back the owners recorded at build time, for the files smolvm re-owned.
+awk -v dir="$w" 'NR==FNR {{ r[$0] = 1; next }}
+  {{ o = $1; p = substr($0, length(o) + 2); if (p in r) print p > (dir "/own." o) }}' \
+  "$w/reowned" {OWNERS} || exit 1
+for f in "$w"/own.*; do
+  [ -e "$f" ] || continue
+  xargs -r -d '\n' chown -h "${{f##*/own.}}" < "$f" || exit 1
+done
+while IFS=' ' read -r mode path; do [ -f "$path" ] && chmod "$mode" "$path"; done < {SETID}
+echo "repaired ownership: the pack returned root's files as $u:$g ($(wc -l < "$w/reowned") files)"
+"#
+    )
+}
+
+/// Prints `tool=version` for each tool the base carries.
+pub const TOOL_VERSIONS_SCRIPT: &str = r#"p=${HB_TOOL_PREFIX:-/opt/hermes-box}
+for t in node claude codex executor hermes; do
+  x=$(command -v "$t" 2>/dev/null || echo "$p/bin/$t")
+  [ -x "$x" ] || continue
+  v=$("$x" --version 2>/dev/null | head -n 1 | tr -d '\r')
+  echo "$t=${v:-unknown}"
+done
+exit 0"#;

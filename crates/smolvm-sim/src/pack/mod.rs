@@ -1,0 +1,489 @@
+//! Packed machines: what `pack create --from-vm` writes and `machine create --from` reads.
+//!
+//! smolvm's `.smolmachine` is zstd-compressed assets (runtime libraries, agent rootfs, the
+//! image's layers, the machine's container-overlay upper dir as one more layer) followed by a
+//! manifest and a footer (`crates/smolvm-pack`, v1.0.4 `src/cli/pack.rs` ~L465-720). The
+//! simulator's is a plain tar holding `manifest.json` first, then the machine's persistent
+//! guest directory (its overlay upper layers; the shared image cache plays the part of the
+//! image's layers, so the pack names the image instead of carrying it). What a caller can
+//! observe is the same: the files the source machine wrote come back in every machine made
+//! from the pack, the manifest's workload, env, cpus and mem become defaults, and the
+//! per-version quirks below hold.
+//!
+//! Extraction goes into `<data dir>/pack` with a `.smolvm-extracted` marker, as smolvm's
+//! `machine_layers_cache_dir`; the machine's guest directory is seeded from it and its start
+//! needs it (smolvm boots the machine from those layers).
+//!
+//! Quirks, by personality:
+//! - 1.0.4: extraction runs on the host as the user, so every file the pack held as root
+//!   comes back owned by the host's uid/gid (`SMOLVM_SIM_HOST_UID`/`SMOLVM_SIM_HOST_GID`,
+//!   default 501:20, a macOS user: the simulator runs as root, which would hide the quirk)
+//!   (reference/smolvm.md §3 "Packed-artifact quirk"; extract.rs@v1.0.4 L107 "Only file mode
+//!   is restored, not ... uid/gid").
+//! - 1.0.4: after a cache-miss extraction the pack cache is capped by evicting whole
+//!   directories under the *parent* of the extraction dir, oldest first, until the total
+//!   disk usage is under `SMOLVM_PACK_CACHE_MAX_BYTES` (default 5 GiB). For `create --from`
+//!   the parent is the machine's data dir, so a pack bigger than the cap evicts itself right
+//!   after extraction: `.smolvm-extracted` is gone and the machine cannot start
+//!   (extract.rs@v1.0.4 L455-500, L596-603).
+//! - 1.9: ownership is kept (root extraction chowns, extract.rs@v1.9.3 `set_owner`) and the
+//!   eviction protects the directory just extracted (`evict_cache_to_size_protecting`).
+
+use std::fs;
+use std::io::Read;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use serde::{Deserialize, Serialize};
+
+use crate::output::{SimError, agent};
+use crate::personality::Personality;
+use crate::registry::Record;
+
+/// The marker smolvm writes when an extraction completed.
+pub const EXTRACTED_MARKER: &str = ".smolvm-extracted";
+/// What the simulator's packs say they are, so a foreign file is refused clearly.
+const FORMAT: &str = "smolvm-sim-pack/1";
+/// Directories of the guest dir that are overlayfs work dirs, never state.
+const WORK_DIRS: [&str; 2] = ["work", "image-work"];
+
+/// The pack manifest (smolvm's `PackManifest`, the fields a machine takes defaults from).
+#[derive(Serialize, Deserialize, Debug, Clone)]
+pub struct Manifest {
+    pub format: String,
+    /// `vm://NAME` for a from-VM pack.
+    pub source: String,
+    pub image: Option<String>,
+    /// The simulator's buildable image behind `image` (or its stand-in).
+    pub sim_image: Option<String>,
+    pub host_userland: bool,
+    pub platform: String,
+    pub entrypoint: Vec<String>,
+    pub cmd: Vec<String>,
+    pub env: Vec<String>,
+    pub workdir: Option<String>,
+    pub cpus: u8,
+    pub mem: u32,
+    pub network: bool,
+}
+
+/// `OUT` → `OUT.smolmachine` (smolvm's sidecar name).
+pub fn sidecar_for(out: &Path) -> PathBuf {
+    let mut s = out.as_os_str().to_owned();
+    s.push(".smolmachine");
+    PathBuf::from(s)
+}
+
+pub fn platform() -> String {
+    let arch = match std::env::consts::ARCH {
+        "x86_64" => "amd64",
+        "aarch64" => "arm64",
+        other => other,
+    };
+    format!("linux/{arch}")
+}
+
+/// The manifest of a from-VM pack: the record's workload, env and workdir; cpus and mem from
+/// the pack command (smolvm: `resolve_pack_config`, CLI > Smolfile > defaults 4/8192, never
+/// the source record); entrypoint: `--entrypoint`, else the record's, else `/bin/sh`.
+pub fn manifest_for(r: &Record, entrypoint: Option<&str>, cpus: u8, mem: u32) -> Manifest {
+    let entrypoint = match entrypoint {
+        Some(e) => vec![e.to_string()],
+        None if !r.entrypoint.is_empty() => r.entrypoint.clone(),
+        None => vec!["/bin/sh".to_string()],
+    };
+    Manifest {
+        format: FORMAT.to_string(),
+        source: format!("vm://{}", r.name),
+        image: r.image.clone(),
+        sim_image: r.sim_image.clone(),
+        host_userland: r.host_userland,
+        platform: platform(),
+        entrypoint,
+        cmd: r.cmd.clone(),
+        env: r.env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+        workdir: r.workdir.clone(),
+        cpus,
+        mem,
+        network: r.network,
+    }
+}
+
+fn tar_error(op: &str, out: &std::process::Output) -> SimError {
+    let why = String::from_utf8_lossy(&out.stderr);
+    // GNU tar ends with "Exiting with failure status due to previous errors": the line
+    // worth showing is the first error.
+    let last = why
+        .lines()
+        .find(|l| !l.trim().is_empty() && !l.contains("Exiting with failure status"))
+        .unwrap_or("tar failed without a message");
+    agent(op, last.trim().to_string())
+}
+
+/// Write `sidecar` (temp file + rename, so a reader never sees half a pack) from the
+/// machine's guest dir. GNU tar keeps numeric owners, modes, overlay whiteouts (0/0 char
+/// devices), `trusted.overlay.*` xattrs and sparse files.
+pub fn write(manifest: &Manifest, guest: &Path, sidecar: &Path) -> Result<u64, SimError> {
+    let dir = sidecar.parent().filter(|p| !p.as_os_str().is_empty());
+    let dir = dir.unwrap_or(Path::new("."));
+    let staging = tempdir_in(dir).map_err(|e| agent("create temp directory", e))?;
+    let cleanup = Cleanup(staging.clone());
+    let body =
+        serde_json::to_vec_pretty(manifest).map_err(|e| agent("pack binary", e.to_string()))?;
+    fs::write(staging.join("manifest.json"), body)
+        .map_err(|e| agent("pack binary", e.to_string()))?;
+    let tmp = staging.join("assets.tar");
+    let mut cmd = Command::new("tar");
+    cmd.arg("--create")
+        .arg("--file")
+        .arg(&tmp)
+        .args([
+            "--numeric-owner",
+            "--sparse",
+            "--xattrs",
+            "--xattrs-include=trusted.*",
+        ])
+        .arg("--directory")
+        .arg(&staging)
+        .arg("manifest.json");
+    for w in WORK_DIRS {
+        cmd.arg(format!("--exclude=guest/{w}"));
+    }
+    let parent = guest.parent().unwrap_or(Path::new("/"));
+    cmd.arg("--directory").arg(parent).arg("guest");
+    let out = cmd
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| agent("pack binary", format!("cannot run tar: {e}")))?;
+    if !out.status.success() {
+        return Err(tar_error("pack binary", &out));
+    }
+    append_footer(&tmp).map_err(|e| agent("pack binary", e))?;
+    fs::rename(&tmp, sidecar)
+        .map_err(|e| agent("pack binary", format!("{}: {e}", sidecar.display())))?;
+    drop(cleanup);
+    Ok(fs::metadata(sidecar).map(|m| m.len()).unwrap_or(0))
+}
+
+/// The last 512 bytes of a pack: magic and the length of the tar before it, as smolvm's
+/// `PackFooter` records where the assets end. A truncated or foreign file has no footer.
+const FOOTER_MAGIC: &str = "SMOLVM-SIM-PACK-FOOTER";
+const FOOTER_LEN: u64 = 512;
+
+fn append_footer(tar: &Path) -> Result<(), String> {
+    use std::io::Write;
+    let len = fs::metadata(tar)
+        .map_err(|e| format!("{}: {e}", tar.display()))?
+        .len();
+    let sum = sha256_prefix(tar, len)?;
+    let mut footer = format!("{FOOTER_MAGIC} assets_size={len} sha256={sum}\n").into_bytes();
+    footer.resize(FOOTER_LEN as usize, 0);
+    let mut f = fs::OpenOptions::new()
+        .append(true)
+        .open(tar)
+        .map_err(|e| format!("{}: {e}", tar.display()))?;
+    f.write_all(&footer)
+        .and_then(|_| f.sync_all())
+        .map_err(|e| format!("{}: {e}", tar.display()))
+}
+
+/// SHA-256 of the first `len` bytes of `path` (coreutils: the simulator is built in debug
+/// mode for tests, where hashing hundreds of MiB in Rust would take seconds).
+fn sha256_prefix(path: &Path, len: u64) -> Result<String, String> {
+    let out = Command::new("sh")
+        .args(["-c", "head -c \"$1\" -- \"$2\" | sha256sum", "sh"])
+        .arg(len.to_string())
+        .arg(path)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| format!("cannot run sha256sum: {e}"))?;
+    let text = String::from_utf8_lossy(&out.stdout);
+    let sum = text.split_whitespace().next().unwrap_or_default();
+    if !out.status.success() || sum.len() != 64 {
+        return Err(format!("sha256sum failed on {}", path.display()));
+    }
+    Ok(sum.to_string())
+}
+
+/// smolvm's zstd decoder fails on a damaged pack; a tar would extract damaged file
+/// contents silently, so the simulator checks the footer's checksum first. The wording is
+/// the simulator's.
+pub fn verify_payload(sidecar: &Path) -> Result<(), SimError> {
+    let (size, want) = read_footer(sidecar)?;
+    let got = sha256_prefix(sidecar, size).map_err(|e| agent("extract sidecar", e))?;
+    if got != want {
+        return Err(agent(
+            "extract sidecar",
+            "Data corruption detected: the assets do not match the pack's checksum",
+        ));
+    }
+    Ok(())
+}
+
+/// The footer's `assets_size` and checksum, checked against the file's length.
+fn read_footer(sidecar: &Path) -> Result<(u64, String), SimError> {
+    use std::io::{Seek, SeekFrom};
+    let fail = |why: &str| agent("read sidecar footer", why.to_string());
+    let mut f = fs::File::open(sidecar).map_err(|e| fail(&e.to_string()))?;
+    let total = f.metadata().map_err(|e| fail(&e.to_string()))?.len();
+    if total < FOOTER_LEN {
+        return Err(fail("file too small for a footer"));
+    }
+    f.seek(SeekFrom::Start(total - FOOTER_LEN))
+        .map_err(|e| fail(&e.to_string()))?;
+    let mut buf = vec![0u8; FOOTER_LEN as usize];
+    f.read_exact(&mut buf).map_err(|e| fail(&e.to_string()))?;
+    let text = String::from_utf8_lossy(&buf);
+    let size = text
+        .strip_prefix(FOOTER_MAGIC)
+        .and_then(|r| r.trim_start().strip_prefix("assets_size="))
+        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
+        .and_then(|n| n.parse::<u64>().ok())
+        .ok_or_else(|| fail("invalid footer magic"))?;
+    if size + FOOTER_LEN != total {
+        return Err(fail("invalid footer magic"));
+    }
+    let sum = text
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("sha256="))
+        .filter(|s| s.len() == 64)
+        .ok_or_else(|| fail("invalid footer magic"))?;
+    Ok((size, sum.to_string()))
+}
+
+/// The manifest of a `.smolmachine`, read without extracting anything. A file that is not
+/// a pack, or not one of ours, is `read .smolmachine` failing, as smolvm's manifest reader.
+pub fn read_manifest(sidecar: &Path) -> Result<Manifest, SimError> {
+    let fail = |why: String| agent("read .smolmachine", why);
+    read_footer(sidecar).map_err(|e| match e {
+        SimError::Agent { reason, .. } => fail(reason),
+        other => other,
+    })?;
+    let mut f = fs::File::open(sidecar).map_err(|e| fail(e.to_string()))?;
+    // manifest.json is the first member (after at most a few pax extended headers, which
+    // GNU tar writes when --xattrs selects the posix format): a 512-byte header, its body.
+    for _ in 0..4 {
+        let mut header = [0u8; 512];
+        f.read_exact(&mut header)
+            .map_err(|_| fail("invalid footer magic".to_string()))?;
+        let size_field = String::from_utf8_lossy(&header[124..136]);
+        let size = u64::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8)
+            .map_err(|_| fail("invalid footer magic".to_string()))?;
+        if size > 1 << 20 {
+            return Err(fail(format!("manifest too large: {size} bytes")));
+        }
+        let mut body = vec![0u8; size as usize];
+        f.read_exact(&mut body)
+            .map_err(|e| fail(format!("truncated manifest: {e}")))?;
+        match header[156] {
+            b'x' | b'g' => {
+                let pad = (512 - size % 512) % 512;
+                let mut skip = vec![0u8; pad as usize];
+                f.read_exact(&mut skip)
+                    .map_err(|e| fail(format!("truncated manifest: {e}")))?;
+                continue;
+            }
+            _ => {}
+        }
+        let name_end = header[..100].iter().position(|b| *b == 0).unwrap_or(100);
+        if &header[..name_end] != b"manifest.json" {
+            return Err(fail("invalid footer magic".to_string()));
+        }
+        return parse_manifest(&body);
+    }
+    Err(fail("invalid footer magic".to_string()))
+}
+
+fn parse_manifest(body: &[u8]) -> Result<Manifest, SimError> {
+    let fail = |why: String| agent("read .smolmachine", why);
+    let m: Manifest =
+        serde_json::from_slice(body).map_err(|e| fail(format!("invalid manifest: {e}")))?;
+    if m.format != FORMAT {
+        return Err(fail(format!("unsupported pack format {:?}", m.format)));
+    }
+    Ok(m)
+}
+
+/// Extract into `dir` (removed first, smolvm's "clear packed layers cache"), then write the
+/// marker. A failed extraction removes the partial directory (extract.rs: "Clean up the
+/// partial directory so the next attempt starts fresh").
+pub fn extract(sidecar: &Path, dir: &Path) -> Result<(), SimError> {
+    match fs::remove_dir_all(dir) {
+        Ok(()) => {}
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+        Err(e) => return Err(agent("clear packed layers cache", e.to_string())),
+    }
+    fs::create_dir_all(dir).map_err(|e| agent("extract sidecar", e.to_string()))?;
+    if let Err(e) = verify_payload(sidecar) {
+        let _ = fs::remove_dir_all(dir);
+        return Err(e);
+    }
+    let out = Command::new("tar")
+        .arg("--extract")
+        .arg("--file")
+        .arg(sidecar)
+        .args([
+            "--numeric-owner",
+            "--same-owner",
+            "--same-permissions",
+            "--xattrs",
+            "--xattrs-include=trusted.*",
+        ])
+        .arg("--directory")
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output();
+    let ok = match out {
+        Ok(o) if o.status.success() && dir.join("manifest.json").is_file() => Ok(()),
+        Ok(o) if o.status.success() => Err(agent(
+            "extract sidecar",
+            "pack holds no manifest".to_string(),
+        )),
+        Ok(o) => Err(tar_error("extract sidecar", &o)),
+        Err(e) => Err(agent("extract sidecar", format!("cannot run tar: {e}"))),
+    };
+    if let Err(e) = ok {
+        let _ = fs::remove_dir_all(dir);
+        return Err(e);
+    }
+    fs::write(dir.join(EXTRACTED_MARKER), b"")
+        .map_err(|e| agent("extract sidecar", e.to_string()))?;
+    Ok(())
+}
+
+/// The host user a 1.0.4 extraction re-owns root's files to.
+pub fn host_owner() -> (u32, u32) {
+    let read = |k: &str, d: u32| {
+        std::env::var(k)
+            .ok()
+            .and_then(|v| v.trim().parse().ok())
+            .unwrap_or(d)
+    };
+    (
+        read("SMOLVM_SIM_HOST_UID", 501),
+        read("SMOLVM_SIM_HOST_GID", 20),
+    )
+}
+
+/// 1.0.4: every root-owned file in `dir` becomes the host user's (lchown: a symlink's
+/// target is not touched). The kernel drops setuid/setgid on a chown, as on the real host
+/// where the bits were never restored.
+pub fn reown_root_files(dir: &Path, owner: (u32, u32)) -> Result<(), SimError> {
+    let out = Command::new("find")
+        .arg(dir)
+        .args([
+            "(", "-uid", "0", "-o", "-gid", "0", ")", "-exec", "chown", "-h",
+        ])
+        .arg(format!("{}:{}", owner.0, owner.1))
+        .args(["{}", "+"])
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| agent("extract sidecar", format!("cannot run find: {e}")))?;
+    if !out.status.success() {
+        return Err(tar_error("extract sidecar", &out));
+    }
+    Ok(())
+}
+
+/// Disk usage (allocated blocks) of a tree, as smolvm's `dir_disk_usage`.
+pub fn disk_usage(dir: &Path) -> u64 {
+    let out = Command::new("du")
+        .args(["-s", "-B1", "--"])
+        .arg(dir)
+        .stdin(Stdio::null())
+        .output();
+    out.ok()
+        .and_then(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .split_whitespace()
+                .next()
+                .and_then(|n| n.parse().ok())
+        })
+        .unwrap_or(0)
+}
+
+/// `SMOLVM_PACK_CACHE_MAX_BYTES` (bytes, > 0), else 5 GiB.
+pub fn cache_max_bytes() -> u64 {
+    std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
+        .ok()
+        .and_then(|s| s.trim().parse::<u64>().ok())
+        .filter(|n| *n > 0)
+        .unwrap_or(5 * 1024 * 1024 * 1024)
+}
+
+/// The cap after a cache-miss extraction into `dir`: 1.0.4 may evict `dir` itself (the bug
+/// box must check for); 1.9 protects it. Returns whether `dir` was evicted.
+pub fn cap_cache(dir: &Path, p: Personality) -> bool {
+    if p.is_head() {
+        return false;
+    }
+    if disk_usage(dir) <= cache_max_bytes() {
+        return false;
+    }
+    fs::remove_dir_all(dir).is_ok()
+}
+
+/// Copy the extracted guest tree into the machine's own guest dir (its persistent upper
+/// layers), keeping owners, modes and xattrs.
+pub fn seed_guest(extracted: &Path, guest: &Path) -> Result<(), SimError> {
+    let src = extracted.join("guest");
+    if !src.is_dir() {
+        return Ok(());
+    }
+    fs::create_dir_all(guest).map_err(|e| agent("extract sidecar", e.to_string()))?;
+    let out = Command::new("cp")
+        .args(["-a", "--reflink=auto", "--"])
+        .arg(format!("{}/.", src.display()))
+        .arg(guest)
+        .stdin(Stdio::null())
+        .output()
+        .map_err(|e| agent("extract sidecar", format!("cannot run cp: {e}")))?;
+    if !out.status.success() {
+        return Err(tar_error("extract sidecar", &out));
+    }
+    Ok(())
+}
+
+struct Cleanup(PathBuf);
+impl Drop for Cleanup {
+    fn drop(&mut self) {
+        let _ = fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tempdir_in(dir: &Path) -> Result<PathBuf, String> {
+    for i in 0..100u32 {
+        let p = dir.join(format!(".smolvm-pack-{}-{i}", std::process::id()));
+        match fs::create_dir(&p) {
+            Ok(()) => return Ok(p),
+            Err(e) if e.kind() == std::io::ErrorKind::AlreadyExists => continue,
+            Err(e) => return Err(format!("{}: {e}", dir.display())),
+        }
+    }
+    Err(format!("{}: no free temp name", dir.display()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sidecar_name_appends_the_extension() {
+        assert_eq!(
+            sidecar_for(Path::new("/x/base")),
+            PathBuf::from("/x/base.smolmachine")
+        );
+    }
+
+    #[test]
+    fn a_file_that_is_not_a_pack_is_refused_on_read() {
+        let tmp = std::env::temp_dir().join(format!("sim-pack-test-{}", std::process::id()));
+        fs::write(&tmp, b"hello").unwrap();
+        let e = read_manifest(&tmp).unwrap_err().to_string();
+        assert!(
+            e.starts_with("agent operation failed: read .smolmachine:"),
+            "{e}"
+        );
+        let _ = fs::remove_file(&tmp);
+    }
+}

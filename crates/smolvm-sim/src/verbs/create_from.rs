@@ -1,0 +1,144 @@
+//! `machine create --from FILE.smolmachine`: a machine whose layers come from a pack.
+//!
+//! smolvm v1.0.4 `src/cli/machine.rs` `run_from_smolmachine` (~L1742-1900): the manifest's
+//! image, entrypoint, cmd, env, workdir, gpu become the record's; `--cpus`/`--mem` override
+//! the manifest only when they differ from smolvm's defaults (4, 8192); env is the
+//! manifest's followed by `-e`; network is `--net || manifest.network`. The name is
+//! reserved, the pack extracted into `<data dir>/pack`, and only then is the record
+//! committed: a pack that fails to extract leaves no machine and no data dir.
+
+use std::path::Path;
+
+use crate::Ctx;
+use crate::cli::CreateCmd;
+use crate::machine::rootfs;
+use crate::output::{self, VerbResult, agent, config};
+use crate::pack;
+use crate::registry::{self, Record, State};
+
+const DEFAULT_CPUS: u8 = 4;
+const DEFAULT_MEM: u32 = 8192;
+
+pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
+    if !from.exists() {
+        return Err(config(
+            "create from .smolmachine",
+            format!("file not found: {}", from.display()),
+        ));
+    }
+    let manifest = pack::read_manifest(from)?;
+    registry::validate_name(&name).map_err(|r| config("create machine", r))?;
+    let cpus = if c.cpus != DEFAULT_CPUS {
+        c.cpus
+    } else {
+        manifest.cpus
+    };
+    let mem = if c.mem != DEFAULT_MEM {
+        c.mem
+    } else {
+        manifest.mem
+    };
+    let mut env = super::parse_env(&manifest.env);
+    env.extend(super::parse_env(&c.env));
+    let canonical = std::fs::canonicalize(from)
+        .unwrap_or_else(|_| from.to_path_buf())
+        .to_string_lossy()
+        .into_owned();
+    let record = Record {
+        name: name.clone(),
+        state: State::Created,
+        pid: None,
+        pid_start_time: None,
+        init_pid: None,
+        slirp_pid: None,
+        workload_pid: None,
+        workload_start_time: None,
+        cpus,
+        mem,
+        image: manifest.image.clone(),
+        entrypoint: manifest.entrypoint.clone(),
+        cmd: manifest.cmd.clone(),
+        ports: c.port.clone(),
+        mounts: c.volume.clone(),
+        network: c.net || manifest.network,
+        net_backend: c.net_backend.clone(),
+        env,
+        workdir: manifest.workdir.clone(),
+        storage_gb: c.storage,
+        overlay_gb: c.overlay,
+        init: c.init.clone(),
+        // The pack carries the layers: nothing is pulled at the first start.
+        init_completed: true,
+        created_at: registry::now_secs(),
+        labels: Default::default(),
+        secret_env: c.secret_env.clone(),
+        secret_file: c.secret_file.clone(),
+        gpu: c.gpu,
+        gpu_vram_mib: c.gpu_vram_mib,
+        allowed_cidrs: Vec::new(),
+        host_userland: manifest.host_userland,
+        sim_image: manifest.sim_image.clone(),
+        source_smolmachine: Some(canonical),
+    };
+
+    let reservation = {
+        let _lock = registry::lock()?;
+        if registry::load(&name)?.is_some() || registry::is_reserved(&name) {
+            return Err(config(
+                "create machine",
+                format!("machine '{name}' already exists or is being created"),
+            ));
+        }
+        ctx.fault_point("create", &name)?;
+        registry::reserve(&name)?
+    };
+    let data = registry::data_dir(&name);
+    let made = extract_for(ctx, from, &data, &name);
+    if let Err(e) = made {
+        let _ = std::fs::remove_dir_all(&data);
+        return Err(e);
+    }
+    {
+        let _lock = registry::lock()?;
+        registry::save(&record)?;
+    }
+    drop(reservation);
+    print!(
+        "{}",
+        output::create_success(&name, cpus, mem, c.volume.len(), c.port.len(), c.init.len())
+    );
+    Ok(0)
+}
+
+/// Extract into `<data>/pack`, apply the version's quirks, seed the guest's upper layers.
+fn extract_for(
+    ctx: &Ctx,
+    from: &Path,
+    data: &Path,
+    name: &str,
+) -> Result<(), crate::output::SimError> {
+    std::fs::create_dir_all(data)
+        .map_err(|e| agent("create agent manager", format!("{}: {e}", data.display())))?;
+    let _ = std::fs::write(data.join("name"), name);
+    let cache = data.join("pack");
+    println!("Extracting .smolmachine assets...");
+    pack::extract(from, &cache)?;
+    if !ctx.personality.is_head() {
+        pack::reown_root_files(&cache.join("guest"), pack::host_owner())?;
+    }
+    if pack::cap_cache(&cache, ctx.personality) {
+        // 1.0.4's eviction removed what it just extracted; create still succeeds.
+        return Ok(());
+    }
+    let extracted_guest = cache.join("guest");
+    let guest = rootfs::guest_dir(data);
+    if extracted_guest.is_dir() {
+        // The guest's persistent layers start as the pack's (a rename: no second copy).
+        std::fs::rename(&extracted_guest, &guest)
+            .or_else(|_| {
+                pack::seed_guest(&cache, &guest).map_err(|e| std::io::Error::other(e.to_string()))
+            })
+            .map_err(|e| agent("extract sidecar", e.to_string()))?;
+    }
+    Ok(())
+}
