@@ -5,6 +5,7 @@ pub mod backup;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod gateway;
 pub mod lifecycle;
 pub mod smolvm;
 pub mod state;

@@ -60,6 +60,8 @@ pub struct BoxEnv {
     pub codex_version: String,
     pub executor_version: String,
     pub hermes_install_args: String,
+    /// `box open`'s UI gateway stops after this many seconds without a request.
+    pub open_idle_timeout_secs: u32,
 }
 
 impl Default for BoxEnv {
@@ -81,6 +83,7 @@ impl Default for BoxEnv {
             codex_version: "latest".into(),
             executor_version: "latest".into(),
             hermes_install_args: "--skip-browser".into(),
+            open_idle_timeout_secs: 3600,
         }
     }
 }
@@ -103,6 +106,7 @@ pub const KEYS: &[&str] = &[
     "CODEX_VERSION",
     "EXECUTOR_VERSION",
     "HERMES_INSTALL_ARGS",
+    "OPEN_IDLE_TIMEOUT",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -176,6 +180,9 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version = parse_word(value)?,
             "EXECUTOR_VERSION" => self.executor_version = parse_word(value)?,
             "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
+            "OPEN_IDLE_TIMEOUT" => {
+                self.open_idle_timeout_secs = parse_in(value, 1, 7 * 86400, "seconds")?
+            }
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -203,6 +210,7 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version.clone(),
             "EXECUTOR_VERSION" => self.executor_version.clone(),
             "HERMES_INSTALL_ARGS" => self.hermes_install_args.clone(),
+            "OPEN_IDLE_TIMEOUT" => self.open_idle_timeout_secs.to_string(),
             _ => return None,
         })
     }
