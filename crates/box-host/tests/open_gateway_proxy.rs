@@ -399,12 +399,15 @@ async fn an_idle_gateway_stops_and_cleans_up_but_not_while_streaming() {
     .await
     .unwrap();
     let mut buf = [0u8; 256];
-    let _ = s.read(&mut buf).await.unwrap();
+    tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("the stream's first event")
+        .unwrap();
     tokio::time::sleep(Duration::from_millis(2500)).await;
     assert!(!gw.task.is_finished(), "stopped while a stream was open");
     release.notify_one();
     let mut rest = Vec::new();
-    let _ = s.read_to_end(&mut rest).await;
+    let _ = tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut rest)).await;
     drop(s);
     let reason = tokio::time::timeout(Duration::from_secs(10), gw.task)
         .await
