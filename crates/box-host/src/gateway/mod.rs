@@ -10,7 +10,7 @@
 //!
 //! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for;
 //! - [`guard`]: Host (DNS rebinding) and Origin checks;
-//! - [`proxy`]: forwarding, streaming, upgrades, redirects;
+//! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
 //! - [`serve`]: the process's listeners and lifetime (idle timeout, box gone);
 //! - [`control`], [`record`]: how `box` finds, asks and stops a running gateway;
 //! - [`spawn`]: starting one, detached.
@@ -18,6 +18,7 @@
 mod activity;
 pub mod control;
 mod guard;
+mod headers;
 mod nonce;
 mod pages;
 pub mod proxy;

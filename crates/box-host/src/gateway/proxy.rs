@@ -22,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use box_proto::mcp::BearerToken;
 
 use super::activity::{Activity, Busy};
+use super::headers::{downstream_headers, header_str, is_upgrade, upstream_headers};
 use super::nonce::Nonces;
 use super::session::{self, Sessions};
 use super::{BoxProbe, guard, pages};
@@ -152,21 +153,6 @@ fn page(status: StatusCode, html: String) -> Response<Body> {
     r
 }
 
-fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
-    headers.get(name).and_then(|v| v.to_str().ok())
-}
-
-/// Whether a request asks to switch protocols (WebSocket or another `Upgrade`).
-fn is_upgrade(headers: &HeaderMap) -> bool {
-    headers.contains_key(header::UPGRADE)
-        && headers
-            .get_all(header::CONNECTION)
-            .iter()
-            .filter_map(|v| v.to_str().ok())
-            .flat_map(|v| v.split(','))
-            .any(|t| t.trim().eq_ignore_ascii_case("upgrade"))
-}
-
 /// The entry point for every request a browser sends the gateway.
 pub async fn handle(
     shared: Arc<Shared>,
@@ -242,107 +228,6 @@ fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
     r
 }
 
-/// Headers a proxy must not pass on (RFC 9110 §7.6.1), plus those named in `Connection`.
-fn strip_hop_by_hop(headers: &mut HeaderMap) {
-    let listed: Vec<HeaderName> = headers
-        .get_all(header::CONNECTION)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .flat_map(|v| v.split(','))
-        .filter_map(|t| HeaderName::from_bytes(t.trim().as_bytes()).ok())
-        .collect();
-    for name in listed {
-        headers.remove(name);
-    }
-    for name in [
-        header::CONNECTION,
-        header::TE,
-        header::TRAILER,
-        header::TRANSFER_ENCODING,
-        header::UPGRADE,
-        header::PROXY_AUTHENTICATE,
-        header::PROXY_AUTHORIZATION,
-        HeaderName::from_static("keep-alive"),
-        HeaderName::from_static("proxy-connection"),
-    ] {
-        headers.remove(name);
-    }
-}
-
-/// The browser's request headers as Executor should see them: addressed to its own
-/// origin, without our cookie and without any client-supplied credentials.
-fn upstream_headers(shared: &Shared, original: &HeaderMap, upgrade: bool) -> HeaderMap {
-    let mut h = original.clone();
-    let upgrade_to = h.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(&mut h);
-    h.remove(header::AUTHORIZATION);
-    let ours = format!(
-        "http://{}",
-        header_str(original, header::HOST).unwrap_or("")
-    );
-    let theirs = format!("http://127.0.0.1:{}", shared.upstream_port);
-    if let Ok(v) = HeaderValue::from_str(&format!("127.0.0.1:{}", shared.upstream_port)) {
-        h.insert(header::HOST, v);
-    }
-    let name = session::cookie_name(shared.port);
-    let cookies: Vec<String> = h
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(|c| session::without_cookie(c, &name))
-        .collect();
-    h.remove(header::COOKIE);
-    if !cookies.is_empty()
-        && let Ok(v) = HeaderValue::from_str(&cookies.join("; "))
-    {
-        h.insert(header::COOKIE, v);
-    }
-    for name in [header::ORIGIN, header::REFERER] {
-        if let Some(v) = header_str(&h, name.clone())
-            && let Some(rest) = v.strip_prefix(&ours)
-            && let Ok(v) = HeaderValue::from_str(&format!("{theirs}{rest}"))
-        {
-            h.insert(name, v);
-        }
-    }
-    if upgrade && let Some(to) = upgrade_to {
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        h.insert(header::UPGRADE, to);
-    }
-    h
-}
-
-/// Executor's response headers as the browser should see them.
-fn downstream_headers(shared: &Shared, h: &mut HeaderMap, browser_host: &str, upgrade: bool) {
-    let upgrade_to = h.get(header::UPGRADE).cloned();
-    strip_hop_by_hop(h);
-    if upgrade && let Some(to) = upgrade_to {
-        h.insert(header::CONNECTION, HeaderValue::from_static("upgrade"));
-        h.insert(header::UPGRADE, to);
-    }
-    if let Some(loc) = header_str(h, header::LOCATION)
-        && let Some(v) = rewrite_location(loc, shared.upstream_port, browser_host)
-    {
-        h.insert(header::LOCATION, v);
-    }
-}
-
-/// A redirect to Executor's own origin points at the gateway instead (relative ones need
-/// nothing); anything else is left alone.
-fn rewrite_location(loc: &str, upstream_port: u16, browser_host: &str) -> Option<HeaderValue> {
-    for origin in [
-        format!("http://127.0.0.1:{upstream_port}"),
-        format!("http://localhost:{upstream_port}"),
-    ] {
-        if let Some(rest) = loc.strip_prefix(&origin)
-            && (rest.is_empty() || rest.starts_with(['/', '?', '#']))
-        {
-            return HeaderValue::from_str(&format!("http://{browser_host}{rest}")).ok();
-        }
-    }
-    None
-}
-
 #[derive(Debug)]
 enum SendError {
     Connect(std::io::Error),
@@ -405,7 +290,7 @@ async fn forward(
     let (parts, body) = req.into_parts();
     // Only a request without a body can be sent again after Executor refused the token.
     let replayable = body.is_end_stream();
-    let headers = upstream_headers(&shared, &parts.headers, upgrade);
+    let headers = upstream_headers(shared.port, shared.upstream_port, &parts.headers, upgrade);
     let path = parts
         .uri
         .path_and_query()
@@ -448,11 +333,21 @@ async fn forward(
             }
         });
         let (mut parts, _) = resp.into_parts();
-        downstream_headers(&shared, &mut parts.headers, &browser_host, true);
+        downstream_headers(
+            shared.upstream_port,
+            &mut parts.headers,
+            &browser_host,
+            true,
+        );
         return Response::from_parts(parts, empty());
     }
     let (mut parts, body) = resp.into_parts();
-    downstream_headers(&shared, &mut parts.headers, &browser_host, false);
+    downstream_headers(
+        shared.upstream_port,
+        &mut parts.headers,
+        &browser_host,
+        false,
+    );
     // Frames are passed on as they arrive; the stream keeps the gateway busy until it ends.
     let body = body
         .map_frame(move |frame| {
@@ -516,92 +411,6 @@ mod tests {
             BearerToken::new("tok").unwrap(),
             Arc::new(NoBox),
         )
-    }
-
-    #[test]
-    fn locations_on_executors_origin_point_at_the_gateway() {
-        let host = "localhost:5000";
-        let got =
-            |l: &str| rewrite_location(l, 4790, host).map(|v| v.to_str().unwrap().to_string());
-        assert_eq!(
-            got("http://127.0.0.1:4790/x?y").as_deref(),
-            Some("http://localhost:5000/x?y")
-        );
-        assert_eq!(
-            got("http://localhost:4790").as_deref(),
-            Some("http://localhost:5000")
-        );
-        assert_eq!(got("/relative"), None);
-        assert_eq!(got("http://127.0.0.1:47901/x"), None);
-        assert_eq!(got("https://example.com/cb"), None);
-    }
-
-    #[test]
-    fn upstream_sees_its_own_origin_and_never_our_cookie_or_a_client_token() {
-        let s = shared();
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
-        h.insert(
-            header::ORIGIN,
-            HeaderValue::from_static("http://127.0.0.1:5000"),
-        );
-        h.insert(
-            header::REFERER,
-            HeaderValue::from_static("http://127.0.0.1:5000/integrations"),
-        );
-        h.append(
-            header::COOKIE,
-            HeaderValue::from_static("a=1; box_gateway_5000=sid"),
-        );
-        h.append(
-            header::COOKIE,
-            HeaderValue::from_static("box_gateway_5000=sid"),
-        );
-        h.insert(
-            header::AUTHORIZATION,
-            HeaderValue::from_static("Bearer forged"),
-        );
-        h.insert(
-            header::CONNECTION,
-            HeaderValue::from_static("keep-alive, x-private"),
-        );
-        h.insert(
-            HeaderName::from_static("x-private"),
-            HeaderValue::from_static("1"),
-        );
-        h.insert(
-            header::TRANSFER_ENCODING,
-            HeaderValue::from_static("chunked"),
-        );
-        let up = upstream_headers(&s, &h, false);
-        assert_eq!(up[header::HOST], "127.0.0.1:4790");
-        assert_eq!(up[header::ORIGIN], "http://127.0.0.1:4790");
-        assert_eq!(up[header::REFERER], "http://127.0.0.1:4790/integrations");
-        assert_eq!(
-            up.get_all(header::COOKIE).iter().collect::<Vec<_>>(),
-            ["a=1"]
-        );
-        assert!(up.get(header::AUTHORIZATION).is_none());
-        assert!(up.get(header::CONNECTION).is_none());
-        assert!(up.get("x-private").is_none());
-        assert!(up.get(header::TRANSFER_ENCODING).is_none());
-    }
-
-    #[test]
-    fn upgrades_keep_their_handshake_headers() {
-        let s = shared();
-        let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
-        h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
-        h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
-        h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_static("k"));
-        assert!(is_upgrade(&h));
-        let up = upstream_headers(&s, &h, true);
-        assert_eq!(up[header::CONNECTION], "upgrade");
-        assert_eq!(up[header::UPGRADE], "websocket");
-        assert_eq!(up[header::SEC_WEBSOCKET_KEY], "k");
-        h.remove(header::CONNECTION);
-        assert!(!is_upgrade(&h));
     }
 
     #[test]
