@@ -210,3 +210,10 @@ fi
 # --- end archives from the wild (issue 13) ---
 
 log "setup complete"
+
+# --- box open gateway (issue 12) ---
+# A real browser for `box open`: the gateway tests (crates/box-host/tests/open_gateway.rs)
+# load the one-time sign-in URL in headless Chromium against the real Executor 1.5.9 and
+# read the DOM Executor's SPA built.
+apt_ensure "box open's browser test" chromium
+# --- end box open gateway (issue 12) ---

@@ -75,11 +75,17 @@ pub enum Command {
     )]
     Ls(LsArgs),
 
-    /// Open the box's Executor web UI in a browser (the token never hits the terminal)
+    /// Open the box's Executor web UI in a browser, signed in through box's loopback gateway
     #[command(
-        after_long_help = "Example:\n  box open alpha\n\nThe opener is $BOX_BROWSER, else `open` (macOS) or `xdg-open`/`gio open` (Linux)."
+        after_long_help = "Examples:\n  box open alpha\n  box open alpha --print-url    headless host: print the sign-in URL instead\n  box open --stop alpha\n\n\
+        box starts (or reuses) a gateway for the box on 127.0.0.1 that adds Executor's token to\n\
+        every request; the token never reaches the browser, a URL or the terminal. The browser\n\
+        gets a one-time sign-in URL that works once, within a minute, and then a session cookie.\n\
+        The gateway stops with the box (box stop, box rm), after OPEN_IDLE_TIMEOUT seconds\n\
+        without use (box.env, default 3600), or on box open --stop.\n\
+        The opener is $BOX_BROWSER, else `open` (macOS) or `xdg-open`/`gio open` (Linux)."
     )]
-    Open(NameArg),
+    Open(OpenArgs),
 
     /// Check the host, the registry and each box (guest health and MCP handshake)
     #[command(
@@ -149,6 +155,10 @@ pub enum Command {
     /// Print the man page (roff)
     #[command(after_long_help = "Example:\n  box man | man -l -")]
     Man,
+
+    /// Internal: run a box's UI gateway (started by box open)
+    #[command(name = "__gateway", hide = true)]
+    Gateway(NameArg),
 }
 
 #[derive(Debug, Args)]
@@ -198,6 +208,19 @@ pub struct BaseRmArgs {
 pub struct NameArg {
     /// Box name: lowercase letters, digits and '-', 1-63 characters
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct OpenArgs {
+    /// Box name: lowercase letters, digits and '-', 1-63 characters
+    pub name: String,
+    /// Print the one-time sign-in URL instead of opening a browser. The URL is a
+    /// credential for about a minute (until first used): paste it only into your own browser
+    #[arg(long, conflicts_with = "stop")]
+    pub print_url: bool,
+    /// Stop the box's gateway (signs every browser out)
+    #[arg(long)]
+    pub stop: bool,
 }
 
 #[derive(Debug, Args)]
@@ -287,6 +310,8 @@ mod tests {
             &["box", "ls"],
             &["box", "ls", "--all", "--json"],
             &["box", "open", "alpha"],
+            &["box", "open", "alpha", "--print-url"],
+            &["box", "open", "--stop", "alpha"],
             &["box", "doctor"],
             &["box", "doctor", "alpha", "--json", "--fix"],
             &["box", "repair", "alpha"],
@@ -313,6 +338,7 @@ mod tests {
             &["box", "ls", "--bogus"],
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],
+            &["box", "open", "alpha", "--print-url", "--stop"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(*argv).is_err(), "{argv:?}");

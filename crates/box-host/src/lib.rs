@@ -6,6 +6,7 @@ pub mod base;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod gateway;
 pub mod lifecycle;
 pub mod smolvm;
 pub mod state;

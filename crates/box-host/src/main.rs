@@ -53,6 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Extract(a) => commands::extract::run(&ctx, a),
         Command::Rm(a) => commands::rm::run(&ctx, a),
         Command::Base(a) => commands::base::run(&ctx, a),
+        Command::Gateway(a) => box_host::gateway::spawn::run_process(&ctx, &a.name),
         Command::Completions(_) | Command::Man => unreachable!("handled above"),
     }
 }

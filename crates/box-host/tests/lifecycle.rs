@@ -198,7 +198,8 @@ fn full_lifecycle(version: &str) {
     );
     assert!(hb(&w, "up").status.success());
 
-    // box open: the opener gets the authenticated URL; nothing else ever sees the token.
+    // box open: the opener gets a one-time sign-in URL of box's gateway, never the token
+    // (the gateway itself is tested in open_gateway*.rs).
     let opened = w.dir.path().join("opened-url");
     let browser = w.dir.path().join("record-browser");
     std::fs::write(
@@ -217,9 +218,8 @@ fn full_lifecycle(version: &str) {
     );
     assert!(open.ok(), "{open}");
     assert!(
-        open.stdout.contains(&format!(
-            "Opening authenticated Executor UI at http://127.0.0.1:{port}"
-        )),
+        open.stdout
+            .contains("Opening Executor UI of 'alpha' at http://127.0.0.1:"),
         "{open}"
     );
     let got = std::fs::read_to_string(&opened).unwrap();
@@ -230,14 +230,18 @@ fn full_lifecycle(version: &str) {
         "the URL must be the opener's only argument"
     );
     let url = lines.next().unwrap();
-    let prefix = format!("http://127.0.0.1:{port}/?_token=");
-    assert!(url.starts_with(&prefix), "{url}");
-    let token = &url[prefix.len()..];
+    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
+    assert!(url.contains("/__box/sign-in?nonce="), "{url}");
+    let token_out = hb(&w, "token");
+    assert!(token_out.status.success());
+    let token = String::from_utf8(token_out.stdout).unwrap();
+    let token = token.trim();
     assert!(
         token.len() >= 16,
         "implausible token length {}",
         token.len()
     );
+    assert!(!url.contains(token), "the token is in the opener's URL");
 
     // Before rm removes the row and the machine record: neither the URL's token nor
     // Executor's MCP token is in box's output, its state dir, or anything the simulator

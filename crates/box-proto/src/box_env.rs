@@ -68,6 +68,8 @@ pub struct BoxEnv {
     /// `BASE_MAX_AGE_DAYS`: a base older than this is stale (`box doctor` says so, `box
     /// base build --refresh` rebuilds it): tools set to `latest` age.
     pub base_max_age_days: u32,
+    /// `box open`'s UI gateway stops after this many seconds without a request.
+    pub open_idle_timeout_secs: u32,
 }
 
 impl Default for BoxEnv {
@@ -92,6 +94,7 @@ impl Default for BoxEnv {
             guest_ca_certs: Vec::new(),
             propagate_proxy: true,
             base_max_age_days: 7,
+            open_idle_timeout_secs: 3600,
         }
     }
 }
@@ -117,6 +120,7 @@ pub const KEYS: &[&str] = &[
     "GUEST_CA_CERTS",
     "PROPAGATE_PROXY",
     "BASE_MAX_AGE_DAYS",
+    "OPEN_IDLE_TIMEOUT",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -210,6 +214,9 @@ impl BoxEnv {
             "GUEST_CA_CERTS" => self.guest_ca_certs = parse_path_list(value)?,
             "PROPAGATE_PROXY" => self.propagate_proxy = parse_bool(value)?,
             "BASE_MAX_AGE_DAYS" => self.base_max_age_days = parse_in(value, 1, 3650, "days")?,
+            "OPEN_IDLE_TIMEOUT" => {
+                self.open_idle_timeout_secs = parse_in(value, 1, 7 * 86400, "seconds")?
+            }
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -245,6 +252,7 @@ impl BoxEnv {
                 .join(":"),
             "PROPAGATE_PROXY" => b(self.propagate_proxy),
             "BASE_MAX_AGE_DAYS" => self.base_max_age_days.to_string(),
+            "OPEN_IDLE_TIMEOUT" => self.open_idle_timeout_secs.to_string(),
             _ => return None,
         })
     }

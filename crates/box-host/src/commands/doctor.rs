@@ -10,6 +10,7 @@ use anyhow::Result;
 use box_proto::BoxName;
 
 use super::Context;
+use crate::gateway;
 use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
 use crate::lifecycle::host_checks::{self, Check, Status};
@@ -188,6 +189,19 @@ fn check_box(
         return;
     }
     checks.push(Check::new(s, "state", Status::Ok, "running"));
+    if let Some(g) = gateway::running(&ctx.state, record.name.as_str()) {
+        checks.push(Check::new(
+            s,
+            "gateway",
+            Status::Ok,
+            format!(
+                "box open gateway running on {} (pid {}, since {})",
+                g.url(),
+                g.pid,
+                g.started
+            ),
+        ));
+    }
     let executor = ctx.config.env.install_executor;
     let mut found = Vec::new();
     let health = box_checks(smolvm, record, executor, s, &mut found);

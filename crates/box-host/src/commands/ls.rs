@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::Context;
+use crate::gateway;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::Registry;
 use crate::ui;
@@ -22,6 +23,8 @@ struct Row {
     incomplete: bool,
     web_port: Option<u16>,
     url: Option<String>,
+    /// The running `box open` gateway's URL (sign in with `box open`).
+    gateway: Option<String>,
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
@@ -58,6 +61,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
             incomplete: r.incomplete,
             web_port: r.web_port,
             url: r.web_port.map(|p| format!("http://127.0.0.1:{p}")),
+            gateway: gateway::running(&ctx.state, r.name.as_str()).map(|g| g.url()),
         })
         .collect();
     if args.all
@@ -72,6 +76,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
                     incomplete: false,
                     web_port: None,
                     url: None,
+                    gateway: None,
                 });
             }
         }
@@ -101,7 +106,12 @@ fn table(rows: &[Row]) -> String {
             r.name.clone()
         };
         let web = r.url.clone().unwrap_or_else(|| "—".to_string());
-        out.push_str(&format!("{name:<24} {:<12} {web}\n", r.state));
+        let gateway = r
+            .gateway
+            .as_ref()
+            .map(|g| format!("  (box open gateway: {g})"))
+            .unwrap_or_default();
+        out.push_str(&format!("{name:<24} {:<12} {web}{gateway}\n", r.state));
     }
     out
 }
@@ -120,6 +130,7 @@ mod tests {
                 incomplete: false,
                 web_port: Some(4790),
                 url: Some("http://127.0.0.1:4790".into()),
+                gateway: Some("http://127.0.0.1:39999".into()),
             },
             Row {
                 name: "other".into(),
@@ -128,6 +139,7 @@ mod tests {
                 incomplete: false,
                 web_port: None,
                 url: None,
+                gateway: None,
             },
             Row {
                 name: "half".into(),
@@ -136,6 +148,7 @@ mod tests {
                 incomplete: true,
                 web_port: None,
                 url: None,
+                gateway: None,
             },
         ];
         let t = table(&rows);
@@ -146,7 +159,15 @@ mod tests {
         );
         assert_eq!(
             lines[1].split_whitespace().collect::<Vec<_>>(),
-            ["alpha", "running", "http://127.0.0.1:4790"]
+            [
+                "alpha",
+                "running",
+                "http://127.0.0.1:4790",
+                "(box",
+                "open",
+                "gateway:",
+                "http://127.0.0.1:39999)"
+            ]
         );
         assert_eq!(
             lines[2].split_whitespace().collect::<Vec<_>>(),

@@ -1,69 +1,115 @@
-//! `box open <name>`: hand the authenticated Executor URL to a browser.
+//! `box open <name>`: the box's Executor web UI, signed in through box's UI gateway.
 //!
-//! The token is read inside the guest, put into the URL and passed as the only argument of
-//! the opener; it is never printed or logged, and our own messages show the URL without it.
-//! (The opener's argv is visible to local users via /proc, as it was in the seed; the
-//! token is only valid against a loopback port.)
+//! Under the gateway's start lock: reuse the running gateway, or check the box (running,
+//! Executor not paused, healthy) and start one (see `crate::gateway`). Then ask the gateway
+//! for a one-time nonce over its control socket and hand the opener only the sign-in URL
+//! built from it. Executor's token stays inside the gateway: it is in no argv, URL, output
+//! or log. `--print-url` prints that URL instead (a credential until used, for a minute);
+//! `--stop` stops the gateway.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
+use std::time::Duration;
 
 use anyhow::{Result, bail};
+use box_proto::BoxName;
 
 use super::Context;
-use crate::lifecycle::{boxes, guest, readiness};
+use crate::cli::OpenArgs;
+use crate::gateway::{self, GatewayInfo, control, record, spawn};
+use crate::lifecycle::{boxes, readiness};
 use crate::smolvm::Smolvm;
+use crate::state::BoxRecord;
 use crate::ui;
 
-pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
+/// How long to wait for another `box open` that is starting the same gateway.
+const START_LOCK_WAIT: Duration = Duration::from_secs(120);
+
+pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
+    if args.stop {
+        let name = BoxName::parse(&args.name)?;
+        match gateway::stop(&ctx.state, name.as_str())? {
+            Some(info) => ui::say(format!(
+                "Stopped the gateway of '{name}' ({}); its browser sessions are signed out",
+                info.url()
+            )),
+            None => ui::say(format!("No gateway is running for '{name}'")),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let record = boxes::registered(ctx, &args.name)?;
-    let _lock = boxes::lock(ctx, &record, &format!("box open {}", record.name))?;
-    let Some(port) = record.web_port else {
+    if record.web_port.is_none() {
         bail!(
             "'{}' has no exposed Executor host port; set EXPOSE_EXECUTOR_WEB=1 in box.env and recreate the box (box save, box rm, box load)",
             record.name
         );
+    }
+    // Find the opener first: without one (and without --print-url) nothing is started.
+    let opener = if args.print_url {
+        None
+    } else {
+        Some(find_opener()?)
     };
-    let opener = find_opener()?;
-    let smolvm = Smolvm::from_env();
-    let machine = boxes::machine(&smolvm, &record)?;
-    if !machine.state.is_running() {
-        bail!(
-            "box '{}' is not running; run `box start {}` before opening Executor",
-            record.name,
+    let info = ensure_gateway(ctx, &record)?;
+    let nonce = control::sign_in_nonce(&ctx.state, record.name.as_str())?;
+    let url = gateway::sign_in_url(&info, &nonce);
+    let Some(opener) = opener else {
+        ui::say(format!(
+            "Sign-in URL for '{}' (works once, within a minute; it is a credential until then):",
             record.name
-        );
-    }
-    if readiness::wait_until_ready(&smolvm, &record, true)? == readiness::Readiness::ExecutorPaused
-    {
-        bail!(
-            "Executor in '{}' is paused (hb down); resume it first: box enter {}, then hb up",
-            record.name,
-            record.name
-        );
-    }
-    let token = guest::read_token(&smolvm, &record.machine)?;
+        ));
+        println!("{url}");
+        return Ok(ExitCode::SUCCESS);
+    };
     ui::say(format!(
-        "Opening authenticated Executor UI at http://127.0.0.1:{port}"
+        "Opening Executor UI of '{}' at {} (signed in through box's gateway)",
+        record.name,
+        info.url()
     ));
-    let url = format!("http://127.0.0.1:{port}/?_token={}", token.expose());
     let status = Command::new(&opener.0)
         .args(&opener.1)
         .arg(&url)
+        .env_remove("BOX_PASSPHRASE")
         .stdin(Stdio::null())
         .status();
-    drop(url);
     match status {
         Ok(s) if s.success() => Ok(ExitCode::SUCCESS),
         Ok(s) => bail!(
-            "the browser opener {} failed ({s}); set BOX_BROWSER to a graphical opener",
-            opener.0.display()
+            "the browser opener {} failed ({s}); set BOX_BROWSER to a graphical opener, or use box open {} --print-url",
+            opener.0.display(),
+            record.name
         ),
         Err(e) => bail!(
-            "could not launch {} ({e}); set BOX_BROWSER to a graphical opener",
-            opener.0.display()
+            "could not launch {} ({e}); set BOX_BROWSER to a graphical opener, or use box open {} --print-url",
+            opener.0.display(),
+            record.name
         ),
     }
+}
+
+/// The box's running gateway, started if there is none. Two `box open` at once queue on
+/// the start lock, and the second finds the first one's gateway.
+fn ensure_gateway(ctx: &Context, record: &BoxRecord) -> Result<GatewayInfo> {
+    let name = record.name.as_str();
+    let _start = record::start_lock(&ctx.state, name, START_LOCK_WAIT)?;
+    if let Some(info) = gateway::running(&ctx.state, name) {
+        tracing::info!("reusing the gateway of '{name}' (pid {})", info.pid);
+        return Ok(info);
+    }
+    let _lock = boxes::lock(ctx, record, &format!("box open {name}"))?;
+    let smolvm = Smolvm::from_env();
+    let machine = boxes::machine(&smolvm, record)?;
+    if !machine.state.is_running() {
+        bail!("box '{name}' is not running; run `box start {name}` before opening Executor");
+    }
+    if readiness::wait_until_ready(&smolvm, record, true)? == readiness::Readiness::ExecutorPaused {
+        bail!(
+            "Executor in '{name}' is paused (hb down); resume it first: box enter {name}, then hb up"
+        );
+    }
+    let info = spawn::start(ctx, record)?;
+    tracing::info!("started the gateway of '{name}' (pid {})", info.pid);
+    Ok(info)
 }
 
 /// The opener: `BOX_BROWSER` (must be on PATH or a path), else `open` on macOS,

@@ -9,6 +9,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result, bail};
 
 use super::Context;
+use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::smolvm::Smolvm;
 use crate::state::{LockKey, Registry, locks};
@@ -23,6 +24,7 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
         return Ok(ExitCode::FAILURE);
     }
     let _lock = boxes::lock(ctx, &record, &format!("box rm {name}"))?;
+    gateway::stop_with_box(&ctx.state, name.as_str());
     let smolvm = Smolvm::from_env();
     match smolvm.find(&record.machine)? {
         None => ui::warn(format!(

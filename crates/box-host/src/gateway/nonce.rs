@@ -1,0 +1,137 @@
+//! One-time sign-in nonces: the only secret that leaves `box` on the way to the browser.
+//!
+//! A nonce travels in the URL handed to the opener (so it is briefly visible in the
+//! opener's argv and the browser history); it is therefore worth nothing after one use or
+//! a minute, whichever comes first. Comparison is constant-time.
+
+use std::time::{Duration, Instant};
+
+/// How long a sign-in URL works.
+pub const NONCE_TTL: Duration = Duration::from_secs(60);
+/// Unredeemed nonces kept at most (each `box open` adds one).
+const MAX_LIVE: usize = 32;
+
+/// 32 random bytes from the OS-seeded CSPRNG, hex: 64 URL-safe characters.
+pub fn random_hex32() -> String {
+    hex::encode(rand::random::<[u8; 32]>())
+}
+
+/// Equal length and every byte, in time independent of where they differ.
+pub fn same_secret(a: &str, b: &str) -> bool {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    a.len() == b.len() && a.iter().zip(b).fold(0u8, |acc, (x, y)| acc | (x ^ y)) == 0
+}
+
+/// The live nonces of one gateway.
+#[derive(Default)]
+pub struct Nonces {
+    live: Vec<(String, Instant)>,
+}
+
+impl std::fmt::Debug for Nonces {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "Nonces({} live)", self.live.len())
+    }
+}
+
+impl Nonces {
+    /// A fresh nonce, valid for [`NONCE_TTL`] from `now`.
+    pub fn issue(&mut self, now: Instant) -> String {
+        self.expire(now);
+        if self.live.len() >= MAX_LIVE {
+            self.live.remove(0);
+        }
+        let nonce = random_hex32();
+        self.live.push((nonce.clone(), now + NONCE_TTL));
+        nonce
+    }
+
+    /// Whether `presented` is a live nonce; a match is consumed, so a second use fails.
+    pub fn redeem(&mut self, presented: &str, now: Instant) -> bool {
+        self.expire(now);
+        let mut found = None;
+        // Look at every entry, so the time taken does not say which one matched.
+        for (i, (nonce, _)) in self.live.iter().enumerate() {
+            if same_secret(nonce, presented) {
+                found = Some(i);
+            }
+        }
+        match found {
+            Some(i) => {
+                self.live.remove(i);
+                true
+            }
+            None => false,
+        }
+    }
+
+    fn expire(&mut self, now: Instant) {
+        self.live.retain(|(_, until)| now < *until);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_nonce_works_once() {
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let a = n.issue(now);
+        assert_eq!(a.len(), 64);
+        assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
+        assert!(n.redeem(&a, now));
+        assert!(!n.redeem(&a, now), "second use must fail");
+    }
+
+    #[test]
+    fn a_nonce_expires_after_a_minute() {
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let a = n.issue(now);
+        assert!(!n.redeem(&a, now + NONCE_TTL));
+        let b = n.issue(now);
+        assert!(n.redeem(&b, now + NONCE_TTL - Duration::from_millis(1)));
+    }
+
+    #[test]
+    fn hostile_and_near_miss_nonces_are_refused() {
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let a = n.issue(now);
+        let mut near = a.clone();
+        near.pop();
+        for bad in [
+            "",
+            near.as_str(),
+            &format!("{a}0"),
+            &a.to_uppercase(),
+            "../../etc/passwd",
+            "\0",
+        ] {
+            assert!(!n.redeem(bad, now), "{bad:?}");
+        }
+        assert!(n.redeem(&a, now), "misses must not consume the real nonce");
+    }
+
+    #[test]
+    fn nonces_are_distinct_and_bounded() {
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let all: Vec<String> = (0..MAX_LIVE + 5).map(|_| n.issue(now)).collect();
+        let unique: std::collections::HashSet<_> = all.iter().collect();
+        assert_eq!(unique.len(), all.len());
+        assert!(!n.redeem(&all[0], now), "the oldest was dropped");
+        assert!(n.redeem(all.last().unwrap(), now));
+        assert!(!format!("{n:?}").contains(&all[1]));
+    }
+
+    #[test]
+    fn same_secret_compares_exactly() {
+        assert!(same_secret("abc", "abc"));
+        assert!(!same_secret("abc", "abd"));
+        assert!(!same_secret("abc", "ab"));
+        assert!(same_secret("", ""));
+    }
+}

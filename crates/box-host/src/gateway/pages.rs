@@ -1,0 +1,51 @@
+//! The few pages the gateway answers itself (everything else is Executor's).
+
+/// The page for a request without a valid session.
+pub fn sign_in_needed(box_name: &str) -> String {
+    page(
+        "Sign in with box open",
+        &format!(
+            "<p>This is the box gateway of <b>{box_name}</b>. Run <code>box open {box_name}</code> in a terminal to sign in.</p>"
+        ),
+    )
+}
+
+/// The page for a sign-in link that was already used, has expired, or never existed.
+pub fn link_used(box_name: &str) -> String {
+    page(
+        "Sign-in link used or expired",
+        &format!(
+            "<p>Sign-in links work once, for a minute. Run <code>box open {box_name}</code> for a new one.</p>"
+        ),
+    )
+}
+
+pub fn wrong_host() -> String {
+    page(
+        "Wrong host",
+        "<p>The box gateway only answers to 127.0.0.1 and localhost.</p>",
+    )
+}
+
+pub fn foreign_origin() -> String {
+    page(
+        "Cross-origin request refused",
+        "<p>The box gateway refuses state-changing requests from other origins.</p>",
+    )
+}
+
+pub fn upstream_down(box_name: &str, detail: &str) -> String {
+    page(
+        "Executor is not reachable",
+        &format!(
+            "<p>{detail}</p><p>Check the box with <code>box doctor {box_name}</code>, then run <code>box open {box_name}</code>.</p>"
+        ),
+    )
+}
+
+fn page(title: &str, body: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\"><title>{title}</title></head>\
+         <body style=\"font-family:sans-serif;max-width:40em;margin:4em auto\"><h1>{title}</h1>{body}</body></html>\n"
+    )
+}

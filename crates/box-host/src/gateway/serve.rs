@@ -1,0 +1,190 @@
+//! The gateway process itself: listen on `127.0.0.1:<free port>` and on the control
+//! socket, answer requests, and stop when told to, when the box goes away, or when idle.
+//!
+//! One current-thread tokio runtime: a person's browser is the only client, and it keeps
+//! the resident size small. Blocking work (reading the token through smolvm, asking
+//! smolvm whether the box runs) goes to tokio's blocking pool.
+
+use std::os::unix::fs::PermissionsExt;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use anyhow::{Context as _, Result};
+use hyper::service::service_fn;
+use hyper_util::rt::TokioIo;
+use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
+use tokio::net::{TcpListener, UnixListener};
+
+use super::BoxProbe;
+use super::control::{MAX_LINE, Request};
+use super::proxy::{self, Shared};
+use super::record::{self, GatewayInfo};
+use crate::state::{StateDir, registry};
+
+/// What a gateway serves, and for how long.
+#[derive(Debug, Clone)]
+pub struct Options {
+    pub state: StateDir,
+    pub box_name: String,
+    /// The box's published Executor port on 127.0.0.1.
+    pub upstream_port: u16,
+    pub idle_timeout: Duration,
+}
+
+/// Runs a gateway to the end on a fresh runtime; returns why it stopped.
+pub fn run(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
+    let rt = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .context("cannot start the gateway's runtime")?;
+    rt.block_on(serve(opts, probe))
+}
+
+/// Serves until the gateway must stop; returns why. The control socket and info file are
+/// created once the gateway listens, and removed on the way out.
+pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
+    let name = opts.box_name.clone();
+    let dir = record::dir(&opts.state);
+    StateDir::ensure_private_dir(&dir)?;
+    let reader = Arc::clone(&probe);
+    let token = tokio::task::spawn_blocking(move || reader.token())
+        .await
+        .context("the token reader failed")??;
+    let listener = TcpListener::bind(("127.0.0.1", 0))
+        .await
+        .context("cannot listen on 127.0.0.1")?;
+    let port = listener.local_addr()?.port();
+    let sock = record::socket_path(&opts.state, &name);
+    // The caller holds the start lock and found no gateway answering: a socket file left
+    // here belongs to a dead gateway.
+    let _ = std::fs::remove_file(&sock);
+    let control = UnixListener::bind(&sock)
+        .with_context(|| format!("cannot listen on {}", sock.display()))?;
+    std::fs::set_permissions(&sock, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot make {} private", sock.display()))?;
+    let info = GatewayInfo {
+        box_name: name.clone(),
+        pid: std::process::id(),
+        port,
+        upstream_port: opts.upstream_port,
+        started: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
+    };
+    let info_path = record::info_path(&opts.state, &name);
+    registry::write_atomically(&info_path, serde_json::to_string_pretty(&info)?.as_bytes())?;
+    let shared = Arc::new(Shared::new(
+        name.clone(),
+        port,
+        opts.upstream_port,
+        token,
+        probe,
+    ));
+    tracing::info!(
+        "gateway of '{name}' listening on http://127.0.0.1:{port}, forwarding to 127.0.0.1:{}",
+        opts.upstream_port
+    );
+    let mut stopped = shared.shutdown.subscribe();
+    let control_task = tokio::spawn(control_loop(control, Arc::clone(&shared), info.clone()));
+    let watch_task = tokio::spawn(watch_lifetime(Arc::clone(&shared), opts.idle_timeout));
+    loop {
+        tokio::select! {
+            accepted = listener.accept() => match accepted {
+                Ok((stream, _)) => {
+                    let _ = stream.set_nodelay(true);
+                    let shared = Arc::clone(&shared);
+                    tokio::spawn(async move {
+                        let service = service_fn(move |req| proxy::handle(Arc::clone(&shared), req));
+                        let conn = hyper::server::conn::http1::Builder::new()
+                            .serve_connection(TokioIo::new(stream), service)
+                            .with_upgrades();
+                        if let Err(e) = conn.await {
+                            tracing::debug!("browser connection ended: {e}");
+                        }
+                    });
+                }
+                Err(e) => {
+                    tracing::warn!("accept failed: {e}");
+                    tokio::time::sleep(Duration::from_millis(100)).await;
+                }
+            },
+            _ = stopped.changed() => break,
+        }
+    }
+    control_task.abort();
+    watch_task.abort();
+    // Only remove what is still ours (a later gateway may have replaced it).
+    if std::fs::read_to_string(&info_path)
+        .ok()
+        .and_then(|t| serde_json::from_str::<GatewayInfo>(&t).ok())
+        .is_some_and(|i| i.pid == info.pid)
+    {
+        let _ = std::fs::remove_file(&sock);
+        let _ = std::fs::remove_file(&info_path);
+    }
+    let reason = stopped
+        .borrow()
+        .clone()
+        .unwrap_or_else(|| "stopped".to_string());
+    tracing::info!("gateway of '{name}' stopped: {reason}");
+    Ok(reason)
+}
+
+/// Idle timeout and "the box is gone" (`box rm`, or its registry row removed otherwise).
+/// `box stop` and `box rm` also stop the gateway directly; this is the backstop.
+async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
+    let tick = (idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
+    loop {
+        tokio::time::sleep(tick).await;
+        if let Some(idle) = shared.activity.idle_for()
+            && idle >= idle_timeout
+        {
+            shared.stop(format!("idle for {}s", idle_timeout.as_secs()));
+            return;
+        }
+        let probe = Arc::clone(&shared.probe);
+        if let Ok(false) = tokio::task::spawn_blocking(move || probe.registered()).await {
+            shared.stop(format!("box '{}' was removed", shared.box_name));
+            return;
+        }
+    }
+}
+
+async fn control_loop(listener: UnixListener, shared: Arc<Shared>, info: GatewayInfo) {
+    loop {
+        let Ok((stream, _)) = listener.accept().await else {
+            continue;
+        };
+        let shared = Arc::clone(&shared);
+        let info = info.clone();
+        tokio::spawn(async move {
+            let (read, mut write) = stream.into_split();
+            let mut line = String::new();
+            let mut reader = BufReader::new(read.take(MAX_LINE as u64));
+            let read = tokio::time::timeout(Duration::from_secs(5), reader.read_line(&mut line));
+            let reply = match read.await {
+                Ok(Ok(_)) => match Request::parse(&line) {
+                    Some(Request::SignIn) => {
+                        // A sign-in on its way counts as use: the gateway must not idle out
+                        // between handing out the URL and the browser arriving.
+                        shared.activity.touch();
+                        let nonce = shared
+                            .nonces
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .issue(Instant::now());
+                        format!("nonce {nonce}")
+                    }
+                    Some(Request::Status) => {
+                        serde_json::to_string(&info).unwrap_or_else(|e| format!("error {e}"))
+                    }
+                    Some(Request::Stop) => {
+                        shared.stop("stopped on request (box open --stop, box stop or box rm)");
+                        "ok".to_string()
+                    }
+                    None => "error unknown request".to_string(),
+                },
+                _ => return,
+            };
+            let _ = write.write_all(format!("{reply}\n").as_bytes()).await;
+        });
+    }
+}

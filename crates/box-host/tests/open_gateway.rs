@@ -1,0 +1,444 @@
+//! `box open` as a person uses it: the real `box` against a simulator box running the real
+//! Executor 1.5.9, the one-time URL loaded in headless Chromium (Debian's `chromium`), the
+//! gateway's whole lifetime, and a scan of every process on the host for the token.
+//! The proxy's streaming and upgrade paths are tested against a scripted upstream in
+//! `open_gateway_proxy.rs`.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lifecycle_support;
+
+use std::io::{Read, Write};
+use std::net::TcpStream;
+use std::path::Path;
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+use lifecycle_support::World;
+
+/// Root, the guest tools, and Chromium; missing ones fail under CI=true.
+fn prerequisites() -> bool {
+    if !lifecycle_support::prerequisites() {
+        return false;
+    }
+    if Path::new("/usr/bin/chromium").exists() {
+        return true;
+    }
+    let why =
+        "box open gateway tests need chromium (apt-get install chromium; scripts/setup.sh does)";
+    if std::env::var("CI").is_ok_and(|v| v == "true") {
+        panic!("{why}");
+    }
+    eprintln!("SKIPPED: {why}");
+    false
+}
+
+/// The DOM Chromium built for `url` in a fresh profile, after the SPA's scripts ran.
+fn chromium_dom(w: &World, url: &str, label: &str) -> String {
+    let profile = w.dir.path().join(format!("chromium-{label}"));
+    let out = Command::new("timeout")
+        .arg("120")
+        .arg("/usr/bin/chromium")
+        .args([
+            "--headless",
+            "--no-sandbox",
+            "--disable-gpu",
+            "--disable-quic",
+            "--no-first-run",
+            "--disable-background-networking",
+            "--disable-component-update",
+            "--disable-sync",
+            "--virtual-time-budget=20000",
+            "--dump-dom",
+        ])
+        .arg(format!("--user-data-dir={}", profile.display()))
+        .arg(url)
+        .output()
+        .unwrap();
+    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
+    std::fs::write(w.dir.path().join(format!("dom-{label}.html")), &dom).unwrap();
+    assert!(
+        out.status.success(),
+        "chromium failed ({}): {}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    dom
+}
+
+/// The visible text of a DOM, roughly: tags and scripts removed.
+fn text_of(dom: &str) -> String {
+    let mut out = String::new();
+    let mut rest = dom;
+    while let Some(at) = rest.find('<') {
+        out.push_str(&rest[..at]);
+        out.push(' ');
+        let tail = &rest[at..];
+        let skip_to = if tail.starts_with("<script") {
+            tail.find("</script>").map(|e| e + 9)
+        } else if tail.starts_with("<style") {
+            tail.find("</style>").map(|e| e + 8)
+        } else {
+            tail.find('>').map(|e| e + 1)
+        };
+        match skip_to {
+            Some(n) => rest = &tail[n..],
+            None => return out,
+        }
+    }
+    out.push_str(rest);
+    out
+}
+
+/// One raw HTTP/1.1 request to the gateway; returns the whole response.
+fn http(port: u16, request: &str) -> String {
+    let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(30))).unwrap();
+    s.write_all(request.as_bytes()).unwrap();
+    let mut out = Vec::new();
+    let _ = s.read_to_end(&mut out);
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn get(port: u16, path: &str, extra: &str) -> String {
+    http(
+        port,
+        &format!(
+            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{extra}connection: close\r\n\r\n"
+        ),
+    )
+}
+
+/// `(pid, port)` of the gateway box recorded for `name`, if any.
+fn recorded_gateway(w: &World, name: &str) -> Option<(u32, u16)> {
+    let text =
+        std::fs::read_to_string(w.home.join("gateways").join(format!("{name}.json"))).ok()?;
+    let v: serde_json::Value = serde_json::from_str(&text).ok()?;
+    Some((v["pid"].as_u64()? as u32, v["port"].as_u64()? as u16))
+}
+
+/// Pids of `box __gateway <name>` processes of this world (its BOX_HOME).
+fn gateway_processes(w: &World, name: &str) -> Vec<u32> {
+    let home = format!("BOX_HOME={}", w.home.display());
+    let mut pids = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let Ok(pid) = e.file_name().to_string_lossy().parse::<u32>() else {
+            continue;
+        };
+        let cmdline = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+        let args: Vec<&[u8]> = cmdline.split(|b| *b == 0).collect();
+        if !args
+            .windows(2)
+            .any(|p| p[0] == b"__gateway" && p[1] == name.as_bytes())
+        {
+            continue;
+        }
+        let environ = std::fs::read(e.path().join("environ")).unwrap_or_default();
+        if environ.split(|b| *b == 0).any(|v| v == home.as_bytes()) {
+            let stat = std::fs::read_to_string(e.path().join("stat")).unwrap_or_default();
+            if stat
+                .rsplit_once(')')
+                .is_some_and(|(_, r)| r.trim_start().starts_with('Z'))
+            {
+                continue;
+            }
+            pids.push(pid);
+        }
+    }
+    pids
+}
+
+fn wait_until(what: &str, timeout: Duration, mut done: impl FnMut() -> bool) {
+    let deadline = Instant::now() + timeout;
+    while !done() {
+        assert!(Instant::now() < deadline, "timed out waiting until {what}");
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+fn port_closed(port: u16) -> bool {
+    TcpStream::connect(("127.0.0.1", port)).is_err()
+}
+
+/// Every process on the host whose argv or environment holds `token`, except those in the
+/// simulator guests' PID namespaces: Executor 1.5.9 inside the box gets its token on argv
+/// from hb (the guest is its own trust domain; see hb's token.rs). Returns what was found
+/// and how many of our own namespace's processes were scanned.
+fn processes_holding(token: &str) -> (Vec<String>, usize) {
+    let own_ns = std::fs::read_link("/proc/self/ns/pid").unwrap();
+    let mut found = Vec::new();
+    let mut scanned = 0;
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        if e.file_name().to_string_lossy().parse::<u32>().is_err() {
+            continue;
+        }
+        let Ok(ns) = std::fs::read_link(e.path().join("ns/pid")) else {
+            continue;
+        };
+        if ns != own_ns {
+            continue;
+        }
+        scanned += 1;
+        for file in ["cmdline", "environ"] {
+            let bytes = std::fs::read(e.path().join(file)).unwrap_or_default();
+            if String::from_utf8_lossy(&bytes).contains(token) {
+                let cmd = std::fs::read(e.path().join("cmdline")).unwrap_or_default();
+                let cmd = String::from_utf8_lossy(&cmd)
+                    .replace('\0', " ")
+                    .replace(token, "<TOKEN>");
+                found.push(format!("{} {file}: {cmd}", e.file_name().to_string_lossy()));
+            }
+        }
+    }
+    (found, scanned)
+}
+
+#[test]
+fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
+    if !prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+    let new = w.run(&["new", "alpha"]);
+    assert!(new.ok(), "{new}");
+    let token = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "/usr/local/bin/hb",
+        "token",
+    ]);
+    assert!(token.status.success());
+    let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
+    assert!(token.len() >= 16, "implausible token");
+
+    // The opener records the URLs it is handed (one per line).
+    let opened = w.dir.path().join("opened-urls");
+    let opener = w.dir.path().join("record-opener");
+    std::fs::write(
+        &opener,
+        format!(
+            "#!/bin/sh\n[ $# -eq 1 ] || exit 9\nprintf '%s\\n' \"$1\" >> '{}'\n",
+            opened.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&opener, std::fs::Permissions::from_mode(0o755)).unwrap();
+    let browser = [("BOX_BROWSER", opener.to_str().unwrap())];
+
+    // Two `box open` at once: both succeed and share one gateway.
+    let a = w.spawn(&["open", "alpha"], &browser);
+    let b = w.spawn(&["open", "alpha"], &browser);
+    let a = w.collect(a, "box open alpha (a)");
+    let b = w.collect(b, "box open alpha (b)");
+    assert!(a.ok(), "{a}");
+    assert!(b.ok(), "{b}");
+    let urls: Vec<String> = std::fs::read_to_string(&opened)
+        .unwrap()
+        .lines()
+        .map(String::from)
+        .collect();
+    assert_eq!(urls.len(), 2, "{urls:?}");
+    let (gw_pid, gw_port) = recorded_gateway(&w, "alpha").expect("gateway recorded");
+    for url in &urls {
+        let prefix = format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=");
+        assert!(url.starts_with(&prefix), "{url}");
+        assert_eq!(url.len(), prefix.len() + 64, "{url}");
+        assert!(
+            !url.contains(&token),
+            "the token is in the URL handed to the opener"
+        );
+    }
+    assert_ne!(urls[0], urls[1], "each open gets its own nonce");
+    assert_eq!(
+        gateway_processes(&w, "alpha"),
+        [gw_pid],
+        "exactly one gateway"
+    );
+    assert_ne!(gw_port, w.port_lo);
+    assert_ne!(gw_port, w.port_hi);
+
+    // While it runs, no process of ours holds the token in argv or environment.
+    let (found, scanned) = processes_holding(&token);
+    assert!(found.is_empty(), "token visible in /proc: {found:#?}");
+    assert!(scanned > 0);
+    let gw_env = std::fs::read(format!("/proc/{gw_pid}/environ")).unwrap();
+    assert!(!String::from_utf8_lossy(&gw_env).contains(&token));
+
+    // The real browser: the sign-in URL lands on Executor's signed-in Integrations page.
+    let dom = chromium_dom(&w, &urls[0], "signed-in");
+    let text = text_of(&dom);
+    let words: Vec<&str> = text.split_whitespace().collect();
+    eprintln!("signed-in page text: {}", words.join(" "));
+    assert!(
+        text.contains("Integrations"),
+        "no Integrations page in the DOM:\n{dom}"
+    );
+    assert!(
+        !text.contains("Unauthorized"),
+        "Executor refused the gateway:\n{dom}"
+    );
+    assert!(!dom.contains(&token), "the token reached the page");
+    // The same URL again (a fresh browser profile): not signed in.
+    let dom = chromium_dom(&w, &urls[0], "reused");
+    let text = text_of(&dom);
+    assert!(text.contains("Sign-in link used or expired"), "{dom}");
+    assert!(!text.contains("Integrations"), "{dom}");
+    // The bare gateway URL without the cookie: the 401 page that says what to run.
+    let dom = chromium_dom(&w, &format!("http://127.0.0.1:{gw_port}/"), "bare");
+    assert!(text_of(&dom).contains("box open alpha"), "{dom}");
+    let bare = get(gw_port, "/", "");
+    assert!(bare.starts_with("HTTP/1.1 401"), "{bare}");
+
+    // The second URL signs a plain client in; Executor's API answers through the gateway.
+    let signed = get(
+        gw_port,
+        &urls[1][format!("http://127.0.0.1:{gw_port}").len()..],
+        "",
+    );
+    assert!(signed.starts_with("HTTP/1.1 303"), "{signed}");
+    let cookie = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let c = format!("cookie: {cookie}\r\n");
+    let api = get(gw_port, "/api/integrations", &c);
+    assert!(api.starts_with("HTTP/1.1 200"), "{api}");
+    assert!(!api.contains(&token));
+    // A foreign Host is refused, even with the cookie (DNS rebinding).
+    let foreign = http(
+        gw_port,
+        &format!(
+            "GET / HTTP/1.1\r\nhost: rebind.example:{gw_port}\r\n{c}connection: close\r\n\r\n"
+        ),
+    );
+    assert!(foreign.starts_with("HTTP/1.1 403"), "{foreign}");
+    // A foreign Origin on a state-changing request is refused.
+    let post = http(
+        gw_port,
+        &format!(
+            "POST /api/integrations HTTP/1.1\r\nhost: 127.0.0.1:{gw_port}\r\norigin: http://evil.example\r\n{c}content-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+        ),
+    );
+    assert!(post.starts_with("HTTP/1.1 403"), "{post}");
+
+    // Reported, not asserted: what the gateway costs while idle, after serving the UI.
+    let status = std::fs::read_to_string(format!("/proc/{gw_pid}/status")).unwrap();
+    let rss = status
+        .lines()
+        .find(|l| l.starts_with("VmRSS:"))
+        .unwrap_or("VmRSS: ?");
+    eprintln!("gateway (debug build) after serving the UI: {rss}");
+
+    // ls and doctor show the running gateway.
+    let ls = w.run(&["ls", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
+    assert_eq!(
+        rows[0]["gateway"],
+        format!("http://127.0.0.1:{gw_port}"),
+        "{ls}"
+    );
+    let ls = w.run(&["ls"]);
+    assert!(
+        ls.stdout
+            .contains(&format!("(box open gateway: http://127.0.0.1:{gw_port})")),
+        "{ls}"
+    );
+    let doctor = w.run(&["doctor", "alpha"]);
+    assert!(doctor.ok(), "{doctor}");
+    assert!(
+        doctor.stdout.contains(&format!(
+            "box open gateway running on http://127.0.0.1:{gw_port} (pid {gw_pid}"
+        )),
+        "{doctor}"
+    );
+
+    // --print-url: the same gateway, a fresh one-time URL on stdout, no opener.
+    let printed = w.run(&["open", "alpha", "--print-url"]);
+    assert!(printed.ok(), "{printed}");
+    let url = printed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("http://"))
+        .unwrap();
+    assert!(
+        url.starts_with(&format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=")),
+        "{printed}"
+    );
+    assert_eq!(
+        std::fs::read_to_string(&opened).unwrap().lines().count(),
+        2,
+        "opener called"
+    );
+    let help = w.run(&["open", "--help"]);
+    assert!(help.stdout.contains("credential"), "{help}");
+
+    // --stop: the gateway exits and its port closes.
+    let stop = w.run(&["open", "--stop", "alpha"]);
+    assert!(stop.ok(), "{stop}");
+    assert!(
+        stop.stdout.contains("Stopped the gateway of 'alpha'"),
+        "{stop}"
+    );
+    assert!(gateway_processes(&w, "alpha").is_empty());
+    assert!(port_closed(gw_port));
+    assert!(recorded_gateway(&w, "alpha").is_none());
+    let ls = w.run(&["ls", "--json"]);
+    let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
+    assert!(rows[0]["gateway"].is_null(), "{ls}");
+
+    // box stop takes the gateway with it.
+    assert!(w.run(&["open", "alpha", "--print-url"]).ok());
+    let (_, port) = recorded_gateway(&w, "alpha").unwrap();
+    let stop = w.run(&["stop", "alpha"]);
+    assert!(stop.ok(), "{stop}");
+    assert!(
+        stop.stdout
+            .contains("Stopped the box open gateway of 'alpha'"),
+        "{stop}"
+    );
+    assert!(gateway_processes(&w, "alpha").is_empty());
+    assert!(port_closed(port));
+    let open = w.run(&["open", "alpha", "--print-url"]);
+    assert_eq!(open.code, Some(1), "{open}");
+    assert!(open.stderr.contains("box start alpha"), "{open}");
+    assert!(
+        gateway_processes(&w, "alpha").is_empty(),
+        "a gateway for a stopped box"
+    );
+
+    // The idle timeout (box.env's OPEN_IDLE_TIMEOUT, 2 s here) stops it.
+    assert!(w.run(&["start", "alpha"]).ok());
+    let open = w.run_env(
+        &["open", "alpha", "--print-url"],
+        &[("OPEN_IDLE_TIMEOUT", "2")],
+    );
+    assert!(open.ok(), "{open}");
+    let (_, port) = recorded_gateway(&w, "alpha").unwrap();
+    wait_until("the idle gateway stops", Duration::from_secs(20), || {
+        gateway_processes(&w, "alpha").is_empty()
+    });
+    assert!(port_closed(port));
+    let log = std::fs::read_to_string(w.home.join("logs/gateway-alpha.log")).unwrap();
+    assert!(log.contains("stopped: idle for 2s"), "{log}");
+
+    // box rm takes it with it too.
+    assert!(w.run(&["open", "alpha", "--print-url"]).ok());
+    let (_, port) = recorded_gateway(&w, "alpha").unwrap();
+    let rm = w.run(&["rm", "alpha", "--force"]);
+    assert!(rm.ok(), "{rm}");
+    assert!(gateway_processes(&w, "alpha").is_empty());
+    assert!(port_closed(port));
+
+    // Nothing box printed or logged, nor any smolvm argv, ever held the token.
+    assert!(!w.transcript.contains(&token), "token in box output");
+    assert!(!w.logs().contains(&token), "token in box logs");
+    assert!(!w.calls_text().contains(&token), "token in smolvm argv");
+    assert!(!std::fs::read_to_string(&opened).unwrap().contains(&token));
+}
