@@ -174,7 +174,7 @@ impl User {
         std::thread::spawn(move || {
             std::thread::sleep(Duration::from_secs(5));
             let _ = stdin.write_all(
-                b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-ca-${NODE_EXTRA_CA_CERTS:-none}\r",
+                b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-ca-${NODE_EXTRA_CA_CERTS:-none}-tools-$(command -v claude codex executor hermes | wc -l)-token-${EXECUTOR_MCP_TOKEN:+set}\r",
             );
             std::thread::sleep(Duration::from_secs(2));
             let _ = stdin.write_all(b"exit\r");
@@ -298,8 +298,9 @@ fn first_run_on_a_pristine_image_from_the_network() {
     assert!(
         enter
             .stdout
-            .contains("in-main-as-agent-ca-/etc/hermes-box/ca-certs.pem"),
-        "box enter did not land in tmux session main as agent with the CA exported:\n{enter}"
+            .contains("in-main-as-agent-ca-/etc/hermes-box/ca-certs.pem-tools-4-token-set"),
+        "box enter did not land in tmux session main as agent with the CA exported, the four \
+         agent tools (claude, codex, executor, hermes) on PATH and the MCP token set:\n{enter}"
     );
 
     let (save, _) = user.phase("save alpha", &["save", "alpha"]);
