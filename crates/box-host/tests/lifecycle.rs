@@ -510,10 +510,9 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         std::thread::sleep(std::time::Duration::from_secs(4));
         let _ = stdin.write_all(b"echo hello-from-$(whoami)-in-$TMUX_PANE\r");
         std::thread::sleep(std::time::Duration::from_secs(1));
-        // The MCP token in the agent's login shell. TODO(issue 16 item 8): also
-        // `command -v claude codex executor hermes` once this world provisions the real
-        // /opt/hermes-box layout; today the tools come from HB_TOOL_PREFIX and are not on
-        // the login PATH (the line prints tools-0).
+        // The MCP token in the agent's login shell. The tools are not on this world's login
+        // PATH (they come from HB_TOOL_PREFIX, the line prints tools-0): first_run.rs, which
+        // provisions the real /opt/hermes-box layout, checks all four there.
         let _ = stdin.write_all(
             b"echo token-${EXECUTOR_MCP_TOKEN:+set}-tools-$(command -v claude codex executor | wc -l)\r",
         );
