@@ -90,6 +90,9 @@ fn run_case(w: &World, args: &[&str], act: Act, env: &[(&str, &str)]) -> save_lo
             let mut e: Vec<(&str, &str)> = env.to_vec();
             e.push(("SMOLVM_SIM_FAIL", &spec));
             e.push(("SMOLVM_SIM_SLOW_SECS", "20"));
+            // Frozen 10 ms into its own run: an export or import of this small /data takes
+            // well under the default 0.1 s on a quiet machine, and would be over by then.
+            e.push(("SMOLVM_SIM_HELD_RUN_SECS", "0.01"));
             let from = w.calls().len();
             let child = w.spawn(args, &e);
             let pid = nix::unistd::Pid::from_raw(child.id() as i32);

@@ -168,6 +168,7 @@ pub fn hold_started(pgid: i32) {
             .unwrap_or(default)
             .max(0.0)
     };
+    wait_for_exec(pgid);
     std::thread::sleep(std::time::Duration::from_secs_f64(secs(
         "SMOLVM_SIM_HELD_RUN_SECS",
         0.1,
@@ -180,6 +181,21 @@ pub fn hold_started(pgid: i32) {
     )));
     // SAFETY: as above.
     unsafe { libc::kill(-pgid, libc::SIGCONT) };
+}
+
+/// Waits (up to 2 s) until the forked child has exec'd the guest command, so the run time
+/// is counted from the command's own start: a fast command (an export of a small /data
+/// takes milliseconds) must not be frozen before it has begun, nor finish before the freeze.
+fn wait_for_exec(pid: i32) {
+    let ours = std::fs::read("/proc/self/cmdline").unwrap_or_default();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(2);
+    while std::time::Instant::now() < deadline {
+        match std::fs::read(format!("/proc/{pid}/cmdline")) {
+            Ok(c) if c != ours => return,
+            Ok(_) => std::thread::sleep(std::time::Duration::from_micros(200)),
+            Err(_) => return,
+        }
+    }
 }
 
 /// Block forever (until a signal kills us).
