@@ -18,6 +18,8 @@
 //! projects' data); it must sit beside the repo root, and CI fails without it.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod backup_support;
+
 use std::collections::BTreeMap;
 use std::fs;
 use std::io::Write;
@@ -180,39 +182,20 @@ fn gzip(bytes: &[u8]) -> Vec<u8> {
 
 /// Stock gpg, symmetric, passphrase on fd 0.
 fn gpg_encrypt(home: &Path, input: &Path, output: &Path) {
-    let mut child = Command::new("gpg")
-        .arg("--homedir")
-        .arg(home)
-        .args([
-            "--batch",
-            "--yes",
-            "--quiet",
-            "--pinentry-mode",
-            "loopback",
-            "--passphrase-fd",
-            "0",
-            "--symmetric",
-            "--cipher-algo",
-            "AES256",
-            // The fewest S2K iterations OpenPGP allows: 286 runs decrypt twice each, and
-            // key stretching is not what this test is about (CI time).
-            "--s2k-count",
-            "1024",
-            "--output",
-        ])
-        .arg(output)
-        .arg(input)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::null())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpg is installed by scripts/setup.sh");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{PASS}\n").as_bytes())
-        .unwrap();
+    let args: [&std::ffi::OsStr; 9] = [
+        "--quiet".as_ref(),
+        "--symmetric".as_ref(),
+        "--cipher-algo".as_ref(),
+        "AES256".as_ref(),
+        // The fewest S2K iterations OpenPGP allows: 286 runs decrypt twice each, and key
+        // stretching is not what this test is about (CI time).
+        "--s2k-count".as_ref(),
+        "1024".as_ref(),
+        "--output".as_ref(),
+        output.as_os_str(),
+        input.as_os_str(),
+    ];
+    let child = backup_support::gpg_child(home, PASS, &args);
     let out = child.wait_with_output().unwrap();
     assert!(
         out.status.success(),

@@ -8,7 +8,6 @@ mod backup_support;
 
 use std::fs::File;
 use std::io::{Read, Write};
-use std::process::{Command, Stdio};
 
 use backup_support::*;
 use box_host::backup::seipd::SeipdWriter;
@@ -58,29 +57,7 @@ fn write_backup(path: &std::path::Path, size: u64) -> [u8; 32] {
 
 /// `gpg -d` of `path` to a pipe: the SHA-256 and size of what it printed, and its stderr.
 fn gpg_decrypt(home: &std::path::Path, path: &std::path::Path) -> ([u8; 32], u64, String) {
-    let mut child = Command::new("gpg")
-        .arg("--homedir")
-        .arg(home)
-        .args([
-            "--batch",
-            "--pinentry-mode",
-            "loopback",
-            "--passphrase-fd",
-            "0",
-            "-d",
-        ])
-        .arg(path)
-        .stdin(Stdio::piped())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .expect("gpg is installed by scripts/setup.sh");
-    child
-        .stdin
-        .take()
-        .unwrap()
-        .write_all(format!("{PASS}\n").as_bytes())
-        .unwrap();
+    let mut child = backup_support::gpg_child(home, PASS, &["-d".as_ref(), path.as_os_str()]);
     let mut out = child.stdout.take().unwrap();
     let mut hasher = Sha256::new();
     let mut size = 0u64;

@@ -164,8 +164,9 @@ pub fn gpg_home(dir: &Path) -> PathBuf {
     h
 }
 
-/// Runs gpg with the passphrase on stdin (fd 0), never in argv.
-pub fn gpg(home: &Path, pass: &str, args: &[&str]) -> Output {
+/// Starts stock gpg in batch mode with `home` as its homedir and writes the passphrase to
+/// its stdin (fd 0, never argv); stdout is piped for the caller to read or stream.
+pub fn gpg_child(home: &Path, pass: &str, args: &[&std::ffi::OsStr]) -> std::process::Child {
     let mut child = Command::new("gpg")
         .arg("--homedir")
         .arg(home)
@@ -189,7 +190,13 @@ pub fn gpg(home: &Path, pass: &str, args: &[&str]) -> Output {
         .unwrap()
         .write_all(format!("{pass}\n").as_bytes())
         .unwrap();
-    child.wait_with_output().unwrap()
+    child
+}
+
+/// Runs gpg with the passphrase on stdin (fd 0), never in argv.
+pub fn gpg(home: &Path, pass: &str, args: &[&str]) -> Output {
+    let args: Vec<&std::ffi::OsStr> = args.iter().map(std::ffi::OsStr::new).collect();
+    gpg_child(home, pass, &args).wait_with_output().unwrap()
 }
 
 /// A `box` command isolated from the user's config and state.
