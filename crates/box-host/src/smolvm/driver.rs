@@ -191,18 +191,7 @@ impl Smolvm {
             &spec.image,
             "--net",
         ]);
-        for (host, guest) in &spec.ports {
-            a.push("-p".into());
-            a.push(format!("{host}:{guest}").into());
-        }
-        a.push("--cpus".into());
-        a.push(spec.cpus.to_string().into());
-        a.push("--mem".into());
-        a.push(spec.mem_mib.to_string().into());
-        for (k, v) in &spec.env {
-            a.push("-e".into());
-            a.push(format!("{k}={v}").into());
-        }
+        push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
         a.push("--".into());
         a.extend(spec.workload.iter().map(OsString::from));
         let out = self.checked(a, timeouts::CREATE)?;
@@ -221,18 +210,7 @@ impl Smolvm {
             spec.pack.as_os_str().to_owned(),
             "--net".into(),
         ];
-        for (host, guest) in &spec.ports {
-            a.push("-p".into());
-            a.push(format!("{host}:{guest}").into());
-        }
-        a.push("--cpus".into());
-        a.push(spec.cpus.to_string().into());
-        a.push("--mem".into());
-        a.push(spec.mem_mib.to_string().into());
-        for (k, v) in &spec.env {
-            a.push("-e".into());
-            a.push(format!("{k}={v}").into());
-        }
+        push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
         let call = Self::call_name(&a);
         let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
             .ok()
@@ -510,6 +488,28 @@ fn check(call: &str, out: Output) -> Result<Output, SmolvmError> {
             .map_or_else(|| "a signal".to_string(), |c| format!("status {c}")),
         stderr: out.stderr,
     })
+}
+
+/// The `-p`, `--cpus`, `--mem` and `-e` flags `create` and `create --from` share.
+fn push_machine_flags(
+    a: &mut Vec<OsString>,
+    ports: &[(u16, u16)],
+    cpus: u8,
+    mem_mib: u32,
+    env: &[(String, String)],
+) {
+    for (host, guest) in ports {
+        a.push("-p".into());
+        a.push(format!("{host}:{guest}").into());
+    }
+    a.push("--cpus".into());
+    a.push(cpus.to_string().into());
+    a.push("--mem".into());
+    a.push(mem_mib.to_string().into());
+    for (k, v) in env {
+        a.push("-e".into());
+        a.push(format!("{k}={v}").into());
+    }
 }
 
 #[cfg(test)]
