@@ -30,31 +30,12 @@ use sim_support::{Run, box_bin, detach, sibling};
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 
 fn prerequisites() -> bool {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root (the simulator builds namespaced guests)".to_string());
-    }
-    for t in ["slirp4netns", "mmdebstrap", "script"] {
-        let found = Command::new("sh")
-            .args(["-c", &format!("command -v {t}")])
-            .output()
-            .is_ok_and(|o| o.status.success());
-        if !found {
-            missing.push(format!("{t} (scripts/setup.sh installs it)"));
-        }
-    }
+    let mut missing =
+        sim_support::missing_root_and_commands(&["slirp4netns", "mmdebstrap", "script"]);
     if !Path::new(CA_BUNDLE).is_file() {
         missing.push(format!("{CA_BUNDLE} (the host's CA bundle)"));
     }
-    if missing.is_empty() {
-        return true;
-    }
-    let why = format!("first-run tests need: {}", missing.join(", "));
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    sim_support::require("first-run tests", &missing)
 }
 
 /// One user's machine: their own BOX_HOME, simulator home, box.env and backups.

@@ -39,16 +39,22 @@ pub fn sibling(name: &str) -> PathBuf {
 /// the host `commands` a suite needs. Missing: fail under CI=true, else skip with the
 /// reason (`suite` names who needs them).
 pub fn prerequisites(suite: &str, commands: &[&str]) -> bool {
-    let mut missing = Vec::new();
-    if !nix::unistd::geteuid().is_root() {
-        missing.push("root (the simulator builds namespaced guests)".to_string());
-    }
+    let mut missing = missing_root_and_commands(commands);
     for t in ["executor", "codex", "claude"] {
         if !Path::new(TOOL_PREFIX).join("bin").join(t).exists() {
             missing.push(format!(
                 "{TOOL_PREFIX}/bin/{t} (run scripts/setup.sh, which links the CI tools there for simulator guests)"
             ));
         }
+    }
+    require(suite, &missing)
+}
+
+/// What of root and the host `commands` is missing, each with how to get it.
+pub fn missing_root_and_commands(commands: &[&str]) -> Vec<String> {
+    let mut missing = Vec::new();
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (the simulator builds namespaced guests)".to_string());
     }
     for t in commands {
         if Command::new("sh")
@@ -60,6 +66,12 @@ pub fn prerequisites(suite: &str, commands: &[&str]) -> bool {
             missing.push(format!("{t} (apt-get install it; scripts/setup.sh does)"));
         }
     }
+    missing
+}
+
+/// Nothing missing: true. Otherwise fail under CI=true, else print a visible
+/// `SKIPPED: <suite> need: …` line and return false.
+pub fn require(suite: &str, missing: &[String]) -> bool {
     if missing.is_empty() {
         return true;
     }
