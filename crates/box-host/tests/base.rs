@@ -63,14 +63,32 @@ fn executor_secrets(w: &World, machine: &str) -> Vec<String> {
     vec![token]
 }
 
-/// Unpacks a pack (smolvm-sim's format is a tar) and scans every file for the secrets and
-/// for agent credential and per-box files.
+/// Unpacks a pack (smolvm-sim's format, as smolvm's: zstd-compressed tar assets, the
+/// manifest, a footer naming the assets' size) and scans every file for the secrets and
+/// for agent credential and per-box files; the manifest and footer are scanned as bytes.
 fn assert_nothing_secret_in(pack: &Path, secrets: &[String]) {
+    let raw = std::fs::read(pack).unwrap();
+    let footer = String::from_utf8_lossy(&raw[raw.len() - 512..]).to_string();
+    let assets: usize = footer
+        .split_whitespace()
+        .find_map(|w| w.strip_prefix("assets_size="))
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("no assets_size in the footer {footer:?}"));
+    for s in secrets {
+        assert!(
+            !raw[assets..].windows(s.len()).any(|w| w == s.as_bytes()),
+            "a secret is in the pack's manifest or footer"
+        );
+    }
     let dir = tempfile::tempdir().unwrap();
-    let st = std::process::Command::new("tar")
-        .arg("-xf")
+    let st = std::process::Command::new("sh")
+        .args([
+            "-c",
+            "head -c \"$1\" \"$2\" | zstd -dqc | tar -xf - -C \"$3\"",
+            "sh",
+        ])
+        .arg(assets.to_string())
         .arg(pack)
-        .arg("-C")
         .arg(dir.path())
         .status()
         .unwrap();

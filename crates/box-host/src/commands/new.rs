@@ -345,7 +345,7 @@ impl NewRun<'_> {
             .into());
         }
         let data = self.smolvm.data_dir(&self.machine)?;
-        if !data.join("pack/.smolvm-extracted").exists() {
+        if !crate::base::layers_present(&data) {
             return Err(anyhow!(
                 "smolvm removed the base's extracted layers right after creating '{}' (the 1.0.4 pack cache eviction: {} has no .smolvm-extracted); set SMOLVM_PACK_CACHE_MAX_BYTES above the base's size ({} bytes) or run `box new --fresh`",
                 self.machine,

@@ -145,6 +145,9 @@ pub enum GuestRoot {
     /// A cached image's root filesystem (read-only lower layer).
     Image {
         lower: PathBuf,
+        /// A shared pack's layer (its source machine's upper dir), stacked above the image
+        /// and below the machine's own upper dir, read-only (1.9's shared pack store).
+        pack_layer: Option<PathBuf>,
         /// Mount a fresh tmpfs on /tmp at every boot (smolvm 1.9's agent does).
         tmp_tmpfs: bool,
     },
@@ -165,7 +168,11 @@ pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, network: bool) -> Resul
     )?;
     match root {
         GuestRoot::HostUserland => assemble_host_userland(data)?,
-        GuestRoot::Image { lower, tmp_tmpfs } => assemble_image(data, lower, *tmp_tmpfs)?,
+        GuestRoot::Image {
+            lower,
+            pack_layer,
+            tmp_tmpfs,
+        } => assemble_image(data, lower, pack_layer.as_deref(), *tmp_tmpfs)?,
     }
     let r = mountpoint(data);
     mount_runtime_dirs(&r)?;
@@ -176,7 +183,12 @@ pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, network: bool) -> Resul
 }
 
 /// The image form: one overlay over the cached image, plus smolvm's `/workspace`.
-fn assemble_image(data: &Path, lower: &Path, tmp_tmpfs: bool) -> Result<(), String> {
+fn assemble_image(
+    data: &Path,
+    lower: &Path,
+    pack_layer: Option<&Path>,
+    tmp_tmpfs: bool,
+) -> Result<(), String> {
     if !lower.join("bin").exists() {
         return Err(format!(
             "image root {} is missing (was the image cache removed?)",
@@ -190,9 +202,14 @@ fn assemble_image(data: &Path, lower: &Path, tmp_tmpfs: bool) -> Result<(), Stri
         fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
     }
     let r = mountpoint(data);
+    // overlayfs: the leftmost lower layer is the top one; whiteouts and opaque dirs in the
+    // pack's layer hide what the source machine deleted from the image.
+    let lowers = match pack_layer {
+        Some(layer) => format!("{}:{}", layer.display(), lower.display()),
+        None => lower.display().to_string(),
+    };
     let opts = format!(
-        "lowerdir={},upperdir={},workdir={}",
-        lower.display(),
+        "lowerdir={lowers},upperdir={},workdir={}",
         upper.display(),
         work.display()
     );

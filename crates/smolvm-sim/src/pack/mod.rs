@@ -3,12 +3,13 @@
 //! smolvm's `.smolmachine` is zstd-compressed assets (runtime libraries, agent rootfs, the
 //! image's layers, the machine's container-overlay upper dir as one more layer) followed by a
 //! manifest and a footer (`crates/smolvm-pack`, v1.0.4 `src/cli/pack.rs` ~L465-720). The
-//! simulator's is a plain tar holding `manifest.json` first, then the machine's persistent
-//! guest directory (its overlay upper layers; the shared image cache plays the part of the
-//! image's layers, so the pack names the image instead of carrying it). What a caller can
-//! observe is the same: the files the source machine wrote come back in every machine made
-//! from the pack, the manifest's workload, env, cpus and mem become defaults, and the
-//! per-version quirks below hold.
+//! simulator's has that layout (`format`): zstd level 3 over a tar of the machine's
+//! persistent guest directory (its overlay upper layers; the shared image cache plays the
+//! part of the image's layers, so the pack names the image instead of carrying it), the
+//! manifest, a footer with a CRC32. What a caller can observe is the same: the files the
+//! source machine wrote come back in every machine made from the pack, the manifest's
+//! workload, env, cpus and mem become defaults, a `create --from` costs one decoding pass
+//! over the pack, and the per-version quirks below hold.
 //!
 //! Extraction goes into `<data dir>/pack` with a `.smolvm-extracted` marker, as smolvm's
 //! `machine_layers_cache_dir`; the machine's guest directory is seeded from it and its start
@@ -29,8 +30,11 @@
 //! - 1.9: ownership is kept (root extraction chowns, extract.rs@v1.9.3 `set_owner`) and the
 //!   eviction protects the directory just extracted (`evict_cache_to_size_protecting`).
 
+pub mod format;
+pub mod shared;
+
+use std::ffi::OsString;
 use std::fs;
-use std::io::Read;
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
@@ -42,8 +46,6 @@ use crate::registry::Record;
 
 /// The marker smolvm writes when an extraction completed.
 pub const EXTRACTED_MARKER: &str = ".smolvm-extracted";
-/// What the simulator's packs say they are, so a foreign file is refused clearly.
-const FORMAT: &str = "smolvm-sim-pack/1";
 /// Directories of the guest dir that are overlayfs work dirs, never state.
 const WORK_DIRS: [&str; 2] = ["work", "image-work"];
 
@@ -93,7 +95,7 @@ pub fn manifest_for(r: &Record, entrypoint: Option<&str>, cpus: u8, mem: u32) ->
         None => vec!["/bin/sh".to_string()],
     };
     Manifest {
-        format: FORMAT.to_string(),
+        format: format::FORMAT.to_string(),
         source: format!("vm://{}", r.name),
         image: r.image.clone(),
         sim_image: r.sim_image.clone(),
@@ -121,187 +123,39 @@ fn tar_error(op: &str, out: &std::process::Output) -> SimError {
 }
 
 /// Write `sidecar` (temp file + rename, so a reader never sees half a pack) from the
-/// machine's guest dir. GNU tar keeps numeric owners, modes, overlay whiteouts (0/0 char
-/// devices), `trusted.overlay.*` xattrs and sparse files.
+/// machine's guest dir, overlayfs work dirs left out.
 pub fn write(manifest: &Manifest, guest: &Path, sidecar: &Path) -> Result<u64, SimError> {
     let dir = sidecar.parent().filter(|p| !p.as_os_str().is_empty());
     let dir = dir.unwrap_or(Path::new("."));
     let staging = tempdir_in(dir).map_err(|e| agent("create temp directory", e))?;
     let cleanup = Cleanup(staging.clone());
-    let body =
-        serde_json::to_vec_pretty(manifest).map_err(|e| agent("pack binary", e.to_string()))?;
-    fs::write(staging.join("manifest.json"), body)
-        .map_err(|e| agent("pack binary", e.to_string()))?;
-    let tmp = staging.join("assets.tar");
-    let mut cmd = Command::new("tar");
-    cmd.arg("--create")
-        .arg("--file")
-        .arg(&tmp)
-        .args([
-            "--numeric-owner",
-            "--sparse",
-            "--xattrs",
-            "--xattrs-include=trusted.*",
-        ])
-        .arg("--directory")
-        .arg(&staging)
-        .arg("manifest.json");
+    let tmp = staging.join("pack.smolmachine");
+    let mut args: Vec<OsString> = [
+        "--numeric-owner",
+        "--sparse",
+        "--xattrs",
+        "--xattrs-include=trusted.*",
+    ]
+    .iter()
+    .map(OsString::from)
+    .collect();
     for w in WORK_DIRS {
-        cmd.arg(format!("--exclude=guest/{w}"));
+        args.push(format!("--exclude=guest/{w}").into());
     }
     let parent = guest.parent().unwrap_or(Path::new("/"));
-    cmd.arg("--directory").arg(parent).arg("guest");
-    let out = cmd
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| agent("pack binary", format!("cannot run tar: {e}")))?;
-    if !out.status.success() {
-        return Err(tar_error("pack binary", &out));
-    }
-    append_footer(&tmp).map_err(|e| agent("pack binary", e))?;
+    args.push("--directory".into());
+    args.push(parent.as_os_str().to_owned());
+    args.push("guest".into());
+    let size = format::write(manifest, &args, &tmp)?;
     fs::rename(&tmp, sidecar)
         .map_err(|e| agent("pack binary", format!("{}: {e}", sidecar.display())))?;
     drop(cleanup);
-    Ok(fs::metadata(sidecar).map(|m| m.len()).unwrap_or(0))
+    Ok(size)
 }
 
-/// The last 512 bytes of a pack: magic and the length of the tar before it, as smolvm's
-/// `PackFooter` records where the assets end. A truncated or foreign file has no footer.
-const FOOTER_MAGIC: &str = "SMOLVM-SIM-PACK-FOOTER";
-const FOOTER_LEN: u64 = 512;
-
-fn append_footer(tar: &Path) -> Result<(), String> {
-    use std::io::Write;
-    let len = fs::metadata(tar)
-        .map_err(|e| format!("{}: {e}", tar.display()))?
-        .len();
-    let sum = sha256_prefix(tar, len)?;
-    let mut footer = format!("{FOOTER_MAGIC} assets_size={len} sha256={sum}\n").into_bytes();
-    footer.resize(FOOTER_LEN as usize, 0);
-    let mut f = fs::OpenOptions::new()
-        .append(true)
-        .open(tar)
-        .map_err(|e| format!("{}: {e}", tar.display()))?;
-    f.write_all(&footer)
-        .and_then(|_| f.sync_all())
-        .map_err(|e| format!("{}: {e}", tar.display()))
-}
-
-/// SHA-256 of the first `len` bytes of `path` (coreutils: the simulator is built in debug
-/// mode for tests, where hashing hundreds of MiB in Rust would take seconds).
-fn sha256_prefix(path: &Path, len: u64) -> Result<String, String> {
-    let out = Command::new("sh")
-        .args(["-c", "head -c \"$1\" -- \"$2\" | sha256sum", "sh"])
-        .arg(len.to_string())
-        .arg(path)
-        .stdin(Stdio::null())
-        .output()
-        .map_err(|e| format!("cannot run sha256sum: {e}"))?;
-    let text = String::from_utf8_lossy(&out.stdout);
-    let sum = text.split_whitespace().next().unwrap_or_default();
-    if !out.status.success() || sum.len() != 64 {
-        return Err(format!("sha256sum failed on {}", path.display()));
-    }
-    Ok(sum.to_string())
-}
-
-/// smolvm's zstd decoder fails on a damaged pack; a tar would extract damaged file
-/// contents silently, so the simulator checks the footer's checksum first. The wording is
-/// the simulator's.
-pub fn verify_payload(sidecar: &Path) -> Result<(), SimError> {
-    let (size, want) = read_footer(sidecar)?;
-    let got = sha256_prefix(sidecar, size).map_err(|e| agent("extract sidecar", e))?;
-    if got != want {
-        return Err(agent(
-            "extract sidecar",
-            "Data corruption detected: the assets do not match the pack's checksum",
-        ));
-    }
-    Ok(())
-}
-
-/// The footer's `assets_size` and checksum, checked against the file's length.
-fn read_footer(sidecar: &Path) -> Result<(u64, String), SimError> {
-    use std::io::{Seek, SeekFrom};
-    let fail = |why: &str| agent("read sidecar footer", why.to_string());
-    let mut f = fs::File::open(sidecar).map_err(|e| fail(&e.to_string()))?;
-    let total = f.metadata().map_err(|e| fail(&e.to_string()))?.len();
-    if total < FOOTER_LEN {
-        return Err(fail("file too small for a footer"));
-    }
-    f.seek(SeekFrom::Start(total - FOOTER_LEN))
-        .map_err(|e| fail(&e.to_string()))?;
-    let mut buf = vec![0u8; FOOTER_LEN as usize];
-    f.read_exact(&mut buf).map_err(|e| fail(&e.to_string()))?;
-    let text = String::from_utf8_lossy(&buf);
-    let size = text
-        .strip_prefix(FOOTER_MAGIC)
-        .and_then(|r| r.trim_start().strip_prefix("assets_size="))
-        .and_then(|r| r.split(|c: char| !c.is_ascii_digit()).next())
-        .and_then(|n| n.parse::<u64>().ok())
-        .ok_or_else(|| fail("invalid footer magic"))?;
-    if size + FOOTER_LEN != total {
-        return Err(fail("invalid footer magic"));
-    }
-    let sum = text
-        .split_whitespace()
-        .find_map(|w| w.strip_prefix("sha256="))
-        .filter(|s| s.len() == 64)
-        .ok_or_else(|| fail("invalid footer magic"))?;
-    Ok((size, sum.to_string()))
-}
-
-/// The manifest of a `.smolmachine`, read without extracting anything. A file that is not
-/// a pack, or not one of ours, is `read .smolmachine` failing, as smolvm's manifest reader.
+/// The manifest of a `.smolmachine`, read without extracting anything.
 pub fn read_manifest(sidecar: &Path) -> Result<Manifest, SimError> {
-    let fail = |why: String| agent("read .smolmachine", why);
-    read_footer(sidecar).map_err(|e| match e {
-        SimError::Agent { reason, .. } => fail(reason),
-        other => other,
-    })?;
-    let mut f = fs::File::open(sidecar).map_err(|e| fail(e.to_string()))?;
-    // manifest.json is the first member (after at most a few pax extended headers, which
-    // GNU tar writes when --xattrs selects the posix format): a 512-byte header, its body.
-    for _ in 0..4 {
-        let mut header = [0u8; 512];
-        f.read_exact(&mut header)
-            .map_err(|_| fail("invalid footer magic".to_string()))?;
-        let size_field = String::from_utf8_lossy(&header[124..136]);
-        let size = u64::from_str_radix(size_field.trim_matches(|c: char| c == '\0' || c == ' '), 8)
-            .map_err(|_| fail("invalid footer magic".to_string()))?;
-        if size > 1 << 20 {
-            return Err(fail(format!("manifest too large: {size} bytes")));
-        }
-        let mut body = vec![0u8; size as usize];
-        f.read_exact(&mut body)
-            .map_err(|e| fail(format!("truncated manifest: {e}")))?;
-        match header[156] {
-            b'x' | b'g' => {
-                let pad = (512 - size % 512) % 512;
-                let mut skip = vec![0u8; pad as usize];
-                f.read_exact(&mut skip)
-                    .map_err(|e| fail(format!("truncated manifest: {e}")))?;
-                continue;
-            }
-            _ => {}
-        }
-        let name_end = header[..100].iter().position(|b| *b == 0).unwrap_or(100);
-        if &header[..name_end] != b"manifest.json" {
-            return Err(fail("invalid footer magic".to_string()));
-        }
-        return parse_manifest(&body);
-    }
-    Err(fail("invalid footer magic".to_string()))
-}
-
-fn parse_manifest(body: &[u8]) -> Result<Manifest, SimError> {
-    let fail = |why: String| agent("read .smolmachine", why);
-    let m: Manifest =
-        serde_json::from_slice(body).map_err(|e| fail(format!("invalid manifest: {e}")))?;
-    if m.format != FORMAT {
-        return Err(fail(format!("unsupported pack format {:?}", m.format)));
-    }
-    Ok(m)
+    format::read_manifest(sidecar)
 }
 
 /// Extract into `dir` (removed first, smolvm's "clear packed layers cache"), then write the
@@ -314,35 +168,14 @@ pub fn extract(sidecar: &Path, dir: &Path) -> Result<(), SimError> {
         Err(e) => return Err(agent("clear packed layers cache", e.to_string())),
     }
     fs::create_dir_all(dir).map_err(|e| agent("extract sidecar", e.to_string()))?;
-    if let Err(e) = verify_payload(sidecar) {
-        let _ = fs::remove_dir_all(dir);
-        return Err(e);
-    }
-    let out = Command::new("tar")
-        .arg("--extract")
-        .arg("--file")
-        .arg(sidecar)
-        .args([
-            "--numeric-owner",
-            "--same-owner",
-            "--same-permissions",
-            "--xattrs",
-            "--xattrs-include=trusted.*",
-        ])
-        .arg("--directory")
-        .arg(dir)
-        .stdin(Stdio::null())
-        .output();
-    let ok = match out {
-        Ok(o) if o.status.success() && dir.join("manifest.json").is_file() => Ok(()),
-        Ok(o) if o.status.success() => Err(agent(
-            "extract sidecar",
-            "pack holds no manifest".to_string(),
-        )),
-        Ok(o) => Err(tar_error("extract sidecar", &o)),
-        Err(e) => Err(agent("extract sidecar", format!("cannot run tar: {e}"))),
-    };
-    if let Err(e) = ok {
+    let args = [
+        "--numeric-owner",
+        "--same-owner",
+        "--same-permissions",
+        "--xattrs",
+        "--xattrs-include=trusted.*",
+    ];
+    if let Err(e) = format::extract(sidecar, dir, &args) {
         let _ = fs::remove_dir_all(dir);
         return Err(e);
     }

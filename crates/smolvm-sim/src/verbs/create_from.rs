@@ -93,7 +93,7 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
         registry::reserve(&name)?
     };
     let data = registry::data_dir(&name);
-    let made = extract_for(ctx, from, &data, &name);
+    let made = extract_for(ctx, from, &data, &name, manifest.host_userland);
     if let Err(e) = made {
         let _ = std::fs::remove_dir_all(&data);
         return Err(e);
@@ -110,18 +110,30 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
     Ok(0)
 }
 
-/// Extract into `<data>/pack`, apply the version's quirks, seed the guest's upper layers.
+/// 1.9 (Linux): the shared store, extracted once per pack (`pack::shared`). Otherwise:
+/// extract into `<data>/pack`, apply the version's quirks, seed the guest's upper layers.
 fn extract_for(
     ctx: &Ctx,
     from: &Path,
     data: &Path,
     name: &str,
+    host_userland: bool,
 ) -> Result<(), crate::output::SimError> {
     std::fs::create_dir_all(data)
         .map_err(|e| agent("create agent manager", format!("{}: {e}", data.display())))?;
     let _ = std::fs::write(data.join("name"), name);
     let cache = data.join("pack");
     println!("Extracting .smolmachine assets...");
+    if pack::shared::enabled(ctx.personality) {
+        let shared = pack::shared::materialize(from, data)?;
+        if host_userland {
+            // The host-userland root (the fast-test shortcut) is assembled from per-machine
+            // directories that cannot stack a shared layer: it gets a copy. Image machines
+            // boot the shared layer read-only (machine::rootfs).
+            pack::seed_guest(&shared, &rootfs::guest_dir(data))?;
+        }
+        return Ok(());
+    }
     pack::extract(from, &cache)?;
     if !ctx.personality.is_head() {
         pack::reown_root_files(&cache.join("guest"), pack::host_owner())?;

@@ -60,8 +60,20 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
         // A machine made from a pack boots from the layers extracted at create; 1.0.4's
         // cache eviction can remove them (crate::pack). The wording is the simulator's:
         // smolvm's own failure text for this case was not read.
-        let cache = registry::data_dir(&name).join("pack");
-        if !cache.join(crate::pack::EXTRACTED_MARKER).exists() {
+        let data = registry::data_dir(&name);
+        let cache = data.join("pack");
+        let shared = data.join(crate::pack::shared::POINTER).exists();
+        if shared && crate::pack::shared::read_pointer(&data).is_none() {
+            return Err(crate::output::agent(
+                "start",
+                format!(
+                    "packed layers missing: the shared copy {} names is gone; recreate the \
+                     machine from its .smolmachine",
+                    data.join(crate::pack::shared::POINTER).display()
+                ),
+            ));
+        }
+        if !shared && !cache.join(crate::pack::EXTRACTED_MARKER).exists() {
             return Err(crate::output::agent(
                 "start",
                 format!(
