@@ -60,7 +60,11 @@ if [ -d /data ]; then
     bad=1
   done < <(find /data -mindepth 1 ! -type d -print0)
 fi
-rm -rf /tmp/hermes-box-provision.* /root/.npm/_cacache 2>/dev/null
+rm -rf /tmp/hermes-box-provision.* /root/.npm/_cacache /root/.cache/pip 2>/dev/null
+# apt's package lists (~90 MiB) go stale with the base and every box would carry and
+# extract them: a box runs `apt-get update` before installing, as in a stock image.
+find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name partial ! -name lock -exec rm -rf {{}} + 2>/dev/null
+apt-get clean 2>/dev/null
 [ "$bad" = 0 ] || exit 3
 echo "base prepared"
 "#
@@ -94,6 +98,18 @@ while IFS=' ' read -r mode path; do [ -f "$path" ] && chmod "$mode" "$path"; don
 echo "repaired ownership: the pack returned root's files as $u:$g ($(wc -l < "$w/reowned") files)"
 "#
     )
+}
+
+/// A digest of what decides a base's contents on box's side (the steps it runs and its
+/// preparation), so a box whose preparation changed never starts from an older base.
+pub fn recipe_digest() -> String {
+    use sha2::{Digest, Sha256};
+    let mut h = Sha256::new();
+    for part in [BASE_STEPS, BASE_WORKLOAD, &prepare_script()] {
+        h.update((part.len() as u64).to_le_bytes());
+        h.update(part.as_bytes());
+    }
+    hex::encode(h.finalize())
 }
 
 /// Prints `tool=version` for each tool the base carries.

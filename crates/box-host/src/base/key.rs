@@ -5,8 +5,9 @@
 //! digest of every file of `provision/`, a digest of the `hb` binary copied in (the hb
 //! version, and more), the box.env keys provisioning reads (tool versions as configured:
 //! `latest` stays `latest`, which is why bases also age, see `store::BaseMeta::age`), a
-//! digest of the CA certificates the guest is told to trust, and the persisted test guest
-//! environment. Proxies are not part of it: a base never holds proxy settings.
+//! digest of the CA certificates the guest is told to trust, the persisted test guest
+//! environment, and a digest of box's own base recipe (the steps and the preparation).
+//! Proxies are not part of it: a base never holds proxy settings.
 
 use std::path::Path;
 
@@ -38,6 +39,10 @@ pub struct BaseKey {
     pub config: Vec<String>,
     pub ca_certs_sha256: String,
     pub guest_env: Vec<String>,
+    /// [`guest_prep::recipe_digest`]: a base prepared by another box version does not match
+    /// (metadata written before this field existed reads as "" and matches nothing).
+    #[serde(default)]
+    pub recipe_sha256: String,
 }
 
 impl BaseKey {
@@ -68,6 +73,7 @@ impl BaseKey {
                 hex::encode(h.finalize())
             },
             guest_env: guest_env.iter().map(|(k, v)| format!("{k}={v}")).collect(),
+            recipe_sha256: super::guest_prep::recipe_digest(),
         })
     }
 
@@ -125,6 +131,7 @@ mod tests {
             config: vec!["CODEX_VERSION=latest".into()],
             ca_certs_sha256: "c".into(),
             guest_env: vec![],
+            recipe_sha256: "r".into(),
         }
     }
 
@@ -140,6 +147,9 @@ mod tests {
         assert_ne!(k.digest(), base);
         let mut k = key();
         k.config = vec!["CODEX_VERSION=0.171.0".into()];
+        assert_ne!(k.digest(), base);
+        let mut k = key();
+        k.recipe_sha256 = "r2".into();
         assert_ne!(k.digest(), base);
         assert_eq!(key().digest(), base, "stable");
     }
