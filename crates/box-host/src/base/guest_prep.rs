@@ -66,6 +66,11 @@ rm -rf /tmp/hermes-box-provision.* /root/.npm/_cacache /root/.cache/pip 2>/dev/n
 find /var/lib/apt/lists -mindepth 1 -maxdepth 1 ! -name partial ! -name lock -exec rm -rf {{}} + 2>/dev/null
 apt-get clean 2>/dev/null
 [ "$bad" = 0 ] || exit 3
+# Not even the empty layout: a box's `hb init` makes it in the box's own upper layer. In a
+# box from a base the pack's files are read-only lower layers (smolvm mounts the layers as
+# overlay lowerdirs), where renaming a directory fails with EXDEV (overlayfs without
+# redirect_dir), and `hb import` swaps /data's entries by rename.
+find /data -mindepth 1 -maxdepth 1 -exec rm -rf {{}} + 2>/dev/null
 echo "base prepared"
 "#
     )
