@@ -2,11 +2,11 @@
 //! §2):
 //!
 //! file exists → box lock, name free → passphrase → pass 1 decrypts and validates the whole
-//! backup before any smolvm call → a fresh box created and provisioned as `box new` does →
-//! `hb quiesce` → pass 2 cuts the plaintext into parts (hash equal to pass 1's), each
+//! backup before any smolvm call → a fresh box created and provisioned as `box new` does
+//! (from a matching base when there is one), without starting its runtime → `hb quiesce` → pass 2 cuts the plaintext into parts (hash equal to pass 1's), each
 //! copied in 0600 into a 0700 guest scratch dir → `hb import` (staged, owners fixed, quiesce
 //! marker re-armed, swapped with rollback) → guest scratch removed → guest assets refreshed
-//! (provisioning again, then `hb init`) → `hb resume` + `hb up` → `hb wire-mcp` (the running
+//! (provisioning again, only the per-box steps for a box from a base; then `hb init`) → `hb resume` + `hb up` → `hb wire-mcp` (the running
 //! Executor's token wins over the restored one) → doctor →
 //! `Restored and verified. Enter with: box enter <name>`.
 //!
@@ -219,7 +219,14 @@ impl LoadRun<'_> {
         self.checkpoint()?;
 
         ui::say(format!("Refreshing guest assets in '{name}'"));
-        self.setup().provision()?;
+        if self.box_.from_base {
+            // The tools are the base's and live outside /data: only what the restored
+            // /data needs again (login environment, layout, manifest) is redone.
+            self.setup()
+                .provision_steps(Some(crate::base::guest_prep::PER_BOX_STEPS))?;
+        } else {
+            self.setup().provision()?;
+        }
         self.checkpoint()?;
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
         self.guest()

@@ -59,6 +59,9 @@ struct NewRun<'a> {
     fresh: bool,
     /// The base this box starts from, when there is one.
     base: Option<crate::base::store::BaseMeta>,
+    /// `box load`: a restore follows, which stops Executor (quiesce), then starts, wires
+    /// and checks the restored box; starting and checking the empty one first is skipped.
+    restore_follows: bool,
     started: std::time::Instant,
 }
 
@@ -86,6 +89,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
         keep_on_failure: false,
         fresh: args.fresh,
         base: None,
+        restore_follows: false,
         started: std::time::Instant::now(),
     };
     match run.steps() {
@@ -264,6 +268,9 @@ impl NewRun<'_> {
             self.setup().provision()?;
         }
         self.checkpoint()?;
+        if self.restore_follows {
+            return Ok(());
+        }
 
         self.stage = STAGE_RUNTIME;
         self.setup().runtime()?;
@@ -442,12 +449,15 @@ impl NewRun<'_> {
 pub struct Provisioned {
     pub machine: String,
     pub port: Option<u16>,
+    /// Made from a base: its tools came with the base, only the per-box steps ran.
+    pub from_base: bool,
     pub smolvm: Smolvm,
     pub transcript: Transcript,
 }
 
-/// `box new`'s create-and-provision flow without its box lock (the caller holds it) and
-/// without its closing words. On failure or a signal it has already undone what it created
+/// `box new`'s create-and-provision flow without its box lock (the caller holds it),
+/// without starting and checking the runtime (the caller restores into the box, then does)
+/// and without its closing words. On failure or a signal it has already undone what it created
 /// (§3.4; `keep_on_failure` keeps the VM) and reported it; the `Err` is the exit status.
 pub fn create_and_provision(
     ctx: &Context,
@@ -484,10 +494,12 @@ pub fn create_and_provision(
         keep_on_failure,
         fresh,
         base: None,
+        restore_follows: true,
         started: std::time::Instant::now(),
     };
     match run.build() {
         Ok(()) => Ok(Provisioned {
+            from_base: run.base.is_some(),
             machine: run.machine,
             port: run.port,
             smolvm: run.smolvm,
