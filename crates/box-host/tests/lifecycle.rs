@@ -449,6 +449,10 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         repair.stdout.contains("repair completed for 'alpha'"),
         "{repair}"
     );
+    assert!(
+        repair.stdout.contains("Repairing 'alpha' in place"),
+        "repair says it provisions in place rather than rebasing: {repair}"
+    );
     assert!(repair.stdout.contains("==>   ["), "{repair}");
     let got = w.sim(&[
         "machine",

@@ -1,6 +1,11 @@
 //! `box repair <name>`: refresh hb, the config and provision/, re-run provisioning,
 //! `hb init` and `hb wire-mcp`, then the guest and host checks. The contents of /data are
 //! never touched (hb init only creates what is missing).
+//!
+//! It repairs in place, and says so: every provisioning step runs again inside the box
+//! (from the network where something is missing), whether or not the box came from a
+//! base. It never rebases: a new machine from a base would need the box's /data moved
+//! across (that is `box save` + `box load`, which does start from a base).
 
 use std::process::ExitCode;
 
@@ -23,6 +28,11 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         smolvm.start(&record.machine)?;
     }
     readiness::wait_for_agent(&smolvm, &record.machine)?;
+    ui::say(format!(
+        "Repairing '{}' in place: every provisioning step runs again inside the box, /data is \
+         kept (repair never rebases onto a base; box save + box load starts from one)",
+        record.name
+    ));
     let mut transcript = Transcript::create(&ctx.state, record.name.as_str(), "repair")?;
     let mut setup = Setup {
         smolvm: &smolvm,
