@@ -36,9 +36,10 @@ fuzz target="" seconds="60":
 contract:
     cargo test -p smolvm-sim --test contract -- --test-threads=1
 
-# Benchmarks against the seed's shell pipeline (prints ratios; asserts nothing)
+# Benchmarks against the seed's shell pipeline, then boxes from a base beside --fresh (prints; asserts nothing)
 bench:
     bash scripts/bench.sh
+    bash scripts/bench-base.sh
 
 # Run the lifecycle against smolvm, or against the bundled simulator where smolvm is missing
 demo:
