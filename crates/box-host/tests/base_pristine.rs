@@ -2,7 +2,8 @@
 //! network inspects TLS), a pristine `ubuntu:24.04` (the simulator's Debian 13 stand-in),
 //! provisioning from the real network into the base, then `box new` and `box load` from it
 //! with no network provisioning, on smolvm 1.0.4 (the ownership quirk and the eviction cap
-//! apply). Prints the times and the base's size. No host-userland guest, no local tools.
+//! apply), then `box new` and `box load` on 1.9.2 (the shared pack store: the base's layers
+//! read-only under every box). Prints the times and the base's size. No host-userland guest, no local tools.
 //!
 //! Needs root, slirp4netns, mmdebstrap (or the image cache setup.sh fills), the host's CA
 //! bundle and the network.
@@ -93,8 +94,17 @@ impl User {
     }
 
     fn timed(&mut self, label: &str, args: &[&str]) -> (Run, f64) {
+        self.timed_on(None, label, args)
+    }
+
+    /// [`Self::timed`] with `SMOLVM_SIM_VERSION=version` (None: the default, 1.0.4).
+    fn timed_on(&mut self, version: Option<&str>, label: &str, args: &[&str]) -> (Run, f64) {
+        let mut cmd = self.command(args);
+        if let Some(v) = version {
+            cmd.env("SMOLVM_SIM_VERSION", v);
+        }
         let t = Instant::now();
-        let run = Run::from(&self.command(args).output().unwrap());
+        let run = Run::from(&cmd.output().unwrap());
         let secs = t.elapsed().as_secs_f64();
         eprintln!("base-pristine phase {label}: {secs:.1} s");
         self.transcript
@@ -168,9 +178,28 @@ fn pristine_base_then_new_and_load_without_network_provisioning() {
     );
     let (doctor, _) = u.timed("doctor beta", &["doctor", "beta"]);
     assert!(doctor.ok(), "{doctor}");
+    // smolvm 1.9 on Linux: the shared pack store. The base is extracted once (by gamma's
+    // create) and every box boots its layers read-only, where a rename of a directory fails
+    // with EXDEV: the load (hb import swaps /data by rename) must still work.
+    let v19 = Some("1.9.2");
+    let (new19, new19_secs) = u.timed_on(v19, "new gamma from base (1.9.2)", &["new", "gamma"]);
+    assert!(new19.ok(), "{new19}");
+    assert!(
+        new19.stdout.contains(&format!("from base {digest}")),
+        "{new19}"
+    );
+    let (load19, load19_secs) = u.timed_on(
+        v19,
+        "load into delta from base (1.9.2, warm)",
+        &["load", backup.to_str().unwrap(), "delta"],
+    );
+    assert!(load19.ok(), "{load19}");
+    let (doctor, _) = u.timed_on(v19, "doctor delta", &["doctor", "delta"]);
+    assert!(doctor.ok(), "{doctor}");
     eprintln!(
-        "BENCH pristine base (1.0.4, ubuntu:24.04 -> debian:13 stand-in): build {build_secs:.1} s, \
-         size {:.0} MiB, new from base {new_secs:.1} s, load from base {load_secs:.1} s",
+        "BENCH pristine base (ubuntu:24.04 -> debian:13 stand-in): build {build_secs:.1} s, \
+         pack {:.0} MiB; 1.0.4: new from base {new_secs:.1} s, load from base {load_secs:.1} s; \
+         1.9.2: new (first, extracts) {new19_secs:.1} s, load (warm) {load19_secs:.1} s",
         size as f64 / 1048576.0
     );
     assert!(!u.transcript.contains("pristine-base-pp-41c9"));
