@@ -85,6 +85,13 @@ def new(name, version, *extra):
     boxes.append((name, version))
     return run(f"new {name}", ["new", name, *extra], version)[0]
 
+def cleanup():
+    for name, version in boxes:
+        subprocess.run([box, "rm", name, "--force"], capture_output=True,
+                       env=dict(os.environ, SMOLVM_SIM_VERSION=version))
+
+import atexit
+atexit.register(cleanup)
 print(f"==> load average: {os.getloadavg()[0]:.2f}")
 print("==> box base build")
 wall, out, seen = run("base build", ["base", "build"], marks=("[4/4] Packing", "Built base"))
@@ -123,9 +130,6 @@ for version, name in (("1.0.4", "bench-l"), ("1.9.2", "bench-m")):
     boxes.append((name, version))
     wall, _, _ = run("load", ["load", backup, name], version)
     rows.append((f"box load {data_mb} MiB from base, {version}", wall, ""))
-for name, version in boxes:
-    subprocess.run([box, "rm", name, "--force"], capture_output=True,
-                   env=dict(os.environ, SMOLVM_SIM_VERSION=version))
 print()
 print(f"{'':38} {'wall':>8}")
 for label, wall, note in rows:
