@@ -193,7 +193,7 @@ impl Pipeline {
     }
 
     /// Streams one part file; with `expected`, its size and SHA-256 must match (the part
-    /// index), or the save fails.
+    /// index, or the export's announcement of the part), or the save fails.
     pub fn feed_part(&mut self, path: &Path, expected: Option<&Part>) -> Result<()> {
         let file =
             File::open(path).with_context(|| format!("cannot open part {}", path.display()))?;
@@ -207,7 +207,7 @@ impl Pipeline {
             let got: [u8; 32] = hashing.hasher.finalize().into();
             if hashing.bytes != part.size || got != part.sha256 {
                 bail!(
-                    "part {} does not match the part index (size {} vs {}, SHA-256 {} vs {})",
+                    "part {} is not what hb export listed for it (size {} vs {}, SHA-256 {} vs {}); nothing was published, retry the save",
                     path.display(),
                     hashing.bytes,
                     part.size,
