@@ -168,7 +168,7 @@ impl SaveRun<'_> {
         // stages `just bench` compares with the seed's same steps.
         let started = Instant::now();
         let host = host_dir::create(&self.ctx.state, "save")?;
-        let pipeline = Pipeline::begin(out, pass)?;
+        let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
         let exported = parts_stream::export_and_seal(
             &mut self.guest(),
             &scratch,

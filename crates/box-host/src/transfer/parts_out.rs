@@ -91,14 +91,5 @@ pub fn copy_out_and_seal(
 
 /// What the engine hashed must be the whole export the index describes.
 pub(super) fn check_totals(sealed: &Sealed, index: &PartIndex) -> Result<()> {
-    if sealed.sha256 != index.total_sha256 || sealed.plaintext_size != index.total_size {
-        bail!(
-            "the parts do not add up to the export (index: {} bytes, SHA-256 {}; received: {} bytes, SHA-256 {})",
-            index.total_size,
-            hex_sha(&index.total_sha256),
-            sealed.plaintext_size,
-            hex_sha(&sealed.sha256)
-        );
-    }
-    Ok(())
+    sealed.matches_index(index)
 }

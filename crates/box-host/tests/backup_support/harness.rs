@@ -108,17 +108,15 @@ fn run(args: &[String]) -> Result<()> {
             let out = Path::new(out);
             save::check_destination(out)?;
             let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
-            let mut p = save::Pipeline::begin(out, &pass)?;
             let index = save::read_index(Path::new(parts))?;
+            let mut p = save::Pipeline::begin_in_parts(out, &pass, index.parts[0].size)?;
             phase("encrypt");
             for part in &index.parts {
                 p.feed_part(&Path::new(parts).join(&part.name), Some(part))?;
                 pause();
             }
             let sealed = p.finish()?;
-            if sealed.sha256 != index.total_sha256 {
-                bail!("the parts do not match the index total");
-            }
+            sealed.matches_index(&index)?;
             phase("verify");
             pause();
             let verified = sealed.verify()?;
@@ -142,7 +140,7 @@ fn run(args: &[String]) -> Result<()> {
                 out.parent().unwrap_or(Path::new(".")),
                 ".harness-host-",
             )?;
-            let p = save::Pipeline::begin(out, &pass)?;
+            let p = save::Pipeline::begin_in_parts(out, &pass, part_size)?;
             let events = spawn_export(hb, data, scratch, part_size, pending)?;
             let mut stages = announced::Stages::default();
             let streamed = announced::seal_announced(
