@@ -81,7 +81,7 @@ box_stages=$(stages_of_last_save)
 echo "    $box_stages"
 box_total=$(echo "$box_stages" | export_to_publish)
 # Other ways to run it, for comparison: "label:BOX_STREAM_PARTS:BOX_PART_SIZE" each.
-for v in ${BENCH_SIM_VARIANTS:-sequential:0:134217728}; do
+for v in ${BENCH_SIM_VARIANTS:-sequential:0:67108864}; do
   IFS=: read -r vl vs vp <<<"$v"
   BOX_STREAM_PARTS=$vs BOX_PART_SIZE=$vp measure "box save, $vl (parts $vs, $vp B)" "$BOX" save alpha "$W/box-v.tar.zst.gpg"
   rm -f "$W/box-v.tar.zst.gpg"
