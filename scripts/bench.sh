@@ -12,6 +12,9 @@
 #   BENCH_HB, BENCH_HARNESS  prebuilt hb and backup_harness instead of building; both or neither
 #   BENCH_BEFORE    a dir with hb and backup_harness of an older commit: its box row is
 #                   measured in the same run and printed as "box before"
+#   BOX_PART_SIZE, BOX_STREAM_PARTS  as for box save (part size, parts the export may hold)
+#   BENCH_SIM       1: also `box save` through the simulator against the seed's same steps
+#                   (scripts/bench-sim.sh; needs root); default: 1 when root, else 0
 #   CARGO_TARGET_DIR as usual
 set -euo pipefail
 
@@ -88,7 +91,7 @@ os.symlink("random.bin", os.path.join(big, "link"))
 PY
 touch "$MARK"
 fi
-rm -rf "$WORK/parts" "$WORK"/*.gpg "$WORK/plain.tar.zst"
+rm -rf "$WORK/parts" "$WORK/scratch" "$WORK"/*.gpg "$WORK/plain.tar.zst"
 du -sh "$WORK/data" | sed 's/^/    /'
 printf 'bench-passphrase\n' > "$WORK/pw"
 export BOX_PASSPHRASE_FILE="$WORK/pw"
@@ -102,17 +105,19 @@ data = os.path.join(work, "data")
 pw = os.path.join(work, "pw")
 gpg = "gpg --batch --yes --quiet --pinentry-mode loopback --passphrase-fd 3"
 
-def run(cmd, shell=False, optional=False):
+def run(cmd, shell=False, optional=False, keep_err=False):
     t0 = time.monotonic()
     proc = subprocess.Popen(cmd, shell=shell, executable="/bin/bash" if shell else None,
                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    err = proc.stderr.read().decode(errors="replace")
     _, status, ru = os.wait4(proc.pid, 0)
     wall = time.monotonic() - t0
-    err = proc.stderr.read().decode(errors="replace")
     if os.waitstatus_to_exitcode(status) != 0:
         if optional:
             return None
         sys.exit(f"failed: {cmd}\n{err}")
+    if keep_err:
+        return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0, err
     return wall, ru.ru_utime + ru.ru_stime, ru.ru_maxrss / 1024.0
 
 def sh(cmd):
@@ -123,13 +128,31 @@ def path(name):
 
 print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 r = {}
-r["box export"] = run([hb, "export", "--root", data, "--out", path("parts")])
-r["box save"] = run([harness, "save", path("parts"), path("box.gpg")])
+# box save's way: `hb export --stream-parts` as a child of the harness, each announced part
+# copied, released and encrypted while the export goes on (CPU and RSS include hb's).
+import shutil
+shutil.rmtree(path("scratch"), ignore_errors=True)
+stream = run([harness, "save-stream", hb, data, path("scratch"), path("box.gpg")], optional=True, keep_err=True)
+if stream is not None:
+    r["box save+verify (overlapped)"] = stream[:3]
+    stages = [l for l in stream[3].splitlines() if l.startswith("stages:")]
+    print("    " + (stages[0] if stages else "(no stage line)"))
+# The sequential way (an hb without --stream-parts): export to the end, then encrypt.
+r["box export (sequential)"] = run([hb, "export", "--root", data, "--out", path("parts")])
+seq_out = path("box.gpg") if stream is None else path("box-seq.gpg")
+r["box save (sequential)"] = run([harness, "save", path("parts"), seq_out])
 r["box validate"] = run([harness, "verify", path("box.gpg")])
+if stream is not None:
+    os.remove(seq_out)
 before = os.environ.get("BENCH_BEFORE")
 if before:
     import shutil
     shutil.rmtree(path("parts-before"), ignore_errors=True)
+    shutil.rmtree(path("scratch-before"), ignore_errors=True)
+    b = run([os.path.join(before, "backup_harness"), "save-stream", os.path.join(before, "hb"), data, path("scratch-before"), path("before.gpg")], optional=True)
+    if b is not None:
+        r["box before save+verify (overlapped)"] = b
+        os.remove(path("before.gpg"))
     r["box before export"] = run([os.path.join(before, "hb"), "export", "--root", data, "--out", path("parts-before")])
     r["box before save"] = run([os.path.join(before, "backup_harness"), "save", path("parts-before"), path("before.gpg")])
     r["box before validate"] = run([os.path.join(before, "backup_harness"), "verify", path("before.gpg")])
@@ -168,15 +191,23 @@ for k, (w, cpu, rss) in r.items():
 def vs(other, ours):
     return f"box {other / ours:.2f}x faster" if other >= ours else f"box {ours / other:.2f}x slower"
 def table(i, what):
-    box_sv = r["box export"][i] + r["box save"][i]
+    seq_sv = r["box export (sequential)"][i] + r["box save (sequential)"][i]
+    overlapped = "box save+verify (overlapped)" in r
+    box_sv = r["box save+verify (overlapped)"][i] if overlapped else seq_sv
     seed_sv = r["seed save"][i] + r["seed validate"][i]
     hand_sv = r["hand save"][i] + r["hand validate"][i]
     box_v, seed_v, hand_v = r["box validate"][i], r["seed validate"][i], r["hand validate"][i]
     print(f"\n{what}:\n| pipeline | save + verify | load's validate pass |")
     print(f"|---|---|---|")
-    print(f"| box (hb export + encrypt/validate/verify/publish) | {box_sv:.2f} s | {box_v:.2f} s |")
+    if overlapped:
+        print(f"| box (hb export overlapped with encrypt/validate/verify/publish, as box save) | {box_sv:.2f} s | {box_v:.2f} s |")
+        print(f"| box, sequential (hb export, then encrypt...; an hb without --stream-parts) | {seq_sv:.2f} s ({vs(seq_sv, box_sv)}) | |")
+    else:
+        print(f"| box (hb export, then encrypt/validate/verify/publish) | {box_sv:.2f} s | {box_v:.2f} s |")
     if "box before save" in r:
         b_sv = r["box before export"][i] + r["box before save"][i]
+        if "box before save+verify (overlapped)" in r:
+            b_sv = r["box before save+verify (overlapped)"][i]
         b_v = r["box before validate"][i]
         print(f"| box before ($BENCH_BEFORE) | {b_sv:.2f} s ({vs(b_sv, box_sv)}) | {b_v:.2f} s ({vs(b_v, box_v)}) |")
     print(f"| the seed (tar czf; gpg --symmetric from stdin; gpg -d \\| tar tzf) | {seed_sv:.2f} s ({vs(seed_sv, box_sv)}) | {seed_v:.2f} s ({vs(seed_v, box_v)}) |")
@@ -192,11 +223,26 @@ for k, v in c.items():
         continue
     w, cpu, rss = v
     print(f"{k:40} {w:8.2f} {mib / w:8.0f} {cpu:8.2f} {mib / cpu:10.0f} {rss:13.1f}")
-box_rss = max(r["box save"][2], r["box validate"][2], *(c[k][2] for k in c if k.startswith("box") and c[k]))
-print(f"\npeak RSS of box: {box_rss:.1f} MiB (goal <= 64); hb export {r['box export'][2]:.1f} MiB (in the guest)")
+box_rss = max(r["box save (sequential)"][2], r["box validate"][2], *(c[k][2] for k in c if k.startswith("box") and c[k]))
+print(f"\npeak RSS of box: {box_rss:.1f} MiB (goal <= 64); hb export {r['box export (sequential)'][2]:.1f} MiB (in the guest)")
+if "box save+verify (overlapped)" in r:
+    print(f"peak RSS of the overlapped save: {r['box save+verify (overlapped)'][2]:.1f} MiB (the larger of the harness and its hb child)")
 sizes = {k: os.path.getsize(path(f)) / 2**20 for k, f in (("box", "box.gpg"), ("seed", "seed.gpg"), ("hand-written", "hand.gpg"))}
 print("backup sizes: " + ", ".join(f"{k} {v:.1f} MiB" for k, v in sizes.items()))
 for f in ("plain.tar.zst", "enc.gpg", "gpg-enc.gpg"):
     if os.path.exists(path(f)):
         os.remove(path(f))
 PY
+
+# Through the simulator: `box save` of a box with a generated /data, by stage, against the
+# seed's same steps (crates/box-host/tests/save_load_bench.rs; root for namespaced guests;
+# SMOLVM_SIM_HOST_USERLAND=1 is its named fast-test shortcut: guests on this host's userland).
+SIM=${BENCH_SIM:-$([ "$(id -u)" -eq 0 ] && echo 1 || echo 0)}
+if [ "$SIM" = 1 ]; then
+  echo
+  echo "==> box save through the simulator (BENCH_MB=${BENCH_MB:-300} MiB of /data; BENCH_SIM=0 skips)"
+  uptime
+  cargo build --release -q -p smolvm-sim -p hb-guest
+  cargo test --release -q -p box-host --test save_load_bench -- --ignored --nocapture 2>&1 \
+    | grep -v '^running \|^test result\|^$\|^test bench_'
+fi

@@ -102,6 +102,15 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         .filter(|c| c.starts_with("machine cp alpha:/root/hb-save-") && c.contains("/part-"))
         .count();
     assert!(parts_out >= 3, "expected several parts, saw {parts_out}");
+    // Overlapped: each part was removed in the guest as soon as it was copied out, while
+    // the export went on (with three parts or more it cannot finish otherwise: it holds
+    // at most two announced parts).
+    let released = w
+        .calls_since(calls0)
+        .iter()
+        .filter(|c| c.contains("-- rm -f -- /root/hb-save-") && c.contains("/part-"))
+        .count();
+    assert_eq!(released, parts_out, "every part released in the guest");
     // The guest plaintext went before Executor came back.
     let calls = w.calls_since(calls0);
     let rm = calls

@@ -10,6 +10,13 @@
 //!   SIGKILL cannot clean up: the row stays and `box rm --force` finishes the job);
 //! * no lock held.
 //!
+//! The save's export streams its parts (`hb export --stream-parts`: each announced part is
+//! copied out and encrypted while the export goes on), so the matrix also runs a guest
+//! `hb` that misbehaves mid-stream (a wrapper around the real one, [`GuestHb`]): it dies
+//! after the first part, a part changes after it was announced, the index disagrees with
+//! the announcements, an announcement goes missing; and an older `hb` that does not know
+//! the flag, which must still save (the sequential path).
+//!
 //! By default a representative subset runs (one case per kind of step and fault); with
 //! `SAVE_LOAD_FULL_MATRIX=1` every step × every signal and every fault runs.
 
@@ -36,6 +43,91 @@ enum Act {
     /// caller must kill the call (the guest command dies with it) and clean up what the
     /// command had already done.
     Held(&'static str, &'static str, Signal),
+    /// The guest's `hb export` misbehaves as this wrapper makes it; box must fail with a
+    /// message containing `.1`.
+    Guest(GuestHb, &'static str),
+}
+
+/// Wrappers installed over the guest's `/usr/local/bin/hb` (the real one moved to
+/// `hb.real`); every verb but `export` goes straight to the real one. `$out` is the
+/// export's directory.
+#[derive(Clone, Copy, Debug)]
+enum GuestHb {
+    /// Killed (SIGKILL) right after announcing its first part.
+    DiesAfterFirstPart,
+    /// part-000001 changes after it was announced (a byte overwritten in the guest).
+    PartChangedAfterAnnounce,
+    /// The index written at the end lists another SHA-256 for part-000001 than announced.
+    IndexDisagrees,
+    /// The announcement of part-000002 never reaches box.
+    AnnouncementMissing,
+    /// An `hb` from before `--stream-parts`: clap's usage error, exit 2.
+    Old,
+}
+
+impl GuestHb {
+    fn body(self) -> &'static str {
+        match self {
+            GuestHb::DiesAfterFirstPart => {
+                r#"rm -f /root/.wrap-fifo; mkfifo /root/.wrap-fifo
+/usr/local/bin/hb.real "$@" > /root/.wrap-fifo & pid=$!
+exec 3< /root/.wrap-fifo; rm -f /root/.wrap-fifo
+IFS= read -r line <&3; printf '%s
+' "$line"
+kill -KILL $pid; wait $pid; exit 137"#
+            }
+            GuestHb::PartChangedAfterAnnounce => {
+                r#"/usr/local/bin/hb.real "$@" | while IFS= read -r line; do
+  case "$line" in "part-ready part-000001 "*) printf 'XXXX' | dd of="$out/part-000001" bs=1 seek=100 conv=notrunc 2>/dev/null;; esac
+  printf '%s
+' "$line"
+done"#
+            }
+            GuestHb::IndexDisagrees => {
+                r#"/usr/local/bin/hb.real "$@" || exit $?
+sed -i "s/^part part-000001 \([0-9]*\) .*/part part-000001 \1 $(printf '0%.0s' $(seq 64))/" "$out/parts.index""#
+            }
+            GuestHb::AnnouncementMissing => {
+                r#"/usr/local/bin/hb.real "$@" | grep --line-buffered -v '^part-ready part-000002 '; exit 0"#
+            }
+            GuestHb::Old => {
+                r#"for a in "$@"; do
+  if [ "$a" = --stream-parts ]; then
+    printf "error: unexpected argument '--stream-parts' found
+
+Usage: hb export [OPTIONS] --out <DIR>
+
+For more information, try '--help'.
+" >&2
+    exit 2
+  fi
+done
+exec /usr/local/bin/hb.real "$@""#
+            }
+        }
+    }
+
+    fn install(self, w: &World, machine: &str) {
+        let script = format!(
+            "#!/bin/sh\n\
+             [ \"$1\" = export ] || exec /usr/local/bin/hb.real \"$@\"\n\
+             out=; prev=; for a in \"$@\"; do [ \"$prev\" = --out ] && out=$a; prev=$a; done\n\
+             {}\n",
+            self.body()
+        );
+        w.sh(
+            machine,
+            &format!(
+                "set -e; mv /usr/local/bin/hb /usr/local/bin/hb.real; cat > /usr/local/bin/hb <<'WRAP'
+{script}WRAP
+chmod 0755 /usr/local/bin/hb"
+            ),
+        );
+    }
+
+    fn remove(w: &World, machine: &str) {
+        w.sh(machine, "mv -f /usr/local/bin/hb.real /usr/local/bin/hb");
+    }
 }
 
 fn describe(act: &Act) -> String {
@@ -48,12 +140,19 @@ fn describe(act: &Act) -> String {
         Act::Held(machine, needle, sig) => {
             format!("{sig:?} while '{needle}' runs in {machine}")
         }
+        Act::Guest(hb, _) => format!("a guest hb export that {hb:?}"),
     }
 }
 
 /// Runs `box <args>` under `act`; returns the finished run.
 fn run_case(w: &World, args: &[&str], act: Act, env: &[(&str, &str)]) -> save_load_support::Run {
     match act {
+        Act::Guest(hb, _) => {
+            hb.install(w, "alpha");
+            let r = w.run(args, env);
+            GuestHb::remove(w, "alpha");
+            r
+        }
         Act::Fault(spec, cap) => {
             let mut e: Vec<(&str, &str)> = env.to_vec();
             e.push(("SMOLVM_SIM_FAIL", spec));
@@ -131,7 +230,7 @@ fn expected_code(act: &Act) -> Option<i32> {
     match act {
         Act::Signal(_, _, Signal::SIGKILL) => None,
         Act::Signal(_, _, sig) | Act::Held(_, _, sig) => Some(128 + *sig as i32),
-        Act::Fault(..) => Some(1),
+        Act::Fault(..) | Act::Guest(..) => Some(1),
     }
 }
 
@@ -171,6 +270,7 @@ fn save_cases() -> Vec<Act> {
             Act::Held("alpha", "hb export", Signal::SIGINT),
             Act::Held("alpha", "hb export", Signal::SIGTERM),
         ]);
+        cases.extend(guest_cases());
     } else {
         cases.extend([
             Act::Signal("exec", "hb export", Signal::SIGINT),
@@ -181,9 +281,30 @@ fn save_cases() -> Vec<Act> {
             Act::Fault("exec:hang@hb export", Some("8")),
             Act::Held("alpha", "hb quiesce", Signal::SIGTERM),
             Act::Held("alpha", "hb export", Signal::SIGINT),
+            // Mid-stream: the export holds parts 0 and 1 and waits for room while box
+            // copies part 0 out; and a copy failing while the export runs on.
+            Act::Signal("cp", "/part-000000", Signal::SIGINT),
+            Act::Fault("cp:always@/part-000001", None),
         ]);
+        cases.extend(guest_cases());
     }
     cases
+}
+
+/// A guest hb that misbehaves mid-stream, and what box must say.
+fn guest_cases() -> Vec<Act> {
+    vec![
+        Act::Guest(
+            GuestHb::DiesAfterFirstPart,
+            "`hb export` in box 'alpha' failed",
+        ),
+        Act::Guest(
+            GuestHb::PartChangedAfterAnnounce,
+            "part-000001 is not what hb export listed for it",
+        ),
+        Act::Guest(GuestHb::IndexDisagrees, "part-000001 was announced as"),
+        Act::Guest(GuestHb::AnnouncementMissing, "part-000002"),
+    ]
 }
 
 /// Steps of a load; needles unique to the restore where the new-box phase repeats a verb.
@@ -307,10 +428,19 @@ fn save_fault_matrix() {
                 );
             }
         }
+        if let Act::Guest(_, says) = act {
+            assert!(
+                r.stderr.contains(says),
+                "{what}: wanted {says:?}: {}",
+                r.stderr
+            );
+        }
         w.assert_no_plaintext(&["alpha"]);
         w.assert_running_unpaused("alpha");
-        if let Act::Held(machine, needle, _) = act {
-            let left = guest_processes(&w, machine, needle);
+        if !matches!(act, Act::Signal(_, _, Signal::SIGKILL)) {
+            // Whatever stopped the save stopped the export with it (a killed exec takes
+            // its guest command along).
+            let left = guest_processes(&w, "alpha", "hb export");
             assert!(
                 left.is_empty(),
                 "{what}: still running in the guest: {left:?}"
@@ -318,6 +448,44 @@ fn save_fault_matrix() {
         }
         assert_eq!(w.machines().len(), 1, "{what}: no other VM");
     }
+    // An older hb in the box (it does not know --stream-parts): the save still works, the
+    // old way — export everything, then copy — and the backup is complete.
+    let calls0 = w.calls().len();
+    let r = run_case(
+        &w,
+        &["save", "alpha"],
+        Act::Guest(GuestHb::Old, ""),
+        &[PART],
+    );
+    assert!(r.ok(), "an older guest hb still saves: {}", r.all());
+    let calls = w.calls_since(calls0);
+    let exports: Vec<&String> = calls
+        .iter()
+        .filter(|c| c.contains("-- /usr/local/bin/hb export"))
+        .collect();
+    assert_eq!(exports.len(), 2, "{exports:#?}");
+    assert!(exports[0].contains("--stream-parts") && !exports[1].contains("--stream-parts"));
+    assert!(
+        !calls
+            .iter()
+            .any(|c| c.contains("-- rm -f -- /root/hb-save-")),
+        "no part released one by one: {calls:#?}"
+    );
+    w.assert_no_plaintext(&["alpha"]);
+    w.assert_running_unpaused("alpha");
+    let published = w.backups_published();
+    assert_eq!(published.len(), 1, "{published:?}");
+    let x = w.run(
+        &[
+            "extract",
+            &published[0].display().to_string(),
+            &w.dir.path().join("x").display().to_string(),
+        ],
+        &[],
+    );
+    assert!(x.ok(), "the sequential save is complete: {}", x.all());
+    std::fs::remove_dir_all(w.dir.path().join("x")).unwrap();
+    std::fs::remove_file(&published[0]).unwrap();
     // A resume that fails: the backup is complete and verified and published, and the
     // user is told the box stays paused.
     let r = run_case(

@@ -147,6 +147,11 @@ pub struct ExportArgs {
     /// Part size in bytes
     #[arg(long, default_value_t = 1 << 30, value_name = "BYTES")]
     pub part_size: u64,
+    /// Announce each finished part on stdout (`part-ready <name> <bytes> <sha256>`) and keep
+    /// at most N announced parts in --out: a new part starts only once the reader removed
+    /// one (box save copies them out while the export goes on)
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub stream_parts: Option<u16>,
 }
 
 #[derive(Debug, Args)]
@@ -195,6 +200,7 @@ mod tests {
                 "--root",
                 "/tmp/r",
             ],
+            &["hb", "export", "--out", "/d/x", "--stream-parts", "2"],
             &["hb", "import", "--from", "/d/x"],
             &["hb", "workload"],
             &["hb", "token"],
@@ -203,7 +209,12 @@ mod tests {
         for argv in ok {
             Cli::try_parse_from(*argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
         }
-        for argv in [&["hb", "logs"][..], &["hb", "export"], &["hb", "bogus"]] {
+        for argv in [
+            &["hb", "logs"][..],
+            &["hb", "export"],
+            &["hb", "bogus"],
+            &["hb", "export", "--out", "/d/x", "--stream-parts", "0"],
+        ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
         }
     }

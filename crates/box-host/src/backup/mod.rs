@@ -30,6 +30,7 @@ pub mod passphrase;
 pub mod progress;
 pub mod publish;
 pub mod save;
+pub mod segments;
 pub mod seipd;
 
 use box_proto::archive::ArchiveError;

@@ -1,11 +1,13 @@
 //! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
-//! [`super::seipd`]) → 0600 temp file beside the destination, while a zstd decoder + tar
-//! walker validates the members and SHA-256 runs over the plaintext (on a second thread,
-//! fed through a bounded channel) — one pass. A third thread verifies as the file grows:
-//! it follows the temp file, decrypts it with the bulk path (this process wrote it; files
-//! from anywhere else go through sequoia) and hashes the plaintext (nothing written). [`Sealed::verify`] waits for it, compares the
-//! hash, and checks the file on disk is still the one it decrypted; then
-//! [`Verified::publish`] links it into place without ever replacing.
+//! [`super::seipd`]) → 0600 temp file beside the destination, hashed in segments of the
+//! part size on the way ([`super::segments`]: each part's check), while a zstd decoder +
+//! tar walker validates the members (on a second thread, fed through a bounded channel) —
+//! one pass. A third thread verifies as the file grows: it follows the temp file, decrypts
+//! it with the bulk path (this process wrote it; files from anywhere else go through
+//! sequoia) and hashes the plaintext in the same segments (nothing written).
+//! [`Sealed::verify`] waits for it, compares the segment hashes, and checks the file on
+//! disk is still the one it decrypted; then [`Verified::publish`] links it into place
+//! without ever replacing.
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -25,6 +27,7 @@ use super::cleanup::{self, Temp};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::progress::Progress;
 use super::publish;
+use super::segments::SegmentHasher;
 use super::seipd::{self, SeipdWriter};
 use super::{BackupError, hex_sha};
 
@@ -44,6 +47,9 @@ pub struct Pipeline {
     temp: Temp,
     writer: SeipdWriter,
     bytes: u64,
+    segments: SegmentHasher,
+    /// A part shorter than the part size was fed: it must have been the last.
+    short_part_fed: bool,
     tx: Option<SyncSender<Vec<u8>>>,
     validator: Option<JoinHandle<ValidatorResult>>,
     written: WriteProgress,
@@ -51,21 +57,22 @@ pub struct Pipeline {
     progress: Progress,
 }
 
-/// What the validator thread found: the report, and the SHA-256 of the plaintext it read
-/// (hashed there, not on the encrypting thread, to spread the work over both cores).
-type ValidatorResult = Result<(Report, [u8; 32]), ArchiveError>;
+/// What the validator thread found.
+type ValidatorResult = Result<Report, ArchiveError>;
 
-/// What the verifier thread found: the plaintext's SHA-256 and size, and what it read of
-/// the encrypted file.
-type VerifierResult = Result<([u8; 32], u64, Fingerprint), BackupError>;
+/// What the verifier thread found: the plaintext's segment hashes and size, and what it
+/// read of the encrypted file.
+type VerifierResult = Result<(Vec<[u8; 32]>, u64, Fingerprint), BackupError>;
 type Verifier = JoinHandle<VerifierResult>;
 
 /// The encrypted temp file, validated and hashed, not yet verified or published.
 pub struct Sealed {
     out: PathBuf,
     temp: Temp,
-    /// SHA-256 of the plaintext (the compressed tar stream).
-    pub sha256: [u8; 32],
+    /// SHA-256 of each segment of the plaintext (the compressed tar stream): of each part
+    /// in a save in parts, of the whole stream otherwise.
+    pub segments: Vec<[u8; 32]>,
+    segment_size: u64,
     /// Bytes of plaintext.
     pub plaintext_size: u64,
     pub report: Report,
@@ -89,21 +96,30 @@ pub struct Published {
     pub path: PathBuf,
     /// Size of the encrypted file.
     pub size: u64,
-    pub sha256: [u8; 32],
+    /// SHA-256 of each segment of the plaintext (see [`Sealed::segments`]).
+    pub segments: Vec<[u8; 32]>,
     pub report: Report,
 }
 
 impl Pipeline {
     /// Starts a save into `out`: refuses an existing `out`, creates its directory and the
-    /// 0600 temp beside it, and starts the encryptor and the validator.
+    /// 0600 temp beside it, and starts the encryptor and the validator. The plaintext is
+    /// hashed as one stream.
     pub fn begin(out: &Path, passphrase: &SecretString) -> Result<Self> {
-        Self::begin_with_limits(out, passphrase, Limits::default())
+        Self::begin_with_limits(out, passphrase, Limits::default(), u64::MAX)
+    }
+
+    /// [`Self::begin`] for plaintext fed in parts of `part_size` bytes (all but the last):
+    /// each part is checked with the same hash pass the verification uses.
+    pub fn begin_in_parts(out: &Path, passphrase: &SecretString, part_size: u64) -> Result<Self> {
+        Self::begin_with_limits(out, passphrase, Limits::default(), part_size)
     }
 
     pub fn begin_with_limits(
         out: &Path,
         passphrase: &SecretString,
         limits: Limits,
+        segment_size: u64,
     ) -> Result<Self> {
         check_destination(out)?;
         let dir = match out.parent() {
@@ -123,22 +139,18 @@ impl Pipeline {
             .with_context(|| format!("cannot reopen {} to verify it", temp.path().display()))?;
         let writer = SeipdWriter::new(file, passphrase)?;
         let (written, follower) = follow::follow(follower);
-        let verifier = spawn_verifier(follower, temp.path(), passphrase)?;
+        let verifier = spawn_verifier(follower, temp.path(), passphrase, segment_size)?;
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
             .spawn(move || {
-                let mut hashing = HashingReader {
-                    inner: ChannelReader::new(rx, false),
-                    hasher: Sha256::new(),
-                    bytes: 0,
-                };
-                let report = validate::validate(&mut hashing, &limits)?;
-                // The validator stops at the end of the archive; hash what follows too, so
-                // the hash covers every byte that was encrypted.
-                io::copy(&mut hashing, &mut io::sink())
+                let mut reader = ChannelReader::new(rx, false);
+                let report = validate::validate(&mut reader, &limits)?;
+                // The validator stops at the end of the archive; take what follows too, so
+                // the encrypting side never waits on a full channel.
+                io::copy(&mut reader, &mut io::sink())
                     .map_err(|e| ArchiveError::Invalid(format!("cannot read the stream: {e}")))?;
-                Ok((report, hashing.hasher.finalize().into()))
+                Ok(report)
             })
             .context("cannot start the validator thread")?;
         Ok(Pipeline {
@@ -146,6 +158,8 @@ impl Pipeline {
             temp,
             writer,
             bytes: 0,
+            segments: SegmentHasher::new(segment_size),
+            short_part_fed: false,
             tx: Some(tx),
             validator: Some(validator),
             written,
@@ -177,6 +191,7 @@ impl Pipeline {
                 Err(e) => return Err(e).context("cannot read backup data"),
             };
             chunk.truncate(n);
+            self.segments.update(&chunk);
             self.writer
                 .write_all(&chunk)
                 .context("cannot write the encrypted backup")?;
@@ -193,30 +208,45 @@ impl Pipeline {
     }
 
     /// Streams one part file; with `expected`, its size and SHA-256 must match (the part
-    /// index), or the save fails.
+    /// index, or the export's announcement of the part), or the save fails. In a save in
+    /// parts, every part but the last has the part size.
     pub fn feed_part(&mut self, path: &Path, expected: Option<&Part>) -> Result<()> {
         let file =
             File::open(path).with_context(|| format!("cannot open part {}", path.display()))?;
-        let mut hashing = HashingReader {
-            inner: file,
-            hasher: Sha256::new(),
-            bytes: 0,
+        let Some(part) = expected else {
+            self.feed(file)?;
+            return Ok(());
         };
-        self.feed(&mut hashing)?;
-        if let Some(part) = expected {
+        let segment = self.segments.segment_size();
+        if segment == u64::MAX {
+            // One stream: the part needs a hash of its own.
+            let mut hashing = HashingReader {
+                inner: file,
+                hasher: Sha256::new(),
+                bytes: 0,
+            };
+            self.feed(&mut hashing)?;
             let got: [u8; 32] = hashing.hasher.finalize().into();
-            if hashing.bytes != part.size || got != part.sha256 {
-                bail!(
-                    "part {} does not match the part index (size {} vs {}, SHA-256 {} vs {})",
-                    path.display(),
-                    hashing.bytes,
-                    part.size,
-                    hex_sha(&got),
-                    hex_sha(&part.sha256)
-                );
-            }
+            return check_part(path, part, hashing.bytes, &got);
         }
-        Ok(())
+        if self.short_part_fed || !self.segments.at_boundary() || part.size > segment {
+            bail!(
+                "part {} is {} bytes where box asked for parts of {segment} (only the last may be shorter); nothing was published, retry the save",
+                path.display(),
+                part.size
+            );
+        }
+        let fed = self.feed(file)?;
+        if fed < segment {
+            // The last part: its segment ends here.
+            self.segments.cut();
+            self.short_part_fed = true;
+        }
+        let got = match (fed, self.segments.last()) {
+            (0, _) | (_, None) => [0u8; 32],
+            (_, Some(h)) => *h,
+        };
+        check_part(path, part, fed, &got)
     }
 
     /// Feeds every part listed in `<dir>/parts.index`, checking each and the total.
@@ -231,7 +261,7 @@ impl Pipeline {
     /// Ends encryption (fsync) and validation; returns the sealed temp file.
     pub fn finish(mut self) -> Result<Sealed> {
         self.tx.take();
-        let (report, sha256) = match self.validator.take().map(|h| h.join()) {
+        let report = match self.validator.take().map(|h| h.join()) {
             Some(Ok(Ok(found))) => found,
             Some(Ok(Err(e))) => bail!("generated archive failed validation: {e}"),
             _ => bail!("the validator thread failed"),
@@ -239,15 +269,33 @@ impl Pipeline {
         self.progress.done();
         self.writer.finish()?;
         self.written.complete();
+        let segment_size = self.segments.segment_size();
+        let (segments, _) = self.segments.finish();
         Ok(Sealed {
             out: self.out,
             temp: self.temp,
-            sha256,
+            segments,
+            segment_size,
             plaintext_size: self.bytes,
             report,
             verifier: VerifierState::Running(self.verifier),
         })
     }
+}
+
+/// A part's size and hash against what the export said of it.
+fn check_part(path: &Path, part: &Part, size: u64, got: &[u8; 32]) -> Result<()> {
+    if size != part.size || *got != part.sha256 {
+        bail!(
+            "part {} is not what hb export listed for it (size {} vs {}, SHA-256 {} vs {}); nothing was published, retry the save",
+            path.display(),
+            size,
+            part.size,
+            hex_sha(got),
+            hex_sha(&part.sha256)
+        );
+    }
+    Ok(())
 }
 
 struct HashingReader<R> {
@@ -278,6 +326,7 @@ fn spawn_verifier(
     follower: FollowReader,
     temp: &Path,
     passphrase: &SecretString,
+    segment_size: u64,
 ) -> Result<Verifier> {
     let what = temp.display().to_string();
     let passphrase = passphrase.clone();
@@ -286,8 +335,9 @@ fn spawn_verifier(
         .spawn(move || -> VerifierResult {
             let tally = follower.tally();
             // The bulk path: this is the file we are writing, never someone else's.
-            let (sha, bytes) = seipd::verify_own(follower, &what, &passphrase, |_| {})?;
-            Ok((sha, bytes, tally.fingerprint()))
+            let (segments, bytes) =
+                seipd::verify_own_segments(follower, &what, &passphrase, segment_size)?;
+            Ok((segments, bytes, tally.fingerprint()))
         })
         .context("cannot start the verifier thread")
 }
@@ -299,19 +349,26 @@ impl Sealed {
     pub fn verify(mut self) -> Result<Verified> {
         let fail = |e: &dyn std::fmt::Display| anyhow!("encrypted backup verification failed: {e}");
         self.wait_for_verifier();
-        let (sha, size, read) = match &self.verifier {
-            VerifierState::Done(Ok(found)) => *found,
+        let (segments, size, read) = match &self.verifier {
+            VerifierState::Done(Ok(found)) => found.clone(),
             VerifierState::Done(Err(e)) => return Err(fail(e)),
             VerifierState::Running(_) | VerifierState::Panicked => {
                 return Err(fail(&"the verifier thread panicked"));
             }
         };
-        // The plaintext was validated member by member while it was encrypted; an equal
-        // SHA-256 over what decrypted proves the file held exactly those bytes.
-        if sha != self.sha256 || size != self.plaintext_size {
+        // The plaintext was validated member by member while it was encrypted; equal
+        // SHA-256 of every segment over what decrypted proves the file held exactly those
+        // bytes.
+        if segments != self.segments || size != self.plaintext_size {
+            let differ = self
+                .segments
+                .iter()
+                .zip(&segments)
+                .find(|(a, b)| a != b)
+                .map_or((&[0u8; 32], &[0u8; 32]), |(a, b)| (a, b));
             return Err(fail(&BackupError::Changed {
-                first: hex_sha(&self.sha256),
-                second: hex_sha(&sha),
+                first: hex_sha(differ.0),
+                second: hex_sha(differ.1),
             }));
         }
         let on_disk = follow::fingerprint_file(self.temp.path())
@@ -336,6 +393,26 @@ impl Sealed {
     pub fn temp_path(&self) -> &Path {
         self.temp.path()
     }
+
+    /// What was encrypted must be exactly the export `index` describes: its parts, in
+    /// order (each hashed as it was encrypted), and its size.
+    pub fn matches_index(&self, index: &PartIndex) -> Result<()> {
+        let listed: Vec<[u8; 32]> = if self.segment_size == u64::MAX {
+            vec![index.total_sha256]
+        } else {
+            index.parts.iter().map(|p| p.sha256).collect()
+        };
+        if self.segments != listed || self.plaintext_size != index.total_size {
+            bail!(
+                "the parts do not add up to the export (index: {} part(s), {} bytes; received: {} segment(s), {} bytes); nothing was published, retry the save",
+                index.parts.len(),
+                index.total_size,
+                self.segments.len(),
+                self.plaintext_size
+            );
+        }
+        Ok(())
+    }
 }
 
 impl Verified {
@@ -344,7 +421,7 @@ impl Verified {
         let Sealed {
             out,
             temp,
-            sha256,
+            segments,
             report,
             ..
         } = self.sealed;
@@ -368,7 +445,7 @@ impl Verified {
         Ok(Published {
             path: out,
             size,
-            sha256,
+            segments,
             report,
         })
     }

@@ -26,7 +26,6 @@ use anyhow::{Context as _, Result, anyhow};
 use secrecy::{ExposeSecret, SecretString};
 use sequoia_openpgp as openpgp;
 use sha1::{Digest as _, Sha1};
-use sha2::Sha256;
 
 use openpgp::Packet;
 use openpgp::crypto::{Password, S2K, SessionKey};
@@ -474,8 +473,33 @@ pub fn verify_own(
     source: impl Read + Send + Sync + 'static,
     what: &str,
     passphrase: &SecretString,
-    mut progress: impl FnMut(u64),
+    progress: impl FnMut(u64),
 ) -> Result<([u8; 32], u64), BackupError> {
+    let (segments, bytes) = verify_own_in(source, what, passphrase, u64::MAX, progress)?;
+    match segments.first() {
+        Some(sha) if segments.len() == 1 => Ok((*sha, bytes)),
+        _ => Err(BackupError::Corrupt(format!("{what}: no hash"))),
+    }
+}
+
+/// [`verify_own`], hashing the literal data in segments of `segment_size` bytes
+/// ([`super::segments`]) instead of as one stream.
+pub fn verify_own_segments(
+    source: impl Read + Send + Sync + 'static,
+    what: &str,
+    passphrase: &SecretString,
+    segment_size: u64,
+) -> Result<(Vec<[u8; 32]>, u64), BackupError> {
+    verify_own_in(source, what, passphrase, segment_size, |_| {})
+}
+
+fn verify_own_in(
+    source: impl Read + Send + Sync + 'static,
+    what: &str,
+    passphrase: &SecretString,
+    segment_size: u64,
+    mut progress: impl FnMut(u64),
+) -> Result<(Vec<[u8; 32]>, u64), BackupError> {
     let corrupt = |e: &dyn std::fmt::Display| BackupError::Corrupt(format!("{what}: {e}"));
     let contained = |r: Result<openpgp::Result<PacketParserResult<'static>>, String>| match r {
         Ok(Ok(ppr)) => Ok(ppr),
@@ -526,7 +550,7 @@ pub fn verify_own(
         PacketParserResult::Some(pp) if matches!(pp.packet, Packet::Literal(_)) => pp,
         _ => return Err(classify(&"the encrypted packet does not hold literal data")),
     };
-    let mut hasher = Sha256::new();
+    let mut hasher = super::segments::SegmentHasher::new(segment_size);
     let mut bytes = 0u64;
     let mut chunk = vec![0u8; CHUNK];
     loop {
@@ -540,7 +564,7 @@ pub fn verify_own(
         if n == 0 {
             break;
         }
-        sha2::Digest::update(&mut hasher, &chunk[..n]);
+        hasher.update(&chunk[..n]);
         bytes += n as u64;
         progress(n as u64);
     }
@@ -562,7 +586,7 @@ pub fn verify_own(
             &"the encrypted data did not reach its integrity check",
         ));
     }
-    Ok((sha2::Digest::finalize(hasher).into(), bytes))
+    Ok((hasher.finish().0, bytes))
 }
 
 #[cfg(test)]
@@ -625,7 +649,7 @@ mod tests {
     }
 
     fn sha(b: &[u8]) -> [u8; 32] {
-        <Sha256 as sha2::Digest>::digest(b).into()
+        <sha2::Sha256 as sha2::Digest>::digest(b).into()
     }
 
     use std::path::Path;

@@ -1,9 +1,11 @@
 //! `box save <name> [out]` (DESIGN.md "save"; reference/hermes-box.md §1.7):
 //!
 //! box lock → refuse an existing destination → passphrase → `hb quiesce` → `hb
-//! write-manifest` → `hb export` into a 0700 guest scratch dir → each part out, checked and
-//! streamed through the engine, deleted → guest scratch removed → `hb resume` → verify →
-//! publish → `Saved and verified <size> -> <path>`.
+//! write-manifest` → `hb export` into a 0700 guest scratch dir, announcing each finished
+//! part → meanwhile each part out, removed in the guest, checked and streamed through the
+//! engine, deleted (transfer::parts_stream) → the index checked against what was
+//! announced → guest scratch removed → `hb resume` → verify → publish → `Saved and
+//! verified <size> -> <path>`.
 //!
 //! On a failure or HUP/INT/TERM the cleanup runs in the seed's order: guest scratch (the
 //! plaintext parts) first, then host temporaries, then `hb resume` — so Executor never
@@ -15,6 +17,7 @@
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
+use std::time::Instant;
 
 use anyhow::{Result, bail};
 use box_proto::BoxName;
@@ -31,7 +34,7 @@ use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
 use crate::transfer::guest_hb::{Guest, timeouts};
-use crate::transfer::{self, guest_dir, host_dir, parts_out};
+use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
 
 /// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`.
@@ -139,6 +142,7 @@ impl SaveRun<'_> {
             );
         }
         let part_size = transfer::part_size()?;
+        let pending = transfer::stream_pending()?;
         self.checkpoint()?;
         // Leftovers of a killed save or load of this box (we hold its lock).
         host_dir::sweep_stale(&self.ctx.state);
@@ -156,45 +160,64 @@ impl SaveRun<'_> {
 
         let scratch = guest_dir::new_path("save");
         self.guest_dir = Some(scratch.clone());
-        ui::say(format!("Archiving /data inside '{name}'"));
-        let size_arg = part_size.to_string();
-        self.guest().hb(
-            &["export", "--out", &scratch, "--part-size", &size_arg],
-            timeouts::BULK,
-            true,
-        )?;
-        self.checkpoint()?;
-
-        ui::say(format!("Copying out and encrypting into {}", out.display()));
-        let host = host_dir::create(&self.ctx.state, "save")?;
-        let pipeline = Pipeline::begin(out, pass)?;
-        let cancel = Some(self.signals.flag());
-        let (sealed, index) = {
-            let mut guest = Guest {
-                smolvm: &self.smolvm,
-                machine: &self.record.machine,
-                transcript: &mut self.transcript,
-                cancel,
-            };
-            parts_out::copy_out_and_seal(&mut guest, &scratch, host.path(), pipeline, cancel)?
-        };
-        drop(host);
-        self.transcript.line(&format!(
-            "{} members, {} part(s)",
-            sealed.report.members,
-            index.parts.len()
+        ui::say(format!(
+            "Archiving /data inside '{name}', copying out and encrypting into {}",
+            out.display()
         ));
+        // export → copy → encrypt → verify → publish, quiesce and resume left out: the
+        // stages `just bench` compares with the seed's same steps.
+        let started = Instant::now();
+        let host = host_dir::create(&self.ctx.state, "save")?;
+        let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
+        let exported = parts_stream::export_and_seal(
+            &mut self.guest(),
+            &scratch,
+            part_size,
+            pending,
+            host.path(),
+            pipeline,
+        )?;
+        drop(host);
+        let sealed = exported.sealed;
+        self.transcript.line(&format!(
+            "{} members, {} part(s) of {part_size} bytes",
+            sealed.report.members,
+            exported.index.parts.len()
+        ));
+        let mut timings = format!(
+            "stages: export {:.2}s (in the guest)",
+            exported.export_wall.as_secs_f64()
+        );
+        match &exported.stages {
+            Some(stages) => timings.push_str(&format!(
+                ", overlapped with the host's {}",
+                stages.summary()
+            )),
+            None => timings.push_str(", then copied out and encrypted (sequential)"),
+        }
 
         // Plaintext leaves the guest before Executor comes back.
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
+        let before_resume = started.elapsed();
         self.resume();
         self.checkpoint()?;
+        let resumed_at = started.elapsed();
 
         ui::say("Verifying the encrypted backup");
+        let t = Instant::now();
         let verified = sealed.verify()?;
+        timings.push_str(&format!("; verify {:.2}s", t.elapsed().as_secs_f64()));
         self.checkpoint()?;
+        let t = Instant::now();
         let published = verified.publish()?;
+        timings.push_str(&format!(
+            "; publish {:.2}s; export..publish {:.2}s (quiesce and resume left out)",
+            t.elapsed().as_secs_f64(),
+            (started.elapsed() - (resumed_at - before_resume)).as_secs_f64()
+        ));
+        self.transcript.line(&timings);
+        tracing::info!("{timings}");
         self.transcript
             .line(&format!("published {}", published.path.display()));
         Ok(published)

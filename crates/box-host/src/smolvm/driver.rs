@@ -445,13 +445,37 @@ impl Smolvm {
 
     /// `machine cp N:/guest/path LOCAL`.
     pub fn copy_out(&self, name: &str, guest: &str, local: &Path) -> Result<(), SmolvmError> {
+        self.copy_out_cancellable(name, guest, local, None)
+    }
+
+    /// [`Self::copy_out`], cut short when `cancel` becomes non-zero (save copies parts out
+    /// while the export still runs; a signal must end both promptly).
+    pub fn copy_out_cancellable(
+        &self,
+        name: &str,
+        guest: &str,
+        local: &Path,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
         let a = vec![
             OsString::from("machine"),
             "cp".into(),
             format!("{name}:{guest}").into(),
             local.as_os_str().to_owned(),
         ];
-        self.checked(a, timeouts::COPY).map(drop)
+        let call = Self::call_name(&a);
+        let out = runner::run(
+            &self.bin,
+            &a,
+            &call,
+            CallOpts {
+                timeout: self.deadline(timeouts::COPY),
+                on_line: None,
+                cancel,
+                env: Vec::new(),
+            },
+        )?;
+        check(&call, out).map(drop)
     }
 }
 

@@ -39,9 +39,13 @@ pub fn remove(guest: &mut Guest<'_>, path: &str) -> Result<()> {
 /// Removes every `/root/hb-save-*` and `/root/hb-load-*` (scratch of killed runs). Only
 /// call it under the box lock.
 pub fn sweep_stale(guest: &mut Guest<'_>) -> Result<()> {
+    // A save killed with SIGKILL may leave its export running for a moment (it ends at
+    // its next write to the vanished box); rm -rf then races its last file: try again.
     let script = format!(
         "for d in {PARENT}/{PREFIX}save-* {PARENT}/{PREFIX}load-*; do \
-         [ -e \"$d\" ] || continue; echo \"removing stale scratch $d\"; rm -rf -- \"$d\" || exit 1; done"
+         [ -e \"$d\" ] || continue; echo \"removing stale scratch $d\"; \
+         for t in 1 2 3 4 5; do rm -rf -- \"$d\" 2>/dev/null && break; sleep 1; done; \
+         [ ! -e \"$d\" ] || rm -rf -- \"$d\" || exit 1; done"
     );
     guest.exec_ok(
         "removing scratch left by an interrupted save or load",

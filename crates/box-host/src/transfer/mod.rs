@@ -8,19 +8,24 @@
 //!   does not share reliably) that holds plaintext parts, and its removal;
 //! * [`host_dir`]: the 0700 host scratch dir under `<state>/tmp` that holds at most one
 //!   plaintext part at a time, and the sweep of dirs a killed run left behind;
-//! * [`parts_out`] (save): copy each part out, check it against the part index, stream it
-//!   into the engine, delete it;
+//! * [`parts_stream`] + [`announced`] (save): `hb export` announces each finished part
+//!   while it runs; each is copied out, removed in the guest, checked and streamed into the
+//!   engine while the next is being exported; the index, written last, must agree;
+//! * [`parts_out`] (save with an `hb` that does not stream): after the export, copy each
+//!   part out, check it against the part index, stream it into the engine, delete it;
 //! * [`parts_in`] (load): pass 2 of the engine cuts the plaintext into parts, each is
 //!   copied in 0600, then the index that `hb import` insists on;
 //! * [`progress`]: bytes, rate and ETA per phase on a terminal;
 //! * [`guest_hb`]: the `hb` verbs a transfer runs, with the transcript and a pending-signal
 //!   flag that cuts long ones short.
 
+pub mod announced;
 pub mod guest_dir;
 pub mod guest_hb;
 pub mod host_dir;
 pub mod parts_in;
 pub mod parts_out;
+pub mod parts_stream;
 pub mod progress;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -40,16 +45,43 @@ pub fn checkpoint(flag: Option<&AtomicUsize>) -> Result<()> {
     }
 }
 
-/// `hb export`'s default part size: 1 GiB.
-pub const DEFAULT_PART_SIZE: u64 = 1 << 30;
+/// The part size of a save (and of load's re-chunking): 64 MiB. Small enough that the
+/// export of part N+1 overlaps the copy and encryption of part N from early on, the tail
+/// after the export (the parts it still holds) is short, and the guest holds little
+/// plaintext ([`STREAM_PENDING`] + 1 parts); large enough that the two smolvm calls per
+/// part (`cp`, `rm`) are small next to the data. Through the simulator (313 MiB of /data,
+/// 151 MiB compressed, loaded machine), export..publish took 2.91 s with 32 MiB parts,
+/// 2.75 s with 64, 2.97 s with 128 and 3.25 s with 256 (one part: no overlap).
+pub const DEFAULT_PART_SIZE: u64 = 64 << 20;
 /// smolvm's `machine cp` refuses files of 4 GiB and more; a part stays below.
 pub const MAX_PART_SIZE: u64 = (4 << 30) - 1;
+/// How many announced, not yet copied parts a streaming export may keep in the guest
+/// before it waits: two, so it runs on while the host encrypts one and copies the next.
+pub const STREAM_PENDING: u16 = 2;
 
-/// The part size for this run: `BOX_PART_SIZE` (bytes; tests use small ones), else 1 GiB.
+/// The part size for this run: `BOX_PART_SIZE` (bytes; tests use small ones), else
+/// [`DEFAULT_PART_SIZE`].
 pub fn part_size() -> Result<u64> {
     match std::env::var("BOX_PART_SIZE") {
         Ok(v) if !v.trim().is_empty() => parse_part_size(&v),
         _ => Ok(DEFAULT_PART_SIZE),
+    }
+}
+
+/// Whether save overlaps export and encryption, and with how many pending parts:
+/// `BOX_STREAM_PARTS` (0 = the sequential path: export everything, then copy), else
+/// [`STREAM_PENDING`].
+pub fn stream_pending() -> Result<Option<u16>> {
+    match std::env::var("BOX_STREAM_PARTS") {
+        Ok(v) if !v.trim().is_empty() => match v.trim().parse::<u16>() {
+            Ok(0) => Ok(None),
+            Ok(n) if n <= 64 => Ok(Some(n)),
+            _ => bail!(
+                "BOX_STREAM_PARTS must be 0 (export first, then copy) or a number of parts from 1 to 64, not {:?}",
+                v.chars().take(40).collect::<String>()
+            ),
+        },
+        _ => Ok(Some(STREAM_PENDING)),
     }
 }
 

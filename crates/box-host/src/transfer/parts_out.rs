@@ -1,4 +1,5 @@
-//! Save: the parts `hb export` wrote in the guest scratch dir come out one at a time. Each
+//! Save, sequential (an `hb` that does not stream its parts; see [`super::announced`]):
+//! the parts `hb export` wrote in the guest scratch dir come out one at a time. Each
 //! is copied with `machine cp` into the host scratch dir, checked against the part index
 //! (size first, for a clear "arrived truncated", then SHA-256 while it streams into the
 //! engine), and deleted. The index's total must equal what the engine hashed.
@@ -79,19 +80,16 @@ pub fn copy_out_and_seal(
     let took = phase.finish();
     checkpoint(cancel)?;
     let sealed = pipeline.finish()?;
-    if sealed.sha256 != index.total_sha256 || sealed.plaintext_size != index.total_size {
-        bail!(
-            "the parts do not add up to the export (index: {} bytes, SHA-256 {}; received: {} bytes, SHA-256 {})",
-            index.total_size,
-            hex_sha(&index.total_sha256),
-            sealed.plaintext_size,
-            hex_sha(&sealed.sha256)
-        );
-    }
+    check_totals(&sealed, &index)?;
     guest.transcript.line(&format!(
         "copied out and encrypted {} in {:.1}s",
         human(index.total_size),
         took.as_secs_f64()
     ));
     Ok((sealed, index))
+}
+
+/// What the engine hashed must be the whole export the index describes.
+pub(super) fn check_totals(sealed: &Sealed, index: &PartIndex) -> Result<()> {
+    sealed.matches_index(index)
 }

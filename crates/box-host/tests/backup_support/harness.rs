@@ -4,6 +4,9 @@
 //!
 //! ```text
 //! backup_harness save <parts-dir> <out.tar.zst.gpg>     # encrypt + validate + verify + publish
+//! backup_harness save-stream <hb> <data-root> <scratch> <out>
+//!                                      # `hb export --stream-parts` as a child, its parts
+//!                                      # consumed as they are announced: box save minus smolvm
 //! backup_harness verify <backup>                         # pass 1 only (decrypt, validate, hash)
 //! backup_harness parts <backup> <dir> <part-size>        # pass 1 + pass 2 into parts + index
 //! backup_harness encrypt <plain> <out>                   # bench: the bulk SEIPDv1 writer alone
@@ -14,12 +17,69 @@
 //! `HARNESS_PAUSE_MS=<n>` sleeps n ms after each part and before verify/publish, so tests
 //! can land signals inside each phase.
 
-use std::path::Path;
-use std::process::ExitCode;
-use std::time::Duration;
+use std::io::BufRead;
+use std::path::{Path, PathBuf};
+use std::process::{Command, ExitCode, Stdio};
+use std::sync::mpsc;
+use std::time::{Duration, Instant};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
 use box_host::backup::{cleanup, crypto, load, passphrase, save, seipd};
+use box_host::transfer::{self, announced};
+use box_proto::archive::parts::Part;
+
+/// The "guest" of `save-stream`: a local export dir, read as box reads a guest's.
+struct LocalParts(PathBuf);
+
+impl announced::PartSource for LocalParts {
+    fn fetch(&mut self, name: &str, local: &Path) -> Result<()> {
+        std::fs::copy(self.0.join(name), local).with_context(|| format!("cannot copy {name}"))?;
+        Ok(())
+    }
+    fn release(&mut self, name: &str) -> Result<()> {
+        std::fs::remove_file(self.0.join(name)).with_context(|| format!("cannot remove {name}"))
+    }
+}
+
+/// `hb export --stream-parts` as a child, its announcements as events, then its exit.
+fn spawn_export(
+    hb: &str,
+    data: &str,
+    scratch: &str,
+    part_size: u64,
+    pending: u16,
+) -> Result<mpsc::Receiver<announced::ExportEvent>> {
+    use announced::{ExportEvent, ExportExit};
+    let mut child = Command::new(hb)
+        .args(["export", "--root", data, "--out", scratch, "--part-size"])
+        .arg(part_size.to_string())
+        .arg("--stream-parts")
+        .arg(pending.to_string())
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("cannot run {hb}"))?;
+    let stdout = child.stdout.take().context("no stdout")?;
+    let (tx, rx) = mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stdout).lines() {
+            let Ok(line) = line else { break };
+            let event = match Part::parse_ready(&line) {
+                Some(Ok(p)) => ExportEvent::Ready(p),
+                Some(Err(_)) => ExportEvent::Malformed(line),
+                None => continue,
+            };
+            let _ = tx.send(event);
+        }
+        let exit = match child.wait() {
+            Ok(st) if st.success() => ExportExit::Done,
+            Ok(st) => ExportExit::Failed(anyhow!("hb export failed: {st}")),
+            Err(e) => ExportExit::Failed(anyhow!("cannot wait for hb export: {e}")),
+        };
+        let _ = tx.send(ExportEvent::Exited(exit));
+    });
+    Ok(rx)
+}
 
 fn pause() {
     if let Some(ms) = std::env::var("HARNESS_PAUSE_MS")
@@ -48,23 +108,64 @@ fn run(args: &[String]) -> Result<()> {
             let out = Path::new(out);
             save::check_destination(out)?;
             let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
-            let mut p = save::Pipeline::begin(out, &pass)?;
             let index = save::read_index(Path::new(parts))?;
+            let mut p = save::Pipeline::begin_in_parts(out, &pass, index.parts[0].size)?;
             phase("encrypt");
             for part in &index.parts {
                 p.feed_part(&Path::new(parts).join(&part.name), Some(part))?;
                 pause();
             }
             let sealed = p.finish()?;
-            if sealed.sha256 != index.total_sha256 {
-                bail!("the parts do not match the index total");
-            }
+            sealed.matches_index(&index)?;
             phase("verify");
             pause();
             let verified = sealed.verify()?;
             phase("publish");
             pause();
             let published = verified.publish()?;
+            println!(
+                "Saved and verified {} -> {}",
+                published.size,
+                published.path.display()
+            );
+        }
+        ["save-stream", hb, data, scratch, out] => {
+            let t0 = Instant::now();
+            let out = Path::new(out);
+            save::check_destination(out)?;
+            let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
+            let part_size = transfer::part_size()?;
+            let pending = transfer::stream_pending()?.unwrap_or(transfer::STREAM_PENDING);
+            let host = cleanup::Temp::create_dir(
+                out.parent().unwrap_or(Path::new(".")),
+                ".harness-host-",
+            )?;
+            let p = save::Pipeline::begin_in_parts(out, &pass, part_size)?;
+            let events = spawn_export(hb, data, scratch, part_size, pending)?;
+            let mut stages = announced::Stages::default();
+            let streamed = announced::seal_announced(
+                &events,
+                &mut LocalParts(PathBuf::from(scratch)),
+                host.path(),
+                p,
+                None,
+                &mut stages,
+            )?;
+            let announced::Streamed::Sealed { sealed, .. } = streamed else {
+                bail!("hb export did not stream its parts");
+            };
+            let _ = std::fs::remove_dir_all(scratch);
+            let sealed_at = t0.elapsed();
+            let verified = sealed.verify()?;
+            let verified_at = t0.elapsed();
+            let published = verified.publish()?;
+            eprintln!(
+                "stages: export + {} = {:.2}s; verify {:.2}s; publish {:.2}s",
+                stages.summary(),
+                sealed_at.as_secs_f64(),
+                (verified_at - sealed_at).as_secs_f64(),
+                (t0.elapsed() - verified_at).as_secs_f64()
+            );
             println!(
                 "Saved and verified {} -> {}",
                 published.size,

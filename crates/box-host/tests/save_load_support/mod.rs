@@ -156,6 +156,7 @@ impl World {
             .env_remove("BOX_SKIP_PROVISION")
             .env_remove("BOX_KEEP_ON_FAILURE")
             .env_remove("BOX_PART_SIZE")
+            .env_remove("BOX_STREAM_PARTS")
             .env_remove("BOX_HB_BINARY")
             .env_remove("BOX_PROVISION_DIR");
         for (k, v) in &self.extra_env {

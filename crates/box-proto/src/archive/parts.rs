@@ -12,6 +12,12 @@
 //! The parts, concatenated in the listed order, are the compressed tar stream: exactly the
 //! plaintext of a backup. Every part but the last has the same size. Part names are
 //! `part-NNNNNN` and nothing else, so a hostile index cannot name a path.
+//!
+//! While it runs, `hb export --stream-parts N` announces each part on stdout as soon as
+//! it is complete under its final name (synced, renamed), one [`READY`] line per part in
+//! the index's own `<name> <bytes> <sha256>` form, so `box save` can copy and encrypt part
+//! N while part N+1 is being written. The index written at the end must list exactly the
+//! announced parts.
 
 use std::fmt::Write as _;
 
@@ -21,6 +27,8 @@ use crate::archive::Compression;
 pub const INDEX_FILE: &str = "parts.index";
 /// The first line of every index.
 pub const HEADER: &str = "hermes-box-parts 1";
+/// The first word of a part announcement: `part-ready part-000000 <bytes> <sha256>`.
+pub const READY: &str = "part-ready";
 /// The most parts an index may list (1 TiB in 1 GiB parts, with room to spare).
 pub const MAX_PARTS: usize = 100_000;
 
@@ -69,6 +77,51 @@ fn parse_hash(s: &str) -> Option<[u8; 32]> {
     }
     hex::decode_to_slice(s, &mut out).ok()?;
     Some(out)
+}
+
+impl Part {
+    /// The announcement line of this part (no newline).
+    pub fn render_ready(&self) -> String {
+        format!(
+            "{READY} {} {} {}",
+            self.name,
+            self.size,
+            hex::encode(self.sha256)
+        )
+    }
+
+    /// Reads an announcement line: `None` when the line is not one (any other output),
+    /// an error when it starts like one but is malformed. The part name is checked for
+    /// form only; its place in the sequence is the reader's to check.
+    pub fn parse_ready(line: &str) -> Option<Result<Part, PartIndexError>> {
+        let rest = line.trim_end().strip_prefix(READY)?;
+        if !(rest.is_empty() || rest.starts_with(' ')) {
+            return None;
+        }
+        let rest = rest.strip_prefix(' ').unwrap_or(rest);
+        let bad = |what: &str| PartIndexError::Whole(format!("bad part announcement: {what}"));
+        let fields: Vec<&str> = rest.split(' ').collect();
+        let [name, size, hash] = fields.as_slice() else {
+            return Some(Err(bad("expected '<name> <bytes> <sha256>'")));
+        };
+        if !valid_part_name(name) {
+            return Some(Err(bad("the part name is not part-NNNNNN")));
+        }
+        let Ok(size) = size.parse::<u64>() else {
+            return Some(Err(bad("the size is not a number")));
+        };
+        if size == 0 {
+            return Some(Err(bad("empty part")));
+        }
+        let Some(sha256) = parse_hash(hash) else {
+            return Some(Err(bad("the hash is not 64 lowercase hex digits")));
+        };
+        Some(Ok(Part {
+            name: name.to_string(),
+            size,
+            sha256,
+        }))
+    }
 }
 
 impl PartIndex {
@@ -203,6 +256,41 @@ mod tests {
     fn round_trip() {
         let idx = sample();
         assert_eq!(PartIndex::parse(&idx.render()).unwrap(), idx);
+    }
+
+    #[test]
+    fn announcements_round_trip_and_reject_garbage() {
+        let p = sample().parts[1].clone();
+        let line = p.render_ready();
+        assert!(line.starts_with("part-ready part-000001 5 0202"), "{line}");
+        assert_eq!(Part::parse_ready(&line).unwrap().unwrap(), p);
+        assert_eq!(
+            Part::parse_ready(&format!("{line}\r\n")).unwrap().unwrap(),
+            p
+        );
+        for other in [
+            "Exported 3 members",
+            "",
+            "part part-000001 5 x",
+            "part-readyx",
+        ] {
+            assert!(Part::parse_ready(other).is_none(), "{other}");
+        }
+        for bad in [
+            line.replace("part-000001", "../../etc"),
+            line.replace(" 5 ", " 0 "),
+            line.replace(" 5 ", " -5 "),
+            line.replace("0202", "0G02"),
+            line.replace("0202", "02"),
+            format!("{line} extra"),
+            "part-ready ".to_string(),
+            "part-ready".to_string(),
+        ] {
+            assert!(
+                matches!(Part::parse_ready(&bad), Some(Err(_))),
+                "accepted: {bad}"
+            );
+        }
     }
 
     #[test]

@@ -24,7 +24,7 @@ use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::parts::PartIndex;
 
 use super::links;
-use super::parts::PartWriter;
+use super::parts::{Announce, PartWriter};
 use super::sparse;
 
 /// zstd job size with worker threads.
@@ -323,12 +323,24 @@ impl<W: Write> Walker<W> {
 
 /// Runs an export. `warn` receives one line per skipped special file or symlink.
 pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
+    export_announcing(opts, warn, None)
+}
+
+/// [`export`], announcing each finished part to a reader as [`Announce`] says.
+pub fn export_announcing(
+    opts: &ExportOptions,
+    warn: Box<dyn FnMut(&str)>,
+    announce: Option<Announce>,
+) -> Result<ExportSummary> {
     let root_meta = fs::metadata(&opts.root)
         .with_context(|| format!("cannot read the data root {}", opts.root.display()))?;
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
     }
-    let parts = PartWriter::create(&opts.out, opts.part_size)?;
+    let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
+    if let Some(announce) = announce {
+        parts = parts.announcing(announce);
+    }
     let out_id = fs::metadata(&opts.out).ok().map(|m| (m.dev(), m.ino()));
     let mut encoder =
         zstd::stream::write::Encoder::new(parts, opts.level).context("cannot start zstd")?;

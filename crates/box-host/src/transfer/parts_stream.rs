@@ -1,0 +1,250 @@
+//! `box save`'s export and sealing, overlapped through smolvm: `hb export --stream-parts N`
+//! runs in a streaming `machine exec` on one thread, its `part-ready` lines become
+//! [`ExportEvent`]s, and this thread consumes them ([`super::announced`]): each part is
+//! copied out with `machine cp`, removed in the guest with an `rm` exec (which lets the
+//! export go on: it keeps at most N announced parts), and encrypted.
+//!
+//! A pending signal kills the export's exec (and with it the guest command: smolvm's agent
+//! kills what a vanished client ran) and the part copy in flight; so does a failure on this
+//! side. The caller's cleanup then removes the guest scratch, host temporaries, and resumes.
+//!
+//! An `hb` that does not know `--stream-parts` (an older one in a box created before)
+//! rejects it with clap's usage error, exit 2, before touching anything: the export then
+//! runs again the old way and [`super::parts_out`] copies its parts afterwards.
+
+use std::path::Path;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::mpsc::{self, Sender};
+use std::time::Duration;
+
+use anyhow::{Result, anyhow};
+use box_proto::archive::parts::{Part, PartIndex};
+
+use super::announced::{self, ExportEvent, ExportExit, PartSource, Stages, Streamed};
+use super::guest_hb::{Guest, timeouts};
+use super::parts_out;
+use crate::backup::save::{Pipeline, Sealed};
+use crate::lifecycle::guest::{self, HB_PATH};
+use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
+
+/// The flag an `hb` that streams its parts knows.
+pub const STREAM_FLAG: &str = "--stream-parts";
+
+/// How often the signal forwarder looks.
+const TICK: Duration = Duration::from_millis(20);
+/// What the consumer stores in the export's stop flag when it gives up on its own.
+const ABANDONED: usize = usize::MAX;
+
+/// The sealed export and how it went.
+pub struct Exported {
+    pub sealed: Sealed,
+    pub index: PartIndex,
+    /// `None`: the sequential path ran (an `hb` that does not stream, or streaming off).
+    pub stages: Option<Stages>,
+    /// The export's own wall time (the exec call).
+    pub export_wall: Duration,
+}
+
+/// Exports `/data` into `scratch` in parts of `part_size` and seals them into `pipeline`;
+/// `pending`: how many announced parts the guest may hold (`None`: the sequential path).
+pub fn export_and_seal(
+    guest: &mut Guest<'_>,
+    scratch: &str,
+    part_size: u64,
+    pending: Option<u16>,
+    host_dir: &Path,
+    pipeline: Pipeline,
+) -> Result<Exported> {
+    let size_arg = part_size.to_string();
+    let plain = ["export", "--out", scratch, "--part-size", &size_arg];
+    let Some(pending) = pending else {
+        return sequential(guest, &plain, scratch, host_dir, pipeline);
+    };
+    let pending_arg = pending.to_string();
+    let mut argv = vec![HB_PATH];
+    argv.extend_from_slice(&plain);
+    argv.extend_from_slice(&[STREAM_FLAG, &pending_arg]);
+    guest.transcript.line(&format!("$ {}", argv.join(" ")));
+
+    let (smolvm, machine, signals) = (guest.smolvm, guest.machine, guest.cancel);
+    let stop = AtomicUsize::new(0);
+    let exec_done = AtomicBool::new(false);
+    let mut stages = Stages::default();
+    let (tx, rx) = mpsc::channel();
+    let (consumed, exec) = std::thread::scope(|s| {
+        let exec = s.spawn(|| run_export(smolvm, machine, &argv, &stop, tx));
+        let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
+        let mut source = GuestParts {
+            guest: &mut *guest,
+            dir: scratch,
+        };
+        let consumed =
+            announced::seal_announced(&rx, &mut source, host_dir, pipeline, signals, &mut stages);
+        if consumed.is_err() {
+            // Kill the export (if still running) rather than wait for it.
+            let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        let exec = exec.join();
+        exec_done.store(true, Ordering::SeqCst);
+        let _ = forwarder.join();
+        (consumed, exec)
+    });
+    let export_wall = match &exec {
+        Ok(Some(out)) => {
+            guest.transcript.block("stdout", &out.stdout);
+            guest.transcript.block("stderr", &out.stderr);
+            guest.transcript.line(&format!("-> {}", guest::status(out)));
+            out.elapsed
+        }
+        _ => Duration::ZERO,
+    };
+    if exec.is_err() {
+        return Err(anyhow!("the thread running hb export panicked"));
+    }
+    match consumed? {
+        Streamed::Sealed { sealed, index } => Ok(Exported {
+            sealed,
+            index,
+            stages: Some(stages),
+            export_wall,
+        }),
+        Streamed::NotStreamed {
+            pipeline,
+            exported: true,
+        } => {
+            let (sealed, index) =
+                parts_out::copy_out_and_seal(guest, scratch, host_dir, pipeline, signals)?;
+            Ok(Exported {
+                sealed,
+                index,
+                stages: None,
+                export_wall,
+            })
+        }
+        Streamed::NotStreamed {
+            pipeline,
+            exported: false,
+        } => {
+            guest.transcript.line(&format!(
+                "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
+            ));
+            sequential(guest, &plain, scratch, host_dir, pipeline)
+        }
+    }
+}
+
+/// Today's path for an `hb` that does not stream: export to the end, then copy.
+fn sequential(
+    guest: &mut Guest<'_>,
+    args: &[&str],
+    scratch: &str,
+    host_dir: &Path,
+    pipeline: Pipeline,
+) -> Result<Exported> {
+    let out = guest.hb(args, timeouts::BULK, true)?;
+    super::checkpoint(guest.cancel)?;
+    let cancel = guest.cancel;
+    let (sealed, index) = parts_out::copy_out_and_seal(guest, scratch, host_dir, pipeline, cancel)?;
+    Ok(Exported {
+        sealed,
+        index,
+        stages: None,
+        export_wall: out.elapsed,
+    })
+}
+
+/// The export's thread: a streaming exec whose `part-ready` lines go to the consumer as
+/// they arrive, then how it ended. Returns the call's output for the transcript.
+fn run_export(
+    smolvm: &Smolvm,
+    machine: &str,
+    argv: &[&str],
+    stop: &AtomicUsize,
+    tx: Sender<ExportEvent>,
+) -> Option<Output> {
+    let mut announced = 0usize;
+    let out = {
+        let mut on_line = |stream: Stream, line: &str| {
+            if stream != Stream::Stdout {
+                return;
+            }
+            let event = match Part::parse_ready(line) {
+                Some(Ok(part)) => ExportEvent::Ready(part),
+                Some(Err(_)) => ExportEvent::Malformed(line.to_string()),
+                None => return,
+            };
+            announced += 1;
+            // A consumer that gave up has dropped its end; the stop flag ends this call.
+            let _ = tx.send(event);
+        };
+        smolvm.exec(
+            machine,
+            argv,
+            ExecOpts {
+                timeout: Some(timeouts::BULK),
+                on_line: Some(&mut on_line),
+                cancel: Some(stop),
+                env: Vec::new(),
+            },
+        )
+    };
+    let exit = match &out {
+        Ok(o) if o.success() => ExportExit::Done,
+        // clap's "error: unexpected argument '--stream-parts' found", exit 2: an older hb.
+        Ok(o) if o.code == Some(2) && announced == 0 && o.stderr.contains(STREAM_FLAG) => {
+            ExportExit::Unsupported
+        }
+        Ok(o) => ExportExit::Failed(anyhow!(
+            "`hb export` in box '{machine}' failed ({}){}",
+            guest::status(o),
+            guest::last_lines(&o.stderr, &o.stdout)
+        )),
+        Err(e) => ExportExit::Failed(anyhow!("hb export in box '{machine}': {e}")),
+    };
+    let _ = tx.send(ExportEvent::Exited(exit));
+    out.ok()
+}
+
+/// Copies a pending signal into the export's stop flag until the export has ended (the
+/// consumer may be busy in a copy or an encryption when it arrives).
+fn forward_signals(signals: Option<&AtomicUsize>, stop: &AtomicUsize, done: &AtomicBool) {
+    while !done.load(Ordering::SeqCst) {
+        if let Some(sig) = signals
+            .map(|f| f.load(Ordering::SeqCst))
+            .filter(|s| *s != 0)
+        {
+            let _ = stop.compare_exchange(0, sig, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        std::thread::sleep(TICK);
+    }
+}
+
+/// Parts in the guest scratch dir: `machine cp` out, `rm -f` in the guest.
+struct GuestParts<'g, 'a> {
+    guest: &'g mut Guest<'a>,
+    dir: &'g str,
+}
+
+impl PartSource for GuestParts<'_, '_> {
+    fn fetch(&mut self, name: &str, local: &Path) -> Result<()> {
+        let g = &*self.guest;
+        g.smolvm.copy_out_cancellable(
+            g.machine,
+            &format!("{}/{name}", self.dir),
+            local,
+            g.cancel,
+        )?;
+        Ok(())
+    }
+
+    fn release(&mut self, name: &str) -> Result<()> {
+        let path = format!("{}/{name}", self.dir);
+        self.guest.exec_ok(
+            "removing a copied part",
+            &["rm", "-f", "--", &path],
+            timeouts::SHORT,
+            false,
+        )?;
+        Ok(())
+    }
+}
