@@ -422,25 +422,11 @@ impl Smolvm {
         guest: &str,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
-        let a = vec![
-            OsString::from("machine"),
-            "cp".into(),
+        self.cp(
             local.as_os_str().to_owned(),
             format!("{name}:{guest}").into(),
-        ];
-        let call = Self::call_name(&a);
-        let out = runner::run(
-            &self.bin,
-            &a,
-            &call,
-            CallOpts {
-                timeout: self.deadline(timeouts::COPY),
-                on_line: None,
-                cancel,
-                env: Vec::new(),
-            },
-        )?;
-        check(&call, out).map(drop)
+            cancel,
+        )
     }
 
     /// `machine cp N:/guest/path LOCAL`.
@@ -457,12 +443,21 @@ impl Smolvm {
         local: &Path,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
-        let a = vec![
-            OsString::from("machine"),
-            "cp".into(),
+        self.cp(
             format!("{name}:{guest}").into(),
             local.as_os_str().to_owned(),
-        ];
+            cancel,
+        )
+    }
+
+    /// `machine cp FROM TO`, either direction, with the copy deadline.
+    fn cp(
+        &self,
+        from: OsString,
+        to: OsString,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
+        let a = vec![OsString::from("machine"), "cp".into(), from, to];
         let call = Self::call_name(&a);
         let out = runner::run(
             &self.bin,

@@ -19,7 +19,6 @@
 //! older one in an existing box rejects the flag; see [`ExportExit::Unsupported`]) hands
 //! the untouched pipeline back, for the sequential path of [`super::parts_out`].
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{Receiver, RecvTimeoutError};
@@ -28,8 +27,8 @@ use std::time::{Duration, Instant};
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 
+use super::checkpoint;
 use super::progress::Phase;
-use super::{MAX_PART_SIZE, checkpoint};
 use crate::backup::hex_sha;
 use crate::backup::save::{Pipeline, Sealed, read_index};
 
@@ -192,34 +191,14 @@ fn take_part(
             part.name
         );
     }
-    if part.size > MAX_PART_SIZE {
-        bail!(
-            "{} is {} bytes, more than smolvm can copy (4 GiB); set BOX_PART_SIZE lower",
-            part.name,
-            part.size
-        );
-    }
+    super::check_copyable(part)?;
     let local = host_dir.join(&part.name);
     let t = Instant::now();
     let fetched = source
         .fetch(&part.name, &local)
         .with_context(|| format!("cannot copy {} out of the box", part.name));
     stages.copy += t.elapsed();
-    let arrived = fetched.and_then(|()| {
-        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot make {} private", local.display()))?;
-        let got = std::fs::metadata(&local)
-            .with_context(|| format!("{} did not arrive", part.name))?
-            .len();
-        if got != part.size {
-            bail!(
-                "{} arrived truncated from the box: {got} of {} bytes (smolvm machine cp); nothing was published, retry the save",
-                part.name,
-                part.size
-            );
-        }
-        Ok(())
-    });
+    let arrived = fetched.and_then(|()| super::check_arrived(&local, part));
     if let Err(e) = arrived {
         let _ = std::fs::remove_file(&local);
         return Err(e);

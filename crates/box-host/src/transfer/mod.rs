@@ -30,7 +30,11 @@ pub mod progress;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 
-use anyhow::{Result, bail};
+use std::os::unix::fs::PermissionsExt;
+use std::path::Path;
+
+use anyhow::{Context as _, Result, bail};
+use box_proto::archive::parts::Part;
 
 /// A HUP, INT or TERM arrived; the run stops at its next checkpoint and cleans up.
 #[derive(Debug, thiserror::Error)]
@@ -93,6 +97,36 @@ fn parse_part_size(v: &str) -> Result<u64> {
             v.chars().take(40).collect::<String>()
         ),
     }
+}
+
+/// A part smolvm can copy: `machine cp` refuses files of 4 GiB and more.
+pub(crate) fn check_copyable(part: &Part) -> Result<()> {
+    if part.size > MAX_PART_SIZE {
+        bail!(
+            "{} is {} bytes, more than smolvm can copy (4 GiB); set BOX_PART_SIZE lower",
+            part.name,
+            part.size
+        );
+    }
+    Ok(())
+}
+
+/// A part just copied out to `local`: made private (0600) and checked whole, by size, for
+/// a clear "arrived truncated" before its SHA-256 is checked while it streams.
+pub(crate) fn check_arrived(local: &Path, part: &Part) -> Result<()> {
+    std::fs::set_permissions(local, std::fs::Permissions::from_mode(0o600))
+        .with_context(|| format!("cannot make {} private", local.display()))?;
+    let got = std::fs::metadata(local)
+        .with_context(|| format!("{} did not arrive", part.name))?
+        .len();
+    if got != part.size {
+        bail!(
+            "{} arrived truncated from the box: {got} of {} bytes (smolvm machine cp); nothing was published, retry the save",
+            part.name,
+            part.size
+        );
+    }
+    Ok(())
 }
 
 /// `20261129-120000`, the stamp used in scratch names.

@@ -4,16 +4,15 @@
 //! (size first, for a clear "arrived truncated", then SHA-256 while it streams into the
 //! engine), and deleted. The index's total must equal what the engine hashed.
 
-use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result};
 use box_proto::archive::parts::{INDEX_FILE, PartIndex};
 
+use super::checkpoint;
 use super::guest_hb::Guest;
 use super::progress::Phase;
-use super::{MAX_PART_SIZE, checkpoint};
 use crate::backup::hex_sha;
 use crate::backup::progress::human;
 use crate::backup::save::{Pipeline, Sealed, read_index};
@@ -38,12 +37,8 @@ pub fn copy_out_and_seal(
         .context("cannot copy the part index out of the box")?;
     let index = read_index(host_dir)?;
     let _ = std::fs::remove_file(&index_path);
-    if let Some(big) = index.parts.iter().find(|p| p.size > MAX_PART_SIZE) {
-        bail!(
-            "{} is {} bytes, more than smolvm can copy (4 GiB); set BOX_PART_SIZE lower",
-            big.name,
-            big.size
-        );
+    for part in &index.parts {
+        super::check_copyable(part)?;
     }
     guest.transcript.line(&format!(
         "part index: {} part(s), {} bytes, SHA-256 {}",
@@ -59,18 +54,9 @@ pub fn copy_out_and_seal(
             .smolvm
             .copy_out(guest.machine, &format!("{guest_dir}/{}", part.name), &local)
             .with_context(|| format!("cannot copy {} out of the box", part.name))?;
-        std::fs::set_permissions(&local, std::fs::Permissions::from_mode(0o600))
-            .with_context(|| format!("cannot make {} private", local.display()))?;
-        let got = std::fs::metadata(&local)
-            .with_context(|| format!("{} did not arrive", part.name))?
-            .len();
-        if got != part.size {
+        if let Err(e) = super::check_arrived(&local, part) {
             let _ = std::fs::remove_file(&local);
-            bail!(
-                "{} arrived truncated from the box: {got} of {} bytes (smolvm machine cp); nothing was published, retry the save",
-                part.name,
-                part.size
-            );
+            return Err(e);
         }
         let fed = pipeline.feed_part(&local, Some(part));
         let _ = std::fs::remove_file(&local);
