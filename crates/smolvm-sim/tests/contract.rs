@@ -2862,7 +2862,10 @@ fn pack_1_0_4_boots_the_extracted_layers_read_only_below_a_fresh_upper() {
         !own_upper.join("opt/tool/bin").exists(),
         "reading a pack file copies nothing up"
     );
-    let o = s.sh(&n, "chown 0:0 /opt/tool/bin && stat -c '%u:%g' /opt/tool/bin");
+    let o = s.sh(
+        &n,
+        "chown 0:0 /opt/tool/bin && stat -c '%u:%g' /opt/tool/bin",
+    );
     assert_eq!(o.stdout, "0:0\n", "{o:?}");
     assert!(
         own_upper.join("opt/tool/bin").is_file(),
