@@ -239,6 +239,12 @@ fn base_flow(version: &str) {
         version == "1.0.4",
         "1.0.4 gives root's files back as the host user, box repairs them: {beta}"
     );
+    assert_eq!(
+        beta.stdout
+            .contains("plain files under /usr and /opt stay 501:20"),
+        version == "1.0.4",
+        "uid 501 and gid 20 are no account's in the box: the plain tools' files stay: {beta}"
+    );
     let check = w.sim(&[
         "machine",
         "exec",
@@ -283,9 +289,36 @@ fn base_flow(version: &str) {
         "{load}"
     );
 
-    // --fresh ignores the base.
     let rm = w.run(&["rm", "gamma", "--force"]);
     assert!(rm.ok(), "{rm}");
+    if version == "1.0.4" {
+        // A host uid:gid that is an account in the box (a Linux host's 1000:1000 is the
+        // agent's): every file is root's again, the plain tools' files too.
+        let id = |flag: &str| {
+            let o = w.sim(&[
+                "machine", "exec", "--name", "beta", "--", "id", flag, "agent",
+            ]);
+            String::from_utf8_lossy(&o.stdout).trim().to_string()
+        };
+        let (uid, gid) = (id("-u"), id("-g"));
+        w.extra_env
+            .push(("SMOLVM_SIM_HOST_UID".into(), uid.clone()));
+        w.extra_env
+            .push(("SMOLVM_SIM_HOST_GID".into(), gid.clone()));
+        let eps = w.run(&["new", "epsilon"]);
+        w.extra_env.truncate(w.extra_env.len() - 2);
+        assert!(eps.ok(), "{eps}");
+        assert!(
+            eps.stdout.contains(&format!(
+                "repaired ownership: the pack returned root's files as {uid}:{gid} ("
+            )) && !eps.stdout.contains(" stay "),
+            "the agent's uid: a full repair: {eps}"
+        );
+        let rm = w.run(&["rm", "epsilon", "--force"]);
+        assert!(rm.ok(), "{rm}");
+    }
+
+    // --fresh ignores the base.
     let fresh = w.run(&["new", "delta", "--fresh"]);
     assert!(
         fresh.ok() && fresh.stdout.contains("--fresh: provisioning from scratch"),

@@ -2810,6 +2810,76 @@ fn pack_1_9_extracts_once_into_the_shared_store() {
     assert!(o.stderr.contains("not simulated"), "{o:?}");
 }
 
+/// smolvm v1.0.4 boots a machine made `--from` a pack with the extracted layers
+/// (`<data dir>/pack/layers`, virtiofs) as the container overlay's read-only lower layers and
+/// a fresh persistent upper of its own (crates/smolvm-agent/src/storage.rs
+/// `prepare_for_run_persistent` L2296-2310, `get_packed_lowerdirs` L1973; src/cli/machine.rs
+/// L1856-1877 extracts into `machine_layers_cache_dir`, src/agent/manager.rs L208). The guest
+/// kernel has no overlayfs redirect_dir and no metacopy (smol-machines/libkrunfw
+/// config-libkrunfw_*), so a rename(2) of a directory from the pack fails with EXDEV and a
+/// chown of a pack file copies it up into the machine's own upper.
+#[test]
+fn pack_1_0_4_boots_the_extracted_layers_read_only_below_a_fresh_upper() {
+    if !is_sim() || !guests_available() {
+        return;
+    }
+    let s = pristine();
+    let (_src, sidecar) = packed_source(&s, &["--image", "debian:13"]);
+    let n = s.name("ro-from");
+    s.ok(&[
+        "machine",
+        "create",
+        "--name",
+        &n,
+        "--from",
+        sidecar.to_str().unwrap(),
+    ]);
+    let data = PathBuf::from(s.ok(&["machine", "data-dir", "--name", &n]).stdout.trim());
+    let own_upper = data.join("guest/image-upper");
+    let entries = |p: &Path| std::fs::read_dir(p).map(|d| d.count()).unwrap_or(0);
+    assert_eq!(
+        entries(&own_upper),
+        0,
+        "the machine's own upper is empty right after create: {own_upper:?}"
+    );
+    assert!(
+        data.join("pack/guest/image-upper/opt/tool/bin").is_file(),
+        "the extraction stays in <data dir>/pack"
+    );
+    s.start(&n);
+    let o = s.sh(
+        &n,
+        "stat -c '%u:%g' /opt/tool/bin; \
+         perl -e 'rename(\"/opt/tool\", \"/opt/tool2\") or print \"$!\\n\"'; \
+         mkdir /opt/mine && perl -e 'rename(\"/opt/mine\", \"/opt/mine2\") or print \"$!\\n\"'; \
+         ls -d /opt/mine2",
+    );
+    assert_eq!(
+        o.stdout, "501:20\nInvalid cross-device link\n/opt/mine2\n",
+        "a directory from the pack cannot be renamed (EXDEV); one of the machine's own can: {o:?}"
+    );
+    assert!(
+        !own_upper.join("opt/tool/bin").exists(),
+        "reading a pack file copies nothing up"
+    );
+    let o = s.sh(
+        &n,
+        "chown 0:0 /opt/tool/bin && stat -c '%u:%g' /opt/tool/bin",
+    );
+    assert_eq!(o.stdout, "0:0\n", "{o:?}");
+    assert!(
+        own_upper.join("opt/tool/bin").is_file(),
+        "a chown copies the file up into the machine's own upper"
+    );
+    assert_eq!(
+        std::fs::metadata(data.join("pack/guest/image-upper/opt/tool/bin"))
+            .map(|m| std::os::unix::fs::MetadataExt::uid(&m))
+            .unwrap(),
+        501,
+        "the pack's layer itself is never written"
+    );
+}
+
 #[test]
 fn pack_of_a_pristine_image_machine_re_pulls_and_boots_without_a_pull() {
     if !is_sim() || !guests_available() {

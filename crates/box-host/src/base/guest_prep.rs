@@ -79,6 +79,19 @@ echo "base prepared"
 /// Run as root at a new box's first boot: when smolvm (1.0.4) gave the pack's root files
 /// back owned by the host user, make them root's again, then restore the recorded non-root
 /// owners and set-id modes (a chown clears those bits).
+///
+/// The pack's files are read-only lower layers on 1.0.4 (smolvm mounts `<data dir>/pack`
+/// as overlay lowerdirs) and its guest kernel has no overlayfs metacopy, so every chown
+/// copies a whole file up into the box's own layer: repairing all of a provisioned base
+/// costs ~2 GB of copies per box. When no account in the box holds the uid or gid smolvm
+/// used (a macOS host's 501:20: uid 501 is nobody's, gid 20 is Debian's member-less
+/// `dialout`), plain files under /usr and /opt (the tools: nearly all of the bytes) are
+/// left as they are: nobody but root can write them, and the group grants nothing the
+/// world does not. Everything else is root's again: directories (a directory's copy-up
+/// copies no data), /etc, /var, /root and every other tree, set-id files, sudo's plugins,
+/// files the group or the world may write, files the world may not read. When an account
+/// does hold that uid or gid (a Linux host's 1000:1000 is the agent's), every file is
+/// repaired, whatever it costs: that account would own the system otherwise.
 pub fn repair_ownership_script() -> String {
     format!(
         r#"set -u
@@ -88,8 +101,24 @@ if [ "$1" = 0 ] && [ "$2" = 0 ]; then echo "ownership intact"; exit 0; fi
 u=$1 g=$2
 w=$(mktemp -d) || exit 1
 trap 'rm -rf "$w"' EXIT
+full=0
+awk -F: -v u="$u" -v g="$g" '$3 == u || $4 == g {{ f = 1 }} END {{ exit !f }}' /etc/passwd && full=1
+awk -F: -v g="$g" '$3 == g && $4 != "" {{ f = 1 }} END {{ exit !f }}' /etc/group && full=1
+: > "$w/kept"
 # Batched (xargs), not a process per file: a provisioned guest has ~100k files.
-find / {PRUNE} -uid "$u" -gid "$g" -print > "$w/reowned" || exit 1
+if [ "$full" = 1 ]; then
+  find / {PRUNE} -uid "$u" -gid "$g" -print > "$w/reowned" || exit 1
+else
+  find / {PRUNE} -uid "$u" -gid "$g" \( -type f \( -path '/usr/*' -o -path '/opt/*' \) \
+    ! -path '/usr/lib/sudo/*' ! -path '/usr/libexec/sudo/*' -perm -0004 ! -perm /6022 \
+    \( ! -perm -0010 -o -perm -0001 \) -fprint "$w/kept" -o -print \) > "$w/reowned" || exit 1
+  # Set-id files (recorded at build time; the host's chown may have cleared the bits) are
+  # root's again whatever their mode is now.
+  awk -v r="$w/reowned" -v k="$w/kept.plain" 'FILENAME == ARGV[1] {{ p = $0; sub(/^[^ ]* /, "", p); s[p] = 1; next }}
+    {{ if ($0 in s) print >> r; else print > k }}' {SETID} "$w/kept" || exit 1
+  : >> "$w/kept.plain"
+  mv "$w/kept.plain" "$w/kept" || exit 1
+fi
 xargs -r -d '\n' chown -h 0:0 < "$w/reowned" || exit 1
 # Give back the owners recorded at build time, for the files smolvm re-owned.
 awk -v dir="$w" 'NR==FNR {{ r[$0] = 1; next }}
@@ -100,7 +129,12 @@ for f in "$w"/own.*; do
   xargs -r -d '\n' chown -h "${{f##*/own.}}" < "$f" || exit 1
 done
 while IFS=' ' read -r mode path; do [ -f "$path" ] && chmod "$mode" "$path"; done < {SETID}
-echo "repaired ownership: the pack returned root's files as $u:$g ($(wc -l < "$w/reowned") files)"
+kept=$(wc -l < "$w/kept")
+if [ "$kept" -gt 0 ]; then
+  echo "repaired ownership: the pack returned root's files as $u:$g ($(wc -l < "$w/reowned") files; $kept plain files under /usr and /opt stay $u:$g: no account in the box holds that uid or gid)"
+else
+  echo "repaired ownership: the pack returned root's files as $u:$g ($(wc -l < "$w/reowned") files)"
+fi
 "#
     )
 }

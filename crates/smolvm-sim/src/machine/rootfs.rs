@@ -145,8 +145,9 @@ pub enum GuestRoot {
     /// A cached image's root filesystem (read-only lower layer).
     Image {
         lower: PathBuf,
-        /// A shared pack's layer (its source machine's upper dir), stacked above the image
-        /// and below the machine's own upper dir, read-only (1.9's shared pack store).
+        /// A pack's layer (its source machine's upper dir), stacked above the image and
+        /// below the machine's own upper dir, read-only: 1.9's shared pack store or the
+        /// machine's private `<data>/pack` extraction (`crate::pack::boot_layer`).
         pack_layer: Option<PathBuf>,
         /// Mount a fresh tmpfs on /tmp at every boot (smolvm 1.9's agent does).
         tmp_tmpfs: bool,
@@ -208,8 +209,14 @@ fn assemble_image(
         Some(layer) => format!("{}:{}", layer.display(), lower.display()),
         None => lower.display().to_string(),
     };
+    // smolvm's agent mounts with `index=off` (v1.0.4 crates/smolvm-agent/src/storage.rs
+    // `try_mount_overlay_multi_lower` L2644), and its guest kernel is built without
+    // CONFIG_OVERLAY_FS_REDIRECT_DIR and CONFIG_OVERLAY_FS_METACOPY
+    // (smol-machines/libkrunfw config-libkrunfw_{x86_64,aarch64}): renaming a directory
+    // that came from a lower layer fails with EXDEV, and a chown copies the whole file up.
+    // Said explicitly so a host kernel with other defaults cannot make the guest friendlier.
     let opts = format!(
-        "lowerdir={lowers},upperdir={},workdir={}",
+        "lowerdir={lowers},upperdir={},workdir={},index=off,redirect_dir=follow,metacopy=off",
         upper.display(),
         work.display()
     );

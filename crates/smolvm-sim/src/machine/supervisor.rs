@@ -478,10 +478,8 @@ fn guest_init(
         match &r.sim_image {
             Some(image) => rootfs::GuestRoot::Image {
                 lower: crate::image::cache::rootfs(image),
-                // A machine made from a shared pack (1.9) boots its layers read-only.
-                pack_layer: crate::pack::shared::read_pointer(data)
-                    .map(|d| d.join("guest").join("image-upper"))
-                    .filter(|d| d.is_dir()),
+                // A machine made from a pack boots the pack's layer read-only.
+                pack_layer: crate::pack::boot_layer(data),
                 tmp_tmpfs: p.is_head(),
             },
             None => fail(

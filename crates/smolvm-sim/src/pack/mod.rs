@@ -12,8 +12,9 @@
 //! over the pack, and the per-version quirks below hold.
 //!
 //! Extraction goes into `<data dir>/pack` with a `.smolvm-extracted` marker, as smolvm's
-//! `machine_layers_cache_dir`; the machine's guest directory is seeded from it and its start
-//! needs it (smolvm boots the machine from those layers).
+//! `machine_layers_cache_dir`; an image machine boots it read-only as a lower layer
+//! (`boot_layer`), and its start needs it (smolvm boots the machine from those layers). Only
+//! a host-userland machine (the fast-test shortcut) has its guest directory seeded from it.
 //!
 //! Quirks, by personality:
 //! - 1.0.4: extraction runs on the host as the user, so every file the pack held as root
@@ -182,6 +183,22 @@ pub fn extract(sidecar: &Path, dir: &Path) -> Result<(), SimError> {
     fs::write(dir.join(EXTRACTED_MARKER), b"")
         .map_err(|e| agent("extract sidecar", e.to_string()))?;
     Ok(())
+}
+
+/// The pack layer an image machine made `--from` a pack boots read-only, between its image
+/// and its own upper dir: the shared copy its pointer names (1.9), else its private
+/// extraction in `<data>/pack` while that is complete (1.0.4, or 1.9 with
+/// `SMOLVM_DISABLE_SHARED_EXTRACT`). smolvm mounts the extracted layers as the container
+/// overlay's lowerdirs with the machine's persistent upper on its storage disk (v1.0.4
+/// `crates/smolvm-agent/src/storage.rs` `prepare_for_run_persistent` L2296-2310,
+/// `get_packed_lowerdirs` L1973, `OverlaySetup` L1625 `upper`), so nothing of the pack is
+/// in the machine's own upper: a chown copies a file up, a rename of a directory that came
+/// from the pack fails with EXDEV (the guest kernel has no redirect_dir, `machine::rootfs`).
+pub fn boot_layer(data: &Path) -> Option<PathBuf> {
+    let private = data.join("pack");
+    let root = shared::read_pointer(data)
+        .or_else(|| private.join(EXTRACTED_MARKER).exists().then_some(private))?;
+    Some(root.join("guest").join("image-upper")).filter(|d| d.is_dir())
 }
 
 /// The host user a 1.0.4 extraction re-owns root's files to.

@@ -5,7 +5,8 @@
 //! the manifest only when they differ from smolvm's defaults (4, 8192); env is the
 //! manifest's followed by `-e`; network is `--net || manifest.network`. The name is
 //! reserved, the pack extracted into `<data dir>/pack`, and only then is the record
-//! committed: a pack that fails to extract leaves no machine and no data dir.
+//! committed: a pack that fails to extract leaves no machine and no data dir. The machine
+//! boots the extracted layers read-only under its own fresh upper dir (`pack::boot_layer`).
 
 use std::path::Path;
 
@@ -111,7 +112,9 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
 }
 
 /// 1.9 (Linux): the shared store, extracted once per pack (`pack::shared`). Otherwise:
-/// extract into `<data>/pack`, apply the version's quirks, seed the guest's upper layers.
+/// extract into `<data>/pack` and apply the version's quirks; the extraction stays there as
+/// the machine's read-only pack layer (`pack::boot_layer`), except for a host-userland
+/// machine, whose guest dir is seeded from it.
 fn extract_for(
     ctx: &Ctx,
     from: &Path,
@@ -142,15 +145,24 @@ fn extract_for(
         // 1.0.4's eviction removed what it just extracted; create still succeeds.
         return Ok(());
     }
-    let extracted_guest = cache.join("guest");
-    let guest = rootfs::guest_dir(data);
-    if extracted_guest.is_dir() {
-        // The guest's persistent layers start as the pack's (a rename: no second copy).
-        std::fs::rename(&extracted_guest, &guest)
-            .or_else(|_| {
-                pack::seed_guest(&cache, &guest).map_err(|e| std::io::Error::other(e.to_string()))
-            })
-            .map_err(|e| agent("extract sidecar", e.to_string()))?;
+    if host_userland {
+        // The host-userland root (the fast-test shortcut) is assembled from per-machine
+        // directories that cannot stack a pack layer: its persistent layers start as the
+        // pack's (a rename: no second copy). Image machines keep the extraction in
+        // `<data>/pack` and boot it read-only below their own, empty, upper dir
+        // (machine::rootfs), as smolvm mounts `<data dir>/pack/layers` as the overlay's
+        // lower layers (v1.0.4 crates/smolvm-agent/src/storage.rs
+        // `prepare_for_run_persistent` L2296-2310, `get_packed_lowerdirs` L1973).
+        let extracted_guest = cache.join("guest");
+        let guest = rootfs::guest_dir(data);
+        if extracted_guest.is_dir() {
+            std::fs::rename(&extracted_guest, &guest)
+                .or_else(|_| {
+                    pack::seed_guest(&cache, &guest)
+                        .map_err(|e| std::io::Error::other(e.to_string()))
+                })
+                .map_err(|e| agent("extract sidecar", e.to_string()))?;
+        }
     }
     Ok(())
 }

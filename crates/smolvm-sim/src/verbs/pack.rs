@@ -48,13 +48,15 @@ pub fn run(ctx: &Ctx, c: PackCreateCmd) -> VerbResult {
             ),
         ));
     }
-    if !r.host_userland && data.join(pack::shared::POINTER).exists() {
-        // Its files are the shared copy's layer plus its own upper dir; smolvm's export
-        // flattens them (v1.9.3 src/pack_export.rs), the simulator does not.
+    if !r.host_userland
+        && (data.join(pack::shared::POINTER).exists() || pack::boot_layer(&data).is_some())
+    {
+        // Its files are the pack's layer plus its own upper dir; smolvm's export flattens
+        // them (v1.9.3 src/pack_export.rs), the simulator does not.
         return Err(config(
             "pack create",
             format!(
-                "smolvm-sim cannot pack '{vm_name}': it was created from a shared pack, and \
+                "smolvm-sim cannot pack '{vm_name}': it was created from a pack, and \
                  flattening its layers is not simulated"
             ),
         ));
