@@ -84,7 +84,13 @@ pub fn record(argv: &[String]) {
         "pid": std::process::id(),
         "ts": crate::registry::now_secs(),
     });
-    let Ok(mut s) = serde_json::to_string(&line) else {
+    append_line(&home.join("calls.jsonl"), &line);
+}
+
+/// Appends one JSON line to a 0600 log; a log that cannot be written is skipped (the call
+/// itself must not fail for it).
+fn append_line(path: &std::path::Path, line: &serde_json::Value) {
+    let Ok(mut s) = serde_json::to_string(line) else {
         return;
     };
     s.push('\n');
@@ -92,7 +98,7 @@ pub fn record(argv: &[String]) {
         .create(true)
         .append(true)
         .mode(0o600)
-        .open(home.join("calls.jsonl"))
+        .open(path)
     {
         let _ = f.write_all(s.as_bytes());
     }
@@ -112,18 +118,7 @@ fn record_raw_for_tests(argv: &[String]) {
         })
         .collect();
     let line = serde_json::json!({ "argv": argv, "env": env, "pid": std::process::id() });
-    let Ok(mut s) = serde_json::to_string(&line) else {
-        return;
-    };
-    s.push('\n');
-    if let Ok(mut f) = std::fs::OpenOptions::new()
-        .create(true)
-        .append(true)
-        .mode(0o600)
-        .open(path)
-    {
-        let _ = f.write_all(s.as_bytes());
-    }
+    append_line(std::path::Path::new(&path), &line);
 }
 
 #[cfg(test)]

@@ -3,12 +3,11 @@
 //! the gateway after it is listening and removed when it exits. `<state>/locks/gateway-<name>.lock`
 //! serialises starting one, so two `box open` at once share a single gateway.
 
-use std::fs::{File, OpenOptions};
-use std::os::unix::fs::OpenOptionsExt;
+use std::fs::File;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Result, bail};
 use serde::{Deserialize, Serialize};
 
 use crate::state::StateDir;
@@ -55,14 +54,7 @@ pub fn start_lock(state: &StateDir, name: &str, wait: Duration) -> Result<File> 
     let locks = state.locks_dir();
     StateDir::ensure_private_dir(&locks)?;
     let path = locks.join(format!("gateway-{name}.lock"));
-    let file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot open lock file {}", path.display()))?;
+    let file = crate::state::locks::open_lock_file(&path)?;
     let deadline = Instant::now() + wait;
     loop {
         match file.try_lock() {

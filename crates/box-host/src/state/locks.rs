@@ -9,7 +9,7 @@
 use std::fs::{File, OpenOptions};
 use std::io::{Read, Seek, SeekFrom, Write};
 use std::os::unix::fs::OpenOptionsExt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use box_proto::BoxName;
@@ -73,6 +73,19 @@ fn lock_path(state: &StateDir, key: &LockKey) -> PathBuf {
     state.locks_dir().join(key.file_name())
 }
 
+/// Opens (creating, 0600, never truncating: it may name the holder) a lock file in the
+/// state dir's private locks dir.
+pub fn open_lock_file(path: &Path) -> Result<File> {
+    OpenOptions::new()
+        .read(true)
+        .write(true)
+        .create(true)
+        .truncate(false)
+        .mode(0o600)
+        .open(path)
+        .with_context(|| format!("cannot open lock file {}", path.display()))
+}
+
 /// Tries to take `key` for `operation` (e.g. `box save alpha`) without waiting.
 pub fn try_acquire(
     state: &StateDir,
@@ -82,14 +95,7 @@ pub fn try_acquire(
     let dir = state.locks_dir();
     StateDir::ensure_private_dir(&dir)?;
     let path = lock_path(state, &key);
-    let mut file = OpenOptions::new()
-        .read(true)
-        .write(true)
-        .create(true)
-        .truncate(false)
-        .mode(0o600)
-        .open(&path)
-        .with_context(|| format!("cannot open lock file {}", path.display()))?;
+    let mut file = open_lock_file(&path)?;
     match file.try_lock() {
         Ok(()) => {}
         Err(std::fs::TryLockError::WouldBlock) => {
