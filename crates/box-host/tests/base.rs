@@ -15,6 +15,9 @@ use std::time::{Duration, Instant};
 use lifecycle_support::World;
 
 const PASSPHRASE: &str = "base-test passphrase 7f3e9c1d";
+/// The builder runs behind a proxy with credentials (PROPAGATE_PROXY's default): they are
+/// the builder's, never the base's.
+const PROXY_PASSWORD: &str = "proxy-pw-4b1d9e";
 
 /// The one base in the world's store: (digest, pack path).
 fn only_base(w: &mut World) -> (String, PathBuf) {
@@ -179,7 +182,14 @@ fn base_flow(version: &str) {
         .unwrap();
 
     let t0 = Instant::now();
-    let build = w.run(&["base", "build"]);
+    let proxy = format!("http://builder:{PROXY_PASSWORD}@proxy.corp.example:3128");
+    let build = w.run_env(
+        &["base", "build"],
+        &[
+            ("https_proxy", proxy.as_str()),
+            ("NO_PROXY", "localhost,.corp.example"),
+        ],
+    );
     let build_secs = t0.elapsed().as_secs_f64();
     assert!(build.ok(), "{build}");
     for step in [
@@ -208,6 +218,7 @@ fn base_flow(version: &str) {
 
     let mut secrets = executor_secrets(&w, "alpha");
     secrets.push(PASSPHRASE.to_string());
+    secrets.push(PROXY_PASSWORD.to_string());
     assert_nothing_secret_in(&pack, &secrets);
 
     // A second build finds it current.
