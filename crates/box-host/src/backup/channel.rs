@@ -1,8 +1,11 @@
 //! Chunks from another thread read as one byte stream: how the engine runs decryption (or
-//! encryption) and decompression + validation on two cores.
+//! encryption) and decompression + validation on two cores; and a hashing reader for the
+//! consuming side.
 
 use std::io::{self, Read};
 use std::sync::mpsc::Receiver;
+
+use sha2::{Digest, Sha256};
 
 use super::cleanup;
 
@@ -43,6 +46,38 @@ impl Read for ChannelReader {
         let n = out.len().min(self.buf.len() - self.pos);
         out[..n].copy_from_slice(&self.buf[self.pos..self.pos + n]);
         self.pos += n;
+        Ok(n)
+    }
+}
+
+/// A reader that hashes (SHA-256) and counts what passes through it: on the consuming
+/// side of a [`ChannelReader`], it keeps the hash off the producing thread.
+pub(super) struct HashingReader<R> {
+    inner: R,
+    hasher: Sha256,
+    bytes: u64,
+}
+
+impl<R> HashingReader<R> {
+    pub(super) fn new(inner: R) -> Self {
+        Self {
+            inner,
+            hasher: Sha256::new(),
+            bytes: 0,
+        }
+    }
+
+    /// The SHA-256 and size of everything read.
+    pub(super) fn finish(self) -> ([u8; 32], u64) {
+        (self.hasher.finalize().into(), self.bytes)
+    }
+}
+
+impl<R: Read> Read for HashingReader<R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        self.hasher.update(&buf[..n]);
+        self.bytes += n as u64;
         Ok(n)
     }
 }

@@ -16,7 +16,7 @@ use box_proto::archive::validate::{self, Limits, Report, WalkError};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
-use super::channel::ChannelReader;
+use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
 use super::progress::Progress;
@@ -39,30 +39,32 @@ pub struct ValidatedBackup {
     pub manifest_error: Option<String>,
 }
 
-type Shared = std::sync::Arc<std::sync::Mutex<Option<([u8; 32], u64)>>>;
+/// How many plaintext bytes the decrypt thread handed on, set only once it reached an
+/// authenticated EOF.
+type Finished = std::sync::Arc<std::sync::Mutex<Option<u64>>>;
 
-fn take_shared(shared: &Shared) -> Option<([u8; 32], u64)> {
-    shared.lock().unwrap_or_else(|e| e.into_inner()).take()
+fn take_finished(finished: &Finished) -> Option<u64> {
+    *finished.lock().unwrap_or_else(|e| e.into_inner())
 }
 
-/// The decrypted plaintext arrives from a decrypt thread (which also hashes it and shows
-/// progress) through a bounded channel, so decryption and decompression + validation run
-/// on two cores. The hash and size are published only when the thread reached an
-/// authenticated EOF.
+/// The decrypted plaintext arrives from a decrypt thread (which also shows progress)
+/// through a bounded channel, so decryption and decompression + validation run on two
+/// cores. sequoia's decryption (its SHA-1 collision detection) is the slower side, so
+/// the plaintext's SHA-256 is taken on the consuming side (see [`decrypt_validate`]).
+/// The byte count is published only when the thread reached an authenticated EOF.
 fn open_tapped(
     path: &Path,
     passphrase: &SecretString,
     label: &'static str,
-) -> Result<(ChannelReader, DecryptStatus, Shared), BackupError> {
+) -> Result<(ChannelReader, DecryptStatus, Finished), BackupError> {
     let mut reader = DecryptReader::open(path, passphrase)?;
     let status = reader.status();
-    let shared: Shared = Default::default();
+    let finished: Finished = Default::default();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
-    let result = shared.clone();
+    let result = finished.clone();
     std::thread::Builder::new()
         .name("box-decrypt".into())
         .spawn(move || {
-            let mut hasher = Sha256::new();
             let mut bytes = 0u64;
             let mut progress = Progress::new(label);
             loop {
@@ -78,12 +80,10 @@ fn open_tapped(
                 };
                 if n == 0 {
                     progress.done();
-                    *result.lock().unwrap_or_else(|e| e.into_inner()) =
-                        Some((hasher.finalize().into(), bytes));
+                    *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
                     return;
                 }
                 chunk.truncate(n);
-                hasher.update(&chunk);
                 bytes += n as u64;
                 progress.add(n as u64);
                 if tx.send(chunk).is_err() {
@@ -92,7 +92,7 @@ fn open_tapped(
             }
         })
         .map_err(|e| BackupError::Io(format!("cannot start the decrypt thread: {e}")))?;
-    Ok((ChannelReader::new(rx, true), status, shared))
+    Ok((ChannelReader::new(rx, true), status, finished))
 }
 
 /// Decrypts and validates `path` without writing anything; returns the plaintext hash,
@@ -102,15 +102,34 @@ pub fn decrypt_validate(
     passphrase: &SecretString,
     label: &'static str,
 ) -> Result<([u8; 32], u64, Report), BackupError> {
-    let (tap, status, shared) = open_tapped(path, passphrase, label)?;
-    let report = validate::validate(tap, &Limits::default())
+    let (tap, status, finished) = open_tapped(path, passphrase, label)?;
+    let mut hashed = HashingReader::new(tap);
+    let report = validate::validate(&mut hashed, &Limits::default())
         .map_err(|e| BackupError::from_archive(e, &status))?;
+    let (sha, size) = finish_tap(hashed, &status, &finished)?;
+    Ok((sha, size, report))
+}
+
+/// After a walk over a tapped stream: the SHA-256 and size of the whole plaintext, once
+/// the decrypt thread reached an authenticated EOF and every byte it decrypted was hashed.
+fn finish_tap(
+    mut hashed: HashingReader<ChannelReader>,
+    status: &DecryptStatus,
+    finished: &Finished,
+) -> Result<([u8; 32], u64), BackupError> {
+    // The walk reads its input to the end; whatever it left is hashed too.
+    io::copy(&mut hashed, &mut io::sink())
+        .map_err(|e| BackupError::Corrupt(status.failure().unwrap_or_else(|| e.to_string())))?;
     if let Some(failure) = status.failure() {
         return Err(BackupError::Corrupt(failure));
     }
-    let (sha, size) = take_shared(&shared)
-        .ok_or_else(|| BackupError::Corrupt("the decrypted stream did not reach its end".into()))?;
-    Ok((sha, size, report))
+    let (sha, size) = hashed.finish();
+    match take_finished(finished) {
+        Some(decrypted) if decrypted == size => Ok((sha, size)),
+        _ => Err(BackupError::Corrupt(
+            "the decrypted stream did not reach its end".into(),
+        )),
+    }
 }
 
 /// Pass 1 of a load or an extract: decrypt, validate, hash. Writes nothing.
@@ -268,9 +287,10 @@ pub fn extract(
         .into_owned();
     let stage = Temp::create_dir(&parent, &format!(".{name}.extract-"))
         .with_context(|| format!("cannot create a staging directory in {}", parent.display()))?;
-    let (tap, status, shared) = open_tapped(&validated.path, passphrase, "extracting")?;
+    let (tap, status, finished) = open_tapped(&validated.path, passphrase, "extracting")?;
+    let mut hashed = HashingReader::new(tap);
     let mut unpacker = Unpacker::new(stage.path());
-    let walked = validate::walk(tap, &Limits::default(), |entry, key| {
+    let walked = validate::walk(&mut hashed, &Limits::default(), |entry, key| {
         cleanup::with_lock(|_| {
             cleanup::check()?;
             unpacker.unpack(entry, key)
@@ -289,14 +309,7 @@ pub fn extract(
             ));
         }
     };
-    if let Some(failure) = status.failure() {
-        return Err(BackupError::Corrupt(failure).into());
-    }
-    let Some((sha, _)) = take_shared(&shared) else {
-        return Err(
-            BackupError::Corrupt("the decrypted stream did not reach its end".into()).into(),
-        );
-    };
+    let (sha, _) = finish_tap(hashed, &status, &finished)?;
     if sha != validated.sha256 {
         return Err(BackupError::Changed {
             first: hex_sha(&validated.sha256),

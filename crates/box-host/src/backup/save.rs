@@ -2,12 +2,18 @@
 //! [`super::seipd`]) → 0600 temp file beside the destination, hashed in segments of the
 //! part size on the way ([`super::segments`]: each part's check), while a zstd decoder +
 //! tar walker validates the members (on a second thread, fed through a bounded channel) —
-//! one pass. A third thread verifies as the file grows: it follows the temp file, decrypts
-//! it with the bulk path (this process wrote it; files from anywhere else go through
-//! sequoia) and hashes the plaintext in the same segments (nothing written).
-//! [`Sealed::verify`] waits for it, compares the segment hashes, and checks the file on
-//! disk is still the one it decrypted; then [`Verified::publish`] links it into place
-//! without ever replacing.
+//! one pass. A third thread verifies as the file grows: it follows the temp file and
+//! decrypts it with the bulk path (this process wrote it; files from anywhere else go
+//! through sequoia), recomputing the MDC (nothing written). [`Sealed::verify`] waits for
+//! it, compares its MDC digest and size with the writer's, and checks the file on disk is
+//! still the one it decrypted; then [`Verified::publish`] links it into place without
+//! ever replacing.
+//!
+//! Why the MDC and not a second SHA-256 over the plaintext: the writer's digest covers
+//! its own random prefix and every byte it encrypted, so a verifier that recomputes the
+//! same digest from the file has decrypted exactly those bytes — a flipped byte, a cut or
+//! another backup swapped in cannot match. The SHA-256 on the way in stays: it is what
+//! checks each part against `hb export`. (One hash pass fewer over the whole backup.)
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -20,15 +26,14 @@ use box_proto::archive::ArchiveError;
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
 use box_proto::archive::validate::{self, Limits, Report};
 use secrecy::SecretString;
-use sha2::{Digest, Sha256};
 
-use super::channel::ChannelReader;
+use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::progress::Progress;
 use super::publish;
 use super::segments::SegmentHasher;
-use super::seipd::{self, SeipdWriter};
+use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
 use super::{BackupError, hex_sha};
 
 const CHUNK: usize = 1 << 20;
@@ -60,9 +65,9 @@ pub struct Pipeline {
 /// What the validator thread found.
 type ValidatorResult = Result<Report, ArchiveError>;
 
-/// What the verifier thread found: the plaintext's segment hashes and size, and what it
+/// What the verifier thread found: the MDC's digest and the plaintext's size, and what it
 /// read of the encrypted file.
-type VerifierResult = Result<(Vec<[u8; 32]>, u64, Fingerprint), BackupError>;
+type VerifierResult = Result<(OwnPlaintext, Fingerprint), BackupError>;
 type Verifier = JoinHandle<VerifierResult>;
 
 /// The encrypted temp file, validated and hashed, not yet verified or published.
@@ -75,6 +80,8 @@ pub struct Sealed {
     segment_size: u64,
     /// Bytes of plaintext.
     pub plaintext_size: u64,
+    /// The MDC digest the writer sealed the file with.
+    mdc: MdcDigest,
     pub report: Report,
     verifier: VerifierState,
 }
@@ -139,7 +146,7 @@ impl Pipeline {
             .with_context(|| format!("cannot reopen {} to verify it", temp.path().display()))?;
         let writer = SeipdWriter::new(file, passphrase)?;
         let (written, follower) = follow::follow(follower);
-        let verifier = spawn_verifier(follower, temp.path(), passphrase, segment_size)?;
+        let verifier = spawn_verifier(follower, temp.path(), passphrase)?;
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
@@ -220,14 +227,10 @@ impl Pipeline {
         let segment = self.segments.segment_size();
         if segment == u64::MAX {
             // One stream: the part needs a hash of its own.
-            let mut hashing = HashingReader {
-                inner: file,
-                hasher: Sha256::new(),
-                bytes: 0,
-            };
+            let mut hashing = HashingReader::new(file);
             self.feed(&mut hashing)?;
-            let got: [u8; 32] = hashing.hasher.finalize().into();
-            return check_part(path, part, hashing.bytes, &got);
+            let (got, bytes) = hashing.finish();
+            return check_part(path, part, bytes, &got);
         }
         if self.short_part_fed || !self.segments.at_boundary() || part.size > segment {
             bail!(
@@ -267,7 +270,7 @@ impl Pipeline {
             _ => bail!("the validator thread failed"),
         };
         self.progress.done();
-        self.writer.finish()?;
+        let (_, mdc) = self.writer.finish()?;
         self.written.complete();
         let segment_size = self.segments.segment_size();
         let (segments, _) = self.segments.finish();
@@ -277,6 +280,7 @@ impl Pipeline {
             segments,
             segment_size,
             plaintext_size: self.bytes,
+            mdc,
             report,
             verifier: VerifierState::Running(self.verifier),
         })
@@ -298,21 +302,6 @@ fn check_part(path: &Path, part: &Part, size: u64, got: &[u8; 32]) -> Result<()>
     Ok(())
 }
 
-struct HashingReader<R> {
-    inner: R,
-    hasher: Sha256,
-    bytes: u64,
-}
-
-impl<R: Read> Read for HashingReader<R> {
-    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
-        let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
-        self.bytes += n as u64;
-        Ok(n)
-    }
-}
-
 /// Reads and parses `<dir>/parts.index`.
 pub fn read_index(dir: &Path) -> Result<PartIndex> {
     let path = dir.join(INDEX_FILE);
@@ -321,12 +310,11 @@ pub fn read_index(dir: &Path) -> Result<PartIndex> {
     PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))
 }
 
-/// Starts the thread that decrypts the temp file as it is written and hashes the plaintext.
+/// Starts the thread that decrypts the temp file as it is written, recomputing its MDC.
 fn spawn_verifier(
     follower: FollowReader,
     temp: &Path,
     passphrase: &SecretString,
-    segment_size: u64,
 ) -> Result<Verifier> {
     let what = temp.display().to_string();
     let passphrase = passphrase.clone();
@@ -335,9 +323,8 @@ fn spawn_verifier(
         .spawn(move || -> VerifierResult {
             let tally = follower.tally();
             // The bulk path: this is the file we are writing, never someone else's.
-            let (segments, bytes) =
-                seipd::verify_own_segments(follower, &what, &passphrase, segment_size)?;
-            Ok((segments, bytes, tally.fingerprint()))
+            let found = seipd::verify_own(follower, &what, &passphrase, |_| {})?;
+            Ok((found, tally.fingerprint()))
         })
         .context("cannot start the verifier thread")
 }
@@ -349,27 +336,24 @@ impl Sealed {
     pub fn verify(mut self) -> Result<Verified> {
         let fail = |e: &dyn std::fmt::Display| anyhow!("encrypted backup verification failed: {e}");
         self.wait_for_verifier();
-        let (segments, size, read) = match &self.verifier {
-            VerifierState::Done(Ok(found)) => found.clone(),
+        let (found, read) = match &self.verifier {
+            VerifierState::Done(Ok(found)) => *found,
             VerifierState::Done(Err(e)) => return Err(fail(e)),
             VerifierState::Running(_) | VerifierState::Panicked => {
                 return Err(fail(&"the verifier thread panicked"));
             }
         };
-        // The plaintext was validated member by member while it was encrypted; equal
-        // SHA-256 of every segment over what decrypted proves the file held exactly those
-        // bytes.
-        if segments != self.segments || size != self.plaintext_size {
-            let differ = self
-                .segments
-                .iter()
-                .zip(&segments)
-                .find(|(a, b)| a != b)
-                .map_or((&[0u8; 32], &[0u8; 32]), |(a, b)| (a, b));
-            return Err(fail(&BackupError::Changed {
-                first: hex_sha(differ.0),
-                second: hex_sha(differ.1),
-            }));
+        // The plaintext was validated member by member and checked part by part while it
+        // was encrypted; the writer's own MDC digest recomputed over what decrypted proves
+        // the file holds exactly those bytes (see the module's comment).
+        if found.mdc != self.mdc || found.bytes != self.plaintext_size {
+            return Err(fail(&format!(
+                "the file does not decrypt to what was encrypted ({} bytes with MDC {}, written {} bytes with MDC {})",
+                found.bytes,
+                hex::encode(found.mdc),
+                self.plaintext_size,
+                hex::encode(self.mdc)
+            )));
         }
         let on_disk = follow::fingerprint_file(self.temp.path())
             .with_context(|| format!("cannot re-read {}", self.temp.path().display()))?;
@@ -493,6 +477,37 @@ mod tests {
         std::fs::write(&temp, bytes).unwrap();
         let err = format!("{:#}", sealed.verify().err().unwrap());
         assert!(err.contains("changed on disk"), "{err}");
+        assert!(!dir.path().join("a.tar.zst.gpg").exists());
+    }
+
+    #[test]
+    fn another_encryption_of_the_same_data_does_not_verify() {
+        // The verifier found a valid backup of the very same plaintext, under the same
+        // passphrase, but not the one this save wrote (as if it had been swapped in before
+        // the verifier read it): sizes agree, the file on disk is unchanged since, and
+        // only the writer's MDC digest tells them apart.
+        let (dir, other_dir) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let pass = SecretString::from("pass");
+        let mut ours = sealed(dir.path(), &pass);
+        ours.wait_for_verifier();
+        let other = sealed(other_dir.path(), &pass);
+        let theirs = seipd::verify_own(
+            File::open(other.temp_path()).unwrap(),
+            "other",
+            &pass,
+            |_| {},
+        )
+        .unwrap();
+        let VerifierState::Done(Ok((found, _))) = &mut ours.verifier else {
+            panic!("the verifier failed on a good file");
+        };
+        assert_eq!(found.bytes, theirs.bytes);
+        *found = theirs;
+        let err = format!("{:#}", ours.verify().err().unwrap());
+        assert!(
+            err.contains("does not decrypt to what was encrypted"),
+            "{err}"
+        );
         assert!(!dir.path().join("a.tar.zst.gpg").exists());
     }
 

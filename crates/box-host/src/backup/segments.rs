@@ -1,12 +1,12 @@
-//! SHA-256 per fixed-size segment of a stream: how save checks each part and the
-//! verification pass with one hash over the plaintext instead of two.
+//! SHA-256 per fixed-size segment of a stream: how save checks each part with one hash
+//! pass over the plaintext.
 //!
 //! A save's plaintext arrives in parts of one size (all but the last), each with its
 //! SHA-256 from `hb export`. The encrypting side hashes the stream in segments of that
 //! size, so the segment that ends with a part is that part's hash (checked against what
-//! the export said); the verifier, decrypting the written file, hashes its plaintext in
-//! the same segments. Equal lists mean the file holds exactly the checked parts, in order:
-//! no separate whole-stream hash is needed on either side. A segment size of `u64::MAX`
+//! the export said); equal lists mean the backup holds exactly the checked parts, in
+//! order, with no separate whole-stream hash. (The verification pass then proves the file
+//! decrypts to those bytes through the MDC: backup/save.rs.) A segment size of `u64::MAX`
 //! is one segment: the whole-stream SHA-256.
 
 use sha2::{Digest, Sha256};

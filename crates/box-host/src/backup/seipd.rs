@@ -11,12 +11,17 @@
 //! the save itself is writing; every other file (load, extract, foreign backups) goes
 //! through sequoia's full parser in [`super::crypto::DecryptReader`].
 //!
+//! The MDC is what ties the two ends: the writer returns the SHA-1 it sealed the body
+//! with, and the verifier recomputes it over what it decrypted. Equal digests (and the
+//! MDC in the file matching) mean the file decrypts to exactly the bytes the writer
+//! encrypted. The hash covers the writer's random prefix first, so no file made by
+//! anyone else — not even of the same plaintext — can have the same digest.
+//!
 //! Keys: the session key stays in sequoia's `SessionKey` (zeroised on drop); the AES key
 //! schedules and CFB state are zeroised on drop (`aes`/`cfb-mode` "zeroize" features).
 
 use std::fs::File;
 use std::io::{self, Read, Write};
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard};
 
 use aes::Aes256;
@@ -46,6 +51,10 @@ const CHUNK: usize = 1 << 20;
 const MDC_LEN: usize = 22;
 /// The random prefix: one block and a repeat of its last two bytes (the quick check).
 const PREFIX_LEN: usize = BLOCK + 2;
+
+/// The MDC's SHA-1 over `prefix ‖ literal packet ‖ D3 14`: what [`SeipdWriter::finish`]
+/// sealed the body with and [`verify_own`] found.
+pub type MdcDigest = [u8; 20];
 
 type CfbEnc = cfb_mode::Encryptor<Aes256>;
 type CfbDec = cfb_mode::Decryptor<Aes256>;
@@ -115,11 +124,13 @@ impl BodyWriter {
     }
 
     /// Appends the MDC packet (its header hashed too), encrypts the rest, ends the SEIP
-    /// packet.
-    fn finish(&mut self) -> Result<()> {
+    /// packet. Returns the MDC's digest.
+    fn finish(&mut self) -> Result<MdcDigest> {
         self.buf.extend_from_slice(&[0xD3, 0x14]);
         self.mdc.update(&self.buf);
-        let digest = std::mem::replace(&mut self.mdc, Sha1::new()).finalize();
+        let digest: MdcDigest = std::mem::replace(&mut self.mdc, Sha1::new())
+            .finalize()
+            .into();
         self.buf.extend_from_slice(&digest);
         self.encrypt(true)
             .context("cannot write the encrypted backup")?;
@@ -129,7 +140,7 @@ impl BodyWriter {
             .ok_or_else(|| anyhow!("encryption already finished"))?;
         out.finalize()
             .context("cannot finish the OpenPGP message")?;
-        Ok(())
+        Ok(digest)
     }
 }
 
@@ -218,7 +229,8 @@ impl SeipdWriter {
     }
 
     /// Ends the literal packet, writes the MDC and the last packet lengths, and fsyncs.
-    pub fn finish(mut self) -> Result<File> {
+    /// Returns the file and the MDC's digest, for [`verify_own`]'s to be compared with.
+    pub fn finish(mut self) -> Result<(File, MdcDigest)> {
         let literal = self
             .literal
             .take()
@@ -226,11 +238,11 @@ impl SeipdWriter {
         literal
             .finalize()
             .context("cannot finish the OpenPGP literal data")?;
-        lock(&self.body).finish()?;
+        let digest = lock(&self.body).finish()?;
         self.file
             .sync_all()
             .context("cannot fsync the encrypted backup")?;
-        Ok(self.file)
+        Ok((self.file, digest))
     }
 }
 
@@ -276,7 +288,8 @@ struct BodyReader {
 /// What a [`BodyReader`] found, readable after sequoia's parser took the reader.
 #[derive(Clone, Default)]
 struct ReadState {
-    authenticated: Arc<AtomicBool>,
+    /// The MDC's digest, set once it matched the MDC at the end of the body.
+    authenticated: Arc<Mutex<Option<MdcDigest>>>,
     failure: Arc<Mutex<Option<String>>>,
 }
 
@@ -294,6 +307,10 @@ impl ReadState {
             .lock()
             .unwrap_or_else(|e| e.into_inner())
             .clone()
+    }
+
+    fn authenticated(&self) -> Option<MdcDigest> {
+        *self.authenticated.lock().unwrap_or_else(|e| e.into_inner())
     }
 }
 
@@ -425,7 +442,11 @@ impl BodyReader {
         }
         self.ready = data;
         self.done = true;
-        self.state.authenticated.store(true, Ordering::SeqCst);
+        *self
+            .state
+            .authenticated
+            .lock()
+            .unwrap_or_else(|e| e.into_inner()) = Some(digest.into());
         Ok(())
     }
 }
@@ -464,42 +485,26 @@ fn parser(
         .build()
 }
 
+/// What [`verify_own`] decrypted: the MDC's digest it recomputed (and found in the
+/// file) and the size of the literal data.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OwnPlaintext {
+    pub mdc: MdcDigest,
+    pub bytes: u64,
+}
+
 /// Decrypts the backup box is writing (read through `source`, e.g. a follower of the temp
-/// file) with the bulk path, and returns the SHA-256 and size of the literal data. Only
+/// file) with the bulk path, handing each piece of the literal data to `on_data`. Only
 /// for files this process wrote with [`SeipdWriter`]: it accepts exactly one SKESK4
 /// (AES-256) and one SEIPDv1 packet holding one literal packet. Any mismatch, a failed
-/// MDC or a truncation is [`BackupError::Corrupt`].
+/// MDC or a truncation is [`BackupError::Corrupt`]. Compare the returned digest with the
+/// writer's to know the file holds what was encrypted.
 pub fn verify_own(
     source: impl Read + Send + Sync + 'static,
     what: &str,
     passphrase: &SecretString,
-    progress: impl FnMut(u64),
-) -> Result<([u8; 32], u64), BackupError> {
-    let (segments, bytes) = verify_own_in(source, what, passphrase, u64::MAX, progress)?;
-    match segments.first() {
-        Some(sha) if segments.len() == 1 => Ok((*sha, bytes)),
-        _ => Err(BackupError::Corrupt(format!("{what}: no hash"))),
-    }
-}
-
-/// [`verify_own`], hashing the literal data in segments of `segment_size` bytes
-/// ([`super::segments`]) instead of as one stream.
-pub fn verify_own_segments(
-    source: impl Read + Send + Sync + 'static,
-    what: &str,
-    passphrase: &SecretString,
-    segment_size: u64,
-) -> Result<(Vec<[u8; 32]>, u64), BackupError> {
-    verify_own_in(source, what, passphrase, segment_size, |_| {})
-}
-
-fn verify_own_in(
-    source: impl Read + Send + Sync + 'static,
-    what: &str,
-    passphrase: &SecretString,
-    segment_size: u64,
-    mut progress: impl FnMut(u64),
-) -> Result<(Vec<[u8; 32]>, u64), BackupError> {
+    mut on_data: impl FnMut(&[u8]),
+) -> Result<OwnPlaintext, BackupError> {
     let corrupt = |e: &dyn std::fmt::Display| BackupError::Corrupt(format!("{what}: {e}"));
     let contained = |r: Result<openpgp::Result<PacketParserResult<'static>>, String>| match r {
         Ok(Ok(ppr)) => Ok(ppr),
@@ -550,7 +555,6 @@ fn verify_own_in(
         PacketParserResult::Some(pp) if matches!(pp.packet, Packet::Literal(_)) => pp,
         _ => return Err(classify(&"the encrypted packet does not hold literal data")),
     };
-    let mut hasher = super::segments::SegmentHasher::new(segment_size);
     let mut bytes = 0u64;
     let mut chunk = vec![0u8; CHUNK];
     loop {
@@ -564,9 +568,8 @@ fn verify_own_in(
         if n == 0 {
             break;
         }
-        hasher.update(&chunk[..n]);
+        on_data(&chunk[..n]);
         bytes += n as u64;
-        progress(n as u64);
     }
     match super::crypto::contain_parser_panic(|| pp.next()) {
         Ok(Ok((_, PacketParserResult::EOF(_)))) => {}
@@ -581,12 +584,12 @@ fn verify_own_in(
     if let Some(failure) = state.failure() {
         return Err(corrupt(&failure));
     }
-    if !state.authenticated.load(Ordering::SeqCst) {
+    let Some(mdc) = state.authenticated() else {
         return Err(corrupt(
             &"the encrypted data did not reach its integrity check",
         ));
-    }
-    Ok((hasher.finish().0, bytes))
+    };
+    Ok(OwnPlaintext { mdc, bytes })
 }
 
 #[cfg(test)]
@@ -614,6 +617,15 @@ mod tests {
 
     /// Encrypts `plain` with the bulk writer, in writes of `chunks` bytes (cycled).
     fn encrypt(dir: &Path, plain: &[u8], chunks: &[usize]) -> std::path::PathBuf {
+        encrypt_sealed(dir, plain, chunks).0
+    }
+
+    /// [`encrypt`], also returning the writer's MDC digest.
+    fn encrypt_sealed(
+        dir: &Path,
+        plain: &[u8],
+        chunks: &[usize],
+    ) -> (std::path::PathBuf, MdcDigest) {
         let path = dir.join(format!("b-{}-{}", plain.len(), chunks.len()));
         let file = File::create(&path).unwrap();
         let mut w = SeipdWriter::new(file, &SecretString::from(PASS)).unwrap();
@@ -626,8 +638,8 @@ mod tests {
             w.write_all(&rest[..n]).unwrap();
             rest = &rest[n..];
         }
-        w.finish().unwrap();
-        path
+        let (_, mdc) = w.finish().unwrap();
+        (path, mdc)
     }
 
     fn sequoia_decrypt(path: &Path, pass: &str) -> Result<Vec<u8>, BackupError> {
@@ -639,13 +651,21 @@ mod tests {
         Ok(out)
     }
 
-    fn own(path: &Path, pass: &str) -> Result<([u8; 32], u64), BackupError> {
-        verify_own(
+    /// The bulk reader's verdict: the SHA-256 of the plaintext it handed out and what it
+    /// found (the MDC digest, the size).
+    fn own_read(path: &Path, pass: &str) -> Result<([u8; 32], OwnPlaintext), BackupError> {
+        let mut hasher = <sha2::Sha256 as sha2::Digest>::new();
+        let found = verify_own(
             File::open(path).unwrap(),
             "test",
             &SecretString::from(pass),
-            |_| {},
-        )
+            |data| sha2::Digest::update(&mut hasher, data),
+        )?;
+        Ok((sha2::Digest::finalize(hasher).into(), found))
+    }
+
+    fn own(path: &Path, pass: &str) -> Result<([u8; 32], u64), BackupError> {
+        own_read(path, pass).map(|(sha, found)| (sha, found.bytes))
     }
 
     fn sha(b: &[u8]) -> [u8; 32] {
@@ -732,6 +752,28 @@ mod tests {
         let flips = [m4 - 1, m4, m4 + 1, m4 + 6, 6 << 20, len - 21];
         let cuts = [m4, m4 + 1, 8 << 20, len - 1];
         assert_tampering_fails(dir.path(), &good, &flips, &cuts);
+    }
+
+    #[test]
+    fn the_verifier_finds_the_writers_mdc_and_no_other_file_has_it() {
+        // What save's verification compares: the digest the writer sealed the file with,
+        // recomputed by the bulk reader. Two encryptions of the same plaintext differ (the
+        // random prefix is hashed first), so a backup swapped in, even of the same data,
+        // cannot pass for the one written.
+        let (one, two) = (tempfile::tempdir().unwrap(), tempfile::tempdir().unwrap());
+        let plain = bytes(100_000, 9);
+        let (a, mdc_a) = encrypt_sealed(one.path(), &plain, &[4096]);
+        let (b, mdc_b) = encrypt_sealed(two.path(), &plain, &[4096]);
+        assert_ne!(
+            mdc_a, mdc_b,
+            "two encryptions of one plaintext share an MDC"
+        );
+        let (sha_a, found_a) = own_read(&a, PASS).unwrap();
+        let (sha_b, found_b) = own_read(&b, PASS).unwrap();
+        assert_eq!(found_a.mdc, mdc_a);
+        assert_eq!(found_b.mdc, mdc_b);
+        assert_eq!((sha_a, found_a.bytes), (sha(&plain), plain.len() as u64));
+        assert_eq!(sha_a, sha_b);
     }
 
     #[test]

@@ -211,8 +211,8 @@ fn run(args: &[String]) -> Result<()> {
         ["decrypt-own", backup] => {
             let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
             let file = std::fs::File::open(backup)?;
-            let (sha, size) = seipd::verify_own(file, backup, &pass, |_| {})?;
-            println!("ok {} {size}", hex::encode(sha));
+            let found = seipd::verify_own(file, backup, &pass, |_| {})?;
+            println!("ok {} {}", hex::encode(found.mdc), found.bytes);
         }
         ["decrypt", backup] => {
             let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
