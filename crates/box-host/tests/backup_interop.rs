@@ -241,7 +241,7 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     save_parts(&t.path().join("parts"), &out, PASS);
     let pass = secret(PASS);
     let v = box_host::backup::load::validate_backup(&out, &pass).unwrap();
-    assert_eq!(v.sha256, index.total_sha256);
+    assert_eq!(Some(v.sha256), index.total_sha256);
     assert_eq!(v.manifest.as_ref().unwrap().get("box"), Some("0.1.0"));
     let dir = t.path().join("p2");
     fs::create_dir(&dir).unwrap();
@@ -252,7 +252,7 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
             Ok(())
         })
         .unwrap();
-    assert_eq!(idx.total_sha256, v.sha256);
+    assert_eq!(idx.total_sha256, Some(v.sha256));
     assert_eq!(
         got.iter().map(|g| g.1.len() as u64).sum::<u64>(),
         index.total_size

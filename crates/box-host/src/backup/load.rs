@@ -246,7 +246,7 @@ pub fn write_parts(
     Ok(PartIndex {
         compression,
         total_size: size_total,
-        total_sha256: sha,
+        total_sha256: Some(sha),
         parts,
     })
 }

@@ -382,7 +382,8 @@ impl Sealed {
     /// order (each hashed as it was encrypted), and its size.
     pub fn matches_index(&self, index: &PartIndex) -> Result<()> {
         let listed: Vec<[u8; 32]> = if self.segment_size == u64::MAX {
-            vec![index.total_sha256]
+            // Hashed as one stream: only an index with the whole stream's hash can match.
+            index.total_sha256.into_iter().collect()
         } else {
             index.parts.iter().map(|p| p.sha256).collect()
         };

@@ -271,7 +271,7 @@ mod tests {
         PartIndex {
             compression: Compression::Zstd,
             total_size: parts.iter().map(|p| p.size).sum(),
-            total_sha256: [0; 32],
+            total_sha256: None,
             parts,
         }
     }

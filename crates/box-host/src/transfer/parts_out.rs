@@ -44,7 +44,10 @@ pub fn copy_out_and_seal(
         "part index: {} part(s), {} bytes, SHA-256 {}",
         index.parts.len(),
         index.total_size,
-        hex_sha(&index.total_sha256)
+        index
+            .total_sha256
+            .as_ref()
+            .map_or("(not listed)".into(), hex_sha)
     ));
     let mut phase = Phase::new("copying out", Some(index.total_size));
     for part in &index.parts {

@@ -9,6 +9,12 @@
 //! part part-000001 <bytes> <sha256 hex>
 //! ```
 //!
+//! The whole stream's hash is left out (`total <bytes>`) by `hb export --stream-parts`:
+//! box checks each part as it takes it and never reads the total, and the guest saves a
+//! SHA-256 pass over the whole backup. An index box writes for `hb import` always has it.
+//! (Readers older than this accept only the three-field form; box ≥ this version is the
+//! only one that asks hb to stream.)
+//!
 //! The parts, concatenated in the listed order, are the compressed tar stream: exactly the
 //! plaintext of a backup. Every part but the last has the same size. Part names are
 //! `part-NNNNNN` and nothing else, so a hostile index cannot name a path.
@@ -45,7 +51,8 @@ pub struct Part {
 pub struct PartIndex {
     pub compression: Compression,
     pub total_size: u64,
-    pub total_sha256: [u8; 32],
+    /// The whole stream's SHA-256; `None` in a streamed export's index.
+    pub total_sha256: Option<[u8; 32]>,
     pub parts: Vec<Part>,
 }
 
@@ -129,12 +136,11 @@ impl PartIndex {
         let mut s = String::new();
         let _ = writeln!(s, "{HEADER}");
         let _ = writeln!(s, "compression {}", self.compression.as_str());
-        let _ = writeln!(
-            s,
-            "total {} {}",
-            self.total_size,
-            hex::encode(self.total_sha256)
-        );
+        match self.total_sha256 {
+            Some(sha) => writeln!(s, "total {} {}", self.total_size, hex::encode(sha)),
+            None => writeln!(s, "total {}", self.total_size),
+        }
+        .ok();
         for p in &self.parts {
             let _ = writeln!(s, "part {} {} {}", p.name, p.size, hex::encode(p.sha256));
         }
@@ -162,13 +168,18 @@ impl PartIndex {
         let (n, line) = lines.next().ok_or_else(|| bad(3, "missing total"))?;
         let fields: Vec<&str> = line.split(' ').collect();
         let (total_size, total_sha256) = match fields.as_slice() {
-            ["total", size, hash] => (
+            ["total", size, rest @ ..] if rest.len() <= 1 => (
                 size.parse::<u64>()
                     .map_err(|_| bad(n, "total size is not a number"))?,
-                parse_hash(hash)
-                    .ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
+                match rest {
+                    [hash] => Some(
+                        parse_hash(hash)
+                            .ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
+                    ),
+                    _ => None,
+                },
             ),
-            _ => return Err(bad(n, "expected 'total <bytes> <sha256>'")),
+            _ => return Err(bad(n, "expected 'total <bytes> [<sha256>]'")),
         };
         let mut parts = Vec::new();
         for (n, line) in lines {
@@ -236,7 +247,7 @@ mod tests {
         PartIndex {
             compression: Compression::Zstd,
             total_size: 15,
-            total_sha256: [7; 32],
+            total_sha256: Some([7; 32]),
             parts: vec![
                 Part {
                     name: part_name(0),
@@ -256,6 +267,12 @@ mod tests {
     fn round_trip() {
         let idx = sample();
         assert_eq!(PartIndex::parse(&idx.render()).unwrap(), idx);
+        let streamed = PartIndex {
+            total_sha256: None,
+            ..sample()
+        };
+        assert!(streamed.render().contains("\ntotal 15\n"));
+        assert_eq!(PartIndex::parse(&streamed.render()).unwrap(), streamed);
     }
 
     #[test]
@@ -300,6 +317,9 @@ mod tests {
             text.replace("part-000001", "../etc/passwd"),
             text.replace("part-000001", "part-000002"),
             text.replace("total 15", "total 16"),
+            text.replace("total 15 ", "total 15 0707 "),
+            text.replace("total 15 0707", "total 15 0G07"),
+            text.replace("total 15 ", "total 15  "),
             text.replace("hermes-box-parts 1", "hermes-box-parts 2"),
             text.replace("compression zstd", "compression xz"),
             text.replace(" 5 ", " 0 "),

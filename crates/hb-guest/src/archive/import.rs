@@ -91,7 +91,7 @@ pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<Im
             Err(WalkError::Callback(e)) => bail!("cannot extract into {}: {e}", stage.display()),
         };
         let got: [u8; 32] = hasher.borrow().clone().finalize().into();
-        if got != index.total_sha256 {
+        if Some(got) != index.total_sha256 {
             bail!("the parts changed while they were being imported");
         }
         unpacker.finish().context("cannot set directory modes")?;

@@ -47,7 +47,10 @@ pub struct PartWriter {
     part_size: u64,
     current: Option<(File, Sha256, u64)>,
     parts: Vec<Part>,
-    total: Sha256,
+    /// The whole stream's hash: for the index of an export that is read back as a whole
+    /// (`hb export` without `--stream-parts`). A streamed export's reader checks each
+    /// part and never reads it, so it is not taken (one SHA-256 pass fewer).
+    total: Option<Sha256>,
     total_size: u64,
     announce: Option<Announce>,
     /// Announced parts the reader may not have taken yet, oldest first.
@@ -78,16 +81,18 @@ impl PartWriter {
             part_size,
             current: None,
             parts: Vec::new(),
-            total: Sha256::new(),
+            total: Some(Sha256::new()),
             total_size: 0,
             announce: None,
             pending: VecDeque::new(),
         })
     }
 
-    /// Announce every finished part and hold back as [`Announce`] says.
+    /// Announce every finished part and hold back as [`Announce`] says. The index then
+    /// lists no whole-stream hash.
     pub fn announcing(mut self, announce: Announce) -> Self {
         self.announce = Some(announce);
+        self.total = None;
         self
     }
 
@@ -164,7 +169,7 @@ impl PartWriter {
         let index = PartIndex {
             compression,
             total_size: self.total_size,
-            total_sha256: self.total.clone().finalize().into(),
+            total_sha256: self.total.take().map(|t| t.finalize().into()),
             parts: std::mem::take(&mut self.parts),
         };
         let tmp = self.dir.join(format!(".{INDEX_FILE}.tmp"));
@@ -208,7 +213,9 @@ impl Write for PartWriter {
         let n = file.write(&buf[..room])?;
         hasher.update(&buf[..n]);
         *size += n as u64;
-        self.total.update(&buf[..n]);
+        if let Some(total) = self.total.as_mut() {
+            total.update(&buf[..n]);
+        }
         self.total_size += n as u64;
         Ok(n)
     }
@@ -229,6 +236,12 @@ pub fn check_parts(dir: &Path) -> Result<PartIndex> {
         .with_context(|| format!("cannot read part index {}", path.display()))?;
     let index =
         PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))?;
+    let Some(expected_total) = index.total_sha256 else {
+        bail!(
+            "bad part index {}: it lists no SHA-256 of the whole stream",
+            path.display()
+        );
+    };
     let mut total = Sha256::new();
     for part in &index.parts {
         let p = dir.join(&part.name);
@@ -267,7 +280,7 @@ pub fn check_parts(dir: &Path) -> Result<PartIndex> {
         }
     }
     let got: [u8; 32] = total.finalize().into();
-    if got != index.total_sha256 {
+    if got != expected_total {
         bail!("the parts together do not match the index's total SHA-256");
     }
     Ok(index)
@@ -432,6 +445,33 @@ mod tests {
         let index = writer.join().unwrap();
         assert_eq!(index.parts, lines.parts());
         assert_eq!(index.parts.last().unwrap().size, 1);
+        // Its reader checked every part: no whole-stream hash was taken or listed.
+        assert_eq!(index.total_sha256, None);
+        let text = fs::read_to_string(dir.join(INDEX_FILE)).unwrap();
+        assert!(text.contains("\ntotal 25\n"), "{text}");
+    }
+
+    #[test]
+    fn an_index_for_import_must_list_the_whole_streams_hash() {
+        let d = tempfile::tempdir().unwrap();
+        let dir = d.path().join("x");
+        let mut w = PartWriter::create(&dir, 10).unwrap();
+        w.write_all(&[1u8; 15]).unwrap();
+        let index = w.finish(Compression::Zstd).unwrap();
+        assert_eq!(
+            index.total_sha256,
+            Some(<[u8; 32]>::from(Sha256::digest([1u8; 15])))
+        );
+        let stripped = PartIndex {
+            total_sha256: None,
+            ..index
+        };
+        fs::write(dir.join(INDEX_FILE), stripped.render()).unwrap();
+        let err = check_parts(&dir).unwrap_err().to_string();
+        assert!(
+            err.contains("lists no SHA-256 of the whole stream"),
+            "{err}"
+        );
     }
 
     #[test]
