@@ -442,3 +442,55 @@ fn sparse_files_round_trip_sparse() {
     );
     assert_eq!(fs::read(&back).unwrap(), fs::read(&file).unwrap());
 }
+
+#[test]
+fn stock_tar_reads_every_member_size_exactly() {
+    // hb writes each member's header, data and padding itself, the data in 1 MiB reads:
+    // sizes at the 512-byte block and the 1 MiB read boundaries must come out whole in
+    // GNU tar.
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    build(&root, &[]);
+    let dir = root.join("home/agent/sizes");
+    fs::create_dir_all(&dir).unwrap();
+    let mib = 1usize << 20;
+    let sizes = [
+        0,
+        1,
+        511,
+        512,
+        513,
+        8191,
+        8193,
+        mib - 1,
+        mib,
+        mib + 1,
+        3 * mib + 7,
+    ];
+    let content = |n: usize| -> Vec<u8> { (0..n).map(|i| (i * 31 % 251) as u8).collect() };
+    for n in sizes {
+        fs::write(dir.join(format!("f{n}")), content(n)).unwrap();
+    }
+    let out = t.path().join("out");
+    do_export(&root, &out, 1 << 30);
+    let stream = t.path().join("all.tar.zst");
+    fs::copy(out.join("part-000000"), &stream).unwrap();
+    let x = t.path().join("x");
+    fs::create_dir(&x).unwrap();
+    let status = Command::new("tar")
+        .args(["--zstd", "-xf"])
+        .arg(&stream)
+        .arg("-C")
+        .arg(&x)
+        .status()
+        .unwrap();
+    assert!(status.success());
+    for n in sizes {
+        let got = fs::read(x.join(format!("home/agent/sizes/f{n}"))).unwrap();
+        assert!(
+            got == content(n),
+            "size {n}: GNU tar read {} bytes",
+            got.len()
+        );
+    }
+}

@@ -76,7 +76,12 @@ struct Walker<W: Write> {
     out_id: Option<(u64, u64)>,
     /// The data root with every link in its path resolved, to judge where links lead.
     canonical_root: PathBuf,
+    /// One buffer for every member's data (see [`Walker::append_data`]).
+    copy_buf: Vec<u8>,
 }
+
+/// How much of a file is read (and handed to zstd) at a time.
+const COPY_BUF: usize = 1 << 20;
 
 fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
     let mut h = tar::Header::new_gnu();
@@ -186,17 +191,39 @@ impl<W: Write> Walker<W> {
         match data {
             Some(reader) if sparse_payload => {
                 // The payload is exact by construction (extension blocks, padded runs).
-                self.builder.append(&h, reader)?;
+                self.append_data(&h, reader)?;
             }
             Some(reader) => {
                 // Exactly `size` bytes even if the file changed while we read it.
                 let mut exact = reader.take(size).chain(io::repeat(0)).take(size);
-                self.builder.append(&h, &mut exact)?;
+                self.append_data(&h, &mut exact)?;
             }
             None => self.builder.append(&h, io::empty())?,
         }
         self.members += 1;
         Ok(())
+    }
+
+    /// What `tar::Builder::append` writes (the header, the data, zeros to the next
+    /// 512-byte block), with the data read in [`COPY_BUF`] pieces: the builder copies
+    /// through `io::copy`'s 8 KiB buffer, which made a read syscall and a zstd call per
+    /// 8 KiB of every large file (205k reads for the 1.5 GiB bench corpus, 51k now).
+    fn append_data(&mut self, h: &tar::Header, data: &mut dyn Read) -> io::Result<()> {
+        let dst = self.builder.get_mut();
+        dst.write_all(h.as_bytes())?;
+        let mut copied = 0u64;
+        loop {
+            let n = match data.read(&mut self.copy_buf) {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Err(e) => return Err(e),
+            };
+            dst.write_all(&self.copy_buf[..n])?;
+            copied += n as u64;
+        }
+        let pad = (512 - copied % 512) % 512;
+        dst.write_all(&[0u8; 512][..pad as usize])
     }
 
     fn walk_dir(&mut self, abs: &Path, rel: &[u8]) -> Result<()> {
@@ -371,6 +398,7 @@ pub fn export_announcing(
         out_id,
         canonical_root: fs::canonicalize(&opts.root)
             .with_context(|| format!("cannot resolve the data root {}", opts.root.display()))?,
+        copy_buf: vec![0u8; COPY_BUF],
     };
     walker
         .append(
