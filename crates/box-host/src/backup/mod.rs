@@ -32,6 +32,7 @@ pub mod publish;
 pub mod save;
 pub mod segments;
 pub mod seipd;
+mod writeback;
 
 use box_proto::archive::ArchiveError;
 

@@ -42,6 +42,7 @@ use openpgp::serialize::stream::{ArbitraryWriter, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
 use super::BackupError;
+use super::writeback::EarlyWriteback;
 
 const BLOCK: usize = 16;
 /// How much plaintext is encrypted (or ciphertext decrypted) per call: big enough that
@@ -181,7 +182,7 @@ impl SeipdWriter {
     /// Encrypts into `file` (positioned at its start) under `passphrase`.
     pub fn new(file: File, passphrase: &SecretString) -> Result<Self> {
         let sink = file.try_clone().context("cannot reopen the backup file")?;
-        Self::to_sink(sink, file, passphrase)
+        Self::to_sink(EarlyWriteback::new(sink), file, passphrase)
     }
 
     fn to_sink(
