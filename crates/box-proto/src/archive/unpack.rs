@@ -41,6 +41,27 @@ pub struct Unpacker {
     dirs: HashMap<Vec<u8>, Option<(u32, Time)>>,
     root_meta: Option<(u32, Time)>,
     unpacked: u64,
+    /// One buffer for every file's data (allocated at the first file).
+    copy_buf: Vec<u8>,
+}
+
+/// How much of a member's data is written at a time: `io::copy` writes 8 KiB pieces, a
+/// write syscall (and a decoder call) per 8 KiB of every restored file.
+const COPY_BUF: usize = 1 << 20;
+
+/// Copies `from` to `to` through `buf` to EOF; returns the bytes copied.
+fn copy_through(buf: &mut [u8], from: &mut dyn Read, to: &mut dyn Write) -> io::Result<u64> {
+    let mut copied = 0u64;
+    loop {
+        let n = match from.read(buf) {
+            Ok(0) => return Ok(copied),
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        to.write_all(&buf[..n])?;
+        copied += n as u64;
+    }
 }
 
 fn context(e: io::Error, what: &str, key: &[u8]) -> io::Error {
@@ -55,6 +76,7 @@ impl Unpacker {
             dirs: HashMap::new(),
             root_meta: None,
             unpacked: 0,
+            copy_buf: Vec::new(),
         }
     }
 
@@ -120,9 +142,13 @@ impl Unpacker {
                     .custom_flags(libc::O_NOFOLLOW)
                     .open(&path)
                     .map_err(|e| context(e, "cannot create file", key))?;
+                if self.copy_buf.is_empty() {
+                    self.copy_buf = vec![0u8; COPY_BUF];
+                }
+                let buf = &mut self.copy_buf;
                 let written = match &member.sparse {
-                    None => io::copy(entry, &mut file),
-                    Some(map) => write_sparse(entry, &mut file, map, member.size),
+                    None => copy_through(buf, entry, &mut file),
+                    Some(map) => write_sparse(buf, entry, &mut file, map, member.size),
                 }
                 .map_err(|e| context(e, "cannot write", key))?;
                 if written != member.size {
@@ -197,6 +223,7 @@ impl Unpacker {
 /// starts on a block boundary of the stored data (GNU tar's reading; the map was checked
 /// to fit), the rest of its last block is padding.
 fn write_sparse(
+    buf: &mut [u8],
     data: &mut dyn Read,
     file: &mut fs::File,
     map: &[(u64, u64)],
@@ -204,7 +231,7 @@ fn write_sparse(
 ) -> io::Result<u64> {
     for (offset, len) in map {
         file.seek(SeekFrom::Start(*offset))?;
-        let copied = io::copy(&mut data.take(*len), file)?;
+        let copied = copy_through(buf, &mut data.take(*len), file)?;
         let pad = len.div_ceil(512) * 512 - len;
         // The last run's padding may be cut short by the member's end: nothing to check.
         io::copy(&mut data.take(pad), &mut io::sink())?;
