@@ -13,6 +13,7 @@
 #   BENCH_BEFORE    a dir with hb and backup_harness of an older commit: its box row is
 #                   measured in the same run and printed as "box before"
 #   BOX_PART_SIZE, BOX_STREAM_PARTS  as for box save (part size, parts the export may hold)
+#   BENCH_RUNS      rounds of every pipeline, interleaved; rows are medians (default 3)
 #   BENCH_SIM       1: also `box save` through the simulator against the seed's same steps
 #                   (scripts/bench-sim.sh; needs root); default: 1 when root, else 0
 #   CARGO_TARGET_DIR as usual
@@ -131,41 +132,59 @@ def path(name):
     return os.path.join(work, name)
 
 print(f"load average before: {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
-r = {}
-# box save's way: `hb export --stream-parts` as a child of the harness, each announced part
-# copied, released and encrypted while the export goes on (CPU and RSS include hb's).
 import shutil
-shutil.rmtree(path("scratch"), ignore_errors=True)
-stream = run([harness, "save-stream", hb, data, path("scratch"), path("box.gpg")], optional=True, keep_err=True)
-if stream is not None:
-    r["box save+verify (overlapped)"] = stream[:3]
-    stages = [l for l in stream[3].splitlines() if l.startswith("stages:")]
-    print("    " + (stages[0] if stages else "(no stage line)"))
-# The sequential way (an hb without --stream-parts): export to the end, then encrypt.
-r["box export (sequential)"] = run([hb, "export", "--root", data, "--out", path("parts")])
-seq_out = path("box.gpg") if stream is None else path("box-seq.gpg")
-r["box save (sequential)"] = run([harness, "save", path("parts"), seq_out])
-r["box validate"] = run([harness, "verify", path("box.gpg")])
-if stream is not None:
-    os.remove(seq_out)
-before = os.environ.get("BENCH_BEFORE")
-if before:
-    import shutil
-    shutil.rmtree(path("parts-before"), ignore_errors=True)
-    shutil.rmtree(path("scratch-before"), ignore_errors=True)
-    b = run([os.path.join(before, "backup_harness"), "save-stream", os.path.join(before, "hb"), data, path("scratch-before"), path("before.gpg")], optional=True)
-    if b is not None:
-        r["box before save+verify (overlapped)"] = b
+import statistics
+RUNS = max(1, int(os.environ.get("BENCH_RUNS", "3")))
+
+def one_round():
+    """Every pipeline once, in the same order each round."""
+    r = {}
+    shutil.rmtree(path("parts"), ignore_errors=True)
+    if os.path.exists(path("box.gpg")):
+        os.remove(path("box.gpg"))
+    # box save's way: `hb export --stream-parts` as a child of the harness, each announced part
+    # copied, released and encrypted while the export goes on (CPU and RSS include hb's).
+    shutil.rmtree(path("scratch"), ignore_errors=True)
+    stream = run([harness, "save-stream", hb, data, path("scratch"), path("box.gpg")], optional=True, keep_err=True)
+    if stream is not None:
+        r["box save+verify (overlapped)"] = stream[:3]
+        stages = [l for l in stream[3].splitlines() if l.startswith("stages:")]
+        print("    " + (stages[0] if stages else "(no stage line)"))
+    # The sequential way (an hb without --stream-parts): export to the end, then encrypt.
+    r["box export (sequential)"] = run([hb, "export", "--root", data, "--out", path("parts")])
+    seq_out = path("box.gpg") if stream is None else path("box-seq.gpg")
+    r["box save (sequential)"] = run([harness, "save", path("parts"), seq_out])
+    r["box validate"] = run([harness, "verify", path("box.gpg")])
+    if stream is not None:
+        os.remove(seq_out)
+    before = os.environ.get("BENCH_BEFORE")
+    if before:
+        shutil.rmtree(path("parts-before"), ignore_errors=True)
+        shutil.rmtree(path("scratch-before"), ignore_errors=True)
+        b = run([os.path.join(before, "backup_harness"), "save-stream", os.path.join(before, "hb"), data, path("scratch-before"), path("before.gpg")], optional=True)
+        if b is not None:
+            r["box before save+verify (overlapped)"] = b
+            os.remove(path("before.gpg"))
+        r["box before export"] = run([os.path.join(before, "hb"), "export", "--root", data, "--out", path("parts-before")])
+        r["box before save"] = run([os.path.join(before, "backup_harness"), "save", path("parts-before"), path("before.gpg")])
+        r["box before validate"] = run([os.path.join(before, "backup_harness"), "verify", path("before.gpg")])
+        shutil.rmtree(path("parts-before"))
         os.remove(path("before.gpg"))
-    r["box before export"] = run([os.path.join(before, "hb"), "export", "--root", data, "--out", path("parts-before")])
-    r["box before save"] = run([os.path.join(before, "backup_harness"), "save", path("parts-before"), path("before.gpg")])
-    r["box before validate"] = run([os.path.join(before, "backup_harness"), "verify", path("before.gpg")])
-    shutil.rmtree(path("parts-before"))
-    os.remove(path("before.gpg"))
-r["seed save"] = sh(f"tar czf - -C {data} . | {gpg} --symmetric --cipher-algo AES256 -o {path('seed.gpg')}")
-r["seed validate"] = sh(f"{gpg} -d {path('seed.gpg')} | tar tzf - >/dev/null")
-r["hand save"] = sh(f"tar cf - -C {data} . | zstd -q -T2 -3 | {gpg} -z 0 --symmetric --cipher-algo AES256 -o {path('hand.gpg')}")
-r["hand validate"] = sh(f"{gpg} -d {path('hand.gpg')} | zstd -q -d | tar tf - >/dev/null")
+    r["seed save"] = sh(f"tar czf - -C {data} . | {gpg} --symmetric --cipher-algo AES256 -o {path('seed.gpg')}")
+    r["seed validate"] = sh(f"{gpg} -d {path('seed.gpg')} | tar tzf - >/dev/null")
+    r["hand save"] = sh(f"tar cf - -C {data} . | zstd -q -T2 -3 | {gpg} -z 0 --symmetric --cipher-algo AES256 -o {path('hand.gpg')}")
+    r["hand validate"] = sh(f"{gpg} -d {path('hand.gpg')} | zstd -q -d | tar tf - >/dev/null")
+    return r
+
+# The rounds interleave the pipelines (box, before, seed, hand, box, ...), so a drift in
+# the machine's speed hits them alike; each row is the median of its runs.
+rounds = [one_round() for _ in range(RUNS)]
+r = {}
+for k in rounds[0]:
+    runs = [x[k] for x in rounds if k in x]
+    r[k] = (statistics.median(w for w, _, _ in runs), statistics.median(c for _, c, _ in runs), max(m for _, _, m in runs))
+spread = {k: (min(x[k][0] for x in rounds if k in x), max(x[k][0] for x in rounds if k in x)) for k in r}
+print(f"{RUNS} round(s); every row below is the median of its runs (BENCH_RUNS sets how many)")
 
 # Encrypt-only and decrypt-only, on box's plaintext (the parts, concatenated).
 plain = path("plain.tar.zst")
@@ -188,9 +207,10 @@ c["gpg encrypt (-z 0)"] = sh(f"{gpg} -z 0 --symmetric --cipher-algo AES256 -o {p
 c["gpg decrypt"] = sh(f"{gpg} -d {path('gpg-enc.gpg')} >/dev/null")
 print(f"load average after:  {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")
 
-print(f"\n{'step':40} {'wall s':>8} {'cpu s':>8} {'peak RSS MiB':>13}")
+print(f"\n{'step (median)':40} {'wall s':>8} {'cpu s':>8} {'peak RSS MiB':>13} {'wall min-max':>14}")
 for k, (w, cpu, rss) in r.items():
-    print(f"{k:40} {w:8.2f} {cpu:8.2f} {rss:13.1f}")
+    lo, hi = spread[k]
+    print(f"{k:40} {w:8.2f} {cpu:8.2f} {rss:13.1f} {lo:8.2f}-{hi:.2f}")
 
 def vs(other, ours):
     return f"box {other / ours:.2f}x faster" if other >= ours else f"box {ours / other:.2f}x slower"
