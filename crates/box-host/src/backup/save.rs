@@ -347,12 +347,16 @@ impl Sealed {
         // was encrypted; the writer's own MDC digest recomputed over what decrypted proves
         // the file holds exactly those bytes (see the module's comment).
         if found.mdc != self.mdc || found.bytes != self.plaintext_size {
+            // (No digests in the message: they are hashes of the plaintext.)
             return Err(fail(&format!(
-                "the file does not decrypt to what was encrypted ({} bytes with MDC {}, written {} bytes with MDC {})",
+                "the file does not decrypt to what was encrypted ({} bytes decrypted, {} written, {})",
                 found.bytes,
-                hex::encode(found.mdc),
                 self.plaintext_size,
-                hex::encode(self.mdc)
+                if found.mdc == self.mdc {
+                    "same MDC"
+                } else {
+                    "another MDC"
+                }
             )));
         }
         let on_disk = follow::fingerprint_file(self.temp.path())

@@ -14,8 +14,8 @@
 //! The MDC is what ties the two ends: the writer returns the SHA-1 it sealed the body
 //! with, and the verifier recomputes it over what it decrypted. Equal digests (and the
 //! MDC in the file matching) mean the file decrypts to exactly the bytes the writer
-//! encrypted. The hash covers the writer's random prefix first, so no file made by
-//! anyone else — not even of the same plaintext — can have the same digest.
+//! encrypted. The hash covers the writer's random prefix first, so another file, even one
+//! of the same plaintext under the same passphrase, does not have the same digest.
 //!
 //! Keys: the session key stays in sequoia's `SessionKey` (zeroised on drop); the AES key
 //! schedules and CFB state are zeroised on drop (`aes`/`cfb-mode` "zeroize" features).
