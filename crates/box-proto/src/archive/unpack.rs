@@ -45,12 +45,12 @@ pub struct Unpacker {
     copy_buf: Vec<u8>,
 }
 
-/// How much of a member's data is written at a time: `io::copy` writes 8 KiB pieces, a
-/// write syscall (and a decoder call) per 8 KiB of every restored file.
-const COPY_BUF: usize = 1 << 20;
+/// How much of a member's data is copied at a time (here and by `hb export`): `io::copy`
+/// copies 8 KiB pieces, a syscall and a (de)compressor call per 8 KiB of every file.
+pub const COPY_BUF: usize = 1 << 20;
 
 /// Copies `from` to `to` through `buf` to EOF; returns the bytes copied.
-fn copy_through(buf: &mut [u8], from: &mut dyn Read, to: &mut dyn Write) -> io::Result<u64> {
+pub fn copy_through(buf: &mut [u8], from: &mut dyn Read, to: &mut dyn Write) -> io::Result<u64> {
     let mut copied = 0u64;
     loop {
         let n = match from.read(buf) {

@@ -22,6 +22,7 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::parts::PartIndex;
+use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
 use super::links;
 use super::parts::{Announce, PartWriter};
@@ -79,9 +80,6 @@ struct Walker<W: Write> {
     /// One buffer for every member's data (see [`Walker::append_data`]).
     copy_buf: Vec<u8>,
 }
-
-/// How much of a file is read (and handed to zstd) at a time.
-const COPY_BUF: usize = 1 << 20;
 
 fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
     let mut h = tar::Header::new_gnu();
@@ -211,17 +209,7 @@ impl<W: Write> Walker<W> {
     fn append_data(&mut self, h: &tar::Header, data: &mut dyn Read) -> io::Result<()> {
         let dst = self.builder.get_mut();
         dst.write_all(h.as_bytes())?;
-        let mut copied = 0u64;
-        loop {
-            let n = match data.read(&mut self.copy_buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e),
-            };
-            dst.write_all(&self.copy_buf[..n])?;
-            copied += n as u64;
-        }
+        let copied = copy_through(&mut self.copy_buf, data, dst)?;
         let pad = (512 - copied % 512) % 512;
         dst.write_all(&[0u8; 512][..pad as usize])
     }
