@@ -15,7 +15,7 @@
 //! 5. delete the host copy — the host holds one plaintext part at a time.
 //!
 //! When the export has exited, its index (written last) must list exactly the announced
-//! parts, and its total must be what the engine hashed. An `hb` that does not stream (an
+//! parts, and its size must be what the engine took in. An `hb` that does not stream (an
 //! older one in an existing box rejects the flag; see [`ExportExit::Unsupported`]) hands
 //! the untouched pipeline back, for the sequential path of [`super::parts_out`].
 
@@ -171,7 +171,7 @@ pub fn seal_announced(
     let index = index?;
     check_index_against(&index, &announced)?;
     let sealed = pipeline.finish()?;
-    super::parts_out::check_totals(&sealed, &index)?;
+    sealed.matches_index(&index)?;
     Ok(Streamed::Sealed { sealed, index })
 }
 

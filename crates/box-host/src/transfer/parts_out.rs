@@ -69,16 +69,11 @@ pub fn copy_out_and_seal(
     let took = phase.finish();
     checkpoint(cancel)?;
     let sealed = pipeline.finish()?;
-    check_totals(&sealed, &index)?;
+    sealed.matches_index(&index)?;
     guest.transcript.line(&format!(
         "copied out and encrypted {} in {:.1}s",
         human(index.total_size),
         took.as_secs_f64()
     ));
     Ok((sealed, index))
-}
-
-/// What the engine hashed must be the whole export the index describes.
-pub(super) fn check_totals(sealed: &Sealed, index: &PartIndex) -> Result<()> {
-    sealed.matches_index(index)
 }

@@ -87,14 +87,37 @@ fn parse_hash(s: &str) -> Option<[u8; 32]> {
 }
 
 impl Part {
+    /// `<name> <bytes> <sha256>`: how the index and an announcement both list a part.
+    fn fields(&self) -> String {
+        format!("{} {} {}", self.name, self.size, hex::encode(self.sha256))
+    }
+
+    /// Reads [`Part::fields`]: the name checked for form only (its place in the sequence
+    /// is the caller's to check), a size above zero, the hash.
+    fn parse_fields(fields: &[&str]) -> Result<Part, &'static str> {
+        let [name, size, hash] = fields else {
+            return Err("expected '<name> <bytes> <sha256>'");
+        };
+        if !valid_part_name(name) {
+            return Err("the part name is not part-NNNNNN");
+        }
+        let size = size
+            .parse::<u64>()
+            .map_err(|_| "the size is not a number")?;
+        if size == 0 {
+            return Err("empty part");
+        }
+        let sha256 = parse_hash(hash).ok_or("the hash is not 64 lowercase hex digits")?;
+        Ok(Part {
+            name: name.to_string(),
+            size,
+            sha256,
+        })
+    }
+
     /// The announcement line of this part (no newline).
     pub fn render_ready(&self) -> String {
-        format!(
-            "{READY} {} {} {}",
-            self.name,
-            self.size,
-            hex::encode(self.sha256)
-        )
+        format!("{READY} {}", self.fields())
     }
 
     /// Reads an announcement line: `None` when the line is not one (any other output),
@@ -106,28 +129,11 @@ impl Part {
             return None;
         }
         let rest = rest.strip_prefix(' ').unwrap_or(rest);
-        let bad = |what: &str| PartIndexError::Whole(format!("bad part announcement: {what}"));
         let fields: Vec<&str> = rest.split(' ').collect();
-        let [name, size, hash] = fields.as_slice() else {
-            return Some(Err(bad("expected '<name> <bytes> <sha256>'")));
-        };
-        if !valid_part_name(name) {
-            return Some(Err(bad("the part name is not part-NNNNNN")));
-        }
-        let Ok(size) = size.parse::<u64>() else {
-            return Some(Err(bad("the size is not a number")));
-        };
-        if size == 0 {
-            return Some(Err(bad("empty part")));
-        }
-        let Some(sha256) = parse_hash(hash) else {
-            return Some(Err(bad("the hash is not 64 lowercase hex digits")));
-        };
-        Some(Ok(Part {
-            name: name.to_string(),
-            size,
-            sha256,
-        }))
+        Some(
+            Part::parse_fields(&fields)
+                .map_err(|what| PartIndexError::Whole(format!("bad part announcement: {what}"))),
+        )
     }
 }
 
@@ -142,7 +148,7 @@ impl PartIndex {
         }
         .ok();
         for p in &self.parts {
-            let _ = writeln!(s, "part {} {} {}", p.name, p.size, hex::encode(p.sha256));
+            let _ = writeln!(s, "part {}", p.fields());
         }
         s
     }
@@ -184,10 +190,11 @@ impl PartIndex {
         let mut parts = Vec::new();
         for (n, line) in lines {
             let fields: Vec<&str> = line.split(' ').collect();
-            let ["part", name, size, hash] = fields.as_slice() else {
+            let ["part", rest @ ..] = fields.as_slice() else {
                 return Err(bad(n, "expected 'part <name> <bytes> <sha256>'"));
             };
-            if !valid_part_name(name) || *name != part_name(parts.len()) {
+            let part = Part::parse_fields(rest).map_err(|what| bad(n, what))?;
+            if part.name != part_name(parts.len()) {
                 return Err(bad(
                     n,
                     &format!("expected part name {}", part_name(parts.len())),
@@ -196,19 +203,7 @@ impl PartIndex {
             if parts.len() >= MAX_PARTS {
                 return Err(bad(n, "too many parts"));
             }
-            let size = size
-                .parse::<u64>()
-                .map_err(|_| bad(n, "part size is not a number"))?;
-            if size == 0 {
-                return Err(bad(n, "empty part"));
-            }
-            let sha256 = parse_hash(hash)
-                .ok_or_else(|| bad(n, "part hash is not 64 lowercase hex digits"))?;
-            parts.push(Part {
-                name: name.to_string(),
-                size,
-                sha256,
-            });
+            parts.push(part);
         }
         if parts.is_empty() {
             return Err(PartIndexError::Whole("lists no parts".into()));
