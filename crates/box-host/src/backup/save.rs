@@ -103,8 +103,6 @@ pub struct Published {
     pub path: PathBuf,
     /// Size of the encrypted file.
     pub size: u64,
-    /// SHA-256 of each segment of the plaintext (see [`Sealed::segments`]).
-    pub segments: Vec<[u8; 32]>,
     pub report: Report,
 }
 
@@ -273,7 +271,7 @@ impl Pipeline {
         let (_, mdc) = self.writer.finish()?;
         self.written.complete();
         let segment_size = self.segments.segment_size();
-        let (segments, _) = self.segments.finish();
+        let segments = self.segments.finish();
         Ok(Sealed {
             out: self.out,
             temp: self.temp,
@@ -408,11 +406,7 @@ impl Verified {
     /// Links the verified temp to its destination (never replacing), then removes the temp.
     pub fn publish(self) -> Result<Published> {
         let Sealed {
-            out,
-            temp,
-            segments,
-            report,
-            ..
+            out, temp, report, ..
         } = self.sealed;
         let size = std::fs::metadata(temp.path())?.len();
         let linked = cleanup::with_lock(|reg| -> io::Result<()> {
@@ -434,7 +428,6 @@ impl Verified {
         Ok(Published {
             path: out,
             size,
-            segments,
             report,
         })
     }

@@ -17,7 +17,6 @@ pub struct SegmentHasher {
     current: Sha256,
     filled: u64,
     done: Vec<[u8; 32]>,
-    total: u64,
 }
 
 impl SegmentHasher {
@@ -28,7 +27,6 @@ impl SegmentHasher {
             current: Sha256::new(),
             filled: 0,
             done: Vec::new(),
-            total: 0,
         }
     }
 
@@ -41,7 +39,6 @@ impl SegmentHasher {
             let room = (self.size - self.filled).min(data.len() as u64) as usize;
             self.current.update(&data[..room]);
             self.filled += room as u64;
-            self.total += room as u64;
             data = &data[room..];
             if self.filled == self.size {
                 self.cut();
@@ -66,12 +63,12 @@ impl SegmentHasher {
         self.done.last()
     }
 
-    /// Every segment's hash (a stream of no bytes has one, of nothing) and the byte count.
-    pub fn finish(mut self) -> (Vec<[u8; 32]>, u64) {
+    /// Every segment's hash (a stream of no bytes has one, of nothing).
+    pub fn finish(mut self) -> Vec<[u8; 32]> {
         if self.filled > 0 || self.done.is_empty() {
             self.cut();
         }
-        (self.done, self.total)
+        self.done
     }
 }
 
@@ -91,8 +88,7 @@ mod tests {
             for chunk in data.chunks(feed) {
                 h.update(chunk);
             }
-            let (segs, total) = h.finish();
-            assert_eq!(total, 2500);
+            let segs = h.finish();
             assert_eq!(
                 segs,
                 [
@@ -110,12 +106,12 @@ mod tests {
         let mut h = SegmentHasher::new(u64::MAX);
         h.update(b"hello ");
         h.update(b"world");
-        assert_eq!(h.finish(), (vec![sha(b"hello world")], 11));
-        assert_eq!(SegmentHasher::new(10).finish(), (vec![sha(b"")], 0));
+        assert_eq!(h.finish(), [sha(b"hello world")]);
+        assert_eq!(SegmentHasher::new(10).finish(), [sha(b"")]);
         let mut exact = SegmentHasher::new(5);
         exact.update(b"12345");
         assert!(exact.at_boundary());
-        assert_eq!(exact.finish().0, [sha(b"12345")]);
+        assert_eq!(exact.finish(), [sha(b"12345")]);
     }
 
     #[test]
@@ -125,6 +121,6 @@ mod tests {
         assert!(!h.at_boundary());
         h.cut();
         assert_eq!(h.last(), Some(&sha(b"abc")));
-        assert_eq!(h.finish().0, [sha(b"abc")]);
+        assert_eq!(h.finish(), [sha(b"abc")]);
     }
 }
