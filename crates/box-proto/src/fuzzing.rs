@@ -33,8 +33,6 @@ pub fn limits() -> Limits {
     Limits {
         max_members: 1024,
         max_total_bytes: 4 << 20,
-        max_ratio: 1000,
-        ratio_floor: 1 << 20,
         max_manifest_bytes: 4 << 10,
     }
 }

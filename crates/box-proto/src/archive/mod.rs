@@ -5,13 +5,17 @@
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
 //! * [`parts`]: the part index `hb export` writes beside its parts (size + SHA-256 each).
 //! * [`naming`]: backup file names and finding a box's newest backup.
+//! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
+//!   and the destination's filesystem from filling up.
 //!
 //! Compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
 //! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
 
 pub mod excludes;
+pub mod holes;
 pub mod naming;
 pub mod parts;
+pub mod room;
 pub mod tarread;
 pub mod unpack;
 pub mod validate;

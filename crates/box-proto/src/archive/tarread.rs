@@ -35,6 +35,32 @@ pub const MAX_META_BYTES: u64 = 1 << 20;
 /// Most sparse map entries of one member (each costs 16 bytes of memory).
 pub const MAX_SPARSE_ENTRIES: u64 = 1 << 16;
 
+/// Most PAX global headers in one archive. Writers put one at the start (git archive's
+/// commit id, `tar --pax-option`); each one applies to every later member, so without a
+/// cap a crafted archive made every member pay for megabytes of them.
+pub const MAX_GLOBAL_HEADERS: u64 = 1000;
+
+/// Most bytes of PAX global headers in one archive, all of them together.
+pub const MAX_GLOBAL_BYTES: u64 = 64 << 10;
+
+/// The PAX keywords that change how a member is read: the only global records kept (the
+/// others, comments and the like, change nothing GNU tar's extraction does).
+const MEMBER_KEYWORDS: &[&[u8]] = &[
+    b"path",
+    b"linkpath",
+    b"size",
+    b"mtime",
+    b"GNU.sparse.name",
+    b"GNU.sparse.size",
+    b"GNU.sparse.realsize",
+    b"GNU.sparse.major",
+    b"GNU.sparse.minor",
+    b"GNU.sparse.numblocks",
+    b"GNU.sparse.offset",
+    b"GNU.sparse.numbytes",
+    b"GNU.sparse.map",
+];
+
 /// A name for a message: escaped and cut to [`MAX_SHOWN`] characters.
 pub fn shown_name(bytes: &[u8]) -> String {
     let s = shown(bytes);
@@ -109,9 +135,15 @@ pub struct TarReader<R: Read> {
     left: u64,
     pad: u64,
     global: BTreeMap<Vec<u8>, Vec<u8>>,
+    /// PAX global headers read so far, and their bytes.
+    globals: u64,
+    global_bytes: u64,
     done: bool,
     /// An I/O error of `inner` (decompression, limits), kept for the caller.
     pub io_error: Option<io::Error>,
+    /// Set when the archive broke a cap on PAX global headers (the error's text says
+    /// which): a safety refusal, not a malformed stream.
+    pub global_cap_broken: bool,
 }
 
 fn err<T>(what: String) -> Result<T, TarError> {
@@ -126,9 +158,17 @@ impl<R: Read> TarReader<R> {
             left: 0,
             pad: 0,
             global: BTreeMap::new(),
+            globals: 0,
+            global_bytes: 0,
             done: false,
             io_error: None,
+            global_cap_broken: false,
         }
+    }
+
+    /// PAX global headers read so far (the validator counts them with the members).
+    pub fn global_headers(&self) -> u64 {
+        self.globals
     }
 
     /// Gives the underlying reader back (to drain what follows the end marker).
@@ -274,11 +314,22 @@ impl<R: Read> TarReader<R> {
                     continue;
                 }
                 b'g' => {
+                    self.globals += 1;
+                    self.global_bytes = self.global_bytes.saturating_add(size);
+                    if self.globals > MAX_GLOBAL_HEADERS || self.global_bytes > MAX_GLOBAL_BYTES {
+                        self.global_cap_broken = true;
+                        return err(format!(
+                            "more than {MAX_GLOBAL_HEADERS} PAX global headers or {} KiB of them, at byte {offset}",
+                            MAX_GLOBAL_BYTES >> 10
+                        ));
+                    }
                     let data = self.read_meta(size, "PAX global header", offset)?;
                     // An empty value is kept as empty (GNU tar then names the next
                     // members "", as it does Go's pax-global-records), not a deletion.
                     for (k, v) in parse_pax(&data, offset)? {
-                        self.global.insert(k, v);
+                        if MEMBER_KEYWORDS.contains(&k.as_slice()) {
+                            self.global.insert(k, v);
+                        }
                     }
                     continue;
                 }
@@ -331,14 +382,10 @@ impl<R: Read> TarReader<R> {
         let mut mtime = (number(&block[136..148], "mtime", offset)?, 0u32);
         let mut size = header_size;
         // Records: globals first, the member's own override them (POSIX, GNU tar).
-        let mut records: Vec<Record> = self
-            .global
-            .iter()
-            .map(|(k, v)| (k.clone(), v.clone()))
-            .collect();
-        records.extend(local.unwrap_or_default());
+        let local = local.unwrap_or_default();
+        let records = self.global.iter().chain(local.iter().map(|(k, v)| (k, v)));
         let mut sparse = SparseRecords::default();
-        for (key, value) in &records {
+        for (key, value) in records {
             let text = || String::from_utf8_lossy(value).into_owned();
             match key.as_slice() {
                 b"path" => name = value.clone(),

@@ -9,8 +9,15 @@
 //!   9 refuses the archive if it never comes), so nothing is ever written through a
 //!   symlink or outside the root;
 //! * files are created `O_EXCL|O_NOFOLLOW`; a sparse file's stored runs are written at
-//!   their offsets and the file set to its real size, so holes stay holes;
-//! * ownership is never taken from the archive, set-id and sticky bits are dropped;
+//!   their offsets and the file set to its real size, so holes stay holes, and long zero
+//!   runs of any file become holes too ([`holes`](crate::archive::holes)); every byte
+//!   written is first taken from the destination's [`Room`] (free space, total cap);
+//! * ownership is never taken from the archive; every mode bit is, as GNU tar restores
+//!   them (as root, and as a user with `-p`): sticky and setgid directories, set-id files,
+//!   except that [`Unpacker::set_id_files`] can drop set-id bits from files (box
+//!   extracting as root on the host must not make root-owned set-id programs);
+//! * the root's mode comes from the archive only when [`Unpacker::archive_root_mode`] says
+//!   so (`hb import` sets its own; `box extract`'s target keeps the user's mode);
 //! * times, then modes: a file's through its open descriptor; a directory's at the very
 //!   end, deepest first, the root last, with `utimensat` on the path (which needs no read
 //!   permission), so a directory of mode 000 or 0311 neither stops its own children from
@@ -21,14 +28,16 @@
 use std::collections::HashMap;
 use std::ffi::{CString, OsStr};
 use std::fs;
-use std::io::{self, Read, Seek, SeekFrom, Write};
+use std::io::{self, Read, Write};
 use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::archive::holes::copy_with_holes;
+use crate::archive::room::Room;
 use crate::archive::tarread::{MemberKind, shown_name};
-use crate::archive::validate::Entry;
+use crate::archive::validate::{Entry, Limits};
 
 type Time = (i64, u32);
 
@@ -43,6 +52,9 @@ pub struct Unpacker {
     unpacked: u64,
     /// One buffer for every file's data (allocated at the first file).
     copy_buf: Vec<u8>,
+    room: Room,
+    set_id_files: bool,
+    archive_root_mode: bool,
 }
 
 /// How much of a member's data is copied at a time (here and by `hb export`): `io::copy`
@@ -69,15 +81,42 @@ fn context(e: io::Error, what: &str, key: &[u8]) -> io::Error {
 }
 
 impl Unpacker {
-    /// `root` must exist, be empty and be private to this process.
+    /// `root` must exist, be empty and be private to this process. The data written is
+    /// capped by [`Limits::default`]'s total and by the room on `root`'s filesystem.
     pub fn new(root: &Path) -> Self {
+        Self::with_room(root, Room::new(root, Limits::default().max_total_bytes))
+    }
+
+    /// The same with another [`Room`] (tests, other caps).
+    pub fn with_room(root: &Path, room: Room) -> Self {
         Unpacker {
             root: root.to_path_buf(),
             dirs: HashMap::new(),
             root_meta: None,
             unpacked: 0,
             copy_buf: Vec::new(),
+            room,
+            set_id_files: true,
+            archive_root_mode: true,
         }
+    }
+
+    /// Whether files keep their setuid and setgid bits (default: yes, as GNU tar).
+    pub fn set_id_files(mut self, keep: bool) -> Self {
+        self.set_id_files = keep;
+        self
+    }
+
+    /// Whether the root takes the archive root's mode (default: yes). Its time is set
+    /// either way.
+    pub fn archive_root_mode(mut self, apply: bool) -> Self {
+        self.archive_root_mode = apply;
+        self
+    }
+
+    /// Bytes of file data really written (holes not counted).
+    pub fn written(&self) -> u64 {
+        self.room.written()
     }
 
     fn path_of(&self, key: &[u8]) -> PathBuf {
@@ -114,7 +153,10 @@ impl Unpacker {
     /// Unpacks one entry whose key (validated) is `key`.
     pub fn unpack(&mut self, entry: &mut Entry<'_>, key: &[u8]) -> io::Result<()> {
         let member = entry.member;
-        let mode = member.mode & 0o777;
+        let mut mode = member.mode & 0o7777;
+        if member.kind == MemberKind::File && !self.set_id_files {
+            mode &= !0o6000; // setuid and setgid
+        }
         let mtime = member.mtime;
         self.unpacked += 1;
         if key.is_empty() {
@@ -135,7 +177,7 @@ impl Unpacker {
                 self.dirs.insert(key.to_vec(), Some((mode, mtime)));
             }
             MemberKind::File => {
-                let mut file = fs::OpenOptions::new()
+                let file = fs::OpenOptions::new()
                     .write(true)
                     .create_new(true)
                     .mode(0o600)
@@ -146,10 +188,16 @@ impl Unpacker {
                     self.copy_buf = vec![0u8; COPY_BUF];
                 }
                 let buf = &mut self.copy_buf;
+                let room = &mut self.room;
                 let written = match &member.sparse {
-                    None => copy_through(buf, entry, &mut file),
-                    Some(map) => write_sparse(buf, entry, &mut file, map, member.size),
+                    None => copy_with_holes(buf, entry, &file, 0, room),
+                    Some(map) => write_sparse(buf, entry, &file, map, room),
                 }
+                .and_then(|n| {
+                    // Whatever was left unwritten at the end is a hole too.
+                    file.set_len(member.size)?;
+                    Ok(n)
+                })
                 .map_err(|e| context(e, "cannot write", key))?;
                 if written != member.size {
                     return Err(io::Error::other(format!(
@@ -212,26 +260,29 @@ impl Unpacker {
         }
         if let Some((mode, mtime)) = self.root_meta {
             set_times_path(&self.root, mtime)?;
-            fs::set_permissions(&self.root, fs::Permissions::from_mode(mode))?;
+            if self.archive_root_mode {
+                fs::set_permissions(&self.root, fs::Permissions::from_mode(mode))?;
+            }
         }
         Ok(())
     }
 }
 
-/// Writes a sparse file's stored runs at their offsets and sets its real size: what lies
-/// between the runs is never written, so the filesystem keeps it as holes. Each run's data
-/// starts on a block boundary of the stored data (GNU tar's reading; the map was checked
-/// to fit), the rest of its last block is padding.
+/// Writes a sparse file's stored runs at their offsets (its length is set by the caller):
+/// what lies between the runs is never written, so the filesystem keeps it as holes.
+/// Each run's data starts on a block boundary of the stored data (GNU tar's reading; the
+/// map was checked to fit), the rest of its last block is padding. Returns the file's
+/// size as the map gives it.
 fn write_sparse(
     buf: &mut [u8],
     data: &mut dyn Read,
-    file: &mut fs::File,
+    file: &fs::File,
     map: &[(u64, u64)],
-    size: u64,
+    room: &mut Room,
 ) -> io::Result<u64> {
+    let mut end = 0;
     for (offset, len) in map {
-        file.seek(SeekFrom::Start(*offset))?;
-        let copied = copy_through(buf, &mut data.take(*len), file)?;
+        let copied = copy_with_holes(buf, &mut data.take(*len), file, *offset, room)?;
         let pad = len.div_ceil(512) * 512 - len;
         // The last run's padding may be cut short by the member's end: nothing to check.
         io::copy(&mut data.take(pad), &mut io::sink())?;
@@ -241,10 +292,9 @@ fn write_sparse(
                 "the archive ends inside a sparse file's data",
             ));
         }
+        end = offset + len;
     }
-    file.set_len(size)?;
-    file.flush()?;
-    Ok(size)
+    Ok(end)
 }
 
 fn timespecs(mtime: Time) -> [libc::timespec; 2] {
@@ -462,5 +512,206 @@ mod tests {
             "{} characters: {e}",
             e.chars().count()
         );
+    }
+
+    fn member(name: &[u8], flag: u8, mode: u32, data: &[u8]) -> Vec<u8> {
+        let mut h = tar::Header::new_ustar();
+        h.as_ustar_mut().unwrap().name[..name.len()].copy_from_slice(name);
+        h.set_entry_type(tar::EntryType::new(flag));
+        h.set_mode(mode);
+        h.set_size(data.len() as u64);
+        h.set_mtime(1_600_000_000);
+        h.set_cksum();
+        let mut out = h.as_bytes().to_vec();
+        out.extend(padded(data.to_vec()));
+        out
+    }
+
+    fn unpack_with(data: &[u8], setup: impl FnOnce(Unpacker) -> Unpacker) -> tempfile::TempDir {
+        let dir = tempfile::tempdir().unwrap();
+        let mut u = setup(Unpacker::new(dir.path()));
+        walk(data, &Limits::default(), |e, k| u.unpack(e, k)).unwrap();
+        u.finish().unwrap();
+        dir
+    }
+
+    fn mode_of(p: &Path) -> u32 {
+        fs::symlink_metadata(p).unwrap().mode() & 0o7777
+    }
+
+    /// Sticky and setgid directories and set-id files come back as GNU tar restores them
+    /// (they came back 0777, 2775 as 0775, before issue 21).
+    #[test]
+    fn every_mode_bit_comes_back() {
+        // The root first, so its mode is the archive's.
+        let mut tar = member(b"./", b'5', 0o755, b"");
+        tar.extend(member(b"home/", b'5', 0o755, b""));
+        tar.extend(member(b"home/agent/", b'5', 0o700, b""));
+        tar.extend(member(b"home/agent/tmp/", b'5', 0o1777, b""));
+        tar.extend(member(b"home/agent/shared/", b'5', 0o2775, b""));
+        tar.extend(member(b"home/agent/tool", b'0', 0o4755, b"#!/bin/sh\n"));
+        tar.extend(member(b"home/agent/g", b'0', 0o2711, b"x"));
+        tar.extend([0u8; 1024]);
+        let z = zstd::encode_all(tar.as_slice(), 1).unwrap();
+        let d = unpack_with(&z, |u| u);
+        let h = d.path().join("home/agent");
+        assert_eq!(mode_of(&h.join("tmp")), 0o1777);
+        assert_eq!(mode_of(&h.join("shared")), 0o2775);
+        assert_eq!(mode_of(&h.join("tool")), 0o4755);
+        assert_eq!(mode_of(&h.join("g")), 0o2711);
+        assert_eq!(mode_of(&h), 0o700);
+        assert_eq!(
+            mode_of(d.path()),
+            0o755,
+            "the archive root's mode applies by default"
+        );
+        // Without set-id files (box extract as root): files lose them, directories keep theirs.
+        let d = unpack_with(&z, |u| u.set_id_files(false));
+        let h = d.path().join("home/agent");
+        assert_eq!(mode_of(&h.join("tool")), 0o755);
+        assert_eq!(mode_of(&h.join("g")), 0o711);
+        assert_eq!(mode_of(&h.join("shared")), 0o2775);
+        assert_eq!(mode_of(&h.join("tmp")), 0o1777);
+    }
+
+    /// PAX global headers are capped, in count and bytes, and refused fast: each one used
+    /// to be copied into every later member, so ~100 MB of them cost hours of CPU.
+    #[test]
+    fn pax_global_header_bombs_are_refused_fast() {
+        use crate::archive::validate::Rule;
+        let global = |records: &[(&str, &str)]| {
+            let mut g = pax(records);
+            g[156] = b'g';
+            // The checksum covers the type flag.
+            let mut h = tar::Header::from_byte_slice(&g[..512]).clone();
+            h.set_cksum();
+            g[..512].copy_from_slice(h.as_bytes());
+            g
+        };
+        let refused = |members: Vec<Vec<u8>>| {
+            let started = std::time::Instant::now();
+            let e = match walk(archive(&members).as_slice(), &Limits::default(), |_, _| {
+                Ok::<(), io::Error>(())
+            }) {
+                Err(WalkError::Archive(e)) => e,
+                other => panic!("{:?}", other.map(|_| ())),
+            };
+            assert!(started.elapsed() < std::time::Duration::from_secs(1));
+            e
+        };
+        // One big global header: 200 KiB of comment.
+        let big = "c".repeat(200 << 10);
+        let mut m = vec![global(&[("comment", &big)])];
+        m.extend((0..100).map(|i| header(format!("home/agent/f{i}").as_bytes(), b'0', 0)));
+        let e = refused(m);
+        assert_eq!(e.rule(), Some(Rule::GlobalHeaders), "{e}");
+        assert!(e.to_string().contains("PAX global headers"), "{e}");
+        // Many small ones.
+        let many: Vec<Vec<u8>> = (0..1500)
+            .map(|i| global(&[("comment", &i.to_string())]))
+            .collect();
+        assert_eq!(refused(many).rule(), Some(Rule::GlobalHeaders));
+        // They count with the members.
+        let limits = Limits {
+            max_members: 10,
+            ..Limits::default()
+        };
+        let mut m: Vec<Vec<u8>> = (0..8)
+            .map(|i| global(&[("comment", &i.to_string())]))
+            .collect();
+        m.push(header(b"home/agent/f", b'0', 0));
+        let e = walk(archive(&m).as_slice(), &limits, |_, _| {
+            Ok::<(), io::Error>(())
+        })
+        .unwrap_err();
+        assert!(matches!(e, WalkError::Archive(ref a) if a.rule() == Some(Rule::TooManyMembers)));
+        // What git archive writes (one commit id) is fine.
+        let mut m = vec![global(&[(
+            "comment",
+            "0123456789abcdef0123456789abcdef01234567",
+        )])];
+        m.push(header(b"home/agent/f", b'0', 0));
+        assert!(extract(&archive(&m)).is_ok());
+    }
+
+    /// A hostile 0777 root must not make the extraction root world-writable.
+    #[test]
+    fn the_root_can_keep_its_own_mode() {
+        let mut tar = member(b"./", b'5', 0o777, b"");
+        tar.extend(member(b"home/", b'5', 0o755, b""));
+        tar.extend(member(b"home/agent/", b'5', 0o700, b""));
+        tar.extend([0u8; 1024]);
+        let z = zstd::encode_all(tar.as_slice(), 1).unwrap();
+        let dir = tempfile::tempdir().unwrap();
+        fs::set_permissions(dir.path(), fs::Permissions::from_mode(0o700)).unwrap();
+        let mut u = Unpacker::new(dir.path()).archive_root_mode(false);
+        walk(z.as_slice(), &Limits::default(), |e, k| u.unpack(e, k)).unwrap();
+        u.finish().unwrap();
+        assert_eq!(mode_of(dir.path()), 0o700);
+        assert_eq!(
+            fs::metadata(dir.path()).unwrap().mtime(),
+            1_600_000_000,
+            "its time is still the archive's"
+        );
+    }
+
+    /// 64 MiB of dense zeros in the archive (a `dd`-made image) come back as holes, and
+    /// exactly: the archive compresses them a thousandfold and more, which is no reason to
+    /// refuse it (the ratio guard did, before issue 21).
+    #[test]
+    fn dense_zeros_come_back_as_holes() {
+        let mut data = vec![0u8; 64 << 20];
+        data[10 << 20] = 7;
+        let z = archive(&[member(b"home/agent/disk.img", b'0', 0o644, &data)]);
+        assert!(z.len() < 64 << 10, "{} bytes compressed", z.len());
+        let d = extract(&z).unwrap();
+        let p = d.path().join("home/agent/disk.img");
+        assert_eq!(fs::read(&p).unwrap(), data);
+        let m = fs::metadata(&p).unwrap();
+        assert!(
+            m.blocks() * 512 <= 1 << 20,
+            "{} bytes allocated",
+            m.blocks() * 512
+        );
+    }
+
+    /// The room is taken from as data is written: an archive larger than what the
+    /// destination holds stops there with the room named, not with a full disk.
+    #[test]
+    fn an_extraction_stops_at_the_room_left() {
+        /// A 20 MiB filesystem with 3 MiB free before the extraction: what the files
+        /// under the root hold is taken off.
+        fn tiny(root: &Path) -> io::Result<crate::archive::room::Space> {
+            fn used(p: &Path) -> u64 {
+                let m = fs::symlink_metadata(p).unwrap();
+                let own = m.blocks() * 512;
+                if m.is_dir() {
+                    own + fs::read_dir(p)
+                        .unwrap()
+                        .map(|e| used(&e.unwrap().path()))
+                        .sum::<u64>()
+                } else {
+                    own
+                }
+            }
+            Ok(crate::archive::room::Space {
+                free: (3u64 << 20).saturating_sub(used(root)),
+                total: 20 << 20,
+            })
+        }
+        let data: Vec<u8> = (0..(4u32 << 20)).map(|i| (i % 253) as u8 | 1).collect();
+        let z = archive(&[member(b"home/agent/big", b'0', 0o644, &data)]);
+        let dir = tempfile::tempdir().unwrap();
+        let room = Room::with_probe(dir.path(), u64::MAX, tiny);
+        let mut u = Unpacker::with_room(dir.path(), room);
+        let e = match walk(z.as_slice(), &Limits::default(), |e, k| u.unpack(e, k)) {
+            Err(WalkError::Callback(e)) => e.to_string(),
+            other => panic!("{:?}", other.map(|_| ())),
+        };
+        assert!(
+            e.contains("cannot write home/agent/big: not enough room in"),
+            "{e}"
+        );
+        assert!(e.contains("(the margin)"), "{e}");
     }
 }

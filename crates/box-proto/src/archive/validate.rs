@@ -1,6 +1,10 @@
 //! The streaming archive validator: hermes-box.md §1.3, the seed's V4 rules in their order,
-//! plus the tx9 Go port's member cap and footer drain, plus a total-size cap and a
-//! decompression-ratio guard.
+//! plus the tx9 Go port's member cap and footer drain, plus a total-size cap.
+//!
+//! There is no decompression-ratio guard: a file of zeros (a `dd`-made image, a swap
+//! file) compresses a million to one and is ordinary data. What protects a destination is
+//! [`unpack`](crate::archive::unpack): long zero runs become holes, and the room left on
+//! the destination's filesystem is checked as bytes are really written.
 //!
 //! It reads the compressed stream once, sniffs zstd or gzip by magic bytes, walks the tar
 //! members without buffering their data (memory grows with the member count only: a key and
@@ -31,14 +35,9 @@ use crate::layout;
 pub struct Limits {
     /// Most members (the Go port's cap).
     pub max_members: u64,
-    /// Most bytes of decompressed tar stream.
+    /// Most bytes of decompressed tar stream, and of data the members store (a sparse
+    /// file counts by the bytes it really holds, not its logical size).
     pub max_total_bytes: u64,
-    /// Largest decompressed:compressed ratio allowed once more than [`Self::ratio_floor`]
-    /// bytes have come out.
-    pub max_ratio: u64,
-    /// Below this many decompressed bytes the ratio is not checked (small archives of
-    /// empty files compress extremely well and are harmless).
-    pub ratio_floor: u64,
     /// Largest runtime manifest read into memory.
     pub max_manifest_bytes: u64,
 }
@@ -48,8 +47,6 @@ impl Default for Limits {
         Limits {
             max_members: 1_000_000,
             max_total_bytes: 1 << 40,
-            max_ratio: 1000,
-            ratio_floor: 256 << 20,
             max_manifest_bytes: 64 << 10,
         }
     }
@@ -81,7 +78,7 @@ pub enum Rule {
     HardlinkBeforeTarget,
     TooManyMembers,
     TooLarge,
-    CompressionRatio,
+    GlobalHeaders,
 }
 
 impl Rule {
@@ -105,7 +102,7 @@ impl Rule {
             | HardlinkNotRegularFile
             | LinkResolvesOutside
             | HardlinkBeforeTarget => 9,
-            TooManyMembers | TooLarge | CompressionRatio => 0,
+            TooManyMembers | TooLarge | GlobalHeaders => 0,
         }
     }
 
@@ -137,7 +134,7 @@ impl Rule {
             HardlinkBeforeTarget => "archive hardlink comes before its target",
             TooManyMembers => "archive has too many members",
             TooLarge => "archive is too large",
-            CompressionRatio => "archive decompression ratio is too high (decompression bomb?)",
+            GlobalHeaders => "archive has too many or too large PAX global headers",
         }
     }
 }
@@ -289,13 +286,15 @@ impl Validator {
         }
     }
 
-    /// Checks one member (rules 2 to 6 and the caps) and records it. Returns its key.
+    /// Checks one member (rules 2 to 6 and the caps) and records it. `stored` is the data
+    /// the member holds in the archive (a sparse file's runs, not its logical size).
+    /// Returns its key.
     pub fn observe(
         &mut self,
         name: &[u8],
         entry_type: tar::EntryType,
         link: Option<&[u8]>,
-        size: u64,
+        stored: u64,
     ) -> Result<Vec<u8>, ArchiveError> {
         if self.order.len() as u64 >= self.limits.max_members {
             return Err(ArchiveError::unsafe_(
@@ -303,7 +302,7 @@ impl Validator {
                 format!("more than {} members", self.limits.max_members),
             ));
         }
-        self.bytes = self.bytes.saturating_add(size);
+        self.bytes = self.bytes.saturating_add(stored);
         if self.bytes > self.limits.max_total_bytes {
             return Err(ArchiveError::unsafe_(
                 Rule::TooLarge,
@@ -728,28 +727,15 @@ impl<R: Read> Read for CountOut<R> {
         let m = &self.meter;
         let out = m.decompressed.get() + n as u64;
         m.decompressed.set(out);
-        let violation = if out > self.limits.max_total_bytes {
-            Some(ArchiveError::unsafe_(
+        let violation = (out > self.limits.max_total_bytes).then(|| {
+            ArchiveError::unsafe_(
                 Rule::TooLarge,
                 format!(
                     "more than {} bytes decompressed",
                     self.limits.max_total_bytes
                 ),
-            ))
-        } else if out > self.limits.ratio_floor
-            && out / self.limits.max_ratio > m.compressed.get().max(1)
-        {
-            Some(ArchiveError::unsafe_(
-                Rule::CompressionRatio,
-                format!(
-                    "{out} bytes from {} compressed (limit {}:1)",
-                    m.compressed.get(),
-                    self.limits.max_ratio
-                ),
-            ))
-        } else {
-            None
-        };
+            )
+        });
         if let Some(v) = violation {
             *m.violation.borrow_mut() = Some(v);
             return Err(io::Error::other("archive limit exceeded"));
@@ -844,9 +830,10 @@ where
     };
     let mut reader = TarReader::new(counted);
     let mut validator = Validator::new(limits.clone());
-    let fail = |e: TarError| -> ArchiveError {
+    let fail = |e: TarError, global_cap_broken: bool| -> ArchiveError {
         match meter.violation.borrow_mut().take() {
             Some(v) => v,
+            None if global_cap_broken => ArchiveError::unsafe_(Rule::GlobalHeaders, e.0),
             None => ArchiveError::Invalid(e.0),
         }
     };
@@ -854,11 +841,22 @@ where
         let member = match reader.next_member() {
             Ok(Some(m)) => m,
             Ok(None) => break,
-            Err(e) => return Err(fail(e).into()),
+            Err(e) => return Err(fail(e, reader.global_cap_broken).into()),
         };
+        // Global headers count with the members: each one is work for every later member.
+        if validator.members() + reader.global_headers() >= limits.max_members {
+            return Err(ArchiveError::unsafe_(
+                Rule::TooManyMembers,
+                format!(
+                    "more than {} members and PAX global headers",
+                    limits.max_members
+                ),
+            )
+            .into());
+        }
         let link = matches!(member.kind, MemberKind::Symlink | MemberKind::Hardlink)
             .then_some(member.link.as_slice());
-        let key = validator.observe(&member.name, member.kind.entry_type(), link, member.size)?;
+        let key = validator.observe(&member.name, member.kind.entry_type(), link, member.stored)?;
         let hardlink_target = match member.kind {
             MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
             _ => None,
