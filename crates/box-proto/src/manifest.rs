@@ -19,7 +19,16 @@ pub const KNOWN_KEYS: &[&str] = &[
     "box",
     "hb",
     "archive_format",
+    SQLITE_CHECK_KEY,
 ];
+
+/// The result of the SQLite integrity check `hb quiesce` runs before a save: `ok`, or
+/// `damaged <path> <path>…` (data-root-relative).
+pub const SQLITE_CHECK_KEY: &str = "sqlite_check";
+
+/// How `hb quiesce` names a damaged database on its output (`<prefix><path>: <why>`), so
+/// `box save` can warn about it.
+pub const SQLITE_DAMAGED_LINE: &str = "sqlite: DAMAGED ";
 
 /// The path of the manifest relative to the durable data root (`/data`).
 pub const MANIFEST_PATH_IN_DATA: &str = "home/agent/.config/hermes-box/runtime-manifest";

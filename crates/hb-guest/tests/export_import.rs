@@ -494,3 +494,111 @@ fn stock_tar_reads_every_member_size_exactly() {
         );
     }
 }
+
+/// Makes a WAL-mode SQLite database at `path` with `rows` rows in table `t`.
+fn make_db(path: &Path, rows: u32) {
+    let conn = rusqlite::Connection::open(path).unwrap();
+    conn.execute_batch("PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v TEXT);")
+        .unwrap();
+    for i in 0..rows {
+        conn.execute(
+            "INSERT INTO t(v) VALUES (?1)",
+            [format!("row {i} {}", "x".repeat(200))],
+        )
+        .unwrap();
+    }
+    conn.execute_batch("PRAGMA wal_checkpoint(TRUNCATE);")
+        .unwrap();
+}
+
+/// Overwrites one b-tree page in the middle of a database with garbage: still a SQLite
+/// file by its header, but `PRAGMA integrity_check` fails.
+fn damage_db(path: &Path) {
+    use std::os::unix::fs::FileExt;
+    let f = fs::OpenOptions::new().write(true).open(path).unwrap();
+    let len = f.metadata().unwrap().len();
+    assert!(len > 8 * 4096, "{len}");
+    f.write_all_at(&[0xA5; 4096], 4 * 4096).unwrap();
+}
+
+/// Sticky and setgid directories, set-id files and a dense file of zeros come back
+/// exactly, the zeros as holes (a 1777 dir came back 0777 and a 2775 one 0775 before
+/// issue 21).
+#[test]
+fn every_mode_bit_and_dense_zeros_round_trip() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let home = src.join("home/agent");
+    for (dir, m) in [("tmp", 0o1777), ("shared", 0o2775)] {
+        fs::create_dir(home.join(dir)).unwrap();
+        fs::set_permissions(home.join(dir), fs::Permissions::from_mode(m)).unwrap();
+    }
+    fs::write(home.join("tool"), "#!/bin/sh\n").unwrap();
+    fs::set_permissions(home.join("tool"), fs::Permissions::from_mode(0o4755)).unwrap();
+    fs::write(home.join("zeros.img"), vec![0u8; 32 << 20]).unwrap();
+    backdate(&src);
+    let parts = t.path().join("parts");
+    do_export(&src, &parts, 64 << 20);
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    import(&dst, &parts).unwrap();
+    let back = dst.join("home/agent");
+    assert_eq!(mode(&back.join("tmp")), 0o1777);
+    assert_eq!(mode(&back.join("shared")), 0o2775);
+    assert_eq!(mode(&back.join("tool")), 0o4755);
+    let zeros = back.join("zeros.img");
+    assert_eq!(fs::read(&zeros).unwrap(), vec![0u8; 32 << 20]);
+    assert!(
+        fs::metadata(&zeros).unwrap().blocks() * 512 < 1 << 20,
+        "the zeros were written out"
+    );
+}
+
+/// A damaged database of the box's own software stops the import before the swap, names
+/// it and says how to get the files out; the same damage in a workspace `*.db` is the
+/// user's data and restores as it is.
+#[test]
+fn a_damaged_service_database_stops_the_import_and_changes_nothing() {
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    sample(&src);
+    let state = src.join("home/agent/.hermes/state.db");
+    fs::remove_file(&state).unwrap();
+    fs::remove_file(src.join("home/agent/.hermes/state.db-wal")).unwrap();
+    make_db(&state, 500);
+    let users = src.join("home/agent/workspace/mine.db");
+    make_db(&users, 500);
+    damage_db(&users);
+    let parts = t.path().join("parts");
+    do_export(&src, &parts, 64 << 20);
+    // Healthy service database, damaged user database: restored, the rows all there.
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    import(&dst, &parts).unwrap();
+    let conn = rusqlite::Connection::open(dst.join("home/agent/.hermes/state.db")).unwrap();
+    let rows: i64 = conn
+        .query_row("SELECT count(*) FROM t", [], |r| r.get(0))
+        .unwrap();
+    assert_eq!(rows, 500);
+    assert_eq!(
+        fs::read(dst.join("home/agent/workspace/mine.db")).unwrap(),
+        fs::read(&users).unwrap()
+    );
+
+    damage_db(&state);
+    let parts = t.path().join("parts-damaged");
+    do_export(&src, &parts, 64 << 20);
+    let dst = t.path().join("dst2");
+    fs::create_dir_all(dst.join("home/agent")).unwrap();
+    fs::write(dst.join("home/agent/old.txt"), "old").unwrap();
+    let before = snapshot(&dst);
+    let e = format!("{:#}", import(&dst, &parts).unwrap_err());
+    assert!(
+        e.contains("home/agent/.hermes/state.db") && e.contains("integrity check"),
+        "{e}"
+    );
+    assert!(e.contains("box extract"), "{e}");
+    assert_eq!(snapshot(&dst), before, "the old state is intact");
+}

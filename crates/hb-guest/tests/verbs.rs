@@ -244,3 +244,48 @@ fn doctor_shows_the_guest_network_with_credentials_hidden() {
     );
     assert!(!b.transcript.borrow().contains("hunter2"));
 }
+
+/// A damaged database of the box's software does not stop a save's quiesce (a backup of
+/// a damaged box beats none): hb warns, names it on the line `box save` shows, and records
+/// it in the runtime manifest. Before issue 21 the quiesce failed and the box had no backup.
+#[test]
+fn quiesce_warns_about_a_damaged_database_and_records_it() {
+    use std::os::unix::fs::FileExt;
+    let b = Box_::new();
+    b.init();
+    let db = b.home().join(".hermes/state.db");
+    {
+        let conn = rusqlite::Connection::open(&db).unwrap();
+        conn.execute_batch(
+            "PRAGMA journal_mode=WAL; CREATE TABLE t(v TEXT);
+             WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000)
+             INSERT INTO t SELECT printf('%0200d', i) FROM n;",
+        )
+        .unwrap();
+    }
+    let q = b.run(&["quiesce"]);
+    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
+    let manifest = std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
+    assert!(manifest.contains("sqlite_check=ok"), "{manifest}");
+    b.run(&["resume"]);
+
+    let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
+    f.write_all_at(&[0xA5; 4096], 4 * 4096).unwrap();
+    let q = b.run(&["quiesce"]);
+    let (out, err) = (
+        String::from_utf8_lossy(&q.stdout),
+        String::from_utf8_lossy(&q.stderr),
+    );
+    assert!(q.status.success(), "{err}");
+    assert!(
+        out.contains("sqlite: DAMAGED home/agent/.hermes/state.db: "),
+        "{out}"
+    );
+    assert!(err.contains("failed SQLite's integrity check"), "{err}");
+    let manifest = std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
+    assert!(
+        manifest.contains("sqlite_check=damaged home/agent/.hermes/state.db"),
+        "{manifest}"
+    );
+    b.run(&["resume"]);
+}

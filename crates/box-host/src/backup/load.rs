@@ -6,6 +6,7 @@
 
 use std::fs::File;
 use std::io::{self, Read, Write};
+use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, anyhow, bail};
@@ -291,7 +292,14 @@ pub fn extract(
         .with_context(|| format!("cannot create a staging directory in {}", parent.display()))?;
     let (tap, status, finished) = open_tapped(&validated.path, passphrase, "extracting")?;
     let mut hashed = HashingReader::new(tap);
-    let mut unpacker = Unpacker::new(stage.path());
+    // As root, set-id bits would make root-owned set-id programs on the host out of a
+    // backup: files lose them (a user's own files keep them, as `tar -xp` keeps them).
+    // The target keeps the mode the user's own `mkdir` gives, whatever the archive's root
+    // says (a hostile 0777 root must not leave it world-writable).
+    let as_root = nix::unistd::geteuid().is_root();
+    let mut unpacker = Unpacker::new(stage.path())
+        .set_id_files(!as_root)
+        .archive_root_mode(false);
     let walked = validate::walk(&mut hashed, &Limits::default(), |entry, key| {
         cleanup::with_lock(|_| {
             cleanup::check()?;
@@ -321,6 +329,9 @@ pub fn extract(
     }
     cleanup::with_lock(|_| unpacker.finish())
         .with_context(|| format!("cannot set modes in {}", stage.path().display()))?;
+    let own_mode = new_dir_mode(&parent)?;
+    std::fs::set_permissions(stage.path(), std::fs::Permissions::from_mode(own_mode))
+        .with_context(|| format!("cannot set the mode of {}", stage.path().display()))?;
     let promoted = cleanup::with_lock(|reg| -> io::Result<()> {
         publish::rename_noreplace(stage.path(), target)?;
         reg.forget(stage.id());
@@ -359,4 +370,14 @@ pub fn check_backup_file(path: &Path) -> Result<()> {
     }
     File::open(path).with_context(|| format!("cannot read backup {}", path.display()))?;
     Ok(())
+}
+
+/// The mode a directory made by this user here gets (0777 less the umask), read from a
+/// probe directory: asking the umask means setting it, which other threads would see.
+fn new_dir_mode(parent: &Path) -> Result<u32> {
+    let probe = parent.join(format!(".box-mode-probe-{}", std::process::id()));
+    std::fs::create_dir(&probe).with_context(|| format!("cannot create {}", probe.display()))?;
+    let mode = std::fs::metadata(&probe).map(|m| m.permissions().mode() & 0o7777);
+    let _ = std::fs::remove_dir(&probe);
+    mode.with_context(|| format!("cannot read the mode of {}", probe.display()))
 }

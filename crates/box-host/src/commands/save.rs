@@ -22,6 +22,7 @@ use std::time::Instant;
 use anyhow::{Result, bail};
 use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
+use box_proto::manifest::SQLITE_DAMAGED_LINE;
 use secrecy::SecretString;
 
 use super::Context;
@@ -152,7 +153,17 @@ impl SaveRun<'_> {
         ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
         // Before the call: a pause can take effect and still report failure.
         self.paused = true;
-        self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
+        let quiesced = self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
+        // A damaged database is saved as it is (a backup of a damaged box beats none),
+        // and said: its restore will stop at the integrity check.
+        for line in quiesced.stdout.lines() {
+            if let Some(what) = line.strip_prefix(SQLITE_DAMAGED_LINE) {
+                ui::warn(format!(
+                    "box '{name}': the database {} fails SQLite's integrity check; it is saved as it is, and `box load` of this backup will stop at it (`box extract` still takes the files out)",
+                    box_proto::archive::validate::shown(what.as_bytes())
+                ));
+            }
+        }
         self.checkpoint()?;
         self.guest()
             .hb(&["write-manifest"], timeouts::SHORT, true)?;

@@ -69,6 +69,17 @@ for name, (members, reason) in cases.items():
         f.write(buf.getvalue())
     print(f"{name}\t{reason}")
 
+# A PAX global header bomb: 1 MiB of global records, then 20,000 members, each of which
+# used to get its own copy of them (~100 MB of such archive cost hours of CPU).
+buf = io.BytesIO()
+with tarfile.open(fileobj=buf, mode="w", format=tarfile.PAX_FORMAT,
+                  pax_headers={"comment": "c" * (1 << 20)}) as tf:
+    for info, data in base() + [F(f"./home/agent/f{i}", b"") for i in range(20000)]:
+        tf.addfile(info, io.BytesIO(data) if data is not None else None)
+with open(os.path.join(out, "pax-global-bomb.tar"), "wb") as f:
+    f.write(buf.getvalue())
+print("pax-global-bomb\tarchive has too many or too large PAX global headers")
+
 # The corpus that must pass: probe.txt, a relative symlink and a hardlink to it.
 buf = io.BytesIO()
 with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:

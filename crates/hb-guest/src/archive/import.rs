@@ -4,11 +4,15 @@
 //! 1. Check the part index: every part a regular file of the listed size and SHA-256.
 //! 2. Validate the whole stream (every rule) without writing anything.
 //! 3. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
-//!    no set-id bits, re-validating every member and re-hashing the parts as it goes.
-//! 4. Owners and modes, never following symlinks: `home` root-owned 0711; `home/agent` and
-//!    `logs` (recursively) owned by the `agent` account (when it exists and we are root).
-//! 5. Re-arm the quiesced marker, so the restored box comes up paused.
-//! 6. [`verify_restored_databases`] (the SQLite hook).
+//!    every mode bit (as GNU tar as root), zero runs as holes and the room on `/data`'s
+//!    filesystem checked as bytes are written, re-validating every member and re-hashing
+//!    the parts as it goes.
+//! 4. [`verify_restored_databases`]: SQLite's integrity check on the databases the box's
+//!    software keeps, with their `-wal` files; a damaged one stops the import here.
+//! 5. Owners and modes, never following symlinks: `home` root-owned 0711; `home/agent` and
+//!    `logs` (recursively) owned by the `agent` account (when it exists and we are root),
+//!    set-id and sticky bits put back after the chown cleared them.
+//! 6. Re-arm the quiesced marker, so the restored box comes up paused.
 //! 7. Swap with HUP/INT/TERM blocked: move the old entries into
 //!    `<root>/.hb-restore-rollback-<pid>`, move the staged ones in; on any failure move
 //!    everything back. The root itself ends root-owned 0711.
@@ -95,12 +99,13 @@ pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<Im
             bail!("the parts changed while they were being imported");
         }
         unpacker.finish().context("cannot set directory modes")?;
-        // 4.
-        fix_owners_and_modes(&stage)?;
+        // 4, before the owners are fixed: whatever SQLite leaves beside a database is
+        // then the agent's too.
+        verify_restored_databases(&stage)?;
         // 5.
-        rearm_quiesced(&stage)?;
+        fix_owners_and_modes(&stage)?;
         // 6.
-        verify_restored_databases(&stage.join(layout::HOME))?;
+        rearm_quiesced(&stage)?;
         // 7.
         swap(root, &stage, pid, fault)?;
         Ok(ImportSummary {
@@ -115,11 +120,26 @@ pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<Im
     result
 }
 
-/// SQLite integrity checks of the restored databases, run before the swap. The hb helper
-/// fills this in (hermes `state.db`, Executor's data); a failure aborts the import with the
-/// old state intact.
-pub fn verify_restored_databases(_restored_home: &Path) -> Result<()> {
-    Ok(())
+/// SQLite's integrity check of the restored databases the box's software keeps (see
+/// [`crate::sqlite::databases`]), run on the staged tree before the swap: a damaged one
+/// aborts the import with the box's current `/data` untouched, naming the database.
+pub fn verify_restored_databases(stage: &Path) -> Result<()> {
+    let restored = crate::paths::Paths::new(stage);
+    let mut damaged = Vec::new();
+    for db in crate::sqlite::databases(&restored) {
+        if let Err(why) = crate::sqlite::integrity_check(&db) {
+            let shown = db.strip_prefix(stage).unwrap_or(&db).display().to_string();
+            damaged.push(format!("{shown} ({why})"));
+        }
+    }
+    if damaged.is_empty() {
+        return Ok(());
+    }
+    bail!(
+        "the backup's database {} failed SQLite's integrity check; nothing in /data was changed. \
+         To take the files out anyway, run `box extract <backup>` on the host",
+        damaged.join(", ")
+    )
 }
 
 fn remove_stale_stages(root: &Path) -> Result<()> {
@@ -178,12 +198,13 @@ fn lchown(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
 
 fn chown_tree(p: &Path, uid: u32, gid: u32) -> io::Result<()> {
     let meta = fs::symlink_metadata(p)?;
-    // chown clears set-id bits; put the mode back afterwards (links have none to restore).
+    // chown clears set-id bits; put the whole mode back afterwards, setuid, setgid and
+    // sticky included (links have none to restore).
     lchown(p, uid, gid)?;
     if !meta.file_type().is_symlink() {
         fs::set_permissions(
             p,
-            fs::Permissions::from_mode(meta.permissions().mode() & 0o777),
+            fs::Permissions::from_mode(meta.permissions().mode() & 0o7777),
         )?;
     }
     if meta.is_dir() {

@@ -15,6 +15,7 @@ use super::Context;
 use crate::fsutil::{read_optional, write_private};
 use crate::paths::Paths;
 use crate::{account, config, pause, procs, sqlite};
+use box_proto::manifest::{SQLITE_CHECK_KEY, SQLITE_DAMAGED_LINE};
 
 /// What a quiesce changed.
 #[derive(Debug, Default, Serialize, Deserialize)]
@@ -107,17 +108,59 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     pause::wait_stopped(cfg.executor_port)?;
     println!("executor: port {} closed", cfg.executor_port);
 
-    for db in sqlite::databases(&paths) {
-        let c = sqlite::checkpoint(&db)?;
-        println!(
-            "sqlite: {} checkpointed ({} WAL frames) and quick_check ok",
-            c.path.display(),
-            c.wal_frames
-        );
-    }
-    if let Err(e) = super::write_manifest::write(&paths, &cfg, owner) {
+    let damaged = check_databases(&paths)?;
+    let verdict = if damaged.is_empty() {
+        "ok".to_string()
+    } else {
+        format!("damaged {}", damaged.join(" "))
+    };
+    let written = super::write_manifest::build(&paths, &cfg).and_then(|mut m| {
+        m.set(SQLITE_CHECK_KEY, &verdict);
+        write_private(&paths.manifest(), m.render().as_bytes(), 0o600, owner)
+    });
+    if let Err(e) = written {
         eprintln!("hb: warning: runtime manifest not written: {e:#}");
     }
     println!("quiesced: Executor and Hermes writers stopped, databases checkpointed");
     Ok(ExitCode::SUCCESS)
+}
+
+/// Checkpoints the databases whose writers were stopped, then checks every database the
+/// box's software keeps. A damaged one is a warning (the save goes on: a backup of a
+/// damaged box beats none); a checkpoint a writer still blocks is an error. Returns the
+/// damaged ones, relative to the data root.
+fn check_databases(paths: &Paths) -> Result<Vec<String>> {
+    let mut damaged = Vec::new();
+    let shown = |db: &std::path::Path| {
+        db.strip_prefix(&paths.data)
+            .unwrap_or(db)
+            .display()
+            .to_string()
+    };
+    let quiesced = sqlite::quiesced_databases(paths);
+    for db in sqlite::databases(paths) {
+        if quiesced.contains(&db) {
+            match sqlite::checkpoint(&db) {
+                Ok(c) => println!(
+                    "sqlite: {} checkpointed ({} WAL frames)",
+                    c.path.display(),
+                    c.wal_frames
+                ),
+                Err(e) if sqlite::is_damage(&e) => {}
+                Err(e) => return Err(e),
+            }
+        }
+        match sqlite::integrity_check(&db) {
+            Ok(()) => println!("sqlite: {} integrity_check ok", db.display()),
+            Err(why) => {
+                println!("{SQLITE_DAMAGED_LINE}{}: {why}", shown(&db));
+                eprintln!(
+                    "hb: warning: {} failed SQLite's integrity check ({why}); it is saved as it is",
+                    db.display()
+                );
+                damaged.push(shown(&db));
+            }
+        }
+    }
+    Ok(damaged)
 }
