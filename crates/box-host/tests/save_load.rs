@@ -317,6 +317,51 @@ fn seed_format_backup_loads() {
     );
     w.assert_running_unpaused("restored");
     w.assert_no_plaintext(&["restored"]);
+
+    // A damaged Hermes database (issue 21): the save warns and still publishes (a backup
+    // of a damaged box beats none); the load of that backup stops before the swap,
+    // naming it, and leaves no box behind.
+    w.sh(
+        "restored",
+        "set -e; H=/data/home/agent/.hermes; mkdir -p $H
+         sqlite3 $H/state.db \"PRAGMA journal_mode=WAL; CREATE TABLE t(v TEXT);
+           WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000)
+           INSERT INTO t SELECT printf('%0200d', i) FROM n;\" >/dev/null
+         dd if=/dev/urandom of=$H/state.db bs=4096 seek=4 count=1 conv=notrunc status=none
+         chown -R agent:agent $H",
+    );
+    let before = w.backups_published().len();
+    let save = w.run(&["save", "restored"], &[]);
+    assert!(save.ok(), "box save of a damaged box: {}", save.all());
+    assert!(
+        save.stderr
+            .contains("the database home/agent/.hermes/state.db fails SQLite's integrity check"),
+        "{}",
+        save.stderr
+    );
+    let saved = w.backups_published();
+    assert_eq!(saved.len(), before + 1, "published anyway");
+    let newest = saved
+        .iter()
+        .find(|p| p.to_string_lossy().contains("restored-"))
+        .unwrap()
+        .display()
+        .to_string();
+    let load = w.run(&["load", &newest, "damaged"], &[]);
+    assert!(!load.ok(), "{}", load.all());
+    assert!(
+        load.stderr.contains("home/agent/.hermes/state.db")
+            && load.stderr.contains("failed SQLite's integrity check")
+            && load.stderr.contains("box extract"),
+        "{}",
+        load.stderr
+    );
+    assert!(!w.registered("damaged"), "no box is left half-restored");
+    assert!(
+        !w.machines().iter().any(|(name, _)| name == "damaged"),
+        "{:?}",
+        w.machines()
+    );
     w.scan_secrets();
 }
 

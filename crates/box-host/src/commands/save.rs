@@ -158,9 +158,12 @@ impl SaveRun<'_> {
         // and said: its restore will stop at the integrity check.
         for line in quiesced.stdout.lines() {
             if let Some(what) = line.strip_prefix(SQLITE_DAMAGED_LINE) {
+                let (db, why) = what.split_once(": ").unwrap_or((what, "damaged"));
+                let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
                 ui::warn(format!(
-                    "box '{name}': the database {} fails SQLite's integrity check; it is saved as it is, and `box load` of this backup will stop at it (`box extract` still takes the files out)",
-                    box_proto::archive::validate::shown(what.as_bytes())
+                    "box '{name}': the database {} fails SQLite's integrity check ({}); it is saved as it is, and `box load` of this backup will stop at it (`box extract` still takes the files out)",
+                    shown(db),
+                    shown(why)
                 ));
             }
         }
