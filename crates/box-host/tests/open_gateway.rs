@@ -235,21 +235,39 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let b = w.collect(b, "box open alpha (b)");
     assert!(a.ok(), "{a}");
     assert!(b.ok(), "{b}");
-    let urls: Vec<String> = std::fs::read_to_string(&opened)
+    let opened_urls: Vec<String> = std::fs::read_to_string(&opened)
         .unwrap()
         .lines()
         .map(String::from)
         .collect();
-    assert_eq!(urls.len(), 2, "{urls:?}");
+    assert_eq!(opened_urls.len(), 2, "{opened_urls:?}");
     let (gw_pid, gw_port) = recorded_gateway(&w, "alpha").expect("gateway recorded");
-    for url in &urls {
+    // The opener's argv (readable by every user of the host) holds only a file URL: the
+    // page it names is private to the user and leads on to the one-time sign-in URL.
+    let pages: Vec<std::path::PathBuf> = opened_urls
+        .iter()
+        .map(|u| {
+            assert!(!u.contains("nonce"), "a nonce in the opener's argv: {u}");
+            assert!(!u.contains("127.0.0.1"), "a URL in the opener's argv: {u}");
+            std::path::PathBuf::from(u.strip_prefix("file://").expect(u))
+        })
+        .collect();
+    use std::os::unix::fs::MetadataExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+    let mut urls = Vec::new();
+    for page in &pages {
+        assert_eq!(mode(page), 0o600, "{}", page.display());
+        assert_eq!(mode(page.parent().unwrap()), 0o700, "{}", page.display());
+        let text = std::fs::read_to_string(page).unwrap();
         let prefix = format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=");
-        assert!(url.starts_with(&prefix), "{url}");
-        assert_eq!(url.len(), prefix.len() + 64, "{url}");
+        let at = text.find(&prefix).expect(&text);
+        let url = text[at..at + prefix.len() + 64].to_string();
         assert!(
-            !url.contains(&token),
-            "the token is in the URL handed to the opener"
+            url[prefix.len()..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{url}"
         );
+        assert!(!text.contains(&token), "the token is in the sign-in page");
+        urls.push(url);
     }
     assert_ne!(urls[0], urls[1], "each open gets its own nonce");
     assert_eq!(
@@ -267,8 +285,9 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let gw_env = std::fs::read(format!("/proc/{gw_pid}/environ")).unwrap();
     assert!(!String::from_utf8_lossy(&gw_env).contains(&token));
 
-    // The real browser: the sign-in URL lands on Executor's signed-in Integrations page.
-    let dom = chromium_dom(&w, &urls[0], "signed-in");
+    // The real browser, opened on the page as the opener would: it lands on Executor's
+    // signed-in Integrations page, and the used page is gone.
+    let dom = chromium_dom(&w, &opened_urls[0], "signed-in");
     let text = text_of(&dom);
     let words: Vec<&str> = text.split_whitespace().collect();
     eprintln!("signed-in page text: {}", words.join(" "));
@@ -281,6 +300,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         "Executor refused the gateway:\n{dom}"
     );
     assert!(!dom.contains(&token), "the token reached the page");
+    assert!(!pages[0].exists(), "the used sign-in page was left behind");
     // The same URL again (a fresh browser profile): not signed in.
     let dom = chromium_dom(&w, &urls[0], "reused");
     let text = text_of(&dom);
@@ -298,7 +318,8 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         &urls[1][format!("http://127.0.0.1:{gw_port}").len()..],
         "",
     );
-    assert!(signed.starts_with("HTTP/1.1 303"), "{signed}");
+    assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
+    assert!(!pages[1].exists(), "the used sign-in page was left behind");
     let cookie = signed
         .lines()
         .find_map(|l| l.strip_prefix("set-cookie: "))

@@ -10,6 +10,17 @@ pub fn sign_in_needed(box_name: &str) -> String {
     )
 }
 
+/// The page a redeemed sign-in link answers with: it goes on to Executor's UI at once.
+pub fn signed_in(box_name: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url=/\"><title>Signed in</title>\
+         <script>location.replace(\"/\")</script></head>\
+         <body><p>Signed in to the box gateway of <b>{box_name}</b>. \
+         <a href=\"/\">Continue to Executor</a></p></body></html>\n"
+    )
+}
+
 /// The page for a sign-in link that was already used, has expired, or never existed.
 pub fn link_used(box_name: &str) -> String {
     page(

@@ -192,8 +192,13 @@ pub async fn handle(
     Ok(forward(shared, req, upgrade, busy).await)
 }
 
-/// `GET /__box/sign-in?nonce=…`: a live nonce becomes a session cookie and a redirect to
-/// `/`, so the nonce does not stay in the address bar.
+/// `GET /__box/sign-in?nonce=…`: a live nonce becomes a session cookie and a page that
+/// moves on to `/`, replacing itself in the history so the nonce does not stay there.
+///
+/// Not a redirect: the browser usually arrives from the sign-in page on `file://`, an
+/// opaque origin, so the navigation is cross-site, and a `SameSite=Strict` cookie set in
+/// a redirect is not sent on the next hop of that same cross-site chain. The page's own
+/// navigation to `/` is same-origin and carries it.
 fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
     if req.method() != Method::GET {
         return page(
@@ -213,11 +218,8 @@ fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         return page(StatusCode::UNAUTHORIZED, pages::link_used(&shared.box_name));
     }
     let sid = lock(&shared.sessions).create(now);
-    let mut r = Response::new(empty());
-    *r.status_mut() = StatusCode::SEE_OTHER;
+    let mut r = page(StatusCode::OK, pages::signed_in(&shared.box_name));
     let h = r.headers_mut();
-    h.insert(header::LOCATION, HeaderValue::from_static("/"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),

@@ -15,10 +15,10 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 
-use super::BoxProbe;
 use super::control::{MAX_LINE, Request};
 use super::proxy::{self, Shared};
 use super::record::{self, GatewayInfo};
+use super::{BoxProbe, sign_in_file};
 use crate::state::{StateDir, registry};
 
 /// What a gateway serves, and for how long.
@@ -83,7 +83,12 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
         opts.upstream_port
     );
     let mut stopped = shared.shutdown.subscribe();
-    let control_task = tokio::spawn(control_loop(control, Arc::clone(&shared), info.clone()));
+    let control_task = tokio::spawn(control_loop(
+        control,
+        opts.state.clone(),
+        Arc::clone(&shared),
+        info.clone(),
+    ));
     let watch_task = tokio::spawn(watch_lifetime(Arc::clone(&shared), opts.idle_timeout));
     loop {
         tokio::select! {
@@ -111,6 +116,8 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
     }
     control_task.abort();
     watch_task.abort();
+    // Sign-in pages not yet used go now: they lead nowhere once the gateway is gone.
+    *shared.nonces.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
     // Only remove what is still ours (a later gateway may have replaced it).
     if std::fs::read_to_string(&info_path)
         .ok()
@@ -134,6 +141,12 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
     let tick = (idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
     loop {
         tokio::time::sleep(tick).await;
+        // Unused sign-in pages must not outlive their minute.
+        shared
+            .nonces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .expire(Instant::now());
         if let Some(idle) = shared.activity.idle_for()
             && idle >= idle_timeout
         {
@@ -148,13 +161,36 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
     }
 }
 
-async fn control_loop(listener: UnixListener, shared: Arc<Shared>, info: GatewayInfo) {
+/// A fresh nonce written into a sign-in page tied to it: the reply `page <path>`.
+fn sign_in_page(state: &StateDir, shared: &Shared, info: &GatewayInfo) -> String {
+    let mut nonces = shared.nonces.lock().unwrap_or_else(|e| e.into_inner());
+    let nonce = nonces.issue(Instant::now());
+    let url = super::sign_in_url(info, &nonce);
+    match sign_in_file::write(state, &shared.box_name, &url) {
+        Ok(path) => {
+            nonces.attach_page(&nonce, path.clone());
+            format!("page {}", path.display())
+        }
+        Err(e) => {
+            tracing::warn!("{e:#}");
+            "error cannot write the sign-in page (see the gateway log)".to_string()
+        }
+    }
+}
+
+async fn control_loop(
+    listener: UnixListener,
+    state: StateDir,
+    shared: Arc<Shared>,
+    info: GatewayInfo,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let shared = Arc::clone(&shared);
         let info = info.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
             let mut line = String::new();
@@ -172,6 +208,10 @@ async fn control_loop(listener: UnixListener, shared: Arc<Shared>, info: Gateway
                             .unwrap_or_else(|e| e.into_inner())
                             .issue(Instant::now());
                         format!("nonce {nonce}")
+                    }
+                    Some(Request::SignInPage) => {
+                        shared.activity.touch();
+                        sign_in_page(&state, &shared, &info)
                     }
                     Some(Request::Status) => {
                         serde_json::to_string(&info).unwrap_or_else(|e| format!("error {e}"))
