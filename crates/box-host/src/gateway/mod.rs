@@ -12,6 +12,7 @@
 //! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
 //! - [`guard`]: Host (DNS rebinding) and Origin checks;
 //! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
+//! - [`upstream_cookies`]: only the cookies Executor set go back to it;
 //! - [`serve`]: the process's listeners and lifetime (idle timeout, box gone);
 //! - [`control`], [`record`]: how `box` finds, asks and stops a running gateway;
 //! - [`spawn`]: starting one, detached.
@@ -28,6 +29,7 @@ pub mod serve;
 mod session;
 pub mod sign_in_file;
 pub mod spawn;
+mod upstream_cookies;
 
 use std::time::{Duration, Instant};
 

@@ -38,6 +38,17 @@ pub fn wrong_host() -> String {
     )
 }
 
+pub fn other_site(box_name: &str) -> String {
+    page(
+        "Request from another site refused",
+        &format!(
+            "<p>The box gateway of <b>{box_name}</b> answers only its own pages and the address bar: \
+             another site, or a web page on another local port, may not frame it or send it requests. \
+             Run <code>box open {box_name}</code> to open it.</p>"
+        ),
+    )
+}
+
 pub fn foreign_origin() -> String {
     page(
         "Cross-origin request refused",

@@ -22,9 +22,12 @@ use hyper_util::rt::TokioIo;
 use box_proto::mcp::BearerToken;
 
 use super::activity::{Activity, Busy};
-use super::headers::{downstream_headers, header_str, is_upgrade, upstream_headers};
+use super::headers::{
+    downstream_headers, forbid_framing, header_str, is_upgrade, upstream_headers,
+};
 use super::nonce::Nonces;
 use super::session::{self, Sessions};
+use super::upstream_cookies::UpstreamCookies;
 use super::{BoxProbe, guard, pages};
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -44,6 +47,8 @@ pub struct Shared {
     pub sessions: Mutex<Sessions>,
     pub activity: Arc<Activity>,
     pub probe: Arc<dyn BoxProbe>,
+    /// The cookies Executor set through this gateway: the only ones forwarded to it.
+    cookies: UpstreamCookies,
     token: Mutex<Option<BearerToken>>,
     refresh: tokio::sync::Mutex<Option<Instant>>,
     /// Set to the reason when the gateway must stop.
@@ -66,6 +71,7 @@ impl Shared {
             sessions: Mutex::default(),
             activity: Activity::new(),
             probe,
+            cookies: UpstreamCookies::default(),
             token: Mutex::new(Some(token)),
             refresh: tokio::sync::Mutex::new(None),
             shutdown: tokio::sync::watch::channel(None).0,
@@ -144,10 +150,7 @@ fn page(status: StatusCode, html: String) -> Response<Body> {
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        HeaderName::from_static("x-frame-options"),
-        HeaderValue::from_static("DENY"),
-    );
+    forbid_framing(h);
     // A refused request (an upgrade in particular) gets no second chance on this connection.
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
@@ -166,6 +169,31 @@ pub async fn handle(
     if req.uri().path() == SIGN_IN_PATH {
         return Ok(sign_in(&shared, &req));
     }
+    let upgrade = is_upgrade(headers);
+    let fetch = guard::FetchMeta {
+        site: header_str(headers, HeaderName::from_static("sec-fetch-site")),
+        mode: header_str(headers, HeaderName::from_static("sec-fetch-mode")),
+        dest: header_str(headers, HeaderName::from_static("sec-fetch-dest")),
+    };
+    let allowed = guard::request_allowed(
+        req.method(),
+        upgrade,
+        header_str(headers, header::ORIGIN),
+        fetch,
+        shared.port,
+    );
+    match allowed {
+        Ok(()) => {}
+        Err(guard::Refusal::OtherSite) => {
+            return Ok(page(
+                StatusCode::FORBIDDEN,
+                pages::other_site(&shared.box_name),
+            ));
+        }
+        Err(guard::Refusal::ForeignOrigin) => {
+            return Ok(page(StatusCode::FORBIDDEN, pages::foreign_origin()));
+        }
+    }
     let name = session::cookie_name(shared.port);
     let cookies = headers
         .get_all(header::COOKIE)
@@ -178,16 +206,6 @@ pub async fn handle(
             StatusCode::UNAUTHORIZED,
             pages::sign_in_needed(&shared.box_name),
         ));
-    }
-    let upgrade = is_upgrade(headers);
-    if !guard::origin_allowed(
-        req.method(),
-        upgrade,
-        header_str(headers, header::ORIGIN),
-        header_str(headers, HeaderName::from_static("sec-fetch-site")),
-        shared.port,
-    ) {
-        return Ok(page(StatusCode::FORBIDDEN, pages::foreign_origin()));
     }
     Ok(forward(shared, req, upgrade, busy).await)
 }
@@ -292,7 +310,12 @@ async fn forward(
     let (parts, body) = req.into_parts();
     // Only a request without a body can be sent again after Executor refused the token.
     let replayable = body.is_end_stream();
-    let headers = upstream_headers(shared.port, shared.upstream_port, &parts.headers, upgrade);
+    let headers = upstream_headers(
+        &shared.cookies,
+        shared.upstream_port,
+        &parts.headers,
+        upgrade,
+    );
     let path = parts
         .uri
         .path_and_query()
@@ -341,6 +364,7 @@ async fn forward(
             &browser_host,
             true,
         );
+        shared.cookies.learn(&mut parts.headers);
         return Response::from_parts(parts, empty());
     }
     let (mut parts, body) = resp.into_parts();
@@ -350,6 +374,7 @@ async fn forward(
         &browser_host,
         false,
     );
+    shared.cookies.learn(&mut parts.headers);
     // Frames are passed on as they arrive; the stream keeps the gateway busy until it ends.
     let body = body
         .map_frame(move |frame| {

@@ -2,8 +2,8 @@
 //!
 //! Cookies are not isolated by port, so every gateway on 127.0.0.1 shares one cookie jar
 //! with every other local web app: the cookie's name carries the gateway's port, so two
-//! boxes' gateways never overwrite each other's session, and the gateway strips its own
-//! cookie before forwarding (Executor never sees it).
+//! boxes' gateways never overwrite each other's session; Executor never sees it (the
+//! gateway forwards only Executor's own cookies, see `upstream_cookies`).
 
 use std::time::Instant;
 
@@ -34,17 +34,6 @@ pub fn find_cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -
         .filter_map(|pair| pair.trim().split_once('='))
         .find(|(k, _)| k.trim() == name)
         .map(|(_, v)| v.trim())
-}
-
-/// A `Cookie:` header value without cookie `name`; `None` when nothing else is left.
-pub fn without_cookie(header: &str, name: &str) -> Option<String> {
-    let rest: Vec<&str> = header
-        .split(';')
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .filter(|pair| pair.split_once('=').map_or(*pair, |(k, _)| k.trim()) != name)
-        .collect();
-    (!rest.is_empty()).then(|| rest.join("; "))
 }
 
 /// The live sessions of one gateway (in memory only: a restarted gateway asks the user to
@@ -104,20 +93,6 @@ mod tests {
         assert_eq!(find_cookie(["box_gateway_43210=x"], &name), None);
         assert_eq!(find_cookie(["garbage;;;=;"], &name), None);
         assert_eq!(find_cookie([""], &name), None);
-    }
-
-    #[test]
-    fn strips_only_our_cookie() {
-        let name = cookie_name(4321);
-        assert_eq!(
-            without_cookie("a=1; box_gateway_4321=s3; b=2", &name).as_deref(),
-            Some("a=1; b=2")
-        );
-        assert_eq!(without_cookie("box_gateway_4321=s3", &name), None);
-        assert_eq!(
-            without_cookie("box_gateway_43210=x", &name).as_deref(),
-            Some("box_gateway_43210=x")
-        );
     }
 
     #[test]
