@@ -48,6 +48,18 @@ fn get(port: u16, path: &str, extra: &str) -> String {
     )
 }
 
+/// A fresh sign-in path (`/__box/sign-in?nonce=…`) from `box open --print-url`.
+fn sign_in_path(w: &World, port: u16) -> String {
+    let out = w
+        .command(&["open", "alpha", "--print-url"], &[])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let url = stdout.lines().find(|l| l.starts_with("http://")).unwrap();
+    url[format!("http://127.0.0.1:{port}").len()..].to_string()
+}
+
 /// `(pid, port)` of the gateway box recorded for `name`, if any.
 fn recorded_gateway(w: &World, name: &str) -> Option<(u32, u16)> {
     let text =
@@ -272,6 +284,28 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let api = get(gw_port, "/api/integrations", &c);
     assert!(api.starts_with("HTTP/1.1 200"), "{api}");
     assert!(!api.contains(&token));
+    // --sign-out ends the session: the page says what to run; the gateway stays.
+    let out = w.run(&["open", "--sign-out", "alpha"]);
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout
+            .contains("Signed out 2 browser session(s) of 'alpha'"),
+        "{out}"
+    );
+    let refused = get(gw_port, "/api/integrations", &c);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(refused.contains("box open alpha"), "{refused}");
+    assert_eq!(recorded_gateway(&w, "alpha"), Some((gw_pid, gw_port)));
+    let signed = get(gw_port, &sign_in_path(&w, gw_port), "");
+    let cookie = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let c = format!("cookie: {cookie}\r\n");
     // A foreign Host is refused, even with the cookie (DNS rebinding).
     let foreign = http(
         gw_port,
@@ -376,20 +410,47 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         "a gateway for a stopped box"
     );
 
-    // The idle timeout (box.env's OPEN_IDLE_TIMEOUT, 2 s here) stops it.
+    // A session idle past OPEN_SESSION_IDLE_TIMEOUT (1 s here) is refused, and box open
+    // signs in again; the idle timeout (box.env's OPEN_IDLE_TIMEOUT, 3 s here) then stops
+    // the gateway.
     assert!(w.run(&["start", "alpha"]).ok());
     let open = w.run_env(
         &["open", "alpha", "--print-url"],
-        &[("OPEN_IDLE_TIMEOUT", "2")],
+        &[
+            ("OPEN_IDLE_TIMEOUT", "3"),
+            ("OPEN_SESSION_IDLE_TIMEOUT", "1"),
+        ],
     );
     assert!(open.ok(), "{open}");
     let (_, port) = recorded_gateway(&w, "alpha").unwrap();
+    let url = open
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("http://"))
+        .unwrap();
+    let signed = get(port, &url[format!("http://127.0.0.1:{port}").len()..], "");
+    let cookie = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .unwrap()
+        .split(';')
+        .next()
+        .unwrap()
+        .to_string();
+    let c = format!("cookie: {cookie}\r\n");
+    assert!(get(port, "/api/integrations", &c).starts_with("HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let idle = get(port, "/api/integrations", &c);
+    assert!(idle.starts_with("HTTP/1.1 401"), "{idle}");
+    assert!(idle.contains("box open alpha"), "{idle}");
+    let signed = get(port, &sign_in_path(&w, port), "");
+    assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
     wait_until("the idle gateway stops", Duration::from_secs(20), || {
         gateway_processes(&w, "alpha").is_empty()
     });
     assert!(port_closed(port));
     let log = std::fs::read_to_string(w.home.join("logs/gateway-alpha.log")).unwrap();
-    assert!(log.contains("stopped: idle for 2s"), "{log}");
+    assert!(log.contains("stopped: idle for 3s"), "{log}");
 
     // box rm takes it with it too.
     assert!(w.run(&["open", "alpha", "--print-url"]).ok());

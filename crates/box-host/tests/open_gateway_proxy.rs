@@ -131,6 +131,14 @@ struct Gw {
 }
 
 async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
+    start_gateway_with(upstream_port, idle, gateway::Lifetimes::default()).await
+}
+
+async fn start_gateway_with(
+    upstream_port: u16,
+    idle: Duration,
+    sessions: gateway::Lifetimes,
+) -> Gw {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::at(dir.path().join("state"));
     let probe = Arc::new(FakeBox {
@@ -141,6 +149,7 @@ async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
         box_name: "alpha".into(),
         upstream_port,
         idle_timeout: idle,
+        sessions,
     };
     let task = tokio::spawn(serve::serve(opts, probe.clone()));
     for _ in 0..200 {
@@ -186,7 +195,7 @@ impl Gw {
             .find_map(|l| l.strip_prefix("set-cookie: "))
             .unwrap();
         assert!(
-            cookie.ends_with("; HttpOnly; SameSite=Strict; Path=/"),
+            cookie.contains("; HttpOnly; SameSite=Strict; Path=/; Max-Age="),
             "{cookie}"
         );
         cookie.split(';').next().unwrap().to_string()
@@ -668,5 +677,101 @@ async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
         before + 1,
         "only the navigation reached Executor"
     );
+    gw.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = upstream(Seen::default(), release.clone()).await;
+    let refused = |r: &str| r.starts_with("HTTP/1.1 401") && r.contains("box open alpha");
+
+    // Idle: 1 s without a request ends the session; the page says what to run.
+    let gw = start_gateway_with(
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes {
+            idle: Duration::from_secs(1),
+            max_age: Duration::from_secs(600),
+        },
+    )
+    .await;
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let r = gw.get("/redirect", &c).await;
+        assert!(
+            r.starts_with("HTTP/1.1 302"),
+            "in use, still signed in: {r}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let r = gw.get("/redirect", &c).await;
+    assert!(refused(&r), "idle past its lifetime: {r}");
+    // box open after expiry signs in again.
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    assert!(gw.get("/redirect", &c).await.starts_with("HTTP/1.1 302"));
+    gw.task.abort();
+
+    // Absolute: used all the time, it still ends 2 s after sign-in.
+    let gw = start_gateway_with(
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes {
+            idle: Duration::from_secs(600),
+            max_age: Duration::from_secs(2),
+        },
+    )
+    .await;
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    let signed_in = tokio::time::Instant::now();
+    loop {
+        let r = gw.get("/redirect", &c).await;
+        if signed_in.elapsed() < Duration::from_millis(1800) {
+            assert!(r.starts_with("HTTP/1.1 302"), "{r}");
+        } else if signed_in.elapsed() > Duration::from_millis(2200) {
+            assert!(refused(&r), "2 s after sign-in: {r}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    gw.task.abort();
+
+    // Sign-out ends every session at once, and the stream open under one.
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let cookie = gw.sign_in().await;
+    let other = format!("cookie: {}\r\n", gw.sign_in().await);
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    s.write_all(
+        format!("GET /sse HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n", gw.port).as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("data: one") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the stream's first event")
+            .unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let st = gw.state.clone();
+    let ended = tokio::task::spawn_blocking(move || control::sign_out(&st, "alpha"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended, Some(2));
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("the stream of a signed-out session must end")
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&got).contains("data: two"));
+    release.notify_one();
+    assert!(refused(
+        &gw.get("/redirect", &format!("cookie: {cookie}\r\n")).await
+    ));
+    assert!(refused(&gw.get("/redirect", &other).await));
     gw.task.abort();
 }

@@ -6,7 +6,8 @@
 //! to a one-time sign-in URL) and hand the opener only that page's `file://` URL: an argv
 //! is readable by every user of the host, the page is not. Executor's token stays inside
 //! the gateway: it is in no argv, URL, output or log. `--print-url` prints the sign-in URL
-//! instead (a credential until used, for a minute); `--stop` stops the gateway.
+//! instead (a credential until used, for a minute); `--sign-out` ends every browser session
+//! (the gateway keeps running); `--stop` stops the gateway.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -36,6 +37,18 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
                 info.url()
             )),
             None => ui::say(format!("No gateway is running for '{name}'")),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
+    if args.sign_out {
+        let name = BoxName::parse(&args.name)?;
+        match control::sign_out(&ctx.state, name.as_str())? {
+            Some(n) => ui::say(format!(
+                "Signed out {n} browser session(s) of '{name}'; run box open {name} to sign in again"
+            )),
+            None => ui::say(format!(
+                "No gateway is running for '{name}', so no browser is signed in"
+            )),
         }
         return Ok(ExitCode::SUCCESS);
     }

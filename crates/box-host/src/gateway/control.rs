@@ -6,7 +6,7 @@
 //!
 //! Requests: `sign-in` → `nonce <hex>` (for `--print-url`); `sign-in-page` → `page <path>`
 //! (a sign-in page for the opener, see [`super::sign_in_file`]); `status` → the
-//! [`GatewayInfo`] JSON; `stop` → `ok`.
+//! [`GatewayInfo`] JSON; `sign-out` → `ok <sessions ended>`; `stop` → `ok`.
 //! A malformed request gets `error <why>`.
 
 use std::io::{BufRead, BufReader, Write};
@@ -28,6 +28,7 @@ pub enum Request {
     SignIn,
     SignInPage,
     Status,
+    SignOut,
     Stop,
 }
 
@@ -37,6 +38,7 @@ impl Request {
             "sign-in" => Some(Self::SignIn),
             "sign-in-page" => Some(Self::SignInPage),
             "status" => Some(Self::Status),
+            "sign-out" => Some(Self::SignOut),
             "stop" => Some(Self::Stop),
             _ => None,
         }
@@ -47,6 +49,7 @@ impl Request {
             Self::SignIn => "sign-in",
             Self::SignInPage => "sign-in-page",
             Self::Status => "status",
+            Self::SignOut => "sign-out",
             Self::Stop => "stop",
         }
     }
@@ -124,6 +127,18 @@ pub fn sign_in_page(state: &StateDir, name: &str) -> Result<PathBuf> {
     }
 }
 
+/// Ends every browser session of `name`'s gateway; `None` when no gateway runs, else how
+/// many sessions ended.
+pub fn sign_out(state: &StateDir, name: &str) -> Result<Option<usize>> {
+    match ask(state, name, Request::SignOut)? {
+        None => Ok(None),
+        Some(line) => match line.strip_prefix("ok ").and_then(|n| n.parse().ok()) {
+            Some(n) => Ok(Some(n)),
+            None => bail!("the gateway of '{name}' did not confirm the sign-out"),
+        },
+    }
+}
+
 /// Bounds a reply read to [`MAX_LINE`] bytes.
 trait TakeLimited: Sized {
     fn take_limited(self) -> std::io::Take<Self>;
@@ -145,6 +160,7 @@ mod tests {
         assert_eq!(Request::parse("sign-in-page\n"), Some(Request::SignInPage));
         assert_eq!(Request::parse("status\r\n"), Some(Request::Status));
         assert_eq!(Request::parse("stop"), Some(Request::Stop));
+        assert_eq!(Request::parse("sign-out\n"), Some(Request::SignOut));
         for bad in ["", "\n", "STOP", "stop now", "sign-in\0", "status\nstop"] {
             assert_eq!(Request::parse(bad), None, "{bad:?}");
         }

@@ -38,6 +38,7 @@ use box_proto::mcp::BearerToken;
 
 use crate::state::StateDir;
 pub use record::GatewayInfo;
+pub use session::Lifetimes;
 
 /// What the gateway needs to know about its box, so it can be tested without a VM.
 /// Every method may block (they run on the blocking pool).

@@ -18,6 +18,7 @@ use tokio::net::{TcpListener, UnixListener};
 use super::control::{MAX_LINE, Request};
 use super::proxy::{self, Shared};
 use super::record::{self, GatewayInfo};
+use super::session::Lifetimes;
 use super::{BoxProbe, sign_in_file};
 use crate::state::{StateDir, registry};
 
@@ -29,6 +30,8 @@ pub struct Options {
     /// The box's published Executor port on 127.0.0.1.
     pub upstream_port: u16,
     pub idle_timeout: Duration,
+    /// How long a signed-in browser stays signed in.
+    pub sessions: Lifetimes,
 }
 
 /// Runs a gateway to the end on a fresh runtime; returns why it stopped.
@@ -77,6 +80,7 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
         opts.upstream_port,
         token,
         probe,
+        opts.sessions,
     ));
     tracing::info!(
         "gateway of '{name}' listening on http://127.0.0.1:{port}, forwarding to 127.0.0.1:{}",
@@ -141,12 +145,25 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
     let tick = (idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
     loop {
         tokio::time::sleep(tick).await;
-        // Unused sign-in pages must not outlive their minute.
+        // Unused sign-in pages must not outlive their minute; an expired session's streams
+        // end now, not at their next request.
+        let now = Instant::now();
         shared
             .nonces
             .lock()
             .unwrap_or_else(|e| e.into_inner())
-            .expire(Instant::now());
+            .expire(now);
+        let ended = shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .expire(now);
+        if ended > 0 {
+            tracing::info!(
+                "{ended} browser session(s) of '{}' expired",
+                shared.box_name
+            );
+        }
         if let Some(idle) = shared.activity.idle_for()
             && idle >= idle_timeout
         {
@@ -212,6 +229,15 @@ async fn control_loop(
                     Some(Request::SignInPage) => {
                         shared.activity.touch();
                         sign_in_page(&state, &shared, &info)
+                    }
+                    Some(Request::SignOut) => {
+                        let n = shared
+                            .sessions
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .end_all();
+                        tracing::info!("signed out {n} browser session(s) on request");
+                        format!("ok {n}")
                     }
                     Some(Request::Status) => {
                         serde_json::to_string(&info).unwrap_or_else(|e| format!("error {e}"))

@@ -149,6 +149,10 @@ pub fn run_process(ctx: &Context, name: &str) -> Result<std::process::ExitCode> 
         box_name: name.to_string(),
         upstream_port,
         idle_timeout: Duration::from_secs(u64::from(ctx.config.env.open_idle_timeout_secs)),
+        sessions: super::Lifetimes {
+            idle: Duration::from_secs(u64::from(ctx.config.env.open_session_idle_timeout_secs)),
+            max_age: Duration::from_secs(u64::from(ctx.config.env.open_session_max_age_secs)),
+        },
     };
     serve::run(opts, probe)?;
     Ok(std::process::ExitCode::SUCCESS)
