@@ -68,13 +68,15 @@ pub fn file_url(path: &Path) -> String {
     url
 }
 
-/// A page that goes on to `url` at once (meta refresh, and a link for a browser that
-/// does not follow it). `url` is the gateway's own: `http://127.0.0.1:<port>/…?nonce=<hex>`.
+/// A page that goes on to `url` at once (a script, a meta refresh where scripts are off,
+/// and a link for a browser that follows neither). `url` is the gateway's own:
+/// `http://127.0.0.1:<port>/…?nonce=<hex>`, nothing in it needs escaping.
 fn page(box_name: &str, url: &str) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\">\
          <meta name=\"referrer\" content=\"no-referrer\">\
          <meta http-equiv=\"refresh\" content=\"0;url={url}\">\
+         <script>location.replace(\"{url}\")</script>\
          <title>Signing in to {box_name}</title></head>\
          <body><p>Signing in to the Executor UI of {box_name}&hellip; \
          <a href=\"{url}\">continue</a></p></body></html>\n"
