@@ -24,9 +24,12 @@ fn prerequisites() -> bool {
 /// The DOM Chromium built for `url` in a fresh profile, after the SPA's scripts ran.
 fn chromium_dom(w: &World, url: &str, label: &str) -> String {
     let profile = w.dir.path().join(format!("chromium-{label}"));
-    let dom = browser_support::load(&profile, url).dom;
-    std::fs::write(w.dir.path().join(format!("dom-{label}.html")), &dom).unwrap();
-    dom
+    let loaded = browser_support::load(&profile, url);
+    std::fs::write(w.dir.path().join(format!("dom-{label}.html")), &loaded.dom).unwrap();
+    if loaded.dom.trim().is_empty() {
+        eprintln!("chromium left no DOM for {label}; its log:\n{}", loaded.log);
+    }
+    loaded.dom
 }
 
 /// One raw HTTP/1.1 request to the gateway; returns the whole response.
@@ -349,6 +352,13 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     );
     let doctor = w.run(&["doctor", "alpha"]);
     assert!(doctor.ok(), "{doctor}");
+    // Which way Executor 1.5.9 gets its token, said on the host too.
+    assert!(
+        doctor
+            .stdout
+            .contains("Executor token: minted by hb and passed as --auth-token="),
+        "{doctor}"
+    );
     assert!(
         doctor.stdout.contains(&format!(
             "box open gateway running on http://127.0.0.1:{gw_port} (pid {gw_pid}"
