@@ -51,6 +51,18 @@ fn get(port: u16, path: &str, extra: &str) -> String {
     )
 }
 
+/// The `cookie:` request header line for the session a sign-in response set.
+fn cookie_header(signed: &str) -> String {
+    let cookie = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session cookie")
+        .split(';')
+        .next()
+        .unwrap();
+    format!("cookie: {cookie}\r\n")
+}
+
 /// A fresh sign-in path (`/__box/sign-in?nonce=…`) from `box open --print-url`.
 fn sign_in_path(w: &World, port: u16) -> String {
     let out = w
@@ -275,15 +287,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     );
     assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
     assert!(!pages[1].exists(), "the used sign-in page was left behind");
-    let cookie = signed
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let c = format!("cookie: {cookie}\r\n");
+    let c = cookie_header(&signed);
     let api = get(gw_port, "/api/integrations", &c);
     assert!(api.starts_with("HTTP/1.1 200"), "{api}");
     assert!(!api.contains(&token));
@@ -300,15 +304,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     assert!(refused.contains("box open alpha"), "{refused}");
     assert_eq!(recorded_gateway(&w, "alpha"), Some((gw_pid, gw_port)));
     let signed = get(gw_port, &sign_in_path(&w, gw_port), "");
-    let cookie = signed
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let c = format!("cookie: {cookie}\r\n");
+    let c = cookie_header(&signed);
     // A foreign Host is refused, even with the cookie (DNS rebinding).
     let foreign = http(
         gw_port,
@@ -439,15 +435,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         .find(|l| l.starts_with("http://"))
         .unwrap();
     let signed = get(port, &url[format!("http://127.0.0.1:{port}").len()..], "");
-    let cookie = signed
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let c = format!("cookie: {cookie}\r\n");
+    let c = cookie_header(&signed);
     assert!(get(port, "/api/integrations", &c).starts_with("HTTP/1.1 200"));
     std::thread::sleep(Duration::from_millis(1500));
     let idle = get(port, "/api/integrations", &c);

@@ -577,8 +577,7 @@ async fn chromium_sends_executor_only_the_cookies_executor_set() {
     let heads = seen.lock().unwrap().clone();
     let api = heads
         .iter()
-        .filter(|h| h.starts_with("GET /api/after"))
-        .last()
+        .rfind(|h| h.starts_with("GET /api/after"))
         .expect("the page's API call reached Executor");
     assert!(
         api.contains("exec_sid=e1"),
