@@ -5,10 +5,10 @@
 //! environment in `/proc/<pid>/environ` for as long as the VMM runs. Each kind of child gets
 //! what it needs to work and nothing else; `BOX_PASSPHRASE*` is refused whatever a list says.
 //!
-//! Proxy variables go to smolvm (it pulls images over the host's network) and to browser
-//! openers (a browser the opener launches serves the user's whole session, and on desktops
-//! without a proxy setting of their own it reads them from the environment). They are the
-//! user's own settings for their own programs; box never puts them on an argv.
+//! Proxy variables go to no child: their URLs may hold credentials, which stay out of
+//! every environment box hands on. smolvm pulls images inside its own VM and takes a proxy
+//! as `machine start --proxy` (reference/smolvm.md §2.2), not from its environment; an
+//! opener's browser keeps whatever proxy settings the desktop gives it.
 
 use std::ffi::OsString;
 use std::process::Command;
@@ -16,7 +16,7 @@ use std::process::Command;
 /// Which child is being started; each has its own allowlist on top of [`COMMON`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildKind {
-    /// `smolvm` (or the simulator): its own knobs, where it keeps its data, image pulls.
+    /// `smolvm` (or the simulator): its own knobs, where it keeps its data.
     Smolvm,
     /// `xdg-open`, `open`, `gio open`, `BOX_BROWSER`: the desktop session.
     Opener,
@@ -49,7 +49,7 @@ const COMMON: &[&str] = &[
 ];
 
 /// smolvm's own variables beyond `SMOLVM*`: logging, registry credentials' location, the
-/// CA store a TLS-inspecting network needs for pulls.
+/// CA store a TLS-inspecting network needs.
 const SMOLVM_EXTRA: &[&str] = &[
     "RUST_LOG",
     "RUST_BACKTRACE",
@@ -83,14 +83,11 @@ pub fn allowed(kind: ChildKind, name: &str) -> bool {
         return false;
     }
     let smolvm_own = name == "SMOLVM" || name.starts_with("SMOLVM_");
-    let proxy = box_proto::proxy::NAMES
-        .iter()
-        .any(|p| p.eq_ignore_ascii_case(name));
     COMMON.contains(&name)
         || name.starts_with("LC_")
         || match kind {
-            ChildKind::Smolvm => smolvm_own || proxy || SMOLVM_EXTRA.contains(&name),
-            ChildKind::Opener => proxy || DESKTOP.contains(&name),
+            ChildKind::Smolvm => smolvm_own || SMOLVM_EXTRA.contains(&name),
+            ChildKind::Opener => DESKTOP.contains(&name),
             ChildKind::Gateway => {
                 smolvm_own
                     || SMOLVM_EXTRA.contains(&name)
@@ -148,7 +145,7 @@ mod tests {
     }
 
     #[test]
-    fn each_child_gets_what_it_needs_and_nothing_unknown() {
+    fn each_child_gets_what_it_needs_and_nothing_unknown_nor_proxy_credentials() {
         let env = vars(&[
             ("HOME", "/h"),
             ("LC_ALL", "C.UTF-8"),
@@ -164,11 +161,11 @@ mod tests {
         ]);
         assert_eq!(
             names(ChildKind::Smolvm, &env),
-            ["HOME", "LC_ALL", "SMOLVM", "SMOLVM_DATA_DIR", "https_proxy"]
+            ["HOME", "LC_ALL", "SMOLVM", "SMOLVM_DATA_DIR"]
         );
         assert_eq!(
             names(ChildKind::Opener, &env),
-            ["HOME", "LC_ALL", "https_proxy", "DISPLAY"]
+            ["HOME", "LC_ALL", "DISPLAY"]
         );
         assert_eq!(
             names(ChildKind::Gateway, &env),

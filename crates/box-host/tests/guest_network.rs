@@ -10,7 +10,8 @@
 //! * they persist across `box stop`/`box start` and a `box repair` from a shell with no
 //!   proxy set; `PROPAGATE_PROXY=0` takes them out, and with `GUEST_CA_CERTS` unset the
 //!   box no longer trusts that server;
-//! * the password never appears in anything box printed, its logs, or smolvm's argv;
+//! * the password never appears in anything box printed, its logs, or smolvm's argv or
+//!   environment;
 //! * a proxy on the host's loopback is refused before any VM exists.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -283,6 +284,11 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
         ("box output", w.transcript.clone()),
         ("box logs", w.logs()),
         ("smolvm argv", w.calls_text()),
+        // argv and environment of every smolvm call: proxies are no child's business.
+        (
+            "smolvm's raw call log",
+            std::fs::read_to_string(w.sim_home.join("raw-calls.jsonl")).unwrap(),
+        ),
     ] {
         assert!(
             !text.contains(PASSWORD),

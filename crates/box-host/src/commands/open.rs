@@ -81,6 +81,11 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
         record.name,
         info.url()
     ));
+    // A confined browser (Ubuntu's snap Firefox) cannot read files under hidden dirs.
+    ui::say(format!(
+        "If the browser cannot open the sign-in page, run box open {} --print-url and paste the URL",
+        record.name
+    ));
     let mut cmd = Command::new(&opener.0);
     child_env::apply(&mut cmd, ChildKind::Opener);
     let status = cmd
