@@ -72,6 +72,7 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
         upstream_port: opts.upstream_port,
         started: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
     };
+    sign_in_file::remove_stale(&opts.state, &name);
     let info_path = record::info_path(&opts.state, &name);
     registry::write_atomically(&info_path, serde_json::to_string_pretty(&info)?.as_bytes())?;
     let shared = Arc::new(Shared::new(

@@ -44,6 +44,25 @@ pub fn write(state: &StateDir, box_name: &str, url: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
+/// Removes the pages a gateway of `box_name` left behind (killed before it could clean
+/// up): their nonces died with it.
+pub fn remove_stale(state: &StateDir, box_name: &str) {
+    let Ok(entries) = std::fs::read_dir(dir(state)) else {
+        return;
+    };
+    let prefix = format!("{box_name}-");
+    for e in entries.flatten() {
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if let Some(rest) = name.strip_prefix(&prefix)
+            && rest.len() == 16 + ".html".len()
+            && rest.ends_with(".html")
+        {
+            remove(&e.path());
+        }
+    }
+}
+
 /// Removes a page; one already gone is fine.
 pub fn remove(path: &Path) {
     if let Err(e) = std::fs::remove_file(path)
@@ -103,6 +122,18 @@ mod tests {
         remove(&path);
         assert!(!path.exists());
         remove(&path);
+    }
+
+    #[test]
+    fn a_new_gateway_removes_only_its_boxs_stale_pages() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::at(tmp.path().to_path_buf());
+        let url = "http://127.0.0.1:5000/__box/sign-in?nonce=ab";
+        let alpha = write(&state, "alpha", url).unwrap();
+        let alpha_two = write(&state, "alpha-two", url).unwrap();
+        remove_stale(&state, "alpha");
+        assert!(!alpha.exists());
+        assert!(alpha_two.exists(), "another box's page");
     }
 
     #[test]
