@@ -69,8 +69,11 @@ const DESKTOP: &[&str] = &[
     "XDG_SESSION_DESKTOP",
     "DESKTOP_SESSION",
     "BROWSER",
+    // xdg-open's desktop detection reads these.
     "KDE_FULL_SESSION",
+    "KDE_SESSION_VERSION",
     "GNOME_DESKTOP_SESSION_ID",
+    "MATE_DESKTOP_SESSION_ID",
     "__CF_USER_TEXT_ENCODING",
 ];
 
