@@ -77,10 +77,14 @@ pub enum Command {
 
     /// Open the box's Executor web UI in a browser, signed in through box's loopback gateway
     #[command(
-        after_long_help = "Examples:\n  box open alpha\n  box open alpha --print-url    headless host: print the sign-in URL instead\n  box open --stop alpha\n\n\
+        after_long_help = "Examples:\n  box open alpha\n  box open alpha --print-url    headless host: print the sign-in URL instead\n  box open --sign-out alpha     sign every browser out, keep the gateway\n  box open --stop alpha\n\n\
         box starts (or reuses) a gateway for the box on 127.0.0.1 that adds Executor's token to\n\
-        every request; the token never reaches the browser, a URL or the terminal. The browser\n\
-        gets a one-time sign-in URL that works once, within a minute, and then a session cookie.\n\
+        every request; the token never reaches the browser, a URL or the terminal. The opener is\n\
+        handed a private sign-in page (a file only you can read) that leads the browser to a\n\
+        one-time sign-in URL, which works once, within a minute, for a session cookie.\n\
+        A session ends after OPEN_SESSION_IDLE_TIMEOUT seconds without a request (default 12 h)\n\
+        or OPEN_SESSION_MAX_AGE seconds after sign-in (default 7 days), whichever comes first,\n\
+        and on --sign-out or --stop; then run box open again.\n\
         The gateway stops with the box (box stop, box rm), after OPEN_IDLE_TIMEOUT seconds\n\
         without use (box.env, default 3600), or on box open --stop.\n\
         The opener is $BOX_BROWSER, else `open` (macOS) or `xdg-open`/`gio open` (Linux)."
@@ -216,8 +220,12 @@ pub struct OpenArgs {
     pub name: String,
     /// Print the one-time sign-in URL instead of opening a browser. The URL is a
     /// credential for about a minute (until first used): paste it only into your own browser
-    #[arg(long, conflicts_with = "stop")]
+    #[arg(long, conflicts_with_all = ["stop", "sign_out"])]
     pub print_url: bool,
+    /// End every browser session of the box's gateway (a cookie that leaked, a shared
+    /// browser): the gateway keeps running, the next box open signs in again
+    #[arg(long, conflicts_with = "stop")]
+    pub sign_out: bool,
     /// Stop the box's gateway (signs every browser out)
     #[arg(long)]
     pub stop: bool,

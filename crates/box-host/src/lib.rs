@@ -3,6 +3,7 @@
 
 pub mod backup;
 pub mod base;
+pub mod child_env;
 pub mod cli;
 pub mod commands;
 pub mod config;

@@ -198,8 +198,8 @@ fn full_lifecycle(version: &str) {
     );
     assert!(hb(&w, "up").status.success());
 
-    // box open: the opener gets a one-time sign-in URL of box's gateway, never the token
-    // (the gateway itself is tested in open_gateway*.rs).
+    // box open: the opener gets the file URL of a private sign-in page of box's gateway,
+    // never the one-time URL or the token (the gateway is tested in open_gateway*.rs).
     let opened = w.dir.path().join("opened-url");
     let browser = w.dir.path().join("record-browser");
     std::fs::write(
@@ -230,8 +230,8 @@ fn full_lifecycle(version: &str) {
         "the URL must be the opener's only argument"
     );
     let url = lines.next().unwrap();
-    assert!(url.starts_with("http://127.0.0.1:"), "{url}");
-    assert!(url.contains("/__box/sign-in?nonce="), "{url}");
+    assert!(url.starts_with("file:///"), "{url}");
+    assert!(!url.contains("nonce"), "{url}");
     let token_out = hb(&w, "token");
     assert!(token_out.status.success());
     let token = String::from_utf8(token_out.stdout).unwrap();

@@ -5,88 +5,31 @@
 //! `open_gateway_proxy.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser_support;
 mod lifecycle_support;
 
 use std::io::{Read, Write};
 use std::net::TcpStream;
 use std::path::Path;
-use std::process::Command;
 use std::time::{Duration, Instant};
 
+use browser_support::text_of;
 use lifecycle_support::World;
 
 /// Root, the guest tools, and Chromium; missing ones fail under CI=true.
 fn prerequisites() -> bool {
-    if !lifecycle_support::prerequisites() {
-        return false;
-    }
-    if Path::new("/usr/bin/chromium").exists() {
-        return true;
-    }
-    let why =
-        "box open gateway tests need chromium (apt-get install chromium; scripts/setup.sh does)";
-    if std::env::var("CI").is_ok_and(|v| v == "true") {
-        panic!("{why}");
-    }
-    eprintln!("SKIPPED: {why}");
-    false
+    lifecycle_support::prerequisites() && browser_support::available()
 }
 
 /// The DOM Chromium built for `url` in a fresh profile, after the SPA's scripts ran.
 fn chromium_dom(w: &World, url: &str, label: &str) -> String {
     let profile = w.dir.path().join(format!("chromium-{label}"));
-    let out = Command::new("timeout")
-        .arg("120")
-        .arg("/usr/bin/chromium")
-        .args([
-            "--headless",
-            "--no-sandbox",
-            "--disable-gpu",
-            "--disable-quic",
-            "--no-first-run",
-            "--disable-background-networking",
-            "--disable-component-update",
-            "--disable-sync",
-            "--virtual-time-budget=20000",
-            "--dump-dom",
-        ])
-        .arg(format!("--user-data-dir={}", profile.display()))
-        .arg(url)
-        .output()
-        .unwrap();
-    let dom = String::from_utf8_lossy(&out.stdout).into_owned();
-    std::fs::write(w.dir.path().join(format!("dom-{label}.html")), &dom).unwrap();
-    assert!(
-        out.status.success(),
-        "chromium failed ({}): {}",
-        out.status,
-        String::from_utf8_lossy(&out.stderr)
-    );
-    dom
-}
-
-/// The visible text of a DOM, roughly: tags and scripts removed.
-fn text_of(dom: &str) -> String {
-    let mut out = String::new();
-    let mut rest = dom;
-    while let Some(at) = rest.find('<') {
-        out.push_str(&rest[..at]);
-        out.push(' ');
-        let tail = &rest[at..];
-        let skip_to = if tail.starts_with("<script") {
-            tail.find("</script>").map(|e| e + 9)
-        } else if tail.starts_with("<style") {
-            tail.find("</style>").map(|e| e + 8)
-        } else {
-            tail.find('>').map(|e| e + 1)
-        };
-        match skip_to {
-            Some(n) => rest = &tail[n..],
-            None => return out,
-        }
+    let loaded = browser_support::load(&profile, url);
+    std::fs::write(w.dir.path().join(format!("dom-{label}.html")), &loaded.dom).unwrap();
+    if loaded.dom.trim().is_empty() {
+        eprintln!("chromium left no DOM for {label}; its log:\n{}", loaded.log);
     }
-    out.push_str(rest);
-    out
+    loaded.dom
 }
 
 /// One raw HTTP/1.1 request to the gateway; returns the whole response.
@@ -106,6 +49,30 @@ fn get(port: u16, path: &str, extra: &str) -> String {
             "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{extra}connection: close\r\n\r\n"
         ),
     )
+}
+
+/// The `cookie:` request header line for the session a sign-in response set.
+fn cookie_header(signed: &str) -> String {
+    let cookie = signed
+        .lines()
+        .find_map(|l| l.strip_prefix("set-cookie: "))
+        .expect("a session cookie")
+        .split(';')
+        .next()
+        .unwrap();
+    format!("cookie: {cookie}\r\n")
+}
+
+/// A fresh sign-in path (`/__box/sign-in?nonce=…`) from `box open --print-url`.
+fn sign_in_path(w: &World, port: u16) -> String {
+    let out = w
+        .command(&["open", "alpha", "--print-url"], &[])
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let stdout = String::from_utf8(out.stdout).unwrap();
+    let url = stdout.lines().find(|l| l.starts_with("http://")).unwrap();
+    url[format!("http://127.0.0.1:{port}").len()..].to_string()
 }
 
 /// `(pid, port)` of the gateway box recorded for `name`, if any.
@@ -235,21 +202,39 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let b = w.collect(b, "box open alpha (b)");
     assert!(a.ok(), "{a}");
     assert!(b.ok(), "{b}");
-    let urls: Vec<String> = std::fs::read_to_string(&opened)
+    let opened_urls: Vec<String> = std::fs::read_to_string(&opened)
         .unwrap()
         .lines()
         .map(String::from)
         .collect();
-    assert_eq!(urls.len(), 2, "{urls:?}");
+    assert_eq!(opened_urls.len(), 2, "{opened_urls:?}");
     let (gw_pid, gw_port) = recorded_gateway(&w, "alpha").expect("gateway recorded");
-    for url in &urls {
+    // The opener's argv (readable by every user of the host) holds only a file URL: the
+    // page it names is private to the user and leads on to the one-time sign-in URL.
+    let pages: Vec<std::path::PathBuf> = opened_urls
+        .iter()
+        .map(|u| {
+            assert!(!u.contains("nonce"), "a nonce in the opener's argv: {u}");
+            assert!(!u.contains("127.0.0.1"), "a URL in the opener's argv: {u}");
+            std::path::PathBuf::from(u.strip_prefix("file://").expect(u))
+        })
+        .collect();
+    use std::os::unix::fs::MetadataExt;
+    let mode = |p: &Path| std::fs::metadata(p).unwrap().mode() & 0o777;
+    let mut urls = Vec::new();
+    for page in &pages {
+        assert_eq!(mode(page), 0o600, "{}", page.display());
+        assert_eq!(mode(page.parent().unwrap()), 0o700, "{}", page.display());
+        let text = std::fs::read_to_string(page).unwrap();
         let prefix = format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=");
-        assert!(url.starts_with(&prefix), "{url}");
-        assert_eq!(url.len(), prefix.len() + 64, "{url}");
+        let at = text.find(&prefix).expect(&text);
+        let url = text[at..at + prefix.len() + 64].to_string();
         assert!(
-            !url.contains(&token),
-            "the token is in the URL handed to the opener"
+            url[prefix.len()..].bytes().all(|b| b.is_ascii_hexdigit()),
+            "{url}"
         );
+        assert!(!text.contains(&token), "the token is in the sign-in page");
+        urls.push(url);
     }
     assert_ne!(urls[0], urls[1], "each open gets its own nonce");
     assert_eq!(
@@ -267,8 +252,9 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let gw_env = std::fs::read(format!("/proc/{gw_pid}/environ")).unwrap();
     assert!(!String::from_utf8_lossy(&gw_env).contains(&token));
 
-    // The real browser: the sign-in URL lands on Executor's signed-in Integrations page.
-    let dom = chromium_dom(&w, &urls[0], "signed-in");
+    // The real browser, opened on the page as the opener would: it lands on Executor's
+    // signed-in Integrations page, and the used page is gone.
+    let dom = chromium_dom(&w, &opened_urls[0], "signed-in");
     let text = text_of(&dom);
     let words: Vec<&str> = text.split_whitespace().collect();
     eprintln!("signed-in page text: {}", words.join(" "));
@@ -281,6 +267,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         "Executor refused the gateway:\n{dom}"
     );
     assert!(!dom.contains(&token), "the token reached the page");
+    assert!(!pages[0].exists(), "the used sign-in page was left behind");
     // The same URL again (a fresh browser profile): not signed in.
     let dom = chromium_dom(&w, &urls[0], "reused");
     let text = text_of(&dom);
@@ -298,19 +285,26 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         &urls[1][format!("http://127.0.0.1:{gw_port}").len()..],
         "",
     );
-    assert!(signed.starts_with("HTTP/1.1 303"), "{signed}");
-    let cookie = signed
-        .lines()
-        .find_map(|l| l.strip_prefix("set-cookie: "))
-        .unwrap()
-        .split(';')
-        .next()
-        .unwrap()
-        .to_string();
-    let c = format!("cookie: {cookie}\r\n");
+    assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
+    assert!(!pages[1].exists(), "the used sign-in page was left behind");
+    let c = cookie_header(&signed);
     let api = get(gw_port, "/api/integrations", &c);
     assert!(api.starts_with("HTTP/1.1 200"), "{api}");
     assert!(!api.contains(&token));
+    // --sign-out ends the session: the page says what to run; the gateway stays.
+    let out = w.run(&["open", "--sign-out", "alpha"]);
+    assert!(out.ok(), "{out}");
+    assert!(
+        out.stdout
+            .contains("Signed out 2 browser session(s) of 'alpha'"),
+        "{out}"
+    );
+    let refused = get(gw_port, "/api/integrations", &c);
+    assert!(refused.starts_with("HTTP/1.1 401"), "{refused}");
+    assert!(refused.contains("box open alpha"), "{refused}");
+    assert_eq!(recorded_gateway(&w, "alpha"), Some((gw_pid, gw_port)));
+    let signed = get(gw_port, &sign_in_path(&w, gw_port), "");
+    let c = cookie_header(&signed);
     // A foreign Host is refused, even with the cookie (DNS rebinding).
     let foreign = http(
         gw_port,
@@ -327,6 +321,8 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         ),
     );
     assert!(post.starts_with("HTTP/1.1 403"), "{post}");
+    // The gateway's own refusal, not a 403 Executor might send itself.
+    assert!(post.contains("Cross-origin request refused"), "{post}");
 
     // Reported, not asserted: what the gateway costs while idle, after serving the UI.
     let status = std::fs::read_to_string(format!("/proc/{gw_pid}/status")).unwrap();
@@ -352,6 +348,13 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     );
     let doctor = w.run(&["doctor", "alpha"]);
     assert!(doctor.ok(), "{doctor}");
+    // Which way Executor 1.5.9 gets its token, said on the host too.
+    assert!(
+        doctor
+            .stdout
+            .contains("Executor token: minted by hb and passed as --auth-token="),
+        "{doctor}"
+    );
     assert!(
         doctor.stdout.contains(&format!(
             "box open gateway running on http://127.0.0.1:{gw_port} (pid {gw_pid}"
@@ -413,20 +416,39 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         "a gateway for a stopped box"
     );
 
-    // The idle timeout (box.env's OPEN_IDLE_TIMEOUT, 2 s here) stops it.
+    // A session idle past OPEN_SESSION_IDLE_TIMEOUT (1 s here) is refused, and box open
+    // signs in again; the idle timeout (box.env's OPEN_IDLE_TIMEOUT, 3 s here) then stops
+    // the gateway.
     assert!(w.run(&["start", "alpha"]).ok());
     let open = w.run_env(
         &["open", "alpha", "--print-url"],
-        &[("OPEN_IDLE_TIMEOUT", "2")],
+        &[
+            ("OPEN_IDLE_TIMEOUT", "3"),
+            ("OPEN_SESSION_IDLE_TIMEOUT", "1"),
+        ],
     );
     assert!(open.ok(), "{open}");
     let (_, port) = recorded_gateway(&w, "alpha").unwrap();
+    let url = open
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("http://"))
+        .unwrap();
+    let signed = get(port, &url[format!("http://127.0.0.1:{port}").len()..], "");
+    let c = cookie_header(&signed);
+    assert!(get(port, "/api/integrations", &c).starts_with("HTTP/1.1 200"));
+    std::thread::sleep(Duration::from_millis(1500));
+    let idle = get(port, "/api/integrations", &c);
+    assert!(idle.starts_with("HTTP/1.1 401"), "{idle}");
+    assert!(idle.contains("box open alpha"), "{idle}");
+    let signed = get(port, &sign_in_path(&w, port), "");
+    assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
     wait_until("the idle gateway stops", Duration::from_secs(20), || {
         gateway_processes(&w, "alpha").is_empty()
     });
     assert!(port_closed(port));
     let log = std::fs::read_to_string(w.home.join("logs/gateway-alpha.log")).unwrap();
-    assert!(log.contains("stopped: idle for 2s"), "{log}");
+    assert!(log.contains("stopped: idle for 3s"), "{log}");
 
     // box rm takes it with it too.
     assert!(w.run(&["open", "alpha", "--print-url"]).ok());

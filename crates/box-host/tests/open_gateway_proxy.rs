@@ -6,6 +6,8 @@
 //! `open_gateway.rs`.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod browser_support;
+
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -13,6 +15,7 @@ use std::time::Duration;
 use box_host::gateway::{self, BoxProbe, control, serve};
 use box_host::state::StateDir;
 use box_proto::mcp::BearerToken;
+use browser_support::text_of;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 
@@ -88,6 +91,15 @@ async fn upstream(seen: Seen, release: Arc<tokio::sync::Notify>) -> u16 {
                             break;
                         }
                     }
+                } else if path == "/" {
+                    // Executor's UI: its own cookie and CSP, and a script that calls its API.
+                    let body = "<!doctype html><title>Executor</title><p id=ui>Executor UI</p>\
+                        <script>fetch('/api/after').then(r => document.getElementById('ui').textContent += ' api ' + r.status)</script>";
+                    let r = format!(
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: exec_sid=e1; Path=/; HttpOnly\r\ncontent-security-policy: default-src 'self' 'unsafe-inline'\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        body.len()
+                    );
+                    s.write_all(r.as_bytes()).await.unwrap();
                 } else if path == "/redirect" {
                     let r = format!(
                         "HTTP/1.1 302 Found\r\nlocation: http://127.0.0.1:{port}/after?x=1\r\nset-cookie: exec=1; Path=/\r\ncontent-length: 0\r\nconnection: close\r\n\r\n"
@@ -114,9 +126,19 @@ struct Gw {
     port: u16,
     task: tokio::task::JoinHandle<anyhow::Result<String>>,
     probe: Arc<FakeBox>,
+    /// Every response the gateway gave through [`Gw::raw`], as the browser got it.
+    responses: Mutex<Vec<String>>,
 }
 
 async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
+    start_gateway_with(upstream_port, idle, gateway::Lifetimes::default()).await
+}
+
+async fn start_gateway_with(
+    upstream_port: u16,
+    idle: Duration,
+    sessions: gateway::Lifetimes,
+) -> Gw {
     let dir = tempfile::tempdir().unwrap();
     let state = StateDir::at(dir.path().join("state"));
     let probe = Arc::new(FakeBox {
@@ -127,6 +149,7 @@ async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
         box_name: "alpha".into(),
         upstream_port,
         idle_timeout: idle,
+        sessions,
     };
     let task = tokio::spawn(serve::serve(opts, probe.clone()));
     for _ in 0..200 {
@@ -142,6 +165,7 @@ async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
                 port: info.port,
                 task,
                 probe,
+                responses: Mutex::default(),
             };
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
@@ -150,21 +174,28 @@ async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
 }
 
 impl Gw {
-    /// Signs in through a fresh nonce; returns the cookie pair.
-    async fn sign_in(&self) -> String {
+    /// A fresh one-time sign-in URL, as `box open --print-url` prints it.
+    async fn sign_in_url(&self) -> String {
         let s = self.state.clone();
         let nonce = tokio::task::spawn_blocking(move || control::sign_in_nonce(&s, "alpha"))
             .await
             .unwrap()
             .unwrap();
-        let resp = self.get(&format!("/__box/sign-in?nonce={nonce}"), "").await;
-        assert!(resp.starts_with("HTTP/1.1 303"), "{resp}");
+        format!("http://127.0.0.1:{}/__box/sign-in?nonce={nonce}", self.port)
+    }
+
+    /// Signs in through a fresh nonce; returns the cookie pair.
+    async fn sign_in(&self) -> String {
+        let url = self.sign_in_url().await;
+        let path = &url[format!("http://127.0.0.1:{}", self.port).len()..];
+        let resp = self.get(path, "").await;
+        assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
         let cookie = resp
             .lines()
             .find_map(|l| l.strip_prefix("set-cookie: "))
             .unwrap();
         assert!(
-            cookie.ends_with("; HttpOnly; SameSite=Strict; Path=/"),
+            cookie.contains("; HttpOnly; SameSite=Strict; Path=/; Max-Age="),
             "{cookie}"
         );
         cookie.split(';').next().unwrap().to_string()
@@ -185,7 +216,9 @@ impl Gw {
                 )
             })
             .unwrap();
-        String::from_utf8_lossy(&out).into_owned()
+        let resp = String::from_utf8_lossy(&out).into_owned();
+        self.responses.lock().unwrap().push(resp.clone());
+        resp
     }
 
     async fn get(&self, path: &str, extra: &str) -> String {
@@ -280,8 +313,8 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
         .unwrap()
         .unwrap();
     let first = gw.get(&format!("/__box/sign-in?nonce={nonce}"), "").await;
-    assert!(first.starts_with("HTTP/1.1 303"), "{first}");
-    assert!(first.contains("location: /\r\n"), "{first}");
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    assert!(first.contains("location.replace(\"/\")"), "{first}");
     let again = gw.get(&format!("/__box/sign-in?nonce={nonce}"), "").await;
     assert!(again.starts_with("HTTP/1.1 401"), "{again}");
     assert!(!again.contains("set-cookie"), "{again}");
@@ -314,6 +347,7 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
             ))
             .await;
         assert!(r.starts_with("HTTP/1.1 403"), "{origin}: {r}");
+        assert!(r.contains("Cross-origin request refused"), "{origin}: {r}");
     }
 
     // The token changed (Executor restarted): the 401 makes the gateway re-read it and
@@ -379,7 +413,13 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
         .await;
     assert!(r.starts_with("HTTP/1.1 403"), "{r}");
 
-    // No response ever carried a token.
+    // No response the browser got ever carried a token; Executor never saw our cookie.
+    let responses = gw.responses.lock().unwrap().join("\n");
+    assert!(responses.len() > 1000, "too few responses recorded");
+    for t in [OLD_TOKEN, NEW_TOKEN] {
+        assert!(!responses.contains(t), "a token reached the browser");
+        assert!(!head.contains(t), "a token reached the browser");
+    }
     let heads = seen.lock().unwrap().join("\n");
     assert!(!heads.contains("box_gateway_"), "{heads}");
     gw.task.abort();
@@ -475,5 +515,262 @@ async fn the_control_socket_survives_hostile_requests() {
         .unwrap();
     assert_eq!(info.port, gw.port);
     gw.sign_in().await;
+    gw.task.abort();
+}
+
+/// Another local web app (Jupyter, a dev server, a page on any 127.0.0.1 port): answers
+/// every request with `extra_head` lines and `body`. Returns its port.
+async fn local_page(extra_head: &str, body: String) -> u16 {
+    let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
+    let port = listener.local_addr().unwrap().port();
+    let head = extra_head.to_string();
+    tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let (head, body) = (head.clone(), body.clone());
+            tokio::spawn(async move {
+                let mut stream = BufReader::new(stream);
+                read_head(&mut stream).await;
+                let r = format!(
+                    "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n{head}content-length: {}\r\nconnection: close\r\n\r\n{body}",
+                    body.len()
+                );
+                let _ = stream.get_mut().write_all(r.as_bytes()).await;
+            });
+        }
+    });
+    port
+}
+
+/// One Chromium page load in `profile`, off the runtime's threads.
+async fn chromium(profile: &std::path::Path, url: String) -> browser_support::Loaded {
+    let profile = profile.to_path_buf();
+    tokio::task::spawn_blocking(move || browser_support::load(&profile, &url))
+        .await
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_sends_executor_only_the_cookies_executor_set() {
+    if !browser_support::available() {
+        return;
+    }
+    let seen = Seen::default();
+    let up = upstream(seen.clone(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    // The browser already holds cookies of other local apps: they are 127.0.0.1's too.
+    // (Max-Age: each Chromium run is a new browser, which keeps only persistent cookies.)
+    let other = local_page(
+        "set-cookie: jupyter_token=leak-jt-51c; Path=/; Max-Age=3600\r\nset-cookie: box_gateway_1=other-box-7e2; Path=/; Max-Age=3600\r\n",
+        "<p>another app</p>".into(),
+    )
+    .await;
+    let profile = gw._dir.path().join("chromium");
+    chromium(&profile, format!("http://127.0.0.1:{other}/")).await;
+    let loaded = chromium(&profile, gw.sign_in_url().await).await;
+    let text = text_of(&loaded.dom);
+    assert!(
+        text.contains("Executor UI api 200"),
+        "not signed in, or the API call failed:\n{}",
+        loaded.dom
+    );
+    let heads = seen.lock().unwrap().clone();
+    let api = heads
+        .iter()
+        .rfind(|h| h.starts_with("GET /api/after"))
+        .expect("the page's API call reached Executor");
+    assert!(
+        api.contains("exec_sid=e1"),
+        "Executor's own cookie must reach it:\n{api}"
+    );
+    for h in &heads {
+        for foreign in ["leak-jt-51c", "other-box-7e2", "box_gateway_"] {
+            assert!(!h.contains(foreign), "Executor got {foreign}:\n{h}");
+        }
+    }
+    gw.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
+    if !browser_support::available() {
+        return;
+    }
+    let seen = Seen::default();
+    let up = upstream(seen.clone(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let profile = gw._dir.path().join("chromium");
+    let signed_in = chromium(&profile, gw.sign_in_url().await).await;
+    assert!(
+        text_of(&signed_in.dom).contains("Executor UI"),
+        "{}",
+        signed_in.dom
+    );
+
+    // A page on another local port (same site: our SameSite=Strict cookie goes with its
+    // requests) frames the signed-in UI and fetches from it.
+    let ui = format!("http://127.0.0.1:{}/", gw.port);
+    let framer = local_page(
+        "",
+        format!(
+            "<iframe src=\"{ui}\"></iframe>\
+             <script>fetch('{ui}api/framed', {{mode: 'no-cors', credentials: 'include'}})</script>"
+        ),
+    )
+    .await;
+    let before = seen.lock().unwrap().len();
+    let loaded = chromium(&profile, format!("http://127.0.0.1:{framer}/")).await;
+    let blocked = format!(
+        "Framing '{ui}' violates the following Content Security Policy directive: \"frame-ancestors 'none'\""
+    );
+    assert!(
+        loaded.log.contains(&blocked),
+        "Chromium did not block the frame:\n{}",
+        loaded.log
+    );
+    let reached: Vec<String> = seen.lock().unwrap()[before..].to_vec();
+    assert!(
+        reached.is_empty(),
+        "the framing page's requests reached Executor: {reached:#?}"
+    );
+
+    // Its own pages: Executor's CSP kept, framing forbidden beside it.
+    let cookie = gw.sign_in().await;
+    let c = format!("cookie: {cookie}\r\n");
+    let own = gw
+        .get("/", &format!("{c}sec-fetch-site: same-origin\r\n"))
+        .await;
+    assert!(own.starts_with("HTTP/1.1 200"), "{own}");
+    let own_lower = own.to_ascii_lowercase();
+    assert!(
+        own_lower.contains("content-security-policy: default-src 'self' 'unsafe-inline'\r\n"),
+        "{own}"
+    );
+    assert!(
+        own_lower.contains("content-security-policy: frame-ancestors 'none'\r\n"),
+        "{own}"
+    );
+    assert!(own_lower.contains("x-frame-options: deny\r\n"), "{own}");
+
+    // A cross-site fetch, even a plain GET with the cookie, gets the gateway's refusal.
+    let before = seen.lock().unwrap().len();
+    let r = gw
+        .get(
+            "/api/integrations",
+            &format!("{c}origin: http://evil.example\r\nsec-fetch-site: cross-site\r\nsec-fetch-mode: cors\r\nsec-fetch-dest: empty\r\n"),
+        )
+        .await;
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert!(r.contains("Request from another site refused"), "{r}");
+    assert!(r.contains("box open alpha"), "{r}");
+    // A link from a local page to the gateway may still open it in the whole tab.
+    let nav = gw
+        .get(
+            "/",
+            &format!("{c}sec-fetch-site: same-site\r\nsec-fetch-mode: navigate\r\nsec-fetch-dest: document\r\n"),
+        )
+        .await;
+    assert!(nav.starts_with("HTTP/1.1 200"), "{nav}");
+    assert_eq!(
+        seen.lock().unwrap().len(),
+        before + 1,
+        "only the navigation reached Executor"
+    );
+    gw.task.abort();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
+    let release = Arc::new(tokio::sync::Notify::new());
+    let up = upstream(Seen::default(), release.clone()).await;
+    let refused = |r: &str| r.starts_with("HTTP/1.1 401") && r.contains("box open alpha");
+
+    // Idle: 1 s without a request ends the session; the page says what to run.
+    let gw = start_gateway_with(
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes {
+            idle: Duration::from_secs(1),
+            max_age: Duration::from_secs(600),
+        },
+    )
+    .await;
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    for _ in 0..3 {
+        tokio::time::sleep(Duration::from_millis(600)).await;
+        let r = gw.get("/redirect", &c).await;
+        assert!(
+            r.starts_with("HTTP/1.1 302"),
+            "in use, still signed in: {r}"
+        );
+    }
+    tokio::time::sleep(Duration::from_millis(1300)).await;
+    let r = gw.get("/redirect", &c).await;
+    assert!(refused(&r), "idle past its lifetime: {r}");
+    // box open after expiry signs in again.
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    assert!(gw.get("/redirect", &c).await.starts_with("HTTP/1.1 302"));
+    gw.task.abort();
+
+    // Absolute: used all the time, it still ends 2 s after sign-in.
+    let gw = start_gateway_with(
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes {
+            idle: Duration::from_secs(600),
+            max_age: Duration::from_secs(2),
+        },
+    )
+    .await;
+    let c = format!("cookie: {}\r\n", gw.sign_in().await);
+    let signed_in = tokio::time::Instant::now();
+    loop {
+        let r = gw.get("/redirect", &c).await;
+        if signed_in.elapsed() < Duration::from_millis(1800) {
+            assert!(r.starts_with("HTTP/1.1 302"), "{r}");
+        } else if signed_in.elapsed() > Duration::from_millis(2200) {
+            assert!(refused(&r), "2 s after sign-in: {r}");
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(300)).await;
+    }
+    gw.task.abort();
+
+    // Sign-out ends every session at once, and the stream open under one.
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let cookie = gw.sign_in().await;
+    let other = format!("cookie: {}\r\n", gw.sign_in().await);
+    let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
+    s.write_all(
+        format!("GET /sse HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n", gw.port).as_bytes(),
+    )
+    .await
+    .unwrap();
+    let mut got = Vec::new();
+    let mut buf = [0u8; 1024];
+    while !String::from_utf8_lossy(&got).contains("data: one") {
+        let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+            .await
+            .expect("the stream's first event")
+            .unwrap();
+        assert!(n > 0);
+        got.extend_from_slice(&buf[..n]);
+    }
+    let st = gw.state.clone();
+    let ended = tokio::task::spawn_blocking(move || control::sign_out(&st, "alpha"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(ended, Some(2));
+    tokio::time::timeout(Duration::from_secs(5), s.read_to_end(&mut got))
+        .await
+        .expect("the stream of a signed-out session must end")
+        .unwrap();
+    assert!(!String::from_utf8_lossy(&got).contains("data: two"));
+    release.notify_one();
+    assert!(refused(
+        &gw.get("/redirect", &format!("cookie: {cookie}\r\n")).await
+    ));
+    assert!(refused(&gw.get("/redirect", &other).await));
     gw.task.abort();
 }

@@ -70,6 +70,10 @@ pub struct BoxEnv {
     pub base_max_age_days: u32,
     /// `box open`'s UI gateway stops after this many seconds without a request.
     pub open_idle_timeout_secs: u32,
+    /// A browser session of the gateway ends after this many seconds without a request.
+    pub open_session_idle_timeout_secs: u32,
+    /// ... and this many seconds after sign-in, whichever comes first.
+    pub open_session_max_age_secs: u32,
 }
 
 impl Default for BoxEnv {
@@ -95,6 +99,8 @@ impl Default for BoxEnv {
             propagate_proxy: true,
             base_max_age_days: 7,
             open_idle_timeout_secs: 3600,
+            open_session_idle_timeout_secs: 12 * 3600,
+            open_session_max_age_secs: 7 * 86400,
         }
     }
 }
@@ -121,6 +127,8 @@ pub const KEYS: &[&str] = &[
     "PROPAGATE_PROXY",
     "BASE_MAX_AGE_DAYS",
     "OPEN_IDLE_TIMEOUT",
+    "OPEN_SESSION_IDLE_TIMEOUT",
+    "OPEN_SESSION_MAX_AGE",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -217,6 +225,12 @@ impl BoxEnv {
             "OPEN_IDLE_TIMEOUT" => {
                 self.open_idle_timeout_secs = parse_in(value, 1, 7 * 86400, "seconds")?
             }
+            "OPEN_SESSION_IDLE_TIMEOUT" => {
+                self.open_session_idle_timeout_secs = parse_in(value, 1, 30 * 86400, "seconds")?
+            }
+            "OPEN_SESSION_MAX_AGE" => {
+                self.open_session_max_age_secs = parse_in(value, 1, 365 * 86400, "seconds")?
+            }
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -253,6 +267,8 @@ impl BoxEnv {
             "PROPAGATE_PROXY" => b(self.propagate_proxy),
             "BASE_MAX_AGE_DAYS" => self.base_max_age_days.to_string(),
             "OPEN_IDLE_TIMEOUT" => self.open_idle_timeout_secs.to_string(),
+            "OPEN_SESSION_IDLE_TIMEOUT" => self.open_session_idle_timeout_secs.to_string(),
+            "OPEN_SESSION_MAX_AGE" => self.open_session_max_age_secs.to_string(),
             _ => return None,
         })
     }

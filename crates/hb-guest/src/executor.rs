@@ -75,7 +75,11 @@ pub fn reads_auth_json(version: Option<Version>) -> bool {
 /// `executor daemon run --foreground` as the agent, with a clean environment.
 ///
 /// `token` is `Some` only for Executor 1.5.9, where `--auth-token=` is the only way to set
-/// one (documented in README and `hb doctor`). The combined `--auth-token=<t>` form keeps a
+/// one (documented in README and `hb doctor`, which `box doctor` repeats): its
+/// `EXECUTOR_AUTH_TOKEN` is only what its CLI sends as a client, the server ignores it
+/// (checked against 1.5.9: with it set and no flag, `/api` answers without a token), and it
+/// reads no token file. From 1.5.12 Executor keeps its own token in `auth.json` and gets
+/// none from hb. The combined `--auth-token=<t>` form keeps a
 /// token starting with `-` from being read as a flag.
 pub fn daemon_command(
     bin: &Path,

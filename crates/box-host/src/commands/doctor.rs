@@ -382,16 +382,13 @@ fn guest_doctor(
         if ok { Status::Ok } else { Status::Fail },
         detail,
     ));
-    for (prefix, name) in [
-        ("✓ guest network: ", "network"),
-        ("✓ executor durably paused: ", "paused"),
+    // The token line says which way Executor gets its token (auth.json, or argv on 1.5.9).
+    for (prefix, name, label) in [
+        ("✓ guest network: ", "network", "guest network"),
+        ("✓ executor durably paused: ", "paused", "Executor paused"),
+        ("✓ executor token: ", "token", "Executor token"),
     ] {
         if let Some(line) = stdout.lines().find_map(|l| l.strip_prefix(prefix)) {
-            let label = if name == "network" {
-                "guest network"
-            } else {
-                "Executor paused"
-            };
             checks.push(Check::new(
                 scope,
                 name,

@@ -2,10 +2,12 @@
 //!
 //! Under the gateway's start lock: reuse the running gateway, or check the box (running,
 //! Executor not paused, healthy) and start one (see `crate::gateway`). Then ask the gateway
-//! for a one-time nonce over its control socket and hand the opener only the sign-in URL
-//! built from it. Executor's token stays inside the gateway: it is in no argv, URL, output
-//! or log. `--print-url` prints that URL instead (a credential until used, for a minute);
-//! `--stop` stops the gateway.
+//! over its control socket for a sign-in page (0600, in a 0700 dir; it leads the browser
+//! to a one-time sign-in URL) and hand the opener only that page's `file://` URL: an argv
+//! is readable by every user of the host, the page is not. Executor's token stays inside
+//! the gateway: it is in no argv, URL, output or log. `--print-url` prints the sign-in URL
+//! instead (a credential until used, for a minute); `--sign-out` ends every browser session
+//! (the gateway keeps running); `--stop` stops the gateway.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, ExitCode, Stdio};
@@ -15,8 +17,9 @@ use anyhow::{Result, bail};
 use box_proto::BoxName;
 
 use super::Context;
+use crate::child_env::{self, ChildKind};
 use crate::cli::OpenArgs;
-use crate::gateway::{self, GatewayInfo, control, record, spawn};
+use crate::gateway::{self, GatewayInfo, control, record, sign_in_file, spawn};
 use crate::lifecycle::{boxes, readiness};
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
@@ -37,6 +40,18 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
         }
         return Ok(ExitCode::SUCCESS);
     }
+    if args.sign_out {
+        let name = BoxName::parse(&args.name)?;
+        match control::sign_out(&ctx.state, name.as_str())? {
+            Some(n) => ui::say(format!(
+                "Signed out {n} browser session(s) of '{name}'; run box open {name} to sign in again"
+            )),
+            None => ui::say(format!(
+                "No gateway is running for '{name}', so no browser is signed in"
+            )),
+        }
+        return Ok(ExitCode::SUCCESS);
+    }
     let record = boxes::registered(ctx, &args.name)?;
     if record.web_port.is_none() {
         bail!(
@@ -51,25 +66,31 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
         Some(find_opener()?)
     };
     let info = ensure_gateway(ctx, &record)?;
-    let nonce = control::sign_in_nonce(&ctx.state, record.name.as_str())?;
-    let url = gateway::sign_in_url(&info, &nonce);
     let Some(opener) = opener else {
+        let nonce = control::sign_in_nonce(&ctx.state, record.name.as_str())?;
         ui::say(format!(
             "Sign-in URL for '{}' (works once, within a minute; it is a credential until then):",
             record.name
         ));
-        println!("{url}");
+        println!("{}", gateway::sign_in_url(&info, &nonce));
         return Ok(ExitCode::SUCCESS);
     };
+    let page = control::sign_in_page(&ctx.state, record.name.as_str())?;
     ui::say(format!(
         "Opening Executor UI of '{}' at {} (signed in through box's gateway)",
         record.name,
         info.url()
     ));
-    let status = Command::new(&opener.0)
+    // A confined browser (Ubuntu's snap Firefox) cannot read files under hidden dirs.
+    ui::say(format!(
+        "If the browser cannot open the sign-in page, run box open {} --print-url and paste the URL",
+        record.name
+    ));
+    let mut cmd = Command::new(&opener.0);
+    child_env::apply(&mut cmd, ChildKind::Opener);
+    let status = cmd
         .args(&opener.1)
-        .arg(&url)
-        .env_remove("BOX_PASSPHRASE")
+        .arg(sign_in_file::file_url(&page))
         .stdin(Stdio::null())
         .status();
     match status {

@@ -4,11 +4,14 @@
 //! This is how a fresh sign-in nonce reaches `box open` without any secret in an argv or
 //! environment: the gateway makes the nonce and hands it back over the socket.
 //!
-//! Requests: `sign-in` → `nonce <hex>`; `status` → the [`GatewayInfo`] JSON; `stop` → `ok`.
+//! Requests: `sign-in` → `nonce <hex>` (for `--print-url`); `sign-in-page` → `page <path>`
+//! (a sign-in page for the opener, see [`super::sign_in_file`]); `status` → the
+//! [`GatewayInfo`] JSON; `sign-out` → `ok <sessions ended>`; `stop` → `ok`.
 //! A malformed request gets `error <why>`.
 
 use std::io::{BufRead, BufReader, Write};
 use std::os::unix::net::UnixStream;
+use std::path::PathBuf;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -23,7 +26,9 @@ pub const MAX_LINE: usize = 4096;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Request {
     SignIn,
+    SignInPage,
     Status,
+    SignOut,
     Stop,
 }
 
@@ -31,7 +36,9 @@ impl Request {
     pub fn parse(line: &str) -> Option<Self> {
         match line.trim_end_matches(['\n', '\r']) {
             "sign-in" => Some(Self::SignIn),
+            "sign-in-page" => Some(Self::SignInPage),
             "status" => Some(Self::Status),
+            "sign-out" => Some(Self::SignOut),
             "stop" => Some(Self::Stop),
             _ => None,
         }
@@ -40,7 +47,9 @@ impl Request {
     fn as_str(self) -> &'static str {
         match self {
             Self::SignIn => "sign-in",
+            Self::SignInPage => "sign-in-page",
             Self::Status => "status",
+            Self::SignOut => "sign-out",
             Self::Stop => "stop",
         }
     }
@@ -105,6 +114,31 @@ pub fn sign_in_nonce(state: &StateDir, name: &str) -> Result<String> {
     }
 }
 
+/// A fresh sign-in page from `name`'s running gateway: its path, for the opener.
+pub fn sign_in_page(state: &StateDir, name: &str) -> Result<PathBuf> {
+    match ask(state, name, Request::SignInPage)? {
+        None => bail!(
+            "the gateway of '{name}' stopped before it could sign you in; run box open {name} again"
+        ),
+        Some(line) => match line.strip_prefix("page ") {
+            Some(p) if p.starts_with('/') => Ok(PathBuf::from(p)),
+            _ => bail!("the gateway of '{name}' did not hand out a sign-in page"),
+        },
+    }
+}
+
+/// Ends every browser session of `name`'s gateway; `None` when no gateway runs, else how
+/// many sessions ended.
+pub fn sign_out(state: &StateDir, name: &str) -> Result<Option<usize>> {
+    match ask(state, name, Request::SignOut)? {
+        None => Ok(None),
+        Some(line) => match line.strip_prefix("ok ").and_then(|n| n.parse().ok()) {
+            Some(n) => Ok(Some(n)),
+            None => bail!("the gateway of '{name}' did not confirm the sign-out"),
+        },
+    }
+}
+
 /// Bounds a reply read to [`MAX_LINE`] bytes.
 trait TakeLimited: Sized {
     fn take_limited(self) -> std::io::Take<Self>;
@@ -123,8 +157,10 @@ mod tests {
     #[test]
     fn requests_parse_exactly() {
         assert_eq!(Request::parse("sign-in\n"), Some(Request::SignIn));
+        assert_eq!(Request::parse("sign-in-page\n"), Some(Request::SignInPage));
         assert_eq!(Request::parse("status\r\n"), Some(Request::Status));
         assert_eq!(Request::parse("stop"), Some(Request::Stop));
+        assert_eq!(Request::parse("sign-out\n"), Some(Request::SignOut));
         for bad in ["", "\n", "STOP", "stop now", "sign-in\0", "status\nstop"] {
             assert_eq!(Request::parse(bad), None, "{bad:?}");
         }

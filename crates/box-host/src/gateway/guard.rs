@@ -1,10 +1,23 @@
-//! Who may talk to the gateway at all: the Host header guard (DNS rebinding) and the
-//! Origin guard (a page from another origin cannot make state-changing requests).
+//! Who may talk to the gateway at all: the Host header guard (DNS rebinding), the site
+//! guard (what another site, or another local web page, may ask), and the Origin guard (a
+//! page from another origin cannot make state-changing requests).
 //!
 //! Note "another origin" includes every other port on 127.0.0.1: those are the *same
-//! site*, so SameSite=Strict alone would let them send our cookie. Hence the exact Origin
-//! check, and WebSocket upgrades (which browsers send cross-origin freely) count as
-//! state-changing.
+//! site*, so SameSite=Strict alone would let them send our cookie. Hence:
+//!
+//! - `Sec-Fetch-Site: cross-site` is refused whatever the method: another site has no
+//!   business with the gateway (a link from one refuses too: use `box open`);
+//! - `same-site` (a page on another local port) may only navigate the whole tab to the
+//!   gateway (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`), which shows the
+//!   user the UI and gives the other page nothing back. It may not embed it in a frame
+//!   (clickjacking; every response also says `frame-ancestors 'none'`), nor fetch,
+//!   script or image-load it with our cookie (the replies it cannot read could still
+//!   act, or time);
+//! - state-changing methods and WebSocket upgrades (which browsers send cross-origin
+//!   freely) need our exact Origin, or none at all (curl, agents).
+//!
+//! Browsers that send no `Sec-Fetch-*` (older ones, non-browsers) fall back to the Origin
+//! check alone.
 
 use hyper::Method;
 
@@ -30,24 +43,54 @@ fn is_safe(method: &Method) -> bool {
     matches!(*method, Method::GET | Method::HEAD | Method::OPTIONS)
 }
 
-/// Whether a request may go on, judged by its method, `Origin` and `Sec-Fetch-Site`.
+/// What a browser says about where a request comes from (`Sec-Fetch-*`); all optional.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct FetchMeta<'a> {
+    pub site: Option<&'a str>,
+    pub mode: Option<&'a str>,
+    pub dest: Option<&'a str>,
+}
+
+/// Why a request was refused.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// From another site, or a local page's frame, fetch or subresource.
+    OtherSite,
+    /// A state-changing request or upgrade from another origin.
+    ForeignOrigin,
+}
+
+/// Whether a request may go on, judged by its method, `Origin` and `Sec-Fetch-*`.
 /// Clients that send no Origin (curl, agents) are not browsers acting for another page.
-pub fn origin_allowed(
+pub fn request_allowed(
     method: &Method,
     upgrade: bool,
     origin: Option<&str>,
-    fetch_site: Option<&str>,
+    fetch: FetchMeta<'_>,
     port: u16,
-) -> bool {
-    if is_safe(method) && !upgrade {
-        return true;
+) -> Result<(), Refusal> {
+    match fetch.site {
+        Some("cross-site") => return Err(Refusal::OtherSite),
+        Some("same-site")
+            if !(fetch.mode == Some("navigate") && fetch.dest == Some("document")) =>
+        {
+            return Err(Refusal::OtherSite);
+        }
+        _ => {}
     }
-    if let Some(site) = fetch_site
+    if is_safe(method) && !upgrade {
+        return Ok(());
+    }
+    if let Some(site) = fetch.site
         && !matches!(site, "same-origin" | "none")
     {
-        return false;
+        return Err(Refusal::ForeignOrigin);
     }
-    origin.is_none_or(|o| origin_is_ours(o, port))
+    if origin.is_none_or(|o| origin_is_ours(o, port)) {
+        Ok(())
+    } else {
+        Err(Refusal::ForeignOrigin)
+    }
 }
 
 #[cfg(test)]
@@ -80,38 +123,91 @@ mod tests {
         }
     }
 
+    fn allowed(method: &Method, upgrade: bool, origin: Option<&str>, site: Option<&str>) -> bool {
+        let fetch = FetchMeta {
+            site,
+            ..FetchMeta::default()
+        };
+        request_allowed(method, upgrade, origin, fetch, 4000).is_ok()
+    }
+
     #[test]
-    fn safe_requests_pass_whatever_their_origin() {
-        assert!(origin_allowed(
+    fn another_site_is_refused_whatever_it_asks() {
+        for method in [Method::GET, Method::HEAD, Method::POST] {
+            let r = request_allowed(
+                &method,
+                false,
+                Some("http://evil.example"),
+                FetchMeta {
+                    site: Some("cross-site"),
+                    mode: Some("navigate"),
+                    dest: Some("document"),
+                },
+                4000,
+            );
+            assert_eq!(r, Err(Refusal::OtherSite), "{method}");
+        }
+    }
+
+    #[test]
+    fn a_local_page_may_only_navigate_to_the_gateway() {
+        let same_site = |mode, dest| FetchMeta {
+            site: Some("same-site"),
+            mode: Some(mode),
+            dest: Some(dest),
+        };
+        let get = |f| request_allowed(&Method::GET, false, None, f, 4000);
+        assert_eq!(get(same_site("navigate", "document")), Ok(()));
+        for (mode, dest) in [
+            ("navigate", "iframe"),
+            ("navigate", "frame"),
+            ("no-cors", "image"),
+            ("no-cors", "script"),
+            ("cors", "empty"),
+            ("no-cors", "empty"),
+        ] {
+            assert_eq!(
+                get(same_site(mode, dest)),
+                Err(Refusal::OtherSite),
+                "{mode} {dest}"
+            );
+        }
+        // A form posted from another port navigates too, but changes state.
+        let post = request_allowed(
+            &Method::POST,
+            false,
+            Some("http://127.0.0.1:4001"),
+            same_site("navigate", "document"),
+            4000,
+        );
+        assert_eq!(post, Err(Refusal::ForeignOrigin));
+    }
+
+    #[test]
+    fn safe_requests_from_our_page_or_no_browser_pass() {
+        assert!(allowed(&Method::GET, false, None, None));
+        assert!(allowed(&Method::GET, false, None, Some("same-origin")));
+        assert!(allowed(&Method::GET, false, None, Some("none")));
+        // Without Sec-Fetch-Site (an old browser), a GET's Origin is not checked.
+        assert!(allowed(
             &Method::GET,
             false,
             Some("http://evil.example"),
-            Some("cross-site"),
-            4000
+            None
         ));
     }
 
     #[test]
     fn state_changing_requests_need_our_origin() {
         let post = Method::POST;
-        assert!(origin_allowed(
+        assert!(allowed(
             &post,
             false,
             Some("http://127.0.0.1:4000"),
-            Some("same-origin"),
-            4000
+            Some("same-origin")
         ));
-        assert!(origin_allowed(
-            &post,
-            false,
-            Some("http://localhost:4000"),
-            None,
-            4000
-        ));
-        assert!(
-            origin_allowed(&post, false, None, None, 4000),
-            "curl sends no Origin"
-        );
+        assert!(allowed(&post, false, Some("http://localhost:4000"), None));
+        assert!(allowed(&post, false, None, None), "curl sends no Origin");
         for bad in [
             "http://evil.example",
             "http://127.0.0.1:4001",
@@ -120,44 +216,32 @@ mod tests {
             "http://127.0.0.1:4000.evil.example",
             "",
         ] {
-            assert!(
-                !origin_allowed(&post, false, Some(bad), None, 4000),
-                "{bad}"
-            );
-            assert!(!origin_allowed(
-                &Method::DELETE,
-                false,
-                Some(bad),
-                None,
-                4000
-            ));
-            assert!(!origin_allowed(&Method::PUT, false, Some(bad), None, 4000));
+            assert!(!allowed(&post, false, Some(bad), None), "{bad}");
+            assert!(!allowed(&Method::DELETE, false, Some(bad), None));
+            assert!(!allowed(&Method::PUT, false, Some(bad), None));
         }
-        assert!(!origin_allowed(&post, false, None, Some("same-site"), 4000));
-        assert!(!origin_allowed(
+        assert!(!allowed(&post, false, None, Some("same-site")));
+        assert!(!allowed(
             &post,
             false,
             Some("http://127.0.0.1:4000"),
-            Some("cross-site"),
-            4000
+            Some("cross-site")
         ));
     }
 
     #[test]
     fn websocket_upgrades_are_state_changing() {
-        assert!(!origin_allowed(
+        assert!(!allowed(
             &Method::GET,
             true,
             Some("http://evil.example"),
-            None,
-            4000
+            None
         ));
-        assert!(origin_allowed(
+        assert!(allowed(
             &Method::GET,
             true,
             Some("http://127.0.0.1:4000"),
-            None,
-            4000
+            None
         ));
     }
 }

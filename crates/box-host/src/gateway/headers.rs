@@ -1,11 +1,12 @@
 //! Header rewriting between the browser and Executor: hop-by-hop headers dropped, Host,
 //! Origin and Referer addressed to Executor's own origin on the way in, redirects pointed
-//! back at the gateway on the way out, and the gateway's cookie and any client-supplied
-//! `Authorization` never forwarded (the gateway sets its own).
+//! back at the gateway on the way out, only Executor's own cookies forwarded (see
+//! [`super::upstream_cookies`]) and any client-supplied `Authorization` never (the gateway
+//! sets its own).
 
 use hyper::header::{self, HeaderMap, HeaderName, HeaderValue};
 
-use super::session;
+use super::upstream_cookies::UpstreamCookies;
 
 pub fn header_str(headers: &HeaderMap, name: header::HeaderName) -> Option<&str> {
     headers.get(name).and_then(|v| v.to_str().ok())
@@ -50,9 +51,9 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The browser's request headers as Executor should see them: addressed to its own
-/// origin, without our cookie and without any client-supplied credentials.
+/// origin, with only the cookies Executor set, without any client-supplied credentials.
 pub fn upstream_headers(
-    port: u16,
+    cookies: &UpstreamCookies,
     upstream_port: u16,
     original: &HeaderMap,
     upgrade: bool,
@@ -69,16 +70,15 @@ pub fn upstream_headers(
     if let Ok(v) = HeaderValue::from_str(&format!("127.0.0.1:{}", upstream_port)) {
         h.insert(header::HOST, v);
     }
-    let name = session::cookie_name(port);
-    let cookies: Vec<String> = h
-        .get_all(header::COOKIE)
-        .iter()
-        .filter_map(|v| v.to_str().ok())
-        .filter_map(|c| session::without_cookie(c, &name))
-        .collect();
+    let forwarded = cookies.filter(
+        original
+            .get_all(header::COOKIE)
+            .iter()
+            .filter_map(|v| v.to_str().ok()),
+    );
     h.remove(header::COOKIE);
-    if !cookies.is_empty()
-        && let Ok(v) = HeaderValue::from_str(&cookies.join("; "))
+    if let Some(forwarded) = forwarded
+        && let Ok(v) = HeaderValue::from_str(&forwarded)
     {
         h.insert(header::COOKIE, v);
     }
@@ -115,6 +115,20 @@ pub fn downstream_headers(
     {
         h.insert(header::LOCATION, v);
     }
+    forbid_framing(h);
+}
+
+/// Forbids every other page to frame a response (clickjacking the signed-in UI): our
+/// `Content-Security-Policy: frame-ancestors 'none'` is added as a policy of its own, so
+/// Executor's CSP stays as it is and the browser enforces both (a directive appended to
+/// Executor's header would be ignored if it already named `frame-ancestors`), plus
+/// `X-Frame-Options: DENY` for browsers without CSP.
+pub fn forbid_framing(h: &mut HeaderMap) {
+    h.append(
+        header::CONTENT_SECURITY_POLICY,
+        HeaderValue::from_static("frame-ancestors 'none'"),
+    );
+    h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
 }
 
 /// A redirect to Executor's own origin points at the gateway instead (relative ones need
@@ -156,7 +170,7 @@ mod tests {
     }
 
     #[test]
-    fn upstream_sees_its_own_origin_and_never_our_cookie_or_a_client_token() {
+    fn upstream_sees_its_own_origin_its_own_cookies_only_and_never_a_client_token() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
         h.insert(
@@ -169,7 +183,7 @@ mod tests {
         );
         h.append(
             header::COOKIE,
-            HeaderValue::from_static("a=1; box_gateway_5000=sid"),
+            HeaderValue::from_static("a=1; box_gateway_5000=sid; jupyter=t"),
         );
         h.append(
             header::COOKIE,
@@ -191,7 +205,16 @@ mod tests {
             header::TRANSFER_ENCODING,
             HeaderValue::from_static("chunked"),
         );
-        let up = upstream_headers(5000, 4790, &h, false);
+        let executors = UpstreamCookies::default();
+        let up = upstream_headers(&executors, 4790, &h, false);
+        assert!(
+            up.get(header::COOKIE).is_none(),
+            "cookies Executor never set"
+        );
+        let mut set = HeaderMap::new();
+        set.insert(header::SET_COOKIE, HeaderValue::from_static("a=0; Path=/"));
+        executors.learn(&mut set);
+        let up = upstream_headers(&executors, 4790, &h, false);
         assert_eq!(up[header::HOST], "127.0.0.1:4790");
         assert_eq!(up[header::ORIGIN], "http://127.0.0.1:4790");
         assert_eq!(up[header::REFERER], "http://127.0.0.1:4790/integrations");
@@ -206,6 +229,29 @@ mod tests {
     }
 
     #[test]
+    fn executors_csp_is_kept_and_framing_forbidden_beside_it() {
+        let mut h = HeaderMap::new();
+        h.insert(
+            header::CONTENT_SECURITY_POLICY,
+            HeaderValue::from_static("default-src 'self'; frame-ancestors *"),
+        );
+        h.insert(
+            header::X_FRAME_OPTIONS,
+            HeaderValue::from_static("ALLOWALL"),
+        );
+        downstream_headers(4790, &mut h, "127.0.0.1:5000", false);
+        let csp: Vec<_> = h.get_all(header::CONTENT_SECURITY_POLICY).iter().collect();
+        assert_eq!(
+            csp,
+            [
+                "default-src 'self'; frame-ancestors *",
+                "frame-ancestors 'none'"
+            ]
+        );
+        assert_eq!(h[header::X_FRAME_OPTIONS], "DENY");
+    }
+
+    #[test]
     fn upgrades_keep_their_handshake_headers() {
         let mut h = HeaderMap::new();
         h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
@@ -213,7 +259,7 @@ mod tests {
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_static("k"));
         assert!(is_upgrade(&h));
-        let up = upstream_headers(5000, 4790, &h, true);
+        let up = upstream_headers(&UpstreamCookies::default(), 4790, &h, true);
         assert_eq!(up[header::CONNECTION], "upgrade");
         assert_eq!(up[header::UPGRADE], "websocket");
         assert_eq!(up[header::SEC_WEBSOCKET_KEY], "k");

@@ -5,12 +5,14 @@
 //! the smolvm driver (as every other verb does; nothing secret in its argv or environment),
 //! and adds `Authorization: Bearer <token>` to every request it forwards to the box's
 //! published Executor port. The browser only ever holds a one-time sign-in nonce (from the
-//! URL handed to the opener) and then a session cookie valid against this gateway alone.
+//! sign-in page the opener is pointed at) and then a session cookie valid against this gateway alone.
 //! This works on every Executor: 1.5.9 reads no token from a URL at all.
 //!
 //! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for;
+//! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
 //! - [`guard`]: Host (DNS rebinding) and Origin checks;
 //! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
+//! - [`upstream_cookies`]: only the cookies Executor set go back to it;
 //! - [`serve`]: the process's listeners and lifetime (idle timeout, box gone);
 //! - [`control`], [`record`]: how `box` finds, asks and stops a running gateway;
 //! - [`spawn`]: starting one, detached.
@@ -25,7 +27,9 @@ pub mod proxy;
 pub mod record;
 pub mod serve;
 mod session;
+pub mod sign_in_file;
 pub mod spawn;
+mod upstream_cookies;
 
 use std::time::{Duration, Instant};
 
@@ -34,6 +38,7 @@ use box_proto::mcp::BearerToken;
 
 use crate::state::StateDir;
 pub use record::GatewayInfo;
+pub use session::Lifetimes;
 
 /// What the gateway needs to know about its box, so it can be tested without a VM.
 /// Every method may block (they run on the blocking pool).
@@ -46,7 +51,7 @@ pub trait BoxProbe: Send + Sync + 'static {
     fn registered(&self) -> bool;
 }
 
-/// The sign-in URL handed to the opener for `nonce`.
+/// The sign-in URL for `nonce` (inside a sign-in page, or printed by `--print-url`).
 pub fn sign_in_url(info: &GatewayInfo, nonce: &str) -> String {
     format!("{}{}?nonce={nonce}", info.url(), proxy::SIGN_IN_PATH)
 }

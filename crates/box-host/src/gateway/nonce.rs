@@ -1,10 +1,14 @@
 //! One-time sign-in nonces: the only secret that leaves `box` on the way to the browser.
 //!
-//! A nonce travels in the URL handed to the opener (so it is briefly visible in the
-//! opener's argv and the browser history); it is therefore worth nothing after one use or
-//! a minute, whichever comes first. Comparison is constant-time.
+//! A nonce travels in a sign-in page the opener is pointed at (never on an argv: see
+//! [`super::sign_in_file`]), or in the URL `box open --print-url` prints; it ends up in the
+//! browser's history, so it is worth nothing after one use or a minute, whichever comes
+//! first. A page attached to a nonce is removed with it. Comparison is constant-time.
 
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
+
+use super::sign_in_file;
 
 /// How long a sign-in URL works.
 pub const NONCE_TTL: Duration = Duration::from_secs(60);
@@ -25,7 +29,22 @@ pub fn same_secret(a: &str, b: &str) -> bool {
 /// The live nonces of one gateway.
 #[derive(Default)]
 pub struct Nonces {
-    live: Vec<(String, Instant)>,
+    live: Vec<Live>,
+}
+
+struct Live {
+    nonce: String,
+    until: Instant,
+    /// The sign-in page holding this nonce, removed when the nonce goes.
+    page: Option<PathBuf>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        if let Some(page) = &self.page {
+            sign_in_file::remove(page);
+        }
+    }
 }
 
 impl std::fmt::Debug for Nonces {
@@ -42,8 +61,21 @@ impl Nonces {
             self.live.remove(0);
         }
         let nonce = random_hex32();
-        self.live.push((nonce.clone(), now + NONCE_TTL));
+        self.live.push(Live {
+            nonce: nonce.clone(),
+            until: now + NONCE_TTL,
+            page: None,
+        });
         nonce
+    }
+
+    /// Ties the sign-in page at `page` to `nonce`: it is removed when the nonce is redeemed,
+    /// expires or is dropped. A nonce no longer live has its page removed now.
+    pub fn attach_page(&mut self, nonce: &str, page: PathBuf) {
+        match self.live.iter_mut().find(|l| l.nonce == nonce) {
+            Some(live) => live.page = Some(page),
+            None => sign_in_file::remove(&page),
+        }
     }
 
     /// Whether `presented` is a live nonce; a match is consumed, so a second use fails.
@@ -51,8 +83,8 @@ impl Nonces {
         self.expire(now);
         let mut found = None;
         // Look at every entry, so the time taken does not say which one matched.
-        for (i, (nonce, _)) in self.live.iter().enumerate() {
-            if same_secret(nonce, presented) {
+        for (i, live) in self.live.iter().enumerate() {
+            if same_secret(&live.nonce, presented) {
                 found = Some(i);
             }
         }
@@ -65,8 +97,9 @@ impl Nonces {
         }
     }
 
-    fn expire(&mut self, now: Instant) {
-        self.live.retain(|(_, until)| now < *until);
+    /// Drops the nonces (and their pages) whose minute is over.
+    pub fn expire(&mut self, now: Instant) {
+        self.live.retain(|l| now < l.until);
     }
 }
 
@@ -125,6 +158,33 @@ mod tests {
         assert!(!n.redeem(&all[0], now), "the oldest was dropped");
         assert!(n.redeem(all.last().unwrap(), now));
         assert!(!format!("{n:?}").contains(&all[1]));
+    }
+
+    #[test]
+    fn a_page_goes_with_its_nonce() {
+        let tmp = tempfile::tempdir().unwrap();
+        let page = |name: &str| {
+            let p = tmp.path().join(name);
+            std::fs::write(&p, "x").unwrap();
+            p
+        };
+        let mut n = Nonces::default();
+        let now = Instant::now();
+        let (a, b, c) = (n.issue(now), n.issue(now), n.issue(now));
+        let (pa, pb, pc) = (page("a"), page("b"), page("c"));
+        n.attach_page(&a, pa.clone());
+        n.attach_page(&b, pb.clone());
+        n.attach_page(&c, pc.clone());
+        assert!(pa.exists() && pb.exists() && pc.exists());
+        assert!(n.redeem(&a, now));
+        assert!(!pa.exists(), "redeemed: its page is gone");
+        n.expire(now + NONCE_TTL);
+        assert!(!pb.exists(), "expired: its page is gone");
+        let late = page("late");
+        n.attach_page(&b, late.clone());
+        assert!(!late.exists(), "a page for a dead nonce is not kept");
+        drop(n);
+        assert!(!pc.exists(), "a stopping gateway leaves no page");
     }
 
     #[test]

@@ -10,6 +10,17 @@ pub fn sign_in_needed(box_name: &str) -> String {
     )
 }
 
+/// The page a redeemed sign-in link answers with: it goes on to Executor's UI at once.
+pub fn signed_in(box_name: &str) -> String {
+    format!(
+        "<!doctype html><html><head><meta charset=\"utf-8\">\
+         <meta http-equiv=\"refresh\" content=\"0;url=/\"><title>Signed in</title>\
+         <script>location.replace(\"/\")</script></head>\
+         <body><p>Signed in to the box gateway of <b>{box_name}</b>. \
+         <a href=\"/\">Continue to Executor</a></p></body></html>\n"
+    )
+}
+
 /// The page for a sign-in link that was already used, has expired, or never existed.
 pub fn link_used(box_name: &str) -> String {
     page(
@@ -24,6 +35,17 @@ pub fn wrong_host() -> String {
     page(
         "Wrong host",
         "<p>The box gateway only answers to 127.0.0.1 and localhost.</p>",
+    )
+}
+
+pub fn other_site(box_name: &str) -> String {
+    page(
+        "Request from another site refused",
+        &format!(
+            "<p>The box gateway of <b>{box_name}</b> answers only its own pages and the address bar: \
+             another site, or a web page on another local port, may not frame it or send it requests. \
+             Run <code>box open {box_name}</code> to open it.</p>"
+        ),
     )
 }
 

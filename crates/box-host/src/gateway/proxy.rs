@@ -22,9 +22,12 @@ use hyper_util::rt::TokioIo;
 use box_proto::mcp::BearerToken;
 
 use super::activity::{Activity, Busy};
-use super::headers::{downstream_headers, header_str, is_upgrade, upstream_headers};
+use super::headers::{
+    downstream_headers, forbid_framing, header_str, is_upgrade, upstream_headers,
+};
 use super::nonce::Nonces;
-use super::session::{self, Sessions};
+use super::session::{self, Lifetimes, SessionEnd, Sessions};
+use super::upstream_cookies::UpstreamCookies;
 use super::{BoxProbe, guard, pages};
 
 pub type Body = BoxBody<Bytes, hyper::Error>;
@@ -44,6 +47,8 @@ pub struct Shared {
     pub sessions: Mutex<Sessions>,
     pub activity: Arc<Activity>,
     pub probe: Arc<dyn BoxProbe>,
+    /// The cookies Executor set through this gateway: the only ones forwarded to it.
+    cookies: UpstreamCookies,
     token: Mutex<Option<BearerToken>>,
     refresh: tokio::sync::Mutex<Option<Instant>>,
     /// Set to the reason when the gateway must stop.
@@ -57,15 +62,17 @@ impl Shared {
         upstream_port: u16,
         token: BearerToken,
         probe: Arc<dyn BoxProbe>,
+        lifetimes: Lifetimes,
     ) -> Self {
         Self {
             box_name,
             port,
             upstream_port,
             nonces: Mutex::default(),
-            sessions: Mutex::default(),
+            sessions: Mutex::new(Sessions::new(lifetimes)),
             activity: Activity::new(),
             probe,
+            cookies: UpstreamCookies::default(),
             token: Mutex::new(Some(token)),
             refresh: tokio::sync::Mutex::new(None),
             shutdown: tokio::sync::watch::channel(None).0,
@@ -144,10 +151,7 @@ fn page(status: StatusCode, html: String) -> Response<Body> {
         HeaderValue::from_static("text/html; charset=utf-8"),
     );
     h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
-    h.insert(
-        HeaderName::from_static("x-frame-options"),
-        HeaderValue::from_static("DENY"),
-    );
+    forbid_framing(h);
     // A refused request (an upgrade in particular) gets no second chance on this connection.
     h.insert(header::CONNECTION, HeaderValue::from_static("close"));
     r
@@ -166,34 +170,54 @@ pub async fn handle(
     if req.uri().path() == SIGN_IN_PATH {
         return Ok(sign_in(&shared, &req));
     }
+    let upgrade = is_upgrade(headers);
+    let fetch = guard::FetchMeta {
+        site: header_str(headers, HeaderName::from_static("sec-fetch-site")),
+        mode: header_str(headers, HeaderName::from_static("sec-fetch-mode")),
+        dest: header_str(headers, HeaderName::from_static("sec-fetch-dest")),
+    };
+    let allowed = guard::request_allowed(
+        req.method(),
+        upgrade,
+        header_str(headers, header::ORIGIN),
+        fetch,
+        shared.port,
+    );
+    match allowed {
+        Ok(()) => {}
+        Err(guard::Refusal::OtherSite) => {
+            return Ok(page(
+                StatusCode::FORBIDDEN,
+                pages::other_site(&shared.box_name),
+            ));
+        }
+        Err(guard::Refusal::ForeignOrigin) => {
+            return Ok(page(StatusCode::FORBIDDEN, pages::foreign_origin()));
+        }
+    }
     let name = session::cookie_name(shared.port);
     let cookies = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok());
-    let signed_in = session::find_cookie(cookies, &name)
-        .is_some_and(|sid| lock(&shared.sessions).is_valid(sid));
-    if !signed_in {
+    let session = session::find_cookie(cookies, &name)
+        .and_then(|sid| lock(&shared.sessions).use_session(sid, Instant::now()));
+    let Some(session_end) = session else {
         return Ok(page(
             StatusCode::UNAUTHORIZED,
             pages::sign_in_needed(&shared.box_name),
         ));
-    }
-    let upgrade = is_upgrade(headers);
-    if !guard::origin_allowed(
-        req.method(),
-        upgrade,
-        header_str(headers, header::ORIGIN),
-        header_str(headers, HeaderName::from_static("sec-fetch-site")),
-        shared.port,
-    ) {
-        return Ok(page(StatusCode::FORBIDDEN, pages::foreign_origin()));
-    }
-    Ok(forward(shared, req, upgrade, busy).await)
+    };
+    Ok(forward(shared, req, upgrade, busy, session_end).await)
 }
 
-/// `GET /__box/sign-in?nonce=…`: a live nonce becomes a session cookie and a redirect to
-/// `/`, so the nonce does not stay in the address bar.
+/// `GET /__box/sign-in?nonce=…`: a live nonce becomes a session cookie and a page that
+/// moves on to `/`, replacing itself in the history so the nonce does not stay there.
+///
+/// Not a redirect: the browser usually arrives from the sign-in page on `file://`, an
+/// opaque origin, so the navigation is cross-site, and a `SameSite=Strict` cookie set in
+/// a redirect is not sent on the next hop of that same cross-site chain. The page's own
+/// navigation to `/` is same-origin and carries it.
 fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
     if req.method() != Method::GET {
         return page(
@@ -212,17 +236,17 @@ fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
     if !lock(&shared.nonces).redeem(nonce, now) {
         return page(StatusCode::UNAUTHORIZED, pages::link_used(&shared.box_name));
     }
-    let sid = lock(&shared.sessions).create(now);
-    let mut r = Response::new(empty());
-    *r.status_mut() = StatusCode::SEE_OTHER;
+    let (sid, max_age) = {
+        let mut sessions = lock(&shared.sessions);
+        (sessions.create(now), sessions.lifetimes.max_age)
+    };
+    let mut r = page(StatusCode::OK, pages::signed_in(&shared.box_name));
     let h = r.headers_mut();
-    h.insert(header::LOCATION, HeaderValue::from_static("/"));
-    h.insert(header::CACHE_CONTROL, HeaderValue::from_static("no-store"));
     h.insert(
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(shared.port, &sid)) {
+    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(shared.port, &sid, max_age)) {
         h.insert(header::SET_COOKIE, v);
     }
     r
@@ -282,6 +306,7 @@ async fn forward(
     mut req: Request<Incoming>,
     upgrade: bool,
     busy: Busy,
+    mut session_end: SessionEnd,
 ) -> Response<Body> {
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
     let browser_host = header_str(req.headers(), header::HOST)
@@ -290,7 +315,12 @@ async fn forward(
     let (parts, body) = req.into_parts();
     // Only a request without a body can be sent again after Executor refused the token.
     let replayable = body.is_end_stream();
-    let headers = upstream_headers(shared.port, shared.upstream_port, &parts.headers, upgrade);
+    let headers = upstream_headers(
+        &shared.cookies,
+        shared.upstream_port,
+        &parts.headers,
+        upgrade,
+    );
     let path = parts
         .uri
         .path_and_query()
@@ -327,7 +357,11 @@ async fn forward(
             match tokio::try_join!(client_upgrade, upstream_upgrade) {
                 Ok((client, upstream)) => {
                     let (mut c, mut u) = (TokioIo::new(client), TokioIo::new(upstream));
-                    let _ = tokio::io::copy_bidirectional(&mut c, &mut u).await;
+                    // The connection ends with its session (expiry, --sign-out).
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut c, &mut u) => {}
+                        _ = session_end.wait_for(|ended| *ended) => {}
+                    }
                 }
                 Err(e) => tracing::debug!("upgrade failed: {e}"),
             }
@@ -339,6 +373,7 @@ async fn forward(
             &browser_host,
             true,
         );
+        shared.cookies.learn(&mut parts.headers);
         return Response::from_parts(parts, empty());
     }
     let (mut parts, body) = resp.into_parts();
@@ -348,14 +383,79 @@ async fn forward(
         &browser_host,
         false,
     );
-    // Frames are passed on as they arrive; the stream keeps the gateway busy until it ends.
+    shared.cookies.learn(&mut parts.headers);
+    // Frames are passed on as they arrive; the stream keeps the gateway busy until it ends,
+    // and ends with its session.
     let body = body
         .map_frame(move |frame| {
             busy.touch();
             frame
         })
         .boxed();
-    Response::from_parts(parts, body)
+    Response::from_parts(parts, EndsWithSession::wrap(body, session_end))
+}
+
+/// A response body that ends when its session ends (a streaming reply would otherwise
+/// outlive an expired or signed-out session for as long as Executor keeps it open). A
+/// small task waits for the session's end and wakes the connection, which then polls
+/// this body and finds it over.
+struct EndsWithSession {
+    inner: Body,
+    end: SessionEnd,
+    waker: Arc<Mutex<Option<std::task::Waker>>>,
+    watcher: tokio::task::JoinHandle<()>,
+}
+
+impl EndsWithSession {
+    fn wrap(inner: Body, end: SessionEnd) -> Body {
+        let waker: Arc<Mutex<Option<std::task::Waker>>> = Arc::default();
+        let (mut ended, wake) = (end.clone(), Arc::clone(&waker));
+        let watcher = tokio::spawn(async move {
+            // An error means the session is gone: over as well.
+            let _ = ended.wait_for(|e| *e).await;
+            if let Some(w) = lock(&wake).take() {
+                w.wake();
+            }
+        });
+        Self {
+            inner,
+            end,
+            waker,
+            watcher,
+        }
+        .boxed()
+    }
+}
+
+impl Drop for EndsWithSession {
+    fn drop(&mut self) {
+        self.watcher.abort();
+    }
+}
+
+impl hyper::body::Body for EndsWithSession {
+    type Data = Bytes;
+    type Error = hyper::Error;
+
+    fn poll_frame(
+        self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<Bytes>, hyper::Error>>> {
+        let this = self.get_mut();
+        *lock(&this.waker) = Some(cx.waker().clone());
+        if *this.end.borrow() {
+            return std::task::Poll::Ready(None);
+        }
+        std::pin::Pin::new(&mut this.inner).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
 }
 
 /// Executor did not answer: if the box is no longer running, the gateway has nothing left
@@ -410,6 +510,7 @@ mod tests {
             4790,
             BearerToken::new("tok").unwrap(),
             Arc::new(NoBox),
+            Lifetimes::default(),
         )
     }
 

@@ -15,10 +15,11 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 
-use super::BoxProbe;
 use super::control::{MAX_LINE, Request};
 use super::proxy::{self, Shared};
 use super::record::{self, GatewayInfo};
+use super::session::Lifetimes;
+use super::{BoxProbe, sign_in_file};
 use crate::state::{StateDir, registry};
 
 /// What a gateway serves, and for how long.
@@ -29,6 +30,8 @@ pub struct Options {
     /// The box's published Executor port on 127.0.0.1.
     pub upstream_port: u16,
     pub idle_timeout: Duration,
+    /// How long a signed-in browser stays signed in.
+    pub sessions: Lifetimes,
 }
 
 /// Runs a gateway to the end on a fresh runtime; returns why it stopped.
@@ -69,6 +72,7 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
         upstream_port: opts.upstream_port,
         started: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
     };
+    sign_in_file::remove_stale(&opts.state, &name);
     let info_path = record::info_path(&opts.state, &name);
     registry::write_atomically(&info_path, serde_json::to_string_pretty(&info)?.as_bytes())?;
     let shared = Arc::new(Shared::new(
@@ -77,13 +81,19 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
         opts.upstream_port,
         token,
         probe,
+        opts.sessions,
     ));
     tracing::info!(
         "gateway of '{name}' listening on http://127.0.0.1:{port}, forwarding to 127.0.0.1:{}",
         opts.upstream_port
     );
     let mut stopped = shared.shutdown.subscribe();
-    let control_task = tokio::spawn(control_loop(control, Arc::clone(&shared), info.clone()));
+    let control_task = tokio::spawn(control_loop(
+        control,
+        opts.state.clone(),
+        Arc::clone(&shared),
+        info.clone(),
+    ));
     let watch_task = tokio::spawn(watch_lifetime(Arc::clone(&shared), opts.idle_timeout));
     loop {
         tokio::select! {
@@ -111,6 +121,8 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
     }
     control_task.abort();
     watch_task.abort();
+    // Sign-in pages not yet used go now: they lead nowhere once the gateway is gone.
+    *shared.nonces.lock().unwrap_or_else(|e| e.into_inner()) = Default::default();
     // Only remove what is still ours (a later gateway may have replaced it).
     if std::fs::read_to_string(&info_path)
         .ok()
@@ -134,6 +146,25 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
     let tick = (idle_timeout / 4).clamp(Duration::from_millis(200), Duration::from_secs(2));
     loop {
         tokio::time::sleep(tick).await;
+        // Unused sign-in pages must not outlive their minute; an expired session's streams
+        // end now, not at their next request.
+        let now = Instant::now();
+        shared
+            .nonces
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .expire(now);
+        let ended = shared
+            .sessions
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .expire(now);
+        if ended > 0 {
+            tracing::info!(
+                "{ended} browser session(s) of '{}' expired",
+                shared.box_name
+            );
+        }
         if let Some(idle) = shared.activity.idle_for()
             && idle >= idle_timeout
         {
@@ -148,13 +179,36 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
     }
 }
 
-async fn control_loop(listener: UnixListener, shared: Arc<Shared>, info: GatewayInfo) {
+/// A fresh nonce written into a sign-in page tied to it: the reply `page <path>`.
+fn sign_in_page(state: &StateDir, shared: &Shared, info: &GatewayInfo) -> String {
+    let mut nonces = shared.nonces.lock().unwrap_or_else(|e| e.into_inner());
+    let nonce = nonces.issue(Instant::now());
+    let url = super::sign_in_url(info, &nonce);
+    match sign_in_file::write(state, &shared.box_name, &url) {
+        Ok(path) => {
+            nonces.attach_page(&nonce, path.clone());
+            format!("page {}", path.display())
+        }
+        Err(e) => {
+            tracing::warn!("{e:#}");
+            "error cannot write the sign-in page (see the gateway log)".to_string()
+        }
+    }
+}
+
+async fn control_loop(
+    listener: UnixListener,
+    state: StateDir,
+    shared: Arc<Shared>,
+    info: GatewayInfo,
+) {
     loop {
         let Ok((stream, _)) = listener.accept().await else {
             continue;
         };
         let shared = Arc::clone(&shared);
         let info = info.clone();
+        let state = state.clone();
         tokio::spawn(async move {
             let (read, mut write) = stream.into_split();
             let mut line = String::new();
@@ -172,6 +226,19 @@ async fn control_loop(listener: UnixListener, shared: Arc<Shared>, info: Gateway
                             .unwrap_or_else(|e| e.into_inner())
                             .issue(Instant::now());
                         format!("nonce {nonce}")
+                    }
+                    Some(Request::SignInPage) => {
+                        shared.activity.touch();
+                        sign_in_page(&state, &shared, &info)
+                    }
+                    Some(Request::SignOut) => {
+                        let n = shared
+                            .sessions
+                            .lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .end_all();
+                        tracing::info!("signed out {n} browser session(s) on request");
+                        format!("ok {n}")
                     }
                     Some(Request::Status) => {
                         serde_json::to_string(&info).unwrap_or_else(|e| format!("error {e}"))

@@ -1,11 +1,18 @@
-//! The session cookie the gateway trades a sign-in nonce for.
+//! The session cookie the gateway trades a sign-in nonce for, and how long it lasts.
+//!
+//! A session ends after `OPEN_SESSION_IDLE_TIMEOUT` seconds without a request that
+//! presents it, or `OPEN_SESSION_MAX_AGE` seconds after sign-in, whichever comes first, or
+//! on `box open --sign-out`/`--stop`. Open streams and WebSockets do not count as use
+//! (else a leaked cookie holding one open would never expire) and end with their session.
 //!
 //! Cookies are not isolated by port, so every gateway on 127.0.0.1 shares one cookie jar
 //! with every other local web app: the cookie's name carries the gateway's port, so two
-//! boxes' gateways never overwrite each other's session, and the gateway strips its own
-//! cookie before forwarding (Executor never sees it).
+//! boxes' gateways never overwrite each other's session; Executor never sees it (the
+//! gateway forwards only Executor's own cookies, see `upstream_cookies`).
 
-use std::time::Instant;
+use std::time::{Duration, Instant};
+
+use tokio::sync::watch;
 
 use super::nonce::{random_hex32, same_secret};
 
@@ -18,11 +25,13 @@ pub fn cookie_name(port: u16) -> String {
 }
 
 /// The `Set-Cookie` value for a new session: not readable by scripts, never sent on
-/// cross-site requests, valid for the whole gateway.
-pub fn set_cookie(port: u16, session: &str) -> String {
+/// cross-site requests, valid for the whole gateway, kept by the browser no longer than
+/// the session's absolute lifetime (a browser restart keeps it until then).
+pub fn set_cookie(port: u16, session: &str, max_age: Duration) -> String {
     format!(
-        "{}={session}; HttpOnly; SameSite=Strict; Path=/",
-        cookie_name(port)
+        "{}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
+        cookie_name(port),
+        max_age.as_secs()
     )
 }
 
@@ -36,45 +45,107 @@ pub fn find_cookie<'a>(headers: impl IntoIterator<Item = &'a str>, name: &str) -
         .map(|(_, v)| v.trim())
 }
 
-/// A `Cookie:` header value without cookie `name`; `None` when nothing else is left.
-pub fn without_cookie(header: &str, name: &str) -> Option<String> {
-    let rest: Vec<&str> = header
-        .split(';')
-        .map(str::trim)
-        .filter(|pair| !pair.is_empty())
-        .filter(|pair| pair.split_once('=').map_or(*pair, |(k, _)| k.trim()) != name)
-        .collect();
-    (!rest.is_empty()).then(|| rest.join("; "))
+/// How long sessions last (box.env `OPEN_SESSION_IDLE_TIMEOUT`, `OPEN_SESSION_MAX_AGE`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Lifetimes {
+    pub idle: Duration,
+    pub max_age: Duration,
 }
+
+impl Default for Lifetimes {
+    fn default() -> Self {
+        Self {
+            idle: Duration::from_secs(12 * 3600),
+            max_age: Duration::from_secs(7 * 86400),
+        }
+    }
+}
+
+/// One signed-in browser. Dropping it ends the session's streams.
+struct Live {
+    id: String,
+    created: Instant,
+    last_used: Instant,
+    ended: watch::Sender<bool>,
+}
+
+impl Drop for Live {
+    fn drop(&mut self) {
+        self.ended.send_replace(true);
+    }
+}
+
+/// A live session's end, for the streams and WebSockets opened under it: becomes `true`
+/// when the session ends.
+pub type SessionEnd = watch::Receiver<bool>;
 
 /// The live sessions of one gateway (in memory only: a restarted gateway asks the user to
 /// run `box open` again).
-#[derive(Default)]
 pub struct Sessions {
-    ids: Vec<(String, Instant)>,
+    live: Vec<Live>,
+    pub lifetimes: Lifetimes,
 }
 
 impl std::fmt::Debug for Sessions {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "Sessions({} live)", self.ids.len())
+        write!(f, "Sessions({} live)", self.live.len())
     }
 }
 
 impl Sessions {
+    pub fn new(lifetimes: Lifetimes) -> Self {
+        Self {
+            live: Vec::new(),
+            lifetimes,
+        }
+    }
+
     pub fn create(&mut self, now: Instant) -> String {
-        if self.ids.len() >= MAX_SESSIONS {
-            self.ids.remove(0);
+        self.expire(now);
+        if self.live.len() >= MAX_SESSIONS {
+            self.live.remove(0);
         }
         let id = random_hex32();
-        self.ids.push((id.clone(), now));
+        self.live.push(Live {
+            id: id.clone(),
+            created: now,
+            last_used: now,
+            ended: watch::channel(false).0,
+        });
         id
     }
 
-    /// Whether `presented` is a live session, checked against every entry in constant time.
-    pub fn is_valid(&self, presented: &str) -> bool {
-        self.ids
-            .iter()
-            .fold(false, |hit, (id, _)| same_secret(id, presented) | hit)
+    /// A request presenting `presented`: if that is a live session (checked against every
+    /// entry in constant time), it counts as use and its end signal is returned.
+    pub fn use_session(&mut self, presented: &str, now: Instant) -> Option<SessionEnd> {
+        self.expire(now);
+        let mut found = None;
+        for (i, live) in self.live.iter().enumerate() {
+            if same_secret(&live.id, presented) {
+                found = Some(i);
+            }
+        }
+        let live = &mut self.live[found?];
+        live.last_used = now;
+        Some(live.ended.subscribe())
+    }
+
+    /// Ends the sessions idle or old past their lifetimes; returns how many ended.
+    pub fn expire(&mut self, now: Instant) -> usize {
+        let before = self.live.len();
+        let limits = self.lifetimes;
+        self.live.retain(|l| {
+            now.saturating_duration_since(l.last_used) < limits.idle
+                && now.saturating_duration_since(l.created) < limits.max_age
+        });
+        before - self.live.len()
+    }
+
+    /// Ends every session (`box open --sign-out`); returns how many there were.
+    pub fn end_all(&mut self) -> usize {
+        let n = self.live.len();
+        self.live.clear();
+        n
     }
 }
 
@@ -84,8 +155,11 @@ mod tests {
 
     #[test]
     fn the_cookie_is_http_only_strict_and_site_wide() {
-        let c = set_cookie(4321, "abc");
-        assert_eq!(c, "box_gateway_4321=abc; HttpOnly; SameSite=Strict; Path=/");
+        let c = set_cookie(4321, "abc", Duration::from_secs(60));
+        assert_eq!(
+            c,
+            "box_gateway_4321=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=60"
+        );
     }
 
     #[test]
@@ -107,32 +181,54 @@ mod tests {
     }
 
     #[test]
-    fn strips_only_our_cookie() {
-        let name = cookie_name(4321);
-        assert_eq!(
-            without_cookie("a=1; box_gateway_4321=s3; b=2", &name).as_deref(),
-            Some("a=1; b=2")
-        );
-        assert_eq!(without_cookie("box_gateway_4321=s3", &name), None);
-        assert_eq!(
-            without_cookie("box_gateway_43210=x", &name).as_deref(),
-            Some("box_gateway_43210=x")
-        );
-    }
-
-    #[test]
     fn sessions_are_checked_exactly_and_bounded() {
-        let mut s = Sessions::default();
+        let mut s = Sessions::new(Lifetimes::default());
         let now = Instant::now();
         let first = s.create(now);
-        assert!(s.is_valid(&first));
-        assert!(!s.is_valid(""));
-        assert!(!s.is_valid(&first[..63]));
-        assert!(!s.is_valid(&first.to_uppercase()));
+        assert!(s.use_session(&first, now).is_some());
+        assert!(s.use_session("", now).is_none());
+        assert!(s.use_session(&first[..63], now).is_none());
+        assert!(s.use_session(&first.to_uppercase(), now).is_none());
         for _ in 0..MAX_SESSIONS {
             s.create(now);
         }
-        assert!(!s.is_valid(&first), "the oldest session was dropped");
+        assert!(
+            s.use_session(&first, now).is_none(),
+            "the oldest session was dropped"
+        );
         assert!(!format!("{s:?}").contains(&first));
+    }
+
+    #[test]
+    fn a_session_ends_when_idle_or_old_whichever_comes_first() {
+        let limits = Lifetimes {
+            idle: Duration::from_secs(10),
+            max_age: Duration::from_secs(25),
+        };
+        let mut s = Sessions::new(limits);
+        let t0 = Instant::now();
+        let sec = |n| t0 + Duration::from_secs(n);
+        let idle = s.create(t0);
+        let busy = s.create(t0);
+        let end = s.use_session(&idle, sec(9)).unwrap();
+        assert!(!*end.borrow());
+        for t in [8, 16, 24] {
+            assert!(s.use_session(&busy, sec(t)).is_some(), "used at {t}s");
+        }
+        assert!(s.use_session(&idle, sec(19)).is_none(), "idle for 10s");
+        assert!(*end.borrow(), "its streams were told");
+        assert!(s.use_session(&busy, sec(25)).is_none(), "25s after sign-in");
+    }
+
+    #[test]
+    fn signing_out_ends_every_session_and_its_streams() {
+        let mut s = Sessions::new(Lifetimes::default());
+        let now = Instant::now();
+        let (a, b) = (s.create(now), s.create(now));
+        let end = s.use_session(&a, now).unwrap();
+        assert_eq!(s.end_all(), 2);
+        assert!(*end.borrow());
+        assert!(s.use_session(&a, now).is_none());
+        assert!(s.use_session(&b, now).is_none());
     }
 }

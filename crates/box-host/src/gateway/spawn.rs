@@ -1,8 +1,9 @@
 //! Starting a gateway: `box` re-executes itself as `box -v __gateway <name>`, in a session
 //! of its own (no terminal, survives the `box open` that started it), output appended to
 //! `<state>/logs/gateway-<name>.log`. Its argv holds only the box name (and `--config`
-//! when one was given); the environment is box's own minus the backup passphrase. The
-//! process then reads the token itself, through the smolvm driver.
+//! when one was given); its environment is the gateway allowlist of [`crate::child_env`]
+//! (box's and smolvm's own variables, never the backup passphrase). The process then reads
+//! the token itself, through the smolvm driver.
 
 use std::fs::OpenOptions;
 use std::os::unix::fs::OpenOptionsExt;
@@ -17,6 +18,7 @@ use box_proto::mcp::BearerToken;
 
 use super::record::{self, GatewayInfo};
 use super::{BoxProbe, control, serve};
+use crate::child_env::{self, ChildKind};
 use crate::commands::Context;
 use crate::lifecycle::guest;
 use crate::smolvm::Smolvm;
@@ -68,14 +70,13 @@ pub fn start(ctx: &Context, record: &BoxRecord) -> Result<GatewayInfo> {
         .with_context(|| format!("cannot open the gateway log {}", log_path.display()))?;
     let exe = std::env::current_exe().context("cannot find the box binary to run the gateway")?;
     let mut cmd = Command::new(exe);
+    child_env::apply(&mut cmd, ChildKind::Gateway);
     cmd.arg("-v");
     if let Some(config) = &ctx.config.source {
         cmd.arg("--config").arg(config);
     }
     cmd.args([VERB, name])
         .env("NO_COLOR", "1")
-        .env_remove("BOX_PASSPHRASE")
-        .env_remove("BOX_PASSPHRASE_FILE")
         .stdin(Stdio::null())
         .stdout(log.try_clone().context("cannot share the gateway log")?)
         .stderr(log);
@@ -148,6 +149,10 @@ pub fn run_process(ctx: &Context, name: &str) -> Result<std::process::ExitCode> 
         box_name: name.to_string(),
         upstream_port,
         idle_timeout: Duration::from_secs(u64::from(ctx.config.env.open_idle_timeout_secs)),
+        sessions: super::Lifetimes {
+            idle: Duration::from_secs(u64::from(ctx.config.env.open_session_idle_timeout_secs)),
+            max_age: Duration::from_secs(u64::from(ctx.config.env.open_session_max_age_secs)),
+        },
     };
     serve::run(opts, probe)?;
     Ok(std::process::ExitCode::SUCCESS)

@@ -6,6 +6,10 @@
 //! only `box`, which decides what to do (the cleanup rules of `box new` defer signals while
 //! `machine create` runs). Interactive calls (`exec -it`) are the exception: they stay in
 //! the terminal's process group so the guest shell gets the terminal.
+//!
+//! smolvm gets an allowlisted environment ([`crate::child_env`]), never box's own: a real
+//! smolvm's VMM keeps its environment for the box's lifetime, and box's may hold the backup
+//! passphrase.
 
 use std::ffi::OsString;
 use std::io::{BufRead, BufReader, Read};
@@ -16,6 +20,7 @@ use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
 use super::error::SmolvmError;
+use crate::child_env::{self, ChildKind};
 
 /// How long to keep reading a finished call's output when a grandchild still holds the pipe.
 const PIPE_GRACE: Duration = Duration::from_secs(2);
@@ -101,7 +106,7 @@ pub struct CallOpts<'a> {
     /// `Interrupted` returned. Calls that must finish (`machine create`) leave it unset.
     pub cancel: Option<&'a AtomicUsize>,
     /// Extra environment for smolvm itself (its own knobs, e.g.
-    /// `SMOLVM_PACK_CACHE_MAX_BYTES`); never secrets.
+    /// `SMOLVM_PACK_CACHE_MAX_BYTES`), on top of the allowlisted one; never secrets.
     pub env: Vec<(String, String)>,
 }
 
@@ -132,6 +137,7 @@ pub fn run(
 ) -> Result<Output, SmolvmError> {
     let start = Instant::now();
     let mut cmd = Command::new(bin);
+    child_env::apply(&mut cmd, ChildKind::Smolvm);
     cmd.args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
@@ -223,6 +229,7 @@ pub fn run(
 /// code. There is no deadline: the user ends the session.
 pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<i32, SmolvmError> {
     let mut cmd = Command::new(bin);
+    child_env::apply(&mut cmd, ChildKind::Smolvm);
     cmd.args(args);
     let mut child = spawn(&mut cmd, bin, call)?;
     let status = child.wait().map_err(|e| SmolvmError::Spawn {

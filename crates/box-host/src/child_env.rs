@@ -1,0 +1,185 @@
+//! The environment of every process `box` starts, built from an allowlist in this one place.
+//!
+//! A child never inherits box's whole environment: the user's shell may hold the backup
+//! passphrase (`BOX_PASSPHRASE`), cloud keys, agent tokens, and a real smolvm keeps its
+//! environment in `/proc/<pid>/environ` for as long as the VMM runs. Each kind of child gets
+//! what it needs to work and nothing else; `BOX_PASSPHRASE*` is refused whatever a list says.
+//!
+//! Proxy variables go to no child: their URLs may hold credentials, which stay out of
+//! every environment box hands on. smolvm pulls images inside its own VM and takes a proxy
+//! as `machine start --proxy` (reference/smolvm.md §2.2), not from its environment; an
+//! opener's browser keeps whatever proxy settings the desktop gives it.
+
+use std::ffi::OsString;
+use std::process::Command;
+
+/// Which child is being started; each has its own allowlist on top of [`COMMON`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChildKind {
+    /// `smolvm` (or the simulator): its own knobs, where it keeps its data.
+    Smolvm,
+    /// `xdg-open`, `open`, `gio open`, `BOX_BROWSER`: the desktop session.
+    Opener,
+    /// `box __gateway`: box itself, which reads box.env keys from the environment and runs
+    /// smolvm to read Executor's token.
+    Gateway,
+}
+
+/// What every child gets: where it runs, who for, in which language.
+const COMMON: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "LANG",
+    "LANGUAGE",
+    "TZ",
+    "TMPDIR",
+    "TERM",
+    "COLORTERM",
+    "NO_COLOR",
+    "XDG_CONFIG_HOME",
+    "XDG_DATA_HOME",
+    "XDG_STATE_HOME",
+    "XDG_CACHE_HOME",
+    "XDG_RUNTIME_DIR",
+    "XDG_CONFIG_DIRS",
+    "XDG_DATA_DIRS",
+];
+
+/// smolvm's own variables beyond `SMOLVM*`: logging, registry credentials' location, the
+/// CA store a TLS-inspecting network needs.
+const SMOLVM_EXTRA: &[&str] = &[
+    "RUST_LOG",
+    "RUST_BACKTRACE",
+    "DOCKER_CONFIG",
+    "SSL_CERT_FILE",
+    "SSL_CERT_DIR",
+];
+
+/// What an opener needs to reach the user's desktop and browser.
+const DESKTOP: &[&str] = &[
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+    "XAUTHORITY",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "XDG_SESSION_TYPE",
+    "XDG_CURRENT_DESKTOP",
+    "XDG_SESSION_DESKTOP",
+    "DESKTOP_SESSION",
+    "BROWSER",
+    // xdg-open's desktop detection reads these.
+    "KDE_FULL_SESSION",
+    "KDE_SESSION_VERSION",
+    "GNOME_DESKTOP_SESSION_ID",
+    "MATE_DESKTOP_SESSION_ID",
+    "__CF_USER_TEXT_ENCODING",
+];
+
+/// box's own variables the gateway process reads (the box.env keys come on top).
+const BOX_OWN: &[&str] = &["BOX_HOME", "BOX_CONFIG", "BOX_LOG", "BOX_SMOLVM_TIMEOUT"];
+
+/// Whether variable `name` may reach a child of `kind`.
+pub fn allowed(kind: ChildKind, name: &str) -> bool {
+    if name.starts_with("BOX_PASSPHRASE") {
+        return false;
+    }
+    let smolvm_own = name == "SMOLVM" || name.starts_with("SMOLVM_");
+    COMMON.contains(&name)
+        || name.starts_with("LC_")
+        || match kind {
+            ChildKind::Smolvm => smolvm_own || SMOLVM_EXTRA.contains(&name),
+            ChildKind::Opener => DESKTOP.contains(&name),
+            ChildKind::Gateway => {
+                smolvm_own
+                    || SMOLVM_EXTRA.contains(&name)
+                    || BOX_OWN.contains(&name)
+                    || box_proto::box_env::KEYS.contains(&name)
+            }
+        }
+}
+
+/// The allowed subset of `vars` (box's environment) for a child of `kind`.
+pub fn filtered(
+    kind: ChildKind,
+    vars: impl IntoIterator<Item = (OsString, OsString)>,
+) -> Vec<(OsString, OsString)> {
+    vars.into_iter()
+        .filter(|(k, _)| k.to_str().is_some_and(|k| allowed(kind, k)))
+        .collect()
+}
+
+/// Replaces `cmd`'s environment with the allowed part of box's own. Call it before adding
+/// the child's own variables (`cmd.env(…)` afterwards still works).
+pub fn apply(cmd: &mut Command, kind: ChildKind) -> &mut Command {
+    cmd.env_clear().envs(filtered(kind, std::env::vars_os()))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn vars(pairs: &[(&str, &str)]) -> Vec<(OsString, OsString)> {
+        pairs
+            .iter()
+            .map(|(k, v)| (OsString::from(k), OsString::from(v)))
+            .collect()
+    }
+
+    fn names(kind: ChildKind, env: &[(OsString, OsString)]) -> Vec<String> {
+        filtered(kind, env.to_vec())
+            .into_iter()
+            .map(|(k, _)| k.to_string_lossy().into_owned())
+            .collect()
+    }
+
+    #[test]
+    fn no_child_ever_gets_the_passphrase() {
+        let env = vars(&[
+            ("BOX_PASSPHRASE", "s"),
+            ("BOX_PASSPHRASE_FILE", "/p"),
+            ("BOX_PASSPHRASE_X", "s"),
+            ("PATH", "/bin"),
+        ]);
+        for kind in [ChildKind::Smolvm, ChildKind::Opener, ChildKind::Gateway] {
+            assert_eq!(names(kind, &env), ["PATH"], "{kind:?}");
+        }
+    }
+
+    #[test]
+    fn each_child_gets_what_it_needs_and_nothing_unknown_nor_proxy_credentials() {
+        let env = vars(&[
+            ("HOME", "/h"),
+            ("LC_ALL", "C.UTF-8"),
+            ("SMOLVM", "/bin/smolvm"),
+            ("SMOLVM_DATA_DIR", "/d"),
+            ("https_proxy", "http://u:p@proxy:3128"),
+            ("DISPLAY", ":0"),
+            ("BOX_HOME", "/s"),
+            ("OPEN_IDLE_TIMEOUT", "2"),
+            ("AWS_SECRET_ACCESS_KEY", "x"),
+            ("ANTHROPIC_API_KEY", "x"),
+            ("SSH_AUTH_SOCK", "/agent"),
+        ]);
+        assert_eq!(
+            names(ChildKind::Smolvm, &env),
+            ["HOME", "LC_ALL", "SMOLVM", "SMOLVM_DATA_DIR"]
+        );
+        assert_eq!(
+            names(ChildKind::Opener, &env),
+            ["HOME", "LC_ALL", "DISPLAY"]
+        );
+        assert_eq!(
+            names(ChildKind::Gateway, &env),
+            [
+                "HOME",
+                "LC_ALL",
+                "SMOLVM",
+                "SMOLVM_DATA_DIR",
+                "BOX_HOME",
+                "OPEN_IDLE_TIMEOUT"
+            ]
+        );
+    }
+}
