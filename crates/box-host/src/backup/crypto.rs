@@ -248,7 +248,8 @@ impl DecryptReader {
 
     /// Decrypts what `source` yields; `what` names it in errors. Blocks until `source` has
     /// given enough to check the passphrase. An envelope box refuses (AEAD packet 20, a
-    /// weak cipher, no MDC) is [`BackupError::Unsupported`], before any key is derived.
+    /// weak cipher, no MDC) is [`BackupError::Unsupported`], a file that ends inside its
+    /// first packets [`BackupError::Corrupt`], both before any key is derived.
     pub fn from_reader(
         mut source: impl Read + Send + Sync + 'static,
         what: &str,
@@ -262,8 +263,10 @@ impl DecryptReader {
                 refusal,
             })
         };
-        if let Some(refusal) = envelope::inspect(&head) {
-            return Err(unsupported(refusal));
+        match envelope::inspect(&head) {
+            Some(envelope::Verdict::Refuse(refusal)) => return Err(unsupported(refusal)),
+            Some(envelope::Verdict::Truncated(what)) => return Err(BackupError::Corrupt(what)),
+            None => {}
         }
         let source = io::Cursor::new(head).chain(source);
         let decrypted = Arc::new(AtomicBool::new(false));

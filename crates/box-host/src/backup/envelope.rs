@@ -144,11 +144,24 @@ pub fn read_head(source: &mut impl Read) -> io::Result<Vec<u8>> {
     Ok(head)
 }
 
-/// Why the file starting with `head` is refused, if it is; `None` for everything box
-/// reads and everything this does not recognise.
-pub fn inspect(head: &[u8]) -> Option<Refusal> {
+/// What the first packets of a file tell before any decryption.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Verdict {
+    /// Well-formed, in an envelope box refuses.
+    Refuse(Refusal),
+    /// The whole file is in the head and ends inside its packets: corrupt or truncated,
+    /// not a wrong passphrase or another format (a file cut inside the encrypted packet's
+    /// first bytes makes sequoia's session-key check fail, which reads as the passphrase).
+    Truncated(String),
+}
+
+/// What is wrong with the file starting with `head`, if this can tell; `None` for
+/// everything box reads and everything this does not recognise.
+pub fn inspect(head: &[u8]) -> Option<Verdict> {
+    // Less than HEAD bytes: the head is the whole file, and where it ends, the file ends.
+    let whole = head.len() < HEAD;
     let binary = dearmor(head);
-    walk(binary.as_deref().unwrap_or(head))
+    walk(binary.as_deref().unwrap_or(head), whole)
 }
 
 /// The binary packets of an armored head (as far as the head goes); `None` if not armored.
@@ -176,8 +189,8 @@ fn dearmor(head: &[u8]) -> Option<Vec<u8>> {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Len {
     Full(usize),
-    /// A partial body length (the body continues in further chunks).
-    Partial,
+    /// A partial body length: this many bytes, then another length.
+    Partial(usize),
     /// An old-format packet running to the end of the input.
     Indeterminate,
 }
@@ -202,7 +215,7 @@ fn header(b: &[u8]) -> Option<(u8, usize, Len)> {
             0..=191 => (tag, 2, Len::Full(a)),
             192..=223 => (tag, 3, Len::Full(((a - 192) << 8) + be(2..3)? + 192)),
             255 => (tag, 6, Len::Full(be(2..6)?)),
-            _ => (tag, 2, Len::Partial),
+            _ => (tag, 2, Len::Partial(1 << (a & 0x1f))),
         })
     } else {
         let tag = (ctb >> 2) & 0x0f;
@@ -236,35 +249,90 @@ const SED: u8 = 9;
 const SEIP: u8 = 18;
 const AED: u8 = 20;
 
-fn walk(b: &[u8]) -> Option<Refusal> {
+/// Whether the packet at `at` (header `hlen` bytes, body `len`) runs past the end of `b`.
+fn ends_early(b: &[u8], at: usize, hlen: usize, len: Len) -> bool {
+    let mut pos = at + hlen;
+    let mut len = len;
+    loop {
+        match len {
+            Len::Full(n) => return pos + n > b.len(),
+            Len::Indeterminate => return false,
+            Len::Partial(n) => {
+                pos += n;
+                // A partial body is always followed by another length.
+                let Some(&a) = b.get(pos) else { return true };
+                let a = usize::from(a);
+                let (octets, next) = match a {
+                    0..=191 => (1, Len::Full(a)),
+                    192..=223 => match b.get(pos + 1) {
+                        Some(&c) => (2, Len::Full(((a - 192) << 8) + usize::from(c) + 192)),
+                        None => return true,
+                    },
+                    255 => match b.get(pos + 1..pos + 5) {
+                        Some(x) => (
+                            5,
+                            Len::Full(x.iter().fold(0, |n, &y| (n << 8) | usize::from(y))),
+                        ),
+                        None => return true,
+                    },
+                    _ => (1, Len::Partial(1 << (a & 0x1f))),
+                };
+                pos += octets;
+                len = next;
+            }
+        }
+    }
+}
+
+/// Walks the key packets to the encrypted packet. `whole`: `b` is the entire file.
+fn walk(b: &[u8], whole: bool) -> Option<Verdict> {
+    let truncated = |what: &str| whole.then(|| Verdict::Truncated(what.to_string()));
     let mut at = 0;
     let mut cipher = None;
+    let mut keys = 0;
     // A message starts with a few key packets; a long run of them is not a backup.
     for _ in 0..32 {
-        let (tag, hlen, len) = header(b.get(at..)?)?;
-        let body = b.get(at + hlen..)?;
+        let Some((tag, hlen, len)) = b.get(at..).and_then(header) else {
+            return if keys > 0 {
+                truncated("the file ends after its key packet, before the encrypted data")
+            } else {
+                None
+            };
+        };
+        let body = &b[(at + hlen).min(b.len())..];
         match tag {
             SKESK | PKESK | MARKER => {
                 let Len::Full(n) = len else { return None };
+                let Some(body) = body.get(..n) else {
+                    return truncated("the file ends inside its key packet");
+                };
                 if tag == SKESK && body.first() == Some(&4) {
-                    cipher = skesk4_cipher(body.get(..n)?);
+                    cipher = skesk4_cipher(body);
                 }
+                keys += usize::from(tag != MARKER);
                 at += hlen + n;
             }
-            SED => return Some(Refusal::NoIntegrity { cipher }),
+            SED => return Some(Verdict::Refuse(Refusal::NoIntegrity { cipher })),
             SEIP => {
-                let weak = match *body.first()? {
-                    1 => cipher?,
-                    2 => *body.get(1)?,
-                    _ => return None,
+                let weak = match body.first() {
+                    Some(1) => cipher,
+                    Some(2) => body.get(1).copied(),
+                    Some(_) => return None,
+                    None => None,
                 };
-                return is_weak(weak).then_some(Refusal::WeakCipher(weak));
+                if let Some(weak) = weak.filter(|c| is_weak(*c)) {
+                    return Some(Verdict::Refuse(Refusal::WeakCipher(weak)));
+                }
+                if ends_early(b, at, hlen, len) {
+                    return truncated("the file ends inside its encrypted packet");
+                }
+                return None;
             }
             AED => {
-                return Some(Refusal::Aead {
+                return Some(Verdict::Refuse(Refusal::Aead {
                     cipher: *body.get(1)?,
                     aead: *body.get(2)?,
-                });
+                }));
             }
             _ => return None,
         }
@@ -284,6 +352,15 @@ mod tests {
         0x8c, 0x0d, 0x04, 0x09, 0x03, 0x0a, 1, 2, 3, 4, 5, 6, 7, 8, 0xff,
     ];
 
+    /// The refusal for a head cut out of a bigger file (so never "truncated").
+    fn refusal(head: &[u8]) -> Option<Refusal> {
+        let binary = dearmor(head);
+        match walk(binary.as_deref().unwrap_or(head), false)? {
+            Verdict::Refuse(r) => Some(r),
+            Verdict::Truncated(what) => panic!("truncated: {what}"),
+        }
+    }
+
     fn with(mut head: Vec<u8>, tail: &[u8]) -> Vec<u8> {
         head.extend_from_slice(tail);
         head
@@ -292,7 +369,7 @@ mod tests {
     #[test]
     fn gpgs_default_envelope_is_read() {
         let head = with(SKESK4_AES256.to_vec(), &[0xd2, 0x3b, 0x01, 0xaa, 0xbb]);
-        assert_eq!(inspect(&head), None);
+        assert_eq!(refusal(&head), None);
     }
 
     #[test]
@@ -300,7 +377,7 @@ mod tests {
         let mut skesk = SKESK4_AES256.to_vec();
         skesk[3] = 3; // CAST5
         let head = with(skesk, &[0xd2, 0x33, 0x01, 0xaa]);
-        assert_eq!(inspect(&head), Some(Refusal::WeakCipher(3)));
+        assert_eq!(refusal(&head), Some(Refusal::WeakCipher(3)));
     }
 
     #[test]
@@ -311,23 +388,23 @@ mod tests {
         skesk[3] = 2;
         skesk.extend([0u8; 24]);
         let head = with(skesk, &[0xd2, 0x33, 0x01, 0xaa]);
-        assert_eq!(inspect(&head), None);
+        assert_eq!(refusal(&head), None);
     }
 
     #[test]
     fn librepgp_aead_and_sed_are_named() {
         let skesk5 = [0x8c, 0x05, 0x05, 0x09, 0x02, 0x03, 0x0a];
         let head = with(skesk5.to_vec(), &[0xd4, 0x45, 0x01, 0x09, 0x02, 0x10]);
-        assert_eq!(inspect(&head), Some(Refusal::Aead { cipher: 9, aead: 2 }));
+        assert_eq!(refusal(&head), Some(Refusal::Aead { cipher: 9, aead: 2 }));
         let head = with(SKESK4_AES256.to_vec(), &[0xc9, 0x24, 0xaa]);
         assert_eq!(
-            inspect(&head),
+            refusal(&head),
             Some(Refusal::NoIntegrity { cipher: Some(9) })
         );
         // Old-format header of the SED packet (tag 9, one length byte).
         let head = with(SKESK4_AES256.to_vec(), &[0xa4, 0x24, 0xaa]);
         assert_eq!(
-            inspect(&head),
+            refusal(&head),
             Some(Refusal::NoIntegrity { cipher: Some(9) })
         );
     }
@@ -336,9 +413,9 @@ mod tests {
     fn rfc9580_seipd_v2_is_read_unless_its_cipher_is_weak() {
         let skesk6 = [0xc3, 0x04, 0x06, 0x00, 0x09, 0x02];
         let head = with(skesk6.to_vec(), &[0xd2, 0xe0, 0x02, 0x09, 0x02, 0x06]);
-        assert_eq!(inspect(&head), None);
+        assert_eq!(refusal(&head), None);
         let head = with(skesk6.to_vec(), &[0xd2, 0xe0, 0x02, 0x03, 0x02, 0x06]);
-        assert_eq!(inspect(&head), Some(Refusal::WeakCipher(3)));
+        assert_eq!(refusal(&head), Some(Refusal::WeakCipher(3)));
     }
 
     #[test]
@@ -355,18 +432,45 @@ mod tests {
             w.finalize().unwrap();
         }
         assert_eq!(
-            inspect(&armored),
+            refusal(&armored),
             Some(Refusal::Aead { cipher: 9, aead: 1 })
         );
         // Cut mid-armor, as a 64 KiB head of a big file is.
         let mut cut = armored.clone();
         cut.truncate(armored.len() - 30);
-        assert_eq!(inspect(&cut), Some(Refusal::Aead { cipher: 9, aead: 1 }));
+        assert_eq!(refusal(&cut), Some(Refusal::Aead { cipher: 9, aead: 1 }));
+    }
+
+    #[test]
+    fn a_whole_file_that_ends_inside_its_packets_is_truncated() {
+        let seip = [0xd2, 0x3b, 0x01, 0xaa, 0xbb];
+        let full = with(SKESK4_AES256.to_vec(), &seip);
+        for cut in [3, 10, 15, 16, 17, 18, full.len()] {
+            assert!(
+                matches!(inspect(&full[..cut]), Some(Verdict::Truncated(_))),
+                "cut at {cut}"
+            );
+        }
+        // Its framing complete (0x3b = 59 body bytes), it is left to sequoia.
+        let mut complete = with(SKESK4_AES256.to_vec(), &[0xd2, 0x3b]);
+        complete.extend([0u8; 59]);
+        assert_eq!(inspect(&complete), None);
+        // A partial body (512 bytes) then a final length of 3: complete, or cut anywhere.
+        let mut partial = with(SKESK4_AES256.to_vec(), &[0xd2, 0xe9, 0x01]);
+        partial.extend([0u8; 511]);
+        partial.extend([0x03, 1, 2, 3]);
+        assert_eq!(inspect(&partial), None);
+        for cut in [17, 300, partial.len() - 4, partial.len() - 1] {
+            assert!(
+                matches!(inspect(&partial[..cut]), Some(Verdict::Truncated(_))),
+                "cut at {cut}"
+            );
+        }
     }
 
     #[test]
     fn garbage_and_truncation_are_left_to_sequoia() {
-        for head in [&b""[..], b"hello", &[0x8c], &[0x8c, 0x0d, 0x04], &[0xd2]] {
+        for head in [&b""[..], b"hello", &[0x8c], &[0xd2]] {
             assert_eq!(inspect(head), None, "{head:?}");
         }
     }

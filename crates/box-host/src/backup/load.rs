@@ -350,9 +350,10 @@ pub fn extract(
     })
 }
 
-/// Checks the file exists, is a regular file and is not in an OpenPGP envelope box
-/// refuses (AEAD packet 20, a weak cipher, no MDC), with a clear error otherwise: before
-/// the passphrase is asked for and anything is locked or created.
+/// Checks the file exists, is a regular file, is not in an OpenPGP envelope box refuses
+/// (AEAD packet 20, a weak cipher, no MDC) and does not end inside its first packets, with
+/// a clear error otherwise: before the passphrase is asked for and anything is locked or
+/// created.
 pub fn check_backup_file(path: &Path) -> Result<()> {
     let meta =
         std::fs::metadata(path).with_context(|| format!("no such backup: {}", path.display()))?;
@@ -363,12 +364,15 @@ pub fn check_backup_file(path: &Path) -> Result<()> {
         File::open(path).with_context(|| format!("cannot read backup {}", path.display()))?;
     let head = envelope::read_head(&mut file)
         .with_context(|| format!("cannot read backup {}", path.display()))?;
-    if let Some(refusal) = envelope::inspect(&head) {
-        return Err(BackupError::Unsupported(envelope::Unsupported {
-            file: path.display().to_string(),
-            refusal,
-        })
-        .into());
+    match envelope::inspect(&head) {
+        Some(envelope::Verdict::Refuse(refusal)) => {
+            Err(BackupError::Unsupported(envelope::Unsupported {
+                file: path.display().to_string(),
+                refusal,
+            })
+            .into())
+        }
+        Some(envelope::Verdict::Truncated(what)) => Err(BackupError::Corrupt(what).into()),
+        None => Ok(()),
     }
-    Ok(())
 }
