@@ -209,6 +209,13 @@ if [[ ! -f "$(dirname "$0")/../../shared/ext-archives/SOURCES.txt" ]]; then
 fi
 # --- end archives from the wild (issue 13) ---
 
+# --- gpg 2.4 (issue 21) ---
+# Backups from users' newer gpg: tests/backup_interop.rs writes seed-style backups with
+# Debian 13's GnuPG 2.4 (AEAD/OCB, its defaults) from a small trixie chroot (~110 MiB,
+# ~15 s cold; mmdebstrap is installed by the simulator images' section above).
+as_root bash "$(dirname "$0")/gpg24-chroot.sh" /var/cache/hermes-box-tests/gpg24 | sed 's/^/    /'
+# --- end gpg 2.4 (issue 21) ---
+
 log "setup complete"
 
 # --- box open gateway (issue 12) ---

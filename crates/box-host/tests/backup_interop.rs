@@ -2,6 +2,7 @@
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup_support;
+mod sim_support;
 
 use std::fs;
 use std::process::{Command, Stdio};
@@ -99,13 +100,7 @@ fn our_extract_reads_gpg_symmetric_of_gzip_and_zstd_tars() {
         );
         assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
         let target = t.path().join(format!("{name}-out"));
-        let out = box_cmd(t.path())
-            .env("BOX_PASSPHRASE", PASS)
-            .arg("extract")
-            .arg(&enc)
-            .arg(&target)
-            .output()
-            .unwrap();
+        let out = box_extract(t.path(), &enc, &target);
         let stdout = String::from_utf8_lossy(&out.stdout);
         assert!(
             out.status.success(),
@@ -315,5 +310,330 @@ fn verification_catches_a_temp_file_changed_after_encryption() {
             "{what}: {err}"
         );
         assert!(!out.exists(), "{what}: published");
+    }
+}
+
+/// `box extract FILE TARGET` with the passphrase from the environment.
+fn box_extract(
+    sandbox: &std::path::Path,
+    file: &std::path::Path,
+    target: &std::path::Path,
+) -> std::process::Output {
+    box_cmd(sandbox)
+        .env("BOX_PASSPHRASE", PASS)
+        .arg("extract")
+        .arg(file)
+        .arg(target)
+        .output()
+        .unwrap()
+}
+
+/// Where scripts/gpg24-chroot.sh (run by scripts/setup.sh) puts Debian 13's GnuPG 2.4.
+const GPG24_ROOT: &str = "/var/cache/hermes-box-tests/gpg24/rootfs";
+
+/// A GnuPG a user may have written their backup with.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum Gpg {
+    /// This host's (Debian 12: 2.2.40).
+    Host,
+    /// Debian 13's 2.4.7, in its chroot.
+    V24,
+}
+
+/// Runs `gpg ARGS` with the passphrase line and then `input` on stdin (`--passphrase-fd
+/// 0`: gpg reads the passphrase up to its newline and the data after it; never argv).
+/// Returns stdout, or stderr when gpg failed.
+fn run_gpg(
+    which: Gpg,
+    home: &std::path::Path,
+    args: &[&str],
+    input: &[u8],
+) -> Result<Vec<u8>, String> {
+    const FIXED: [&str; 7] = [
+        "--batch",
+        "--yes",
+        "--quiet",
+        "--pinentry-mode",
+        "loopback",
+        "--passphrase-fd",
+        "0",
+    ];
+    let mut cmd = match which {
+        Gpg::Host => {
+            let mut c = Command::new("gpg");
+            c.arg("--homedir").arg(home).args(FIXED);
+            c
+        }
+        Gpg::V24 => {
+            // A fresh homedir inside the chroot per call, removed after (the chroot is a
+            // shared cache, so nothing else is written into it).
+            let mut c = Command::new("chroot");
+            c.env_clear()
+                .env("PATH", "/usr/sbin:/usr/bin:/sbin:/bin")
+                .args([GPG24_ROOT, "/bin/sh", "-c"])
+                .arg(r#"h=$(mktemp -d) || exit 2; gpg --homedir "$h" "$@"; rc=$?; gpgconf --homedir "$h" --kill all 2>/dev/null; rm -rf "$h"; exit $rc"#)
+                .arg("sh")
+                .args(FIXED);
+            c
+        }
+    };
+    let mut child = cmd
+        .args(args)
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let mut data = format!("{PASS}\n").into_bytes();
+    data.extend_from_slice(input);
+    // Fed from a thread: gpg writes output while it still reads.
+    let feeder = std::thread::spawn(move || {
+        use std::io::Write as _;
+        let _ = stdin.write_all(&data);
+    });
+    let out = child.wait_with_output().unwrap();
+    feeder.join().unwrap();
+    if out.status.success() {
+        Ok(out.stdout)
+    } else {
+        Err(String::from_utf8_lossy(&out.stderr).into_owned())
+    }
+}
+
+/// What must become of a backup gpg wrote with some options.
+#[derive(Clone, Copy, Debug)]
+enum Verdict {
+    /// `box extract` reproduces the tree exactly.
+    Restores,
+    /// Refused before anything is decrypted, never called corrupt; the message holds this
+    /// text and the way out (`gpg -d` piped into a re-encryption box reads).
+    Refused(&'static str),
+}
+
+use Verdict::{Refused, Restores};
+
+/// The seed's `tar czf - . | gpg --symmetric` with the options users' gpg (or gpg.conf)
+/// adds. Beyond this list, `BOX_TEST_GPG_ALL=1` adds the other old ciphers and S2K modes.
+fn gpg_cases() -> Vec<(Gpg, Vec<&'static str>, Verdict)> {
+    const CAST5: Verdict = Refused("is encrypted with CAST5, an old 64-bit-block cipher");
+    const NO_MDC: Verdict = Refused("has no integrity check");
+    const OCB: Verdict = Refused("is encrypted with AEAD (AES256-OCB");
+    let mut cases = Vec::new();
+    for gpg in [Gpg::Host, Gpg::V24] {
+        // Every case but the S2K ones with a cheap S2K count: gpg's calibrated default
+        // costs about a second per file (gpg, then box's two passes) in a debug build.
+        let mut add = |args: &[&'static str], v| {
+            let mut args = args.to_vec();
+            if !args.is_empty() && !args.iter().any(|a| a.starts_with("--s2k")) {
+                args.extend(["--s2k-count", "65536"]);
+            }
+            cases.push((gpg, args, v))
+        };
+        add(&[], Restores);
+        for algo in ["AES256", "AES128", "CAMELLIA256", "TWOFISH"] {
+            add(&["--cipher-algo", algo], Restores);
+        }
+        for algo in ["zlib", "bzip2", "none"] {
+            add(&["--compress-algo", algo], Restores);
+        }
+        add(&["--armor"], Restores);
+        add(&["--s2k-mode", "1"], Restores);
+        add(&["--rfc2440"], NO_MDC);
+        match gpg {
+            Gpg::Host => add(&["--cipher-algo", "CAST5"], CAST5),
+            Gpg::V24 => {
+                // 2.4 encrypts with CAST5 only when told old ciphers are fine.
+                add(
+                    &["--cipher-algo", "CAST5", "--allow-old-cipher-algos"],
+                    CAST5,
+                );
+                add(&["--force-aead"], OCB);
+                // 2.4 writes OCB even when asked for EAX (EAX it only decrypts).
+                add(&["--force-aead", "--aead-algo", "eax"], OCB);
+                add(&["--force-aead", "--armor"], OCB);
+                // RFC 4880 mode's default cipher is 3DES; with AEAD forced too, 2.4 hides
+                // it in an encrypted session key: refused once the passphrase opened it.
+                add(
+                    &["--force-aead", "--rfc4880"],
+                    Refused("is encrypted with 3DES"),
+                );
+            }
+        }
+        if std::env::var_os("BOX_TEST_GPG_ALL").is_some() {
+            add(&["--s2k-mode", "0"], Restores);
+            add(
+                &["--s2k-digest-algo", "SHA1", "--s2k-count", "1024"],
+                Restores,
+            );
+            add(&["--cipher-algo", "AES192"], Restores);
+            for (algo, text) in [
+                ("3DES", "is encrypted with 3DES"),
+                ("IDEA", "is encrypted with IDEA"),
+                ("BLOWFISH", "is encrypted with BLOWFISH"),
+            ] {
+                let mut args = vec!["--cipher-algo", algo];
+                if gpg == Gpg::V24 {
+                    args.push("--allow-old-cipher-algos");
+                }
+                cases.push((gpg, args, Refused(text)));
+            }
+        }
+    }
+    cases
+}
+
+/// GnuPG 2.2 (this host) and 2.4 (Debian 13's, in a chroot): every seed-style backup either
+/// restores exactly through `box extract` or is refused for its true reason, with a way out
+/// that works.
+#[test]
+fn seed_backups_from_gnupg_2_2_and_2_4_restore_or_are_refused_for_their_true_reason() {
+    let mut missing = Vec::new();
+    if !std::path::Path::new(GPG24_ROOT)
+        .join("usr/bin/gpg")
+        .exists()
+    {
+        missing.push(format!(
+            "GnuPG 2.4 in {GPG24_ROOT} (scripts/setup.sh builds it: scripts/gpg24-chroot.sh)"
+        ));
+    }
+    if !nix::unistd::geteuid().is_root() {
+        missing.push("root (to chroot into GnuPG 2.4's tree)".into());
+    }
+    if !sim_support::require("gpg 2.4 interop", &missing) {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    sample_tree(&root);
+    let home = gpg_home(t.path());
+    // The seed's archive: tar czf - -C /data .
+    let tgz = Command::new("tar")
+        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
+        .output()
+        .unwrap();
+    assert!(tgz.status.success());
+    let want = snapshot(&root);
+    let mut failures = Vec::new();
+    for (n, (gpg, args, verdict)) in gpg_cases().into_iter().enumerate() {
+        let case = format!("{gpg:?} gpg --symmetric {}", args.join(" "));
+        let mut full = args.clone();
+        full.extend(["--symmetric", "-o", "-"]);
+        let enc = t.path().join(format!("case{n}.tar.gz.gpg"));
+        let written = run_gpg(gpg, &home, &full, &tgz.stdout)
+            .unwrap_or_else(|e| panic!("{case}: gpg failed to write it: {e}"));
+        fs::write(&enc, written).unwrap();
+        let target = t.path().join(format!("case{n}-out"));
+        let out = box_extract(t.path(), &enc, &target);
+        let err = String::from_utf8_lossy(&out.stderr).into_owned();
+        match verdict {
+            Restores if !out.status.success() => failures.push(format!("{case}: refused: {err}")),
+            Restores if snapshot(&target) != want => {
+                failures.push(format!("{case}: restored, but not the same tree"))
+            }
+            Restores => {}
+            Refused(_) if out.status.success() => failures.push(format!("{case}: restored")),
+            Refused(text) => {
+                if !err.contains(text) || err.contains("corrupt or truncated") || target.exists() {
+                    failures.push(format!("{case}: wanted `{text}`, got: {err}"));
+                    continue;
+                }
+                // The library's reader refuses it the same way (box load's path).
+                match box_host::backup::load::validate_backup(&enc, &secret(PASS)) {
+                    Err(e) if e.to_string().contains(text) => {}
+                    other => failures.push(format!("{case}: validate_backup: {other:?}")),
+                }
+                if let Err(e) = way_out_restores(gpg, &home, &enc, &err, t.path(), &want) {
+                    failures.push(format!("{case}: the way out: {e}"));
+                }
+            }
+        }
+        assert!(!err.contains(PASS) && !String::from_utf8_lossy(&out.stdout).contains(PASS));
+    }
+    assert!(failures.is_empty(), "{}", failures.join("\n"));
+}
+
+/// Follows the refusal's advice with the gpg that wrote the file: decrypt it and pipe it
+/// into `gpg --symmetric --rfc4880 --cipher-algo AES256`; box must restore that exactly.
+fn way_out_restores(
+    gpg: Gpg,
+    home: &std::path::Path,
+    enc: &std::path::Path,
+    message: &str,
+    dir: &std::path::Path,
+    want: &Tree,
+) -> Result<(), String> {
+    const REENCRYPT: [&str; 4] = ["--rfc4880", "--cipher-algo", "AES256", "--symmetric"];
+    let decrypt: &[&str] = if message.contains("gpg --ignore-mdc-error -d ") {
+        &["--ignore-mdc-error", "-d"]
+    } else {
+        &["-d"]
+    };
+    let advice = format!(
+        "gpg {} {} | gpg --symmetric --rfc4880 --cipher-algo AES256 -o ",
+        decrypt.join(" "),
+        enc.display()
+    );
+    if !message.contains(&advice) {
+        return Err(format!("no `{advice}` in: {message}"));
+    }
+    let plain = run_gpg(gpg, home, decrypt, &fs::read(enc).unwrap())?;
+    let fixed = dir.join(format!(
+        "{}.aes256.gpg",
+        enc.file_name().unwrap().to_string_lossy()
+    ));
+    let mut args = REENCRYPT.to_vec();
+    args.extend(["--s2k-count", "65536", "-o", "-"]);
+    fs::write(&fixed, run_gpg(gpg, home, &args, &plain)?).unwrap();
+    let target = dir.join(format!("{}-fixed", fixed.display()));
+    let out = box_extract(dir, &fixed, &target);
+    if !out.status.success() {
+        return Err(String::from_utf8_lossy(&out.stderr).into_owned());
+    }
+    if &snapshot(&target) != want {
+        return Err("the re-encrypted backup restored another tree".into());
+    }
+    Ok(())
+}
+
+/// RFC 9580's AEAD (SKESK v6 + SEIPD v2, as sq, rpgp, PGPainless and OpenPGP.js write it)
+/// restores exactly: sequoia reads it, with OCB, EAX and GCM.
+#[test]
+fn rfc9580_seipd_v2_backups_restore_exactly() {
+    use sequoia_openpgp::serialize::stream::{Encryptor, LiteralWriter, Message};
+    use sequoia_openpgp::types::{AEADAlgorithm, SymmetricAlgorithm};
+    use std::io::Write as _;
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    sample_tree(&root);
+    let tgz = Command::new("tar")
+        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
+        .output()
+        .unwrap();
+    for aead in [AEADAlgorithm::OCB, AEADAlgorithm::EAX, AEADAlgorithm::GCM] {
+        let enc = t.path().join(format!("v6-{aead:?}.tar.gz.gpg"));
+        let mut sink = Vec::new();
+        {
+            let message = Message::new(&mut sink);
+            let message = Encryptor::with_passwords(message, Some(PASS))
+                .symmetric_algo(SymmetricAlgorithm::AES256)
+                .aead_algo(aead)
+                .build()
+                .unwrap();
+            let mut w = LiteralWriter::new(message).build().unwrap();
+            w.write_all(&tgz.stdout).unwrap();
+            w.finalize().unwrap();
+        }
+        // It really is RFC 9580's: an SKESK (tag 3) of version 6 first.
+        assert_eq!((sink[0] & 0x3f, sink[2]), (3, 6), "{aead:?}");
+        fs::write(&enc, &sink).unwrap();
+        let target = t.path().join(format!("v6-{aead:?}-out"));
+        let out = box_extract(t.path(), &enc, &target);
+        assert!(
+            out.status.success(),
+            "{aead:?}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert_eq!(snapshot(&target), snapshot(&root), "{aead:?}");
     }
 }

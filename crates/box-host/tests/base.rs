@@ -172,6 +172,7 @@ fn base_flow(version: &str) {
         alpha.stdout.contains("No base for this configuration"),
         "{alpha}"
     );
+    let marker = w.write_marker("alpha");
     let save = w.run(&["save", "alpha"]);
     assert!(save.ok(), "{save}");
     let backup = std::fs::read_dir(w.dir.path().join("backups"))
@@ -299,6 +300,7 @@ fn base_flow(version: &str) {
         load.stdout.contains(&format!("Using base {digest}")),
         "{load}"
     );
+    w.assert_marker("gamma", &marker);
 
     let rm = w.run(&["rm", "gamma", "--force"]);
     assert!(rm.ok(), "{rm}");

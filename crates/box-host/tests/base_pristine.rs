@@ -113,18 +113,25 @@ impl User {
     }
 }
 
+impl User {
+    /// `smolvm-sim args…` in this user's world (`version`: SMOLVM_SIM_VERSION).
+    fn sim(&self, version: Option<&str>, args: &[&str]) -> std::io::Result<std::process::Output> {
+        let mut cmd = Command::new(sibling("smolvm-sim"));
+        cmd.args(args)
+            .env("SMOLVM_SIM_HOME", self.dir.path().join("sim"))
+            .stdin(Stdio::null());
+        if let Some(v) = version {
+            cmd.env("SMOLVM_SIM_VERSION", v);
+        }
+        cmd.output()
+    }
+}
+
 impl Drop for User {
     fn drop(&mut self) {
-        let sim = |args: &[&str]| {
-            Command::new(sibling("smolvm-sim"))
-                .args(args)
-                .env("SMOLVM_SIM_HOME", self.dir.path().join("sim"))
-                .stdin(Stdio::null())
-                .output()
-        };
-        if let Ok(out) = sim(&["machine", "ls", "--json"]) {
+        if let Ok(out) = self.sim(None, &["machine", "ls", "--json"]) {
             for (name, _) in sim_support::parse_machines(&out.stdout) {
-                let _ = sim(&["machine", "delete", "--name", &name, "-f"]);
+                let _ = self.sim(None, &["machine", "delete", "--name", &name, "-f"]);
             }
         }
     }
@@ -157,6 +164,7 @@ fn pristine_base_then_new_and_load_without_network_provisioning() {
     );
     let (doctor, _) = u.timed("doctor alpha", &["doctor", "alpha"]);
     assert!(doctor.ok(), "{doctor}");
+    let marker = sim_support::write_marker(&|a| u.sim(None, a).unwrap(), "alpha");
     let (save, _) = u.timed("save alpha", &["save", "alpha"]);
     assert!(save.ok(), "{save}");
     let backup = std::fs::read_dir(u.dir.path().join("backups"))
@@ -176,6 +184,7 @@ fn pristine_base_then_new_and_load_without_network_provisioning() {
         load.stdout.contains(&format!("Using base {digest}")),
         "{load}"
     );
+    sim_support::assert_marker(&|a| u.sim(None, a).unwrap(), "beta", &marker);
     let (doctor, _) = u.timed("doctor beta", &["doctor", "beta"]);
     assert!(doctor.ok(), "{doctor}");
     // smolvm 1.9 on Linux: the shared pack store. The base is extracted once (by gamma's
@@ -194,6 +203,7 @@ fn pristine_base_then_new_and_load_without_network_provisioning() {
         &["load", backup.to_str().unwrap(), "delta"],
     );
     assert!(load19.ok(), "{load19}");
+    sim_support::assert_marker(&|a| u.sim(v19, a).unwrap(), "delta", &marker);
     let (doctor, _) = u.timed_on(v19, "doctor delta", &["doctor", "delta"]);
     assert!(doctor.ok(), "{doctor}");
     eprintln!(

@@ -191,12 +191,17 @@ impl User {
             .unwrap_or_default()
     }
 
+    /// `smolvm-sim args…` in this user's world.
+    fn sim(&self, args: &[&str]) -> std::process::Output {
+        let mut cmd = Command::new(sibling("smolvm-sim"));
+        cmd.args(args).stdin(Stdio::null());
+        self.env(&mut cmd);
+        cmd.output().unwrap()
+    }
+
     /// Machines left in the simulator (every test removes what it made).
     fn machines(&self) -> Vec<(String, String)> {
-        let mut cmd = Command::new(sibling("smolvm-sim"));
-        cmd.args(["machine", "ls", "--json"]);
-        self.env(&mut cmd);
-        sim_support::parse_machines(&cmd.output().unwrap().stdout)
+        sim_support::parse_machines(&self.sim(&["machine", "ls", "--json"]).stdout)
     }
 }
 
@@ -284,6 +289,7 @@ fn first_run_on_a_pristine_image_from_the_network() {
          agent tools (claude, codex, executor, hermes) on PATH and the MCP token set:\n{enter}"
     );
 
+    let marker = sim_support::write_marker(&|a| user.sim(a), "alpha");
     let (save, _) = user.phase("save alpha", &["save", "alpha"]);
     assert!(save.ok(), "{save}");
     let backups = user.backups();
@@ -293,6 +299,7 @@ fn first_run_on_a_pristine_image_from_the_network() {
     let (load, _) = user.phase("load into beta", &["load", &backup, "beta"]);
     User::print_steps("load", &load);
     assert!(load.ok(), "{load}");
+    sim_support::assert_marker(&|a| user.sim(a), "beta", &marker);
     doctor_ok(&mut user, "beta");
 
     for name in ["alpha", "beta"] {

@@ -128,6 +128,7 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
     use std::os::unix::fs::PermissionsExt;
     assert_eq!(mode.permissions().mode() & 0o777, 0o600);
     w.assert_no_plaintext(&["alpha"]);
+    w.assert_plaintext_check_sees_leftovers("alpha");
     w.assert_running_unpaused("alpha");
     assert!(w.lock_free("alpha"));
 

@@ -1,6 +1,10 @@
 //! OpenPGP, as stock `gpg -d` (2.2) reads it: SKESK v4 + SEIPD v1 (MDC), AES-256, iterated
 //! and salted S2K, default RFC 4880 profile, never AEAD (rust-stack.md decisions 1a–1c).
 //!
+//! Reading is wider, for backups other tools wrote: SEIPD v1 under AES, Twofish or
+//! Camellia (any S2K, compression, armor) and RFC 9580's SEIPD v2 (AEAD). What box refuses
+//! (LibrePGP's AEAD packet, 64-bit-block ciphers, no MDC) is told by [`super::envelope`].
+//!
 //! Decryption uses a 1 MiB buffer (the default costs 180 MB of RSS) and every byte it
 //! returns is unauthenticated until EOF, where the MDC is checked: callers act on plaintext
 //! only inside a staging area until [`DecryptReader`] has reported EOF.
@@ -27,7 +31,7 @@ use openpgp::policy::StandardPolicy;
 use openpgp::serialize::stream::{Encryptor, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
-use super::BackupError;
+use super::{BackupError, envelope};
 
 /// The decrypt buffer: ≥ the largest read we do (rust-stack.md §1.3).
 pub const DECRYPT_BUFFER: usize = 1 << 20;
@@ -134,10 +138,29 @@ impl std::fmt::Display for WrongPassphrase {
 
 impl std::error::Error for WrongPassphrase {}
 
+/// The session key opened, but its cipher is one box refuses: sequoia's policy would
+/// stop it only after the key was accepted, which reads as corruption.
+#[derive(Debug)]
+struct WeakCipher(u8);
+
+impl std::fmt::Display for WeakCipher {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "the message is encrypted with {}",
+            envelope::cipher_name(self.0)
+        )
+    }
+}
+
+impl std::error::Error for WeakCipher {}
+
 struct Helper {
     password: Password,
     /// A session key was accepted: from here on, failures are integrity failures.
     decrypted: Arc<AtomicBool>,
+    /// The weak cipher an encrypted session key turned out to use.
+    weak: Arc<Mutex<Option<u8>>>,
 }
 
 impl VerificationHelper for Helper {
@@ -166,6 +189,13 @@ impl DecryptionHelper for Helper {
             if let Ok((algo, key)) = skesk.decrypt(&self.password)
                 && decrypt(algo, &key)
             {
+                // Checked only once the key proved right: a wrong passphrase decrypts an
+                // encrypted session key to a random cipher id. (A cipher the key packet
+                // names openly was refused before, by envelope::inspect.)
+                if let Some(weak) = algo.map(u8::from).filter(|a| envelope::is_weak(*a)) {
+                    *self.weak.lock().unwrap_or_else(|e| e.into_inner()) = Some(weak);
+                    return Err(WeakCipher(weak).into());
+                }
                 self.decrypted.store(true, Ordering::SeqCst);
                 return Ok(None);
             }
@@ -217,16 +247,34 @@ impl DecryptReader {
     }
 
     /// Decrypts what `source` yields; `what` names it in errors. Blocks until `source` has
-    /// given enough to check the passphrase.
+    /// given enough to check the passphrase. An envelope box refuses (AEAD packet 20, a
+    /// weak cipher, no MDC) is [`BackupError::Unsupported`], a file that ends inside its
+    /// first packets [`BackupError::Corrupt`], both before any key is derived.
     pub fn from_reader(
-        source: impl Read + Send + Sync + 'static,
+        mut source: impl Read + Send + Sync + 'static,
         what: &str,
         passphrase: &SecretString,
     ) -> Result<Self, BackupError> {
+        let head = envelope::read_head(&mut source)
+            .map_err(|e| BackupError::Io(format!("cannot read {what}: {e}")))?;
+        let unsupported = |refusal| {
+            BackupError::Unsupported(envelope::Unsupported {
+                file: what.to_string(),
+                refusal,
+            })
+        };
+        match envelope::inspect(&head) {
+            Some(envelope::Verdict::Refuse(refusal)) => return Err(unsupported(refusal)),
+            Some(envelope::Verdict::Truncated(what)) => return Err(BackupError::Corrupt(what)),
+            None => {}
+        }
+        let source = io::Cursor::new(head).chain(source);
         let decrypted = Arc::new(AtomicBool::new(false));
+        let weak = Arc::new(Mutex::new(None));
         let helper = Helper {
             password: Password::from(passphrase.expose_secret()),
             decrypted: decrypted.clone(),
+            weak: weak.clone(),
         };
         let builder = DecryptorBuilder::from_reader(source)
             .map_err(|e| BackupError::NotOpenPgp(format!("{what}: {e}")))?;
@@ -240,7 +288,9 @@ impl DecryptReader {
             BackupError::Corrupt("the encrypted data ends early or is malformed".into())
         })?
         .map_err(|e| {
-            if e.downcast_ref::<WrongPassphrase>().is_some() {
+            if let Some(cipher) = *weak.lock().unwrap_or_else(|e| e.into_inner()) {
+                unsupported(envelope::Refusal::WeakCipher(cipher))
+            } else if e.downcast_ref::<WrongPassphrase>().is_some() {
                 BackupError::WrongPassphrase
             } else if decrypted.load(Ordering::SeqCst) {
                 BackupError::Corrupt(format!("{e}"))

@@ -21,7 +21,7 @@ use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
 use super::progress::Progress;
-use super::{BackupError, hex_sha, publish};
+use super::{BackupError, envelope, hex_sha, publish};
 
 /// What pass 1 learned about a backup.
 #[derive(Debug, Clone)]
@@ -361,15 +361,31 @@ pub fn extract(
     })
 }
 
-/// Opens the file only to check it exists and is a regular file (clear error otherwise).
+/// Checks the file exists, is a regular file, is not in an OpenPGP envelope box refuses
+/// (AEAD packet 20, a weak cipher, no MDC) and does not end inside its first packets, with
+/// a clear error otherwise: before the passphrase is asked for and anything is locked or
+/// created.
 pub fn check_backup_file(path: &Path) -> Result<()> {
     let meta =
         std::fs::metadata(path).with_context(|| format!("no such backup: {}", path.display()))?;
     if !meta.is_file() {
         bail!("{} is not a regular file", path.display());
     }
-    File::open(path).with_context(|| format!("cannot read backup {}", path.display()))?;
-    Ok(())
+    let mut file =
+        File::open(path).with_context(|| format!("cannot read backup {}", path.display()))?;
+    let head = envelope::read_head(&mut file)
+        .with_context(|| format!("cannot read backup {}", path.display()))?;
+    match envelope::inspect(&head) {
+        Some(envelope::Verdict::Refuse(refusal)) => {
+            Err(BackupError::Unsupported(envelope::Unsupported {
+                file: path.display().to_string(),
+                refusal,
+            })
+            .into())
+        }
+        Some(envelope::Verdict::Truncated(what)) => Err(BackupError::Corrupt(what).into()),
+        None => Ok(()),
+    }
 }
 
 /// The mode a directory made by this user here gets (0777 less the umask), read from a

@@ -24,6 +24,7 @@
 mod channel;
 pub mod cleanup;
 pub mod crypto;
+pub mod envelope;
 mod follow;
 pub mod load;
 pub mod passphrase;
@@ -43,6 +44,10 @@ pub enum BackupError {
     WrongPassphrase,
     #[error("not an encrypted OpenPGP backup: {0}")]
     NotOpenPgp(String),
+    /// Well-formed, but in an envelope box refuses (AEAD packet 20, a weak cipher, no
+    /// MDC): never reported as corrupt; the message says how to re-encrypt it.
+    #[error("{0}")]
+    Unsupported(envelope::Unsupported),
     #[error("backup is corrupt or truncated (OpenPGP integrity check failed: {0})")]
     Corrupt(String),
     #[error("decrypted data is not a valid archive: {0}")]

@@ -24,7 +24,7 @@ use super::Context;
 use super::new::{self, Provisioned};
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::progress::human;
-use crate::backup::{cleanup, passphrase};
+use crate::backup::{BackupError, cleanup, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
@@ -62,6 +62,9 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let validated = match load::validate_backup(&args.file, &pass) {
         Ok(v) => v,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
+        // A sound file in an envelope box refuses: not "invalid", and the message says
+        // how to re-encrypt it.
+        Err(e) if matches!(e.downcast_ref(), Some(BackupError::Unsupported(_))) => return Err(e),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
     };
     describe(&validated);

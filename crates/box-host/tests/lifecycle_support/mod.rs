@@ -167,6 +167,16 @@ impl World {
         cmd.output().unwrap()
     }
 
+    /// Writes a marker into `machine`'s agent home (see [`sim_support::write_marker`]).
+    pub fn write_marker(&self, machine: &str) -> String {
+        sim_support::write_marker(&|args| self.sim(args), machine)
+    }
+
+    /// The marker written before a save is in the loaded box `machine`.
+    pub fn assert_marker(&self, machine: &str, content: &str) {
+        sim_support::assert_marker(&|args| self.sim(args), machine, content)
+    }
+
     /// `(name, state)` of every machine the simulator has.
     pub fn machines(&self) -> Vec<(String, String)> {
         let out = self.sim(&["machine", "ls", "--json"]);

@@ -340,9 +340,56 @@ impl World {
             "temporaries beside the backups: {temps:?}"
         );
         for m in machines {
-            let (_, out) = self.sh_any(m, "ls -d /root/hb-* 2>/dev/null; true");
-            assert!(out.trim().is_empty(), "guest scratch left in {m}: {out}");
+            let left = self.guest_plaintext_left(m);
+            assert!(left.is_empty(), "guest plaintext left in {m}: {left:?}");
         }
+    }
+
+    /// Plaintext a save or load may leave in a guest: the transfer's scratch under /root,
+    /// `hb import`'s stage and rollback dirs in /data, and tar, gzip or zstd data anywhere
+    /// in /tmp (found by content: a stray part has no fixed name). /var/tmp is the host's
+    /// in the simulator, so it is not the guest's to check.
+    pub fn guest_plaintext_left(&self, machine: &str) -> Vec<String> {
+        const SCRIPT: &str = r#"
+ls -d /root/hb-* 2>/dev/null
+find /data -maxdepth 2 -name '.hb-restore-*' 2>/dev/null
+find /tmp -xdev -type f -size +0 2>/dev/null | while IFS= read -r f; do
+  case $(head -c 4 "$f" | od -An -tx1 | tr -d ' \n') in
+    28b52ffd | 1f8b*) echo "$f"; continue ;;
+  esac
+  [ "$(tail -c +258 "$f" | head -c 5)" = ustar ] && echo "$f"
+done
+true"#;
+        let (ok, out) = self.sh_any(machine, SCRIPT);
+        assert!(ok, "cannot look for plaintext in {machine}");
+        out.lines().map(str::to_string).collect()
+    }
+
+    /// [`World::assert_no_plaintext`] sees each kind of leftover: plants one of each in
+    /// `machine`, checks every one is reported, removes them.
+    pub fn assert_plaintext_check_sees_leftovers(&self, machine: &str) {
+        let planted = [
+            "/root/hb-load-0-0",
+            "/data/.hb-restore-stage-0",
+            "/data/.hb-restore-rollback-0",
+            "/tmp/stray.zst",
+            "/tmp/x/stray.gz",
+            "/tmp/stray-tar",
+        ];
+        self.sh(
+            machine,
+            r"mkdir -p /root/hb-load-0-0 /data/.hb-restore-stage-0 /data/.hb-restore-rollback-0 /tmp/x
+echo data | zstd -q >/tmp/stray.zst
+echo data | gzip >/tmp/x/stray.gz
+tar -cf /tmp/stray-tar -C /etc hostname",
+        );
+        let mut seen = self.guest_plaintext_left(machine);
+        seen.sort();
+        let mut want = planted.map(String::from).to_vec();
+        want.sort();
+        assert_eq!(seen, want, "the plaintext check missed a leftover");
+        self.sh(machine, &format!("rm -rf {}", planted.join(" ")));
+        assert!(self.guest_plaintext_left(machine).is_empty());
     }
 
     /// The box's Executor runs and nothing of a quiesce is left.

@@ -235,3 +235,55 @@ pub fn assert_no_secrets(surfaces: &[(String, String)], secrets: &[String]) {
         }
     }
 }
+
+/// Where [`write_marker`] leaves its file: the agent's home, which `box save` archives and
+/// `box load` restores.
+pub const MARKER: &str = "/data/home/agent/.box-test-marker";
+
+/// `sh -c script sh args…` in `machine` (the arguments as `$1`…, never spliced into it).
+fn guest_sh(sim: &dyn Fn(&[&str]) -> Output, machine: &str, script: &str, args: &[&str]) -> Output {
+    let mut argv = vec![
+        "machine", "exec", "--name", machine, "--", "sh", "-c", script, "sh",
+    ];
+    argv.extend_from_slice(args);
+    sim(&argv)
+}
+
+/// Writes a file of content unique to this run into `machine`'s agent home, owned by the
+/// agent as the user's own files are, before a `box save`; returns the content for
+/// [`assert_marker`] on the box a load of that backup made. `sim` runs smolvm-sim with the
+/// world's environment. Without it a load could restore nothing and still pass.
+pub fn write_marker(sim: &dyn Fn(&[&str]) -> Output, machine: &str) -> String {
+    let nanos = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map(|d| d.as_nanos())
+        .unwrap_or_default();
+    let content = format!(
+        "saved from {machine} at {nanos} by test pid {}",
+        std::process::id()
+    );
+    let out = guest_sh(
+        sim,
+        machine,
+        r#"printf '%s\n' "$1" >"$2" && chown agent:agent "$2""#,
+        &[&content, MARKER],
+    );
+    assert!(
+        out.status.success(),
+        "cannot write the marker into {machine}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    content
+}
+
+/// The marker [`write_marker`] left before the save is in `machine` (a loaded box), with
+/// the same content and owner.
+pub fn assert_marker(sim: &dyn Fn(&[&str]) -> Output, machine: &str, content: &str) {
+    let out = guest_sh(sim, machine, r#"stat -c %U "$1" && cat "$1""#, &[MARKER]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        format!("agent\n{content}\n"),
+        "the loaded box {machine} lacks what was saved ({MARKER}): {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+}
