@@ -233,6 +233,134 @@ fn doctor_ok(user: &mut User, name: &str) {
     }
 }
 
+/// What ordinary boxes hold (issue 21), written as root into the box before its save: a
+/// `dd`-made 600 MiB file of zeros, a 3 GiB sparse image with data in its middle, a setgid
+/// shared dir and a sticky one, and a WAL-mode SQLite database whose rows sit in its WAL
+/// only (the writer died without a checkpoint).
+const ORDINARY: &str = r#"set -e
+O=/data/home/agent/workspace/ordinary
+mkdir -p $O/shared $O/tmp
+dd if=/dev/zero of=$O/zeros.img bs=1M count=600 status=none
+truncate -s 3G $O/sparse.img
+printf 'the middle of a sparse image' | dd of=$O/sparse.img bs=1 seek=1610612736 conv=notrunc status=none
+python3 - "$O/app.db" <<'PY'
+import os, sqlite3, sys
+c = sqlite3.connect(sys.argv[1], isolation_level=None)
+c.execute("PRAGMA journal_mode=WAL")
+c.execute("PRAGMA wal_autocheckpoint=0")
+c.execute("CREATE TABLE t(i INTEGER PRIMARY KEY, v TEXT)")
+c.execute("BEGIN")
+for i in range(5000):
+    c.execute("INSERT INTO t(v) VALUES (?)", ("row %d" % i,))
+c.execute("COMMIT")
+os._exit(0)
+PY
+chown -R agent:agent $O
+chmod 2775 $O/shared
+chmod 1777 $O/tmp
+"#;
+
+/// How the ordinary data reads: per path its type, mode, size, owner and SHA-256, and the
+/// database's row count as SQLite sees it (with its WAL; read-only, so closing it does not
+/// checkpoint the WAL away). Allocation is [`ORDINARY_BLOCKS`].
+const ORDINARY_LISTING: &str = r#"cd /data/home/agent/workspace/ordinary
+stat -c '%n %F %a %s %U' shared tmp zeros.img sparse.img app.db app.db-wal
+sha256sum zeros.img sparse.img app.db app.db-wal
+python3 -c 'import sqlite3; print(sqlite3.connect("file:app.db?mode=ro", uri=True).execute("SELECT count(*) FROM t").fetchone()[0])'
+"#;
+
+/// Allocated 512-byte blocks of the two images.
+const ORDINARY_BLOCKS: &str =
+    "cd /data/home/agent/workspace/ordinary && stat -c '%n %b' zeros.img sparse.img";
+
+/// Runs `script` as root in `machine`; its stdout.
+fn guest_sh(user: &User, machine: &str, script: &str) -> String {
+    let out = user.sim(&[
+        "machine", "exec", "--name", machine, "--", "sh", "-c", script,
+    ]);
+    assert!(
+        out.status.success(),
+        "in {machine}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+/// Both images take almost no disk (zeros as holes, the sparse one's holes kept).
+fn assert_images_sparse(blocks: &str, where_: &str) {
+    for line in blocks.lines() {
+        let (name, n) = line.rsplit_once(' ').unwrap();
+        let n: u64 = n.parse().unwrap();
+        assert!(n * 512 < 2 << 20, "{where_}: {name} holds {n} blocks");
+    }
+}
+
+/// `box extract` of the backup as root and as an unprivileged user: the ordinary data
+/// comes back byte for byte, every mode bit as GNU tar restores it (the user keeps set-id
+/// bits on their own files; root drops none of these, which are directories), zeros as
+/// holes.
+fn extract_as_root_and_user(user: &mut User, backup: &str) {
+    let (ex, _) = user.phase("extract as root", &["extract", backup]);
+    assert!(ex.ok(), "{ex}");
+    let target = user.dir.path().join("backups").join(format!(
+        "{}-extracted",
+        Path::new(backup)
+            .file_name()
+            .unwrap()
+            .to_string_lossy()
+            .trim_end_matches(".tar.zst.gpg")
+    ));
+    // As nobody: its own dir with a copy of the backup and the passphrase.
+    let nobody = tempfile::Builder::new()
+        .prefix("first-run-nobody-")
+        .tempdir()
+        .unwrap();
+    let copy = nobody.path().join("b.tar.zst.gpg");
+    std::fs::copy(backup, &copy).unwrap();
+    std::fs::copy(&user.passphrase, nobody.path().join("pass")).unwrap();
+    let chown = Command::new("chown")
+        .args(["-R", "nobody:nogroup"])
+        .arg(nobody.path())
+        .status()
+        .unwrap();
+    assert!(chown.success());
+    let mut cmd = Command::new("setpriv");
+    cmd.args(["--reuid=65534", "--regid=65534", "--clear-groups"])
+        .arg(box_bin())
+        .arg("extract")
+        .arg(&copy)
+        .arg(nobody.path().join("out"))
+        .stdin(Stdio::null());
+    user.env(&mut cmd);
+    cmd.env("BOX_HOME", nobody.path().join("box-home"))
+        .env("HOME", nobody.path())
+        .env("BOX_PASSPHRASE_FILE", nobody.path().join("pass"));
+    let run = Run::from(&cmd.output().unwrap());
+    assert!(run.ok(), "box extract as nobody: {run}");
+    for (who, root) in [("root", target), ("nobody", nobody.path().join("out"))] {
+        let o = root.join("home/agent/workspace/ordinary");
+        use std::os::unix::fs::{MetadataExt, PermissionsExt};
+        let mode = |p: &str| std::fs::metadata(o.join(p)).unwrap().permissions().mode() & 0o7777;
+        assert_eq!(mode("shared"), 0o2775, "{who}");
+        assert_eq!(mode("tmp"), 0o1777, "{who}");
+        for (img, len) in [("zeros.img", 600u64 << 20), ("sparse.img", 3 << 30)] {
+            let m = std::fs::metadata(o.join(img)).unwrap();
+            assert_eq!(m.len(), len, "{who} {img}");
+            assert!(
+                m.blocks() * 512 < 2 << 20,
+                "{who} {img}: {} blocks",
+                m.blocks()
+            );
+        }
+        let mut f = std::fs::File::open(o.join("sparse.img")).unwrap();
+        let mut middle = [0u8; 28];
+        use std::io::{Read as _, Seek as _};
+        f.seek(std::io::SeekFrom::Start(1_610_612_736)).unwrap();
+        f.read_exact(&mut middle).unwrap();
+        assert_eq!(&middle, b"the middle of a sparse image", "{who}");
+    }
+}
+
 #[test]
 fn first_run_on_a_pristine_image_from_the_network() {
     if !prerequisites() {
@@ -290,6 +418,9 @@ fn first_run_on_a_pristine_image_from_the_network() {
     );
 
     let marker = sim_support::write_marker(&|a| user.sim(a), "alpha");
+    guest_sh(&user, "alpha", ORDINARY);
+    let ordinary = guest_sh(&user, "alpha", ORDINARY_LISTING);
+    assert!(ordinary.ends_with("\n5000\n"), "{ordinary}");
     let (save, _) = user.phase("save alpha", &["save", "alpha"]);
     assert!(save.ok(), "{save}");
     let backups = user.backups();
@@ -300,6 +431,13 @@ fn first_run_on_a_pristine_image_from_the_network() {
     User::print_steps("load", &load);
     assert!(load.ok(), "{load}");
     sim_support::assert_marker(&|a| user.sim(a), "beta", &marker);
+    assert_eq!(
+        guest_sh(&user, "beta", ORDINARY_LISTING),
+        ordinary,
+        "every byte, mode and row of the ordinary data is back"
+    );
+    assert_images_sparse(&guest_sh(&user, "beta", ORDINARY_BLOCKS), "beta");
+    extract_as_root_and_user(&mut user, &backup);
     doctor_ok(&mut user, "beta");
 
     for name in ["alpha", "beta"] {
