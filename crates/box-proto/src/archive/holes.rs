@@ -41,15 +41,36 @@ pub fn copy_with_holes(
 ) -> io::Result<u64> {
     let start = offset;
     loop {
-        let n = match from.read(buf) {
-            Ok(0) => return Ok(offset - start),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
+        // Fill up to a block boundary of the file: a piece cut short by a read (the
+        // decompressor's output does not line up with the file's blocks) would be written
+        // as data, zeros and all, at every read.
+        let misaligned = (offset % HOLE_BLOCK as u64) as usize;
+        let want = if buf.len() > HOLE_BLOCK + misaligned {
+            buf.len() - (buf.len() + misaligned) % HOLE_BLOCK
+        } else {
+            buf.len()
         };
+        let n = fill(&mut buf[..want], from)?;
+        if n == 0 {
+            return Ok(offset - start);
+        }
         write_with_holes(&buf[..n], file, offset, room)?;
         offset += n as u64;
     }
+}
+
+/// Reads until `buf` is full or the input ends; returns the bytes read.
+fn fill(buf: &mut [u8], from: &mut dyn Read) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match from.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
 }
 
 /// Writes `data` at `offset`, skipping the aligned blocks that are all zero and writing
@@ -129,6 +150,41 @@ mod tests {
             m.blocks() * 512
         );
         assert_eq!(r.written(), 3 * 4096, "only the blocks holding data count");
+    }
+
+    /// Hands out its bytes `step` at a time, as a decompressor's reads come.
+    struct Dribble<'a>(&'a [u8], usize);
+    impl Read for Dribble<'_> {
+        fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+            let n = self.1.min(buf.len()).min(self.0.len());
+            buf[..n].copy_from_slice(&self.0[..n]);
+            self.0 = &self.0[n..];
+            Ok(n)
+        }
+    }
+
+    /// Reads that do not line up with the file's blocks, and a start that does not either
+    /// (a sparse run): the zeros still become holes (each odd read wrote a block of zeros
+    /// before).
+    #[test]
+    fn odd_reads_and_offsets_still_leave_holes() {
+        let dir = tempfile::tempdir().unwrap();
+        for (start, step) in [(0u64, 130_001usize), (512, 131_072), (4096 * 3 + 7, 1000)] {
+            let path = dir.path().join(format!("f{start}-{step}"));
+            let data = vec![0u8; 16 << 20];
+            let file = File::create_new(&path).unwrap();
+            let mut r = room(dir.path());
+            let mut buf = vec![0u8; 1 << 20];
+            let n =
+                copy_with_holes(&mut buf, &mut Dribble(&data, step), &file, start, &mut r).unwrap();
+            assert_eq!(n, data.len() as u64);
+            file.set_len(start + n).unwrap();
+            assert!(
+                r.written() <= 2 * 4096,
+                "start {start}, reads of {step}: {} bytes of zeros written",
+                r.written()
+            );
+        }
     }
 
     #[test]
