@@ -88,6 +88,8 @@ pub enum State {
     Stopped,
     Failed,
     Unreachable,
+    /// ~1.33 (`machine pause`, from 1.18): execution saved, the VM stopped.
+    Paused,
 }
 
 impl State {
@@ -98,6 +100,7 @@ impl State {
             State::Stopped => "stopped",
             State::Failed => "failed",
             State::Unreachable => "unreachable",
+            State::Paused => "paused",
         }
     }
     /// Rust `{:?}` form, as smolvm's InvalidState error prints it.
@@ -108,6 +111,7 @@ impl State {
             State::Stopped => "Stopped",
             State::Failed => "Failed",
             State::Unreachable => "Unreachable",
+            State::Paused => "Paused",
         }
     }
 }
