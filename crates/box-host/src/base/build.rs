@@ -148,6 +148,12 @@ impl<'a> Builder<'a> {
             mem_mib: env.mem_mib,
             env: crate::commands::new::test_guest_env(),
             workload: guest::launcher(),
+            labels: crate::smolvm::labels::for_new_machine(
+                &self.ctx.state,
+                version,
+                &self.machine,
+            )?
+            .0,
         };
         self.created = true; // from here a failure deletes it (a failed create leaves none)
         self.smolvm.create(&spec)?;

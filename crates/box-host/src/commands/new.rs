@@ -204,6 +204,8 @@ impl NewRun<'_> {
                 "Assigned host port {p} -> Executor web (http://127.0.0.1:{p})"
             ));
         }
+        let (labels, machine_label) =
+            crate::smolvm::labels::for_new_machine(&self.ctx.state, version, self.name.as_str())?;
         let spec = CreateSpec {
             name: self.machine.clone(),
             image: env.base_image.clone(),
@@ -212,6 +214,7 @@ impl NewRun<'_> {
             mem_mib: env.mem_mib,
             env: create_env,
             workload: guest::launcher(),
+            labels,
         };
         // Signals stay deferred through create: it is never cut short.
         if let Some(base) = self.base.clone() {
@@ -245,6 +248,8 @@ impl NewRun<'_> {
             box_version: crate::version::VERSION.to_string(),
             base_image: env.base_image.clone(),
             incomplete: true,
+            kept_after_failure: None,
+            machine_label,
         })?;
         self.row_written = true;
         self.registry_lock = None;
@@ -337,6 +342,7 @@ impl NewRun<'_> {
             cpus: spec.cpus,
             mem_mib: spec.mem_mib,
             env: spec.env.clone(),
+            labels: spec.labels.clone(),
         };
         // A failed extraction should leave no machine; if smolvm left one, the rollback
         // deletes it and verifies it is gone.
@@ -416,6 +422,14 @@ impl NewRun<'_> {
         if self.created {
             if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1")
             {
+                if self.row_written {
+                    let verb = if self.restore_follows { "load" } else { "new" };
+                    cleanup::mark_kept(
+                        &self.ctx.state,
+                        &self.name,
+                        &format!("box {verb} failed while {}", self.stage),
+                    );
+                }
                 ui::warn(format!(
                     "BOX_KEEP_ON_FAILURE=1: keeping the VM '{}' for inspection; remove it with: box rm {} --force",
                     self.machine, self.name
