@@ -4,6 +4,7 @@
 mod calllog;
 mod cli;
 mod faults;
+mod home;
 mod image;
 mod machine;
 mod output;

@@ -53,7 +53,7 @@ pub fn wait_for_lock(ctx: &Context, operation: &str) -> Result<LockGuard> {
 /// Builds (or finds) the base for the current configuration.
 pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
     let env = &ctx.config.env;
-    let key = BaseKey::current(env, &crate::commands::new::test_guest_env())?;
+    let key = BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())?;
     let digest = key.digest();
     let store = Store::new(&ctx.state);
     store.ensure()?;
@@ -146,7 +146,7 @@ impl<'a> Builder<'a> {
             ports: Vec::new(),
             cpus: env.cpus,
             mem_mib: env.mem_mib,
-            env: crate::commands::new::test_guest_env(),
+            env: crate::lifecycle::test_guest_env::from_env(),
             workload: guest::launcher(),
             labels: crate::smolvm::labels::for_new_machine(
                 &self.ctx.state,

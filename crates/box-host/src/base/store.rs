@@ -175,6 +175,16 @@ impl Store {
     }
 }
 
+/// A pack's size for people: `812 MiB`, `1.4 GiB`.
+pub fn size(bytes: u64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if mib >= 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.0} MiB")
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

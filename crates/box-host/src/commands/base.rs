@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use super::Context;
 use crate::base::build::{self, Built};
-use crate::base::store::{BaseMeta, Store, human_age};
+use crate::base::store::{BaseMeta, Store, human_age, size};
 use crate::cli::BaseCmd;
 use crate::ui;
 
@@ -101,13 +101,4 @@ fn json(bases: &[BaseMeta], ctx: &Context) -> serde_json::Value {
             })
             .collect(),
     )
-}
-
-pub fn size(bytes: u64) -> String {
-    let mib = bytes as f64 / (1024.0 * 1024.0);
-    if mib >= 1024.0 {
-        format!("{:.1} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.0} MiB")
-    }
 }

@@ -13,6 +13,7 @@ use crate::lifecycle::ports;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::lifecycle::test_guest_env;
 use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 use crate::ui;
@@ -193,7 +194,7 @@ impl NewRun<'_> {
             create_env.push(("HB_WEB_PORT".to_string(), port.to_string()));
             self.port = Some(port);
         }
-        create_env.extend(test_guest_env());
+        create_env.extend(test_guest_env::from_env());
         self.checkpoint()?;
         ui::say(format!(
             "Creating box '{}' from {}",
@@ -294,7 +295,7 @@ impl NewRun<'_> {
             return None;
         }
         let env = &self.ctx.config.env;
-        let found = BaseKey::current(env, &test_guest_env())
+        let found = BaseKey::current(env, &test_guest_env::from_env())
             .and_then(|key| store::Store::new(&self.ctx.state).find(&key));
         match found {
             Ok(Some(base)) => {
@@ -521,17 +522,4 @@ pub fn create_and_provision(
         }),
         Err(stop) => Err(run.fail(stop)),
     }
-}
-
-/// `BOX_TEST_GUEST_ENV="K=V,K=V"`: extra persisted guest environment, for tests against the
-/// simulator only (e.g. pointing provisioning at npm tools the host already has). Never
-/// secrets: smolvm records these and shows them on its argv.
-pub(crate) fn test_guest_env() -> Vec<(String, String)> {
-    std::env::var("BOX_TEST_GUEST_ENV")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }
