@@ -3165,7 +3165,23 @@ fn pack_1_9_extracts_once_into_the_shared_store() {
     let data_of =
         |n: &str| PathBuf::from(s.ok(&["machine", "data-dir", "--name", n]).stdout.trim());
     let a = s.name("shared-a");
-    let o = s.ok(&["machine", "create", "--name", &a, "--from", sc]);
+    let o = s.ok(&[
+        "machine",
+        "create",
+        "--name",
+        &a,
+        "--from",
+        sc,
+        "--label",
+        "from=pack",
+    ]);
+    // A machine from a pack carries its labels like any other (run_from_smolmachine).
+    let listed = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == a.as_str())
+        .unwrap();
+    assert_eq!(listed["labels"], serde_json::json!({"from": "pack"}));
     assert!(
         o.stdout.starts_with("Extracting .smolmachine assets...\n"),
         "{o:?}"

@@ -28,7 +28,7 @@ pub type Labels = BTreeMap<String, String>;
 
 /// `--label KEY=VALUE` (from 1.8.0, PR #899): `smolvm::util::parse_labels`. The value may
 /// itself contain `=`.
-fn parse_labels(p: Personality, raw: &[String]) -> Result<Labels, SimError> {
+pub(super) fn parse_labels(p: Personality, raw: &[String]) -> Result<Labels, SimError> {
     let mut out = Labels::new();
     if !p.is_head() {
         return Ok(out);
