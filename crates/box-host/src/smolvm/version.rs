@@ -129,6 +129,12 @@ impl SmolvmVersion {
         (self.major, self.minor) >= (1, 22)
     }
 
+    /// `machine create --from` extracts a pack once into a node-shared store and points
+    /// machines at it (Linux, from 1.3; `SMOLVM_DISABLE_SHARED_EXTRACT` turns it off).
+    pub fn shares_extracted_packs(&self) -> bool {
+        (self.major, self.minor) >= (1, 3)
+    }
+
     /// `machine cp --mode` exists from 1.9.0; before it a `chmod` through exec is needed.
     /// box always uses the chmod, which works everywhere; this is informational.
     pub fn cp_has_mode(&self) -> bool {
