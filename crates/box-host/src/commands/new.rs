@@ -161,6 +161,16 @@ impl NewRun<'_> {
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         self.base = self.pick_base();
+        if self.base.is_none()
+            && !crate::lifecycle::host_checks::is_simulator(&self.smolvm)
+            && let Some(c) = crate::lifecycle::host_checks::seed_memory(
+                version,
+                crate::lifecycle::host_checks::available_mib(),
+            )
+        {
+            // What the first create of an image costs on this host (smolvm 1.22+).
+            ui::warn(c.detail);
+        }
 
         // The check-create-register window, under the registry lock.
         let registry = Registry::new(&self.ctx.state);

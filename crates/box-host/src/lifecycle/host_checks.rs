@@ -68,7 +68,7 @@ pub fn seed_memory(v: SmolvmVersion, available_mib: Option<u64>) -> Option<Check
 }
 
 /// `MemAvailable` from /proc/meminfo, in MiB; `None` where there is none (macOS).
-fn available_mib() -> Option<u64> {
+pub fn available_mib() -> Option<u64> {
     let info = std::fs::read_to_string("/proc/meminfo").ok()?;
     let line = info.lines().find(|l| l.starts_with("MemAvailable:"))?;
     let kib: u64 = line.split_whitespace().nth(1)?.parse().ok()?;
@@ -76,7 +76,7 @@ fn available_mib() -> Option<u64> {
 }
 
 /// Whether SMOLVM names the bundled simulator (which needs no KVM).
-fn is_simulator(smolvm: &Smolvm) -> bool {
+pub fn is_simulator(smolvm: &Smolvm) -> bool {
     Path::new(smolvm.binary())
         .file_name()
         .is_some_and(|n| n.to_string_lossy().starts_with("smolvm-sim"))

@@ -168,7 +168,9 @@ impl Smolvm {
         })
     }
 
-    /// `machine ls --json`: every machine, sorted by name.
+    /// `machine ls --json`: every machine, sorted by name. box learns states only here and
+    /// never calls `machine status`, which created a machine's disks at the default size
+    /// before the first start until smolvm #1194/#1197 (2026-09-07).
     pub fn list(&self) -> Result<Vec<Machine>, SmolvmError> {
         let a = args(["machine", "ls", "--json"]);
         let call = Self::call_name(&a);
