@@ -216,6 +216,33 @@ fn base_flow(version: &str) {
     );
     let (digest, pack) = only_base(&mut w);
     let size = std::fs::metadata(&pack).unwrap().len();
+    // smolvm 1.3+ extracts a pack once into its shared store at the first create --from:
+    // the build pays it, so the first box from the base is as fast as the rest.
+    let shared = version != "1.0.4";
+    assert_eq!(
+        build.stdout.contains("Warming smolvm's shared store"),
+        shared,
+        "{build}"
+    );
+    assert_eq!(
+        build.stdout.contains("the first one as fast as the rest"),
+        shared,
+        "{build}"
+    );
+    let extracted = std::fs::read_dir(w.sim_home.join("vms").join("_shared"))
+        .map(|d| {
+            d.flatten()
+                .filter(|e| e.path().join(".smolvm-extracted").exists())
+                .count()
+        })
+        .unwrap_or(0);
+    assert_eq!(
+        extracted,
+        usize::from(shared),
+        "the store holds the base before any box"
+    );
+    let ls = w.run(&["base", "ls"]);
+    assert_eq!(ls.stdout.contains("(warm)"), shared, "{ls}");
 
     let mut secrets = executor_secrets(&w, "alpha");
     secrets.push(PASSPHRASE.to_string());

@@ -105,6 +105,8 @@ fn registered_box(t: &Path) -> (Command, std::path::PathBuf) {
             box_version: "test".into(),
             base_image: "debian:12".into(),
             incomplete: false,
+            kept_after_failure: None,
+            machine_label: None,
         })
         .unwrap();
     let calls = t.join("smolvm-calls");

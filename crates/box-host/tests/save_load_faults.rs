@@ -602,6 +602,15 @@ fn load_fault_matrix() {
         r.stderr
     );
     assert!(w.registered("victim"));
+    // doctor knows it was kept on purpose, not left by a killed run.
+    let doc = w.run(&["doctor", "victim"], &[]);
+    assert!(
+        doc.stdout
+            .contains("kept on purpose after a failure (box load failed while restoring")
+            && !doc.stdout.contains("never finished"),
+        "{}",
+        doc.all()
+    );
     w.assert_no_plaintext(&["alpha", "victim"]);
     let (_, paused) = w.sh_any(
         "victim",

@@ -19,7 +19,7 @@ touch the host.";
 
 const AFTER_HELP: &str = "Environment:
   SMOLVM_SIM_HOME     state root (default $XDG_DATA_HOME/smolvm-sim or ~/.local/share/smolvm-sim)
-  SMOLVM_SIM_VERSION  personality: 1.0.4 (default), 1.9.2, 1.9.3 or 1.17.0
+  SMOLVM_SIM_VERSION  personality: 1.33.0 (default), 1.17.0, 1.9.3, 1.9.2 or 1.0.4
   SMOLVM_SIM_IMAGES   image cache (default /var/cache/smolvm-sim/images)
   SMOLVM_SIM_IMAGE_MAP  stand-ins, FROM=TO[,...] (default ubuntu:24.04=debian:13,ubuntu:26.04=debian:13)
   SMOLVM_SIM_HOST_USERLAND  1 at create: guest root = host userland (fast-test shortcut)
@@ -425,9 +425,46 @@ pub fn command(p: Personality) -> clap::Command {
                 )
             })
         })
+        .mut_subcommand("machine", |m| {
+            if !p.is_current() {
+                return m;
+            }
+            m.subcommand(name_only(
+                "pause",
+                "Save a running machine's execution and stop it (1.18+)",
+            ))
+            .subcommand(name_only(
+                "resume",
+                "Boot a paused machine again (1.18+; the simulator cannot restore RAM)",
+            ))
+        })
     } else {
         cmd
     }
+}
+
+/// A verb that takes only `-n/--name` (pause, resume).
+fn name_only(verb: &'static str, about: &'static str) -> clap::Command {
+    clap::Command::new(verb).about(about).arg(
+        Arg::new("name")
+            .short('n')
+            .long("name")
+            .value_name("NAME")
+            .required(true),
+    )
+}
+
+/// `machine pause|resume --name N`, the verbs only the current personality has (they are
+/// added at runtime, so the derive structs never see them).
+pub fn pause_or_resume(m: &ArgMatches) -> Option<(bool, String)> {
+    let mm = m.subcommand_matches("machine")?;
+    let (verb, c) = mm.subcommand()?;
+    let pause = match verb {
+        "pause" => true,
+        "resume" => false,
+        _ => return None,
+    };
+    Some((pause, c.get_one::<String>("name")?.clone()))
 }
 
 impl ShExtras {

@@ -118,7 +118,7 @@ impl Faults {
 
 /// Increment the counter for `raw`; true while it was below `limit`.
 fn counted(raw: &str, limit: u64) -> bool {
-    let dir = crate::registry::home().join("faults");
+    let dir = crate::home::home().join("faults");
     if std::fs::create_dir_all(&dir).is_err() {
         return false;
     }

@@ -4,6 +4,7 @@
 mod calllog;
 mod cli;
 mod faults;
+mod home;
 mod image;
 mod machine;
 mod output;
@@ -92,12 +93,15 @@ fn main() {
         Err(e) => finish(Err(output::config("personality", e))),
     };
     let matches = cli::command(personality).get_matches_from(&argv);
-    let parsed = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let ctx = Ctx {
         personality,
         faults: Faults::from_env(argv.get(1..).unwrap_or_default()),
         extras: ShExtras::from_matches(&matches, personality),
     };
+    if let Some((pause, name)) = cli::pause_or_resume(&matches) {
+        finish(verbs::pause::run(&ctx, &name, pause));
+    }
+    let parsed = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let res = match parsed.command {
         TopCmd::BootVm(a) => machine::supervisor::boot(&a.name, personality),
         TopCmd::ExecWatch(a) => machine::disconnect::run_watcher(a.pid, a.start_time),

@@ -35,11 +35,111 @@ fn is_sim() -> bool {
         .is_some_and(|n| n.to_string_lossy().contains("smolvm-sim"))
 }
 
+/// Prints one `SKIPPED: <test>: <why>` line past libtest's capture, so a run against a real
+/// smolvm says which tests asserted nothing.
+fn skipped(test: &str, why: &str) {
+    use std::io::Write as _;
+    let _ = writeln!(std::io::stderr(), "SKIPPED: {test}: {why}");
+}
+
+/// The calling test's name, for SKIPPED lines.
+macro_rules! test_name {
+    () => {{
+        fn f() {}
+        let full = std::any::type_name_of_val(&f);
+        full.trim_end_matches("::f")
+            .rsplit("::")
+            .next()
+            .unwrap_or(full)
+            .to_string()
+    }};
+}
+
+/// True (and a SKIPPED line) when the binary is a real smolvm and the calling test looks at
+/// what only the simulator has: fault injection, the call log, personalities, its images.
+macro_rules! sim_only {
+    () => {{
+        let real = !is_sim();
+        if real {
+            skipped(
+                &test_name!(),
+                "simulator only (fault injection, call log, personalities or simulator images)",
+            );
+        }
+        real
+    }};
+}
+
+/// The binary's `--version` as (major, minor, patch); (0, 0, 0) when unreadable.
+fn binary_version() -> (u64, u64, u64) {
+    static V: std::sync::OnceLock<(u64, u64, u64)> = std::sync::OnceLock::new();
+    *V.get_or_init(|| {
+        let out = Smol::new().run(&["--version"]).stdout;
+        let v: Vec<u64> = out
+            .split_whitespace()
+            .nth(1)
+            .unwrap_or("")
+            .split(['-', '+'])
+            .next()
+            .unwrap_or("")
+            .split('.')
+            .filter_map(|p| p.parse().ok())
+            .collect();
+        match v.as_slice() {
+            [a, b, c] => (*a, *b, *c),
+            _ => (0, 0, 0),
+        }
+    })
+}
+
+/// With a real smolvm: whether this host boots a machine at all, learned once by creating,
+/// starting and deleting one small machine. A start that fails here fails for a host reason
+/// (no usable KVM, a uid that cannot open /dev/kvm, too little memory), not for the
+/// contract under test; the error is kept for the SKIPPED lines.
+fn real_boot_failure() -> Option<String> {
+    static R: std::sync::OnceLock<Option<String>> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        let s = Smol::new();
+        let n = s.name("bootprobe");
+        let img = image();
+        let o = s.run(&[
+            "machine", "create", "--name", &n, "--image", &img, "--net", "--mem", "1024",
+        ]);
+        if o.code != 0 {
+            return Some(format!("create failed: {}", o.stderr.trim()));
+        }
+        let o = s.run(&["machine", "start", "--name", &n]);
+        (o.code != 0).then(|| {
+            let last = o
+                .stderr
+                .lines()
+                .rev()
+                .find(|l| !l.trim().is_empty())
+                .unwrap_or("");
+            format!("start failed: {}", last.trim())
+        })
+    })
+    .clone()
+}
+
 /// Guests need root and namespaces (and slirp4netns) under the simulator. Where they are
-/// missing: fail under CI=true, else say why and skip.
-fn guests_available() -> bool {
+/// missing: fail under CI=true, else say why and skip. With a real smolvm they need a host
+/// that boots: else "SKIPPED: needs a booting smolvm".
+macro_rules! guests_available {
+    () => {
+        guests_available(&test_name!())
+    };
+}
+
+fn guests_available(test: &str) -> bool {
     if !is_sim() {
-        return true;
+        return match real_boot_failure() {
+            None => true,
+            Some(why) => {
+                skipped(test, &format!("needs a booting smolvm ({why})"));
+                false
+            }
+        };
     }
     let mut why = Vec::new();
     // SAFETY: geteuid has no preconditions.
@@ -62,11 +162,7 @@ fn guests_available() -> bool {
     if std::env::var("CI").is_ok_and(|v| v == "true") {
         panic!("{msg} (CI=true: failing instead of skipping)");
     }
-    {
-        // Written past libtest's capture (eprintln! of a passing test is hidden).
-        use std::io::Write as _;
-        let _ = writeln!(std::io::stderr(), "SKIPPED: {msg}");
-    }
+    skipped(test, &msg);
     false
 }
 
@@ -400,6 +496,17 @@ const SHEAD_EXTRA: [&str; 6] = [
     "labels",
 ];
 
+/// Keys ~1.33 adds (`machine_status_json`, `src/cli/vm_common.rs` at smolvm 5240fda5).
+const CURRENT_EXTRA: [&str; 7] = [
+    "block_io",
+    "branchable",
+    "branchpoint_held",
+    "cuda_branch_pool_size",
+    "detached",
+    "disks",
+    "parent_machine",
+];
+
 /// Keys in the order they appear in pretty JSON text of one object.
 fn key_order(obj_text: &str) -> Vec<String> {
     obj_text
@@ -425,9 +532,12 @@ fn version() {
     let s = Smol::new();
     let o = s.ok(&["--version"]);
     if is_sim() {
-        assert_eq!(o.stdout, "smolvm 1.0.4\n");
-        let o = s.run_env(&[("SMOLVM_SIM_VERSION", "1.9.2")], &["--version"]);
-        assert_eq!(o.stdout, "smolvm 1.9.2\n");
+        // The default is the newest release modelled: what a user installs today.
+        assert_eq!(o.stdout, "smolvm 1.33.0\n");
+        for v in ["1.0.4", "1.9.2", "1.9.3", "1.17.0", "1.33.0"] {
+            let o = s.run_env(&[("SMOLVM_SIM_VERSION", v)], &["--version"]);
+            assert_eq!(o.stdout, format!("smolvm {v}\n"));
+        }
     } else {
         assert!(o.stdout.starts_with("smolvm "), "{o:?}");
     }
@@ -477,10 +587,11 @@ fn usage_errors_exit_2_like_clap() {
 
 #[test]
 fn empty_listing() {
-    if !is_sim() {
-        return; // a real host may have machines
-    }
     let s = Smol::new();
+    if !is_sim() && s.ok(&["machine", "ls", "--json"]).stdout != "[]\n" {
+        skipped(&test_name!(), "this host already has machines");
+        return;
+    }
     assert_eq!(s.ok(&["machine", "ls", "--json"]).stdout, "[]\n");
     assert_eq!(s.ok(&["machine", "ls"]).stdout, "No machines found\n");
     assert_eq!(s.ok(&["vm", "list", "--json"]).stdout, "[]\n");
@@ -614,12 +725,267 @@ fn create_outputs_and_errors() {
     );
 }
 
+/// What `machine create` refuses on every release (seen on a real 1.9.2, read in 1.0.4's
+/// and 1.9.2's `src/data/resources.rs` and `src/network/launch.rs`): no record is written.
+#[test]
+fn create_refuses_impossible_resources_and_tsi_ports() {
+    let versions: &[&str] = if is_sim() {
+        &["1.0.4", "1.9.2", "1.17.0", "1.33.0"]
+    } else {
+        &[""]
+    };
+    for v in versions {
+        let s = Smol::new().with_env("SMOLVM_SIM_VERSION", v);
+        let n = s.name("refused");
+        let port = format!("{}:80", free_port());
+        for (extra, err) in [
+            (
+                vec!["--cpus", "0"],
+                "validate resources: CPU count must be at least 1",
+            ),
+            (
+                vec!["--mem", "32"],
+                "validate resources: memory must be at least 64 MiB (got 32 MiB)",
+            ),
+            (
+                vec!["--net", "--net-backend", "tsi", "-p", &port],
+                "ports: published ports require the virtio-net backend (TSI is outbound-only); \
+                 remove --net-backend tsi or set it to virtio-net",
+            ),
+            (
+                vec!["--net-backend", "virtio-net"],
+                "--net-backend: --net-backend virtio-net requires --net",
+            ),
+        ] {
+            let mut a = vec!["machine", "create", "--name", &n];
+            a.extend_from_slice(&extra);
+            let o = s.run(&a);
+            assert_eq!(
+                (o.code, o.stderr.as_str()),
+                (
+                    1,
+                    format!("Error: config operation failed: {err}\n").as_str()
+                ),
+                "{v} {extra:?}: {o:?}"
+            );
+            assert_eq!(s.state(&n), None, "{v} {extra:?}: nothing recorded");
+        }
+    }
+}
+
+/// A registry image on a machine without network: smolvm 1.7.3 (PR #807) through the 1.17
+/// line refuses it at create, because the guest pulls the image and could not; 1.0.4 accepts
+/// it (and fails at start); ~1.33 fetches it on the host and accepts it (`src/config.rs` at
+/// 090d4512: `validate_image_fetchable` is a no-op). A local archive path is never refused.
+#[test]
+fn registry_image_without_network_by_version() {
+    let refusal = |img: &str| {
+        format!(
+            "Error: config operation failed: create machine: image '{img}' must be pulled from a \
+             registry, but this machine has no network, so the pull can never succeed. Add --net \
+             (or publish a port with -p, or set an egress policy with --allow-cidr/--allow-host). \
+             To keep the machine network-isolated, supply the image locally instead: \
+             `docker save {img} | smolvm machine create --image - ...`\n"
+        )
+    };
+    let cases: Vec<(&str, bool)> = if is_sim() {
+        vec![
+            ("1.0.4", false),
+            ("1.9.2", true),
+            ("1.9.3", true),
+            ("1.17.0", true),
+            ("1.33.0", false),
+        ]
+    } else {
+        let v = binary_version();
+        if !((1, 7, 3)..(1, 18, 0)).contains(&v) {
+            // Read: refused from 1.7.3, fetched on the host by ~1.33; the release in between
+            // that changed it was not found, so only the read ones are asserted.
+            skipped(
+                &test_name!(),
+                &format!("smolvm {v:?}: the no-network pull rule was read for 1.7.3-1.17.x only"),
+            );
+            return;
+        }
+        vec![("", true)]
+    };
+    let img = image();
+    for (v, refused) in cases {
+        let s = Smol::new().with_env("SMOLVM_SIM_VERSION", v);
+        let n = s.name("offline");
+        let o = s.run(&["machine", "create", "--name", &n, "--image", &img]);
+        if refused {
+            assert_eq!((o.code, o.stderr.clone()), (1, refusal(&img)), "{v}: {o:?}");
+            assert_eq!(s.state(&n), None, "{v}: nothing recorded");
+            // Any network intent lifts it: --net, a published port, an egress policy.
+            for extra in [
+                vec!["--net"],
+                vec!["-p", &format!("{}:80", free_port())],
+                vec!["--allow-cidr", "10.0.0.0/8"],
+            ] {
+                let m = s.name("online");
+                let mut a = vec!["machine", "create", "--name", &m, "--image", &img];
+                a.extend_from_slice(&extra);
+                let o = s.run(&a);
+                assert_eq!(o.code, 0, "{v} {extra:?}: {o:?}");
+            }
+        } else {
+            assert_eq!(o.code, 0, "{v}: {o:?}");
+            assert_eq!(s.state(&n).as_deref(), Some("created"), "{v}");
+        }
+    }
+}
+
+/// ~1.33's listing: the newer keys (`machine_status_json` at smolvm 5240fda5), name order
+/// (a BTreeMap from `src/config.rs` at 090d4512), labels as given at create (PR #899), and
+/// `--label`'s own refusals (`smolvm::util::parse_labels`).
+#[test]
+fn current_listing_keys_order_and_labels() {
+    if !is_sim() && binary_version() < (1, 18, 0) {
+        skipped(
+            &test_name!(),
+            "the ~1.33 listing needs smolvm 1.18 or newer",
+        );
+        return;
+    }
+    let s = Smol::new();
+    let names: Vec<String> = (0..3).map(|i| s.name(&format!("cur{i}"))).collect();
+    for (i, n) in names.iter().enumerate().rev() {
+        let idx = format!("idx={i}");
+        s.create(
+            n,
+            &[
+                "--label",
+                "hermes-box=alpha",
+                "--label",
+                &idx,
+                "--label",
+                "eq=a=b",
+            ],
+        );
+    }
+    for _ in 0..5 {
+        let o = s.ok(&["machine", "ls", "--json"]);
+        let v: serde_json::Value = serde_json::from_str(&o.stdout).unwrap();
+        let listed: Vec<&str> = v
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|m| m["name"].as_str())
+            .filter(|n| names.iter().any(|x| x == n))
+            .collect();
+        assert_eq!(
+            listed,
+            names.iter().map(String::as_str).collect::<Vec<_>>(),
+            "name order"
+        );
+        let first_obj = &o.stdout[..o.stdout.find("\n  }").unwrap()];
+        let keys: BTreeSet<String> = key_order(first_obj).into_iter().collect();
+        let want: BTreeSet<String> = S104_KEYS
+            .iter()
+            .chain(SHEAD_EXTRA.iter())
+            .chain(CURRENT_EXTRA.iter())
+            .map(|k| k.to_string())
+            .collect();
+        if is_sim() {
+            assert_eq!(keys, want);
+        } else {
+            assert!(keys.is_superset(&want), "{keys:?}");
+        }
+    }
+    let m = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == names[1].as_str())
+        .unwrap();
+    assert_eq!(
+        m["labels"],
+        serde_json::json!({"eq": "a=b", "hermes-box": "alpha", "idx": "1"})
+    );
+    let bad = s.name("badlabel");
+    for (label, err) in [
+        ("novalue", "--label: expected KEY=VALUE, got 'novalue'"),
+        ("=v", "--label: label key cannot be empty (in '=v')"),
+    ] {
+        let o = s.run(&["machine", "create", "--name", &bad, "--label", label]);
+        assert_eq!(
+            (o.code, o.stderr.as_str()),
+            (
+                1,
+                format!("Error: config operation failed: {err}\n").as_str()
+            ),
+        );
+    }
+    assert_eq!(s.state(&bad), None);
+}
+
+/// A paused machine (1.18+, docs/pause-resume.md): listed as `paused`; plain `start` and
+/// `stop` refuse it with smolvm's texts; `resume` brings it back; `delete -f` removes it.
+#[test]
+fn paused_machine_refuses_start_and_stop() {
+    if !is_sim() && binary_version() < (1, 18, 0) {
+        skipped(&test_name!(), "machine pause needs smolvm 1.18 or newer");
+        return;
+    }
+    if !guests_available!() {
+        return;
+    }
+    let s = Smol::new();
+    let n = s.name("paused");
+    s.create(&n, &["--", "sleep", "infinity"]);
+    s.start(&n);
+    s.ok(&["machine", "pause", "--name", &n]);
+    assert_eq!(s.state(&n).as_deref(), Some("paused"));
+    let o = s.run(&["machine", "start", "--name", &n]);
+    assert_eq!(
+        (o.code, o.stderr.lines().last().unwrap_or("")),
+        (
+            1,
+            "Error: agent operation failed: start: machine has saved execution; use resume"
+        ),
+        "{o:?}"
+    );
+    let o = s.run(&["machine", "stop", "--name", &n]);
+    assert_eq!(
+        (o.code, o.stderr.lines().last().unwrap_or("")),
+        (
+            1,
+            "Error: agent operation failed: stop: machine has saved execution; use resume or delete"
+        ),
+        "{o:?}"
+    );
+    assert_eq!(
+        s.state(&n).as_deref(),
+        Some("paused"),
+        "refusals change nothing"
+    );
+    assert_ne!(
+        s.exec(&n, &["true"]).code,
+        0,
+        "no exec into a paused machine"
+    );
+    s.ok(&["machine", "resume", "--name", &n]);
+    assert_eq!(s.state(&n).as_deref(), Some("running"));
+    s.ok(&["machine", "pause", "--name", &n]);
+    s.ok(&["machine", "delete", "--name", &n, "--force"]);
+    assert_eq!(s.state(&n), None);
+    if is_sim() {
+        // Older personalities have no such verb: clap's usage error.
+        let o = s.run_env(
+            &[("SMOLVM_SIM_VERSION", "1.17.0")],
+            &["machine", "pause", "--name", &n],
+        );
+        assert_eq!(o.code, 2, "{o:?}");
+    }
+}
+
 #[test]
 fn ls_json_shape_alphabetical_and_shuffled() {
-    let s = Smol::new();
+    // 1.0.4's key set; the 1.33 listing has its own test.
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let names: Vec<String> = (0..4).map(|i| s.name(&format!("ls{i}"))).collect();
     for n in &names {
-        s.create(n, &["--image", &image()]);
+        s.create(n, &["--image", &image(), "--net"]);
     }
     let mut orders = BTreeSet::new();
     for _ in 0..10 {
@@ -677,14 +1043,23 @@ fn ls_json_shape_alphabetical_and_shuffled() {
 }
 
 #[test]
-fn delete_without_force_on_non_tty_cancels() {
+fn delete_without_force_on_non_tty_cancels_or_refuses() {
     let s = Smol::new();
     let n = s.name("del");
     s.create(&n, &[]);
     let o = s.run(&["machine", "delete", "--name", &n]);
-    assert_eq!(o.code, 0, "{o:?}");
-    assert_eq!(o.stderr, format!("Delete machine '{n}'? [y/N] "));
-    assert_eq!(o.stdout, "Cancelled\n");
+    if binary_version() >= (1, 17, 0) {
+        // PR #1333: from 1.17 a non-terminal stdin is refused instead of read.
+        assert_eq!(o.code, 1, "{o:?}");
+        assert!(
+            o.stderr.starts_with(&format!("Error: agent operation failed: delete: machine '{n}' needs confirmation but stdin is not a terminal; pass --force")),
+            "{o:?}"
+        );
+    } else {
+        assert_eq!(o.code, 0, "{o:?}");
+        assert_eq!(o.stderr, format!("Delete machine '{n}'? [y/N] "));
+        assert_eq!(o.stdout, "Cancelled\n");
+    }
     assert!(s.state(&n).is_some(), "nothing deleted");
     let o = s.ok(&["machine", "delete", "--name", &n, "--force"]);
     assert_eq!(
@@ -703,9 +1078,6 @@ fn delete_without_force_on_non_tty_cancels() {
 
 #[test]
 fn concurrent_creates_have_one_winner() {
-    if !is_sim() {
-        return;
-    }
     let s = Smol::new();
     let n = s.name("race");
     let kids: Vec<_> = (0..8)
@@ -722,14 +1094,23 @@ fn concurrent_creates_have_one_winner() {
         .map(|k| k.wait_with_output().unwrap().into())
         .collect();
     assert_eq!(outs.iter().filter(|o| o.code == 0).count(), 1, "{outs:?}");
+    // smolvm reserves the name in its database before it commits the record; a loser that
+    // got past the reservation fails at the commit with the second text.
+    let lost = [
+        format!(
+            "Error: config operation failed: create machine: machine '{n}' already exists or is being created\n"
+        ),
+        format!(
+            "Error: config operation failed: create machine: machine '{n}' already exists or is no longer reserved\n"
+        ),
+    ];
     for o in outs.iter().filter(|o| o.code != 0) {
         assert_eq!(o.code, 1);
-        assert_eq!(
-            o.stderr,
-            format!(
-                "Error: config operation failed: create machine: machine '{n}' already exists or is being created\n"
-            )
-        );
+        if is_sim() {
+            assert_eq!(o.stderr, lost[0]);
+        } else {
+            assert!(lost.contains(&o.stderr), "{o:?}");
+        }
     }
 }
 
@@ -739,7 +1120,7 @@ fn concurrent_creates_have_one_winner() {
 
 #[test]
 fn lifecycle_published_port_and_timings() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -831,7 +1212,7 @@ fn lifecycle_published_port_and_timings() {
 
 #[test]
 fn loopback_only_service_is_not_published_and_guests_do_not_collide() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -869,7 +1250,7 @@ fn loopback_only_service_is_not_published_and_guests_do_not_collide() {
 
 #[test]
 fn exec_semantics() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -879,6 +1260,7 @@ fn exec_semantics() {
         &[
             "--image",
             &image(),
+            "--net",
             "-e",
             "FROM_RECORD=rec",
             "-e",
@@ -1003,19 +1385,26 @@ fn exec_semantics() {
     let o = s.exec(&n, &["/no/such/binary"]);
     assert_ne!(o.code, 0);
     assert!(!o.stderr.starts_with("Error: "), "{o:?}");
-    if is_sim() {
-        assert_eq!(s.exec(&n, &["hostname"]).stdout, "container\n");
-    }
+    // The machine's name from 1.9.0 (a DNS label), `container` before.
+    let host = if binary_version() >= (1, 9, 0) {
+        n.as_str()
+    } else {
+        "container"
+    };
+    assert_eq!(s.exec(&n, &["hostname"]).stdout, format!("{host}\n"));
 }
 
 #[test]
 fn cp_rules() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
     let n = s.name("cp");
-    s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+    s.create(
+        &n,
+        &["--image", &image(), "--net", "--", "sleep", "infinity"],
+    );
     let tmp = tempfile::tempdir().unwrap();
     let src = tmp.path().join("src.bin");
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -1115,14 +1504,17 @@ fn cp_rules() {
 
 #[test]
 fn guest_writes_leave_host_and_other_guests_unchanged() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
     let a = s.name("iso-a");
     let b = s.name("iso-b");
     for n in [&a, &b] {
-        s.create(n, &["--image", &image(), "--", "sleep", "infinity"]);
+        s.create(
+            n,
+            &["--image", &image(), "--net", "--", "sleep", "infinity"],
+        );
         s.start(n);
     }
     let marker = format!("ct-marker-{}", std::process::id());
@@ -1160,7 +1552,7 @@ fn guest_writes_leave_host_and_other_guests_unchanged() {
 
 #[test]
 fn delete_force_leaves_nothing_behind() {
-    if !guests_available() || !is_sim() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1242,7 +1634,7 @@ fn delete_force_leaves_nothing_behind() {
 #[test]
 #[ignore = "needs the network and minutes (apt-get install in a guest): run with --ignored"]
 fn net_apt_install_cowsay_is_isolated() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1277,10 +1669,10 @@ fn net_apt_install_cowsay_is_isolated() {
 
 #[test]
 fn personality_1_9_2_differences() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
-    let old = Smol::new();
+    let old = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let new = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.9.2");
     // create --label, exec -d and cp --mode exist only in 1.9.2.
     assert_eq!(
@@ -1329,7 +1721,7 @@ fn personality_1_9_2_differences() {
             .code,
         2
     );
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     new.start(&n);
@@ -1364,7 +1756,7 @@ fn personality_1_9_2_differences() {
 
 #[test]
 fn delete_when_data_dir_cannot_be_removed_differs_by_version() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     for (ver, record_kept) in [("1.0.4", false), ("1.9.2", true)] {
@@ -1399,7 +1791,7 @@ fn delete_when_data_dir_cannot_be_removed_differs_by_version() {
 
 #[test]
 fn faults_start_once_and_always_stop_always() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1436,7 +1828,7 @@ fn faults_start_once_and_always_stop_always() {
 
 #[test]
 fn faults_create_after_and_delete_always() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let s = Smol::new();
@@ -1468,7 +1860,7 @@ fn faults_create_after_and_delete_always() {
 
 #[test]
 fn faults_exec_hang_matching_and_cp_truncate_and_state() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1532,7 +1924,7 @@ fn faults_exec_hang_matching_and_cp_truncate_and_state() {
 
 #[test]
 fn call_log_records_argv_and_redacts_secrets() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let s = Smol::new();
@@ -1587,7 +1979,7 @@ fn call_log_records_argv_and_redacts_secrets() {
 
 #[test]
 fn box_flow_workload_waits_for_uploaded_helper() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1663,7 +2055,7 @@ fn box_flow_workload_waits_for_uploaded_helper() {
 
 #[test]
 fn secret_references_resolve_at_start_and_exec() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1715,7 +2107,7 @@ fn secret_references_resolve_at_start_and_exec() {
 
 #[test]
 fn backgrounded_exec_processes_by_version_and_workload() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     // (personality, workload?, survives?)
@@ -1753,7 +2145,7 @@ fn backgrounded_exec_processes_by_version_and_workload() {
 
 #[test]
 fn smolvm_data_dir_is_honoured_only_by_1_9_2() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -1786,7 +2178,7 @@ fn smolvm_data_dir_is_honoured_only_by_1_9_2() {
 
 #[test]
 fn faults_counted_slow_failed_and_after() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let s = Smol::new();
@@ -1842,7 +2234,7 @@ fn faults_counted_slow_failed_and_after() {
 
 #[test]
 fn init_commands_run_on_first_start_only() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -1852,6 +2244,7 @@ fn init_commands_run_on_first_start_only() {
         &[
             "--image",
             &image(),
+            "--net",
             "--init",
             "echo once >> /data/init-log",
             "--",
@@ -1905,14 +2298,20 @@ fn pristine() -> Smol {
 
 #[test]
 fn image_guest_is_the_pristine_image_with_a_per_machine_overlay() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine();
     let a = s.name("img-a");
     let b = s.name("img-b");
-    s.create(&a, &["--image", "debian:13", "--", "sleep", "infinity"]);
-    s.create(&b, &["--image", "debian:13", "--", "sleep", "infinity"]);
+    s.create(
+        &a,
+        &["--image", "debian:13", "--net", "--", "sleep", "infinity"],
+    );
+    s.create(
+        &b,
+        &["--image", "debian:13", "--net", "--", "sleep", "infinity"],
+    );
     let o = s.start(&a);
     // smolvm's first-boot pull lines: "Pulling IMAGE...", then the \r-drawn bar ending "done.".
     assert!(o.stderr.contains("Pulling debian:13...\n"), "{o:?}");
@@ -1960,13 +2359,16 @@ fn image_guest_is_the_pristine_image_with_a_per_machine_overlay() {
 
 #[test]
 fn image_tmp_is_a_fresh_tmpfs_from_1_9() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     for (version, survives) in [("1.0.4", true), ("1.9.2", false)] {
         let s = pristine().with_env("SMOLVM_SIM_VERSION", version);
         let n = s.name("img-tmp");
-        s.create(&n, &["--image", "debian:12", "--", "sleep", "infinity"]);
+        s.create(
+            &n,
+            &["--image", "debian:12", "--net", "--", "sleep", "infinity"],
+        );
         s.start(&n);
         s.sh(&n, "echo x > /tmp/f");
         s.ok(&["machine", "stop", "--name", &n]);
@@ -1986,12 +2388,22 @@ fn image_tmp_is_a_fresh_tmpfs_from_1_9() {
 
 #[test]
 fn image_ubuntu_boots_a_named_stand_in() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine();
     let n = s.name("img-ubuntu");
-    let o = s.create(&n, &["--image", "ubuntu:24.04", "--", "sleep", "infinity"]);
+    let o = s.create(
+        &n,
+        &[
+            "--image",
+            "ubuntu:24.04",
+            "--net",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
     assert!(
         o.stderr.contains("ubuntu:24.04 cannot be built here")
             && o.stderr.contains("boots the debian:13 image instead")
@@ -2019,6 +2431,7 @@ fn image_ubuntu_boots_a_named_stand_in() {
         &[
             "--image",
             "docker.io/library/ubuntu:24.04",
+            "--net",
             "--",
             "sleep",
             "infinity",
@@ -2054,13 +2467,23 @@ fn image_ubuntu_boots_a_named_stand_in() {
 
 #[test]
 fn image_that_cannot_be_pulled_fails_the_first_start_like_smolvm() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine();
     let n = s.name("img-unknown");
     // smolvm's create only records the image: it succeeds.
-    s.create(&n, &["--image", "ubuntu:99.04", "--", "sleep", "infinity"]);
+    s.create(
+        &n,
+        &[
+            "--image",
+            "ubuntu:99.04",
+            "--net",
+            "--",
+            "sleep",
+            "infinity",
+        ],
+    );
     let o = s.run(&["machine", "start", "--name", &n]);
     assert_eq!(o.code, 1, "{o:?}");
     assert!(
@@ -2092,7 +2515,7 @@ fn image_that_cannot_be_pulled_fails_the_first_start_like_smolvm() {
 
 #[test]
 fn image_bare_machine_and_bad_opt_in_are_refused() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine();
@@ -2135,13 +2558,16 @@ fn guest_procs(s: &Smol, name: &str, needle: &str) -> String {
 /// client goes away (box's deadline kill does exactly that to the client).
 #[test]
 fn killing_the_exec_client_kills_the_guest_command_tree() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     for version in ["1.0.4", "1.9.2"] {
         let s = Smol::new().with_env("SMOLVM_SIM_VERSION", version);
         let n = s.name("disc");
-        s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+        s.create(
+            &n,
+            &["--image", &image(), "--net", "--", "sleep", "infinity"],
+        );
         s.start(&n);
         // The command ignores TERM/HUP/INT: only a SIGKILL ends it. Its child must go too.
         let mut client = s
@@ -2191,7 +2617,7 @@ fn killing_the_exec_client_kills_the_guest_command_tree() {
 /// and on create; an unset KEY and an empty key are skipped.
 #[test]
 fn env_key_without_value_forwards_the_hosts_value() {
-    if !guests_available() {
+    if !guests_available!() {
         return;
     }
     let s = Smol::new().with_env("CT_FWD_CREATE", "from-create");
@@ -2201,6 +2627,7 @@ fn env_key_without_value_forwards_the_hosts_value() {
         &[
             "--image",
             &image(),
+            "--net",
             "-e",
             "CT_FWD_CREATE",
             "--",
@@ -2240,12 +2667,15 @@ fn env_key_without_value_forwards_the_hosts_value() {
 /// summary line `(100.0%, RATE)` for an upload and `BYTES (RATE)` for a download.
 #[test]
 fn cp_progress_is_carriage_return_drawn_and_precedes_a_mid_transfer_error() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
     let n = s.name("cpprog");
-    s.create(&n, &["--image", &image(), "--", "sleep", "infinity"]);
+    s.create(
+        &n,
+        &["--image", &image(), "--net", "--", "sleep", "infinity"],
+    );
     s.start(&n);
     let local = s.home().join("payload.bin");
     std::fs::write(&local, vec![7u8; 3 * 1024 * 1024]).unwrap();
@@ -2301,7 +2731,7 @@ fn cp_progress_is_carriage_return_drawn_and_precedes_a_mid_transfer_error() {
 
 #[test]
 fn personality_1_9_3_is_the_1_9_2_contract() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.9.3");
@@ -2328,7 +2758,7 @@ fn personality_1_9_3_is_the_1_9_2_contract() {
 /// a real 1.18.2.
 #[test]
 fn personality_1_17_0_delete_needs_a_terminal_or_force() {
-    if !is_sim() {
+    if sim_only!() {
         return;
     }
     let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.17.0");
@@ -2428,10 +2858,10 @@ fn packed_source(s: &Smol, extra_create: &[&str]) -> (String, PathBuf) {
 
 #[test]
 fn pack_from_vm_and_create_from_on_1_0_4() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
-    let s = Smol::new();
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let o = s.run(&["pack", "create", "--from-vm", "nope", "-o", "/tmp/x"]);
     assert_eq!(
         o.stderr, "Error: agent operation failed: pack from VM: VM 'nope' not found\n",
@@ -2494,10 +2924,10 @@ fn pack_from_vm_and_create_from_on_1_0_4() {
 
 #[test]
 fn pack_1_0_4_evicts_itself_past_the_cache_cap_and_1_9_does_not() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
-    let s = Smol::new();
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let (_src, sidecar) = packed_source(&s, &[]);
     let sc = sidecar.to_str().unwrap();
     let n = s.name("evicted");
@@ -2578,7 +3008,7 @@ fn pack_assets_size(pack: &[u8]) -> usize {
 
 #[test]
 fn a_pack_is_zstd_assets_then_the_manifest_then_a_footer() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = Smol::new();
@@ -2631,10 +3061,10 @@ fn a_pack_is_zstd_assets_then_the_manifest_then_a_footer() {
 
 #[test]
 fn a_pack_that_cannot_be_read_or_extracted_leaves_no_machine() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
-    let s = Smol::new();
+    let s = Smol::new().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let (_src, sidecar) = packed_source(&s, &[]);
     let bytes = std::fs::read(&sidecar).unwrap();
     let before: Vec<_> = std::fs::read_dir(s.home().join("vms")).unwrap().collect();
@@ -2726,7 +3156,7 @@ fn a_pack_that_cannot_be_read_or_extracted_leaves_no_machine() {
 /// share the layers read-only. `SMOLVM_DISABLE_SHARED_EXTRACT` restores the private copy.
 #[test]
 fn pack_1_9_extracts_once_into_the_shared_store() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine().with_env("SMOLVM_SIM_VERSION", "1.9.2");
@@ -2735,7 +3165,23 @@ fn pack_1_9_extracts_once_into_the_shared_store() {
     let data_of =
         |n: &str| PathBuf::from(s.ok(&["machine", "data-dir", "--name", n]).stdout.trim());
     let a = s.name("shared-a");
-    let o = s.ok(&["machine", "create", "--name", &a, "--from", sc]);
+    let o = s.ok(&[
+        "machine",
+        "create",
+        "--name",
+        &a,
+        "--from",
+        sc,
+        "--label",
+        "from=pack",
+    ]);
+    // A machine from a pack carries its labels like any other (run_from_smolmachine).
+    let listed = s
+        .ls_json()
+        .into_iter()
+        .find(|m| m["name"] == a.as_str())
+        .unwrap();
+    assert_eq!(listed["labels"], serde_json::json!({"from": "pack"}));
     assert!(
         o.stdout.starts_with("Extracting .smolmachine assets...\n"),
         "{o:?}"
@@ -2820,10 +3266,10 @@ fn pack_1_9_extracts_once_into_the_shared_store() {
 /// chown of a pack file copies it up into the machine's own upper.
 #[test]
 fn pack_1_0_4_boots_the_extracted_layers_read_only_below_a_fresh_upper() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
-    let s = pristine();
+    let s = pristine().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let (_src, sidecar) = packed_source(&s, &["--image", "debian:13"]);
     let n = s.name("ro-from");
     s.ok(&[
@@ -2882,10 +3328,10 @@ fn pack_1_0_4_boots_the_extracted_layers_read_only_below_a_fresh_upper() {
 
 #[test]
 fn pack_of_a_pristine_image_machine_re_pulls_and_boots_without_a_pull() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
-    let s = pristine();
+    let s = pristine().with_env("SMOLVM_SIM_VERSION", "1.0.4");
     let (_src, sidecar) = packed_source(&s, &["--image", "debian:13"]);
     let n = s.name("img-from");
     s.ok(&[
@@ -2913,7 +3359,7 @@ fn pack_of_a_pristine_image_machine_re_pulls_and_boots_without_a_pull() {
 #[test]
 #[ignore = "needs the network (apt-get install in a pristine guest): run with --ignored"]
 fn image_apt_installs_from_the_archive() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let s = pristine();
@@ -2941,7 +3387,7 @@ fn image_apt_installs_from_the_archive() {
 /// `pull image` error naming the cause and the build log; nothing half-built is cached.
 #[test]
 fn image_that_cannot_be_built_fails_the_first_start_with_the_cause() {
-    if !is_sim() || !guests_available() {
+    if sim_only!() || !guests_available!() {
         return;
     }
     let tmp = tempfile::tempdir().unwrap();
@@ -2968,7 +3414,10 @@ fn image_that_cannot_be_built_fails_the_first_start_with_the_cause() {
         .with_env("SMOLVM_SIM_IMAGES", cache.to_str().unwrap())
         .with_env("PATH", &path);
     let n = s.name("img-nobuild");
-    s.create(&n, &["--image", "debian:13", "--", "sleep", "infinity"]);
+    s.create(
+        &n,
+        &["--image", "debian:13", "--net", "--", "sleep", "infinity"],
+    );
     let o = s.run(&["machine", "start", "--name", &n]);
     assert_eq!(o.code, 1, "{o:?}");
     let last = o

@@ -16,7 +16,9 @@ use crate::lifecycle::guest;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
-use crate::smolvm::{CreateSpec, ExecOpts, Smolvm, Stream, timeouts};
+use crate::smolvm::{
+    CreateFromSpec, CreateSpec, ExecOpts, Smolvm, SmolvmVersion, Stream, timeouts,
+};
 use crate::state::{LockGuard, LockKey, locks};
 use crate::ui;
 
@@ -53,7 +55,7 @@ pub fn wait_for_lock(ctx: &Context, operation: &str) -> Result<LockGuard> {
 /// Builds (or finds) the base for the current configuration.
 pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
     let env = &ctx.config.env;
-    let key = BaseKey::current(env, &crate::commands::new::test_guest_env())?;
+    let key = BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())?;
     let digest = key.digest();
     let store = Store::new(&ctx.state);
     store.ensure()?;
@@ -146,8 +148,14 @@ impl<'a> Builder<'a> {
             ports: Vec::new(),
             cpus: env.cpus,
             mem_mib: env.mem_mib,
-            env: crate::commands::new::test_guest_env(),
+            env: crate::lifecycle::test_guest_env::from_env(),
             workload: guest::launcher(),
+            labels: crate::smolvm::labels::for_new_machine(
+                &self.ctx.state,
+                version,
+                &self.machine,
+            )?
+            .0,
         };
         self.created = true; // from here a failure deletes it (a failed create leaves none)
         self.smolvm.create(&spec)?;
@@ -219,7 +227,10 @@ impl<'a> Builder<'a> {
         let size = std::fs::metadata(&sidecar)
             .with_context(|| format!("smolvm wrote no {}", sidecar.display()))?
             .len();
+        let pack = store.place_pack(&sidecar, &self.digest)?;
+        let warm = self.warm_shared_store(version, &pack, env);
         let meta = BaseMeta {
+            warm,
             digest: self.digest.clone(),
             key: self.key.clone(),
             built_at: std::time::SystemTime::now()
@@ -230,8 +241,58 @@ impl<'a> Builder<'a> {
             smolvm_version: version.to_string(),
             build_secs: t0.elapsed().as_secs(),
         };
-        store.install(&sidecar, &meta)?;
+        store.install(&meta)?;
         Ok(meta)
+    }
+
+    /// smolvm 1.3+ on Linux extracts a pack once into its shared store at the first
+    /// `create --from`; that first extraction took ~29 s of the first `box new` after a
+    /// build. Pay it now with a throwaway machine, so the first box is as fast as the rest
+    /// (the store has no eviction: deleting the machine keeps the extraction). Best effort:
+    /// a failure only leaves the first box slower.
+    fn warm_shared_store(
+        &mut self,
+        version: SmolvmVersion,
+        pack: &std::path::Path,
+        env: &box_proto::BoxEnv,
+    ) -> bool {
+        if !version.shares_extracted_packs()
+            || !cfg!(target_os = "linux")
+            || std::env::var_os("SMOLVM_DISABLE_SHARED_EXTRACT").is_some()
+        {
+            return false;
+        }
+        ui::say("  Warming smolvm's shared store (the extraction the first box would wait for)");
+        let name = format!("{}-warm", self.machine);
+        let spec = CreateFromSpec {
+            name: name.clone(),
+            pack: pack.to_path_buf(),
+            ports: Vec::new(),
+            cpus: env.cpus,
+            mem_mib: env.mem_mib,
+            env: Vec::new(),
+            labels: crate::smolvm::labels::for_new_machine(&self.ctx.state, version, &name)
+                .map(|(l, _)| l)
+                .unwrap_or_default(),
+        };
+        let created = self.smolvm.create_from(&spec);
+        let deleted = self.smolvm.delete(&name);
+        match (created, deleted) {
+            (Ok(()), Ok(())) => true,
+            (Ok(()), Err(e)) => {
+                ui::warn(format!(
+                    "the store is warm, but the warming machine stayed: {e}; remove it with: smolvm machine delete --name {name} -f"
+                ));
+                true
+            }
+            (Err(e), _) => {
+                self.transcript.line(&format!("warming failed: {e}"));
+                ui::warn(format!(
+                    "could not warm smolvm's shared store ({e}); the first box from this base extracts it"
+                ));
+                false
+            }
+        }
     }
 
     fn tool_versions(&mut self) -> Result<Vec<String>> {

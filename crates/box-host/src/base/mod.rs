@@ -38,7 +38,7 @@ pub fn layers_present(data: &Path) -> bool {
 /// older than BASE_MAX_AGE_DAYS (a warning: its `latest` tools have moved on).
 pub fn doctor_check(ctx: &Context) -> Check {
     let env = &ctx.config.env;
-    let found = key::BaseKey::current(env, &crate::commands::new::test_guest_env())
+    let found = key::BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())
         .and_then(|k| store::Store::new(&ctx.state).find(&k));
     match found {
         Ok(Some(b)) if b.is_stale(env.base_max_age_days) => Check::new(
@@ -60,7 +60,7 @@ pub fn doctor_check(ctx: &Context) -> Check {
                 "base {} built {} ago ({}): new and load start from it",
                 b.digest,
                 store::human_age(b.age()),
-                crate::commands::base::size(b.size_bytes)
+                store::size(b.size_bytes)
             ),
         ),
         Ok(None) => Check::new(

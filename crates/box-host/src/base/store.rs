@@ -27,6 +27,10 @@ pub struct BaseMeta {
     pub smolvm_version: String,
     /// How long the build took, seconds.
     pub build_secs: u64,
+    /// The build left smolvm's shared pack store holding this base's extraction (smolvm
+    /// 1.3+ on Linux), so the first box from it does not pay the extraction.
+    #[serde(default)]
+    pub warm: bool,
 }
 
 impl BaseMeta {
@@ -137,10 +141,16 @@ impl Store {
 
     /// Publishes a built pack: rename it into place (replacing an older build of the same
     /// key), then write the metadata atomically.
-    pub fn install(&self, built: &std::path::Path, meta: &BaseMeta) -> Result<()> {
-        let pack = self.pack_path(&meta.digest);
+    /// Moves a built pack to its place; it becomes a base only with [`Self::install`].
+    pub fn place_pack(&self, built: &std::path::Path, digest: &str) -> Result<PathBuf> {
+        let pack = self.pack_path(digest);
         std::fs::rename(built, &pack)
             .with_context(|| format!("cannot move {} to {}", built.display(), pack.display()))?;
+        Ok(pack)
+    }
+
+    /// Makes a placed pack a base by writing its metadata.
+    pub fn install(&self, meta: &BaseMeta) -> Result<()> {
         let body = serde_json::to_vec_pretty(meta)?;
         let final_path = self.meta_path(&meta.digest);
         let tmp = self
@@ -172,6 +182,16 @@ impl Store {
             }
         }
         Ok(existed)
+    }
+}
+
+/// A pack's size for people: `812 MiB`, `1.4 GiB`.
+pub fn size(bytes: u64) -> String {
+    let mib = bytes as f64 / (1024.0 * 1024.0);
+    if mib >= 1024.0 {
+        format!("{:.1} GiB", mib / 1024.0)
+    } else {
+        format!("{mib:.0} MiB")
     }
 }
 

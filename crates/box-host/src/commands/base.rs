@@ -6,7 +6,7 @@ use anyhow::{Result, bail};
 
 use super::Context;
 use crate::base::build::{self, Built};
-use crate::base::store::{BaseMeta, Store, human_age};
+use crate::base::store::{BaseMeta, Store, human_age, size};
 use crate::cli::BaseCmd;
 use crate::ui;
 
@@ -22,10 +22,15 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
                     size(m.size_bytes)
                 )),
                 Built::New(m) => ui::say(format!(
-                    "Built base {} in {:.1} s ({}): box new and box load now start from it",
+                    "Built base {} in {:.1} s ({}): box new and box load now start from it{}",
                     m.digest,
                     t0.elapsed().as_secs_f64(),
-                    size(m.size_bytes)
+                    size(m.size_bytes),
+                    if m.warm {
+                        ", the first one as fast as the rest (smolvm's shared store is warm)"
+                    } else {
+                        ""
+                    }
                 )),
             }
             Ok(ExitCode::SUCCESS)
@@ -53,7 +58,17 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
                     size(m.size_bytes),
                     format!("{} {}", m.key.base_image, m.key.arch),
                     m.tools.join(" "),
-                    if m.is_stale(max) { "  (stale)" } else { "" }
+                    match (m.is_stale(max), m.warm) {
+                        (true, _) => "  (stale)",
+                        (false, true) => "  (warm)",
+                        (false, false) => "",
+                    }
+                );
+            }
+            if bases.iter().any(|m| m.warm) {
+                println!(
+                    "warm: extracted into smolvm's shared store when it was built, so the first \
+                     box from it starts as fast as the rest"
                 );
             }
             Ok(ExitCode::SUCCESS)
@@ -97,17 +112,9 @@ fn json(bases: &[BaseMeta], ctx: &Context) -> serde_json::Value {
                     "tools": m.tools,
                     "smolvm_version": m.smolvm_version,
                     "build_secs": m.build_secs,
+                    "warm": m.warm,
                 })
             })
             .collect(),
     )
-}
-
-pub fn size(bytes: u64) -> String {
-    let mib = bytes as f64 / (1024.0 * 1024.0);
-    if mib >= 1024.0 {
-        format!("{:.1} GiB", mib / 1024.0)
-    } else {
-        format!("{mib:.0} MiB")
-    }
 }

@@ -112,6 +112,24 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     })
 }
 
+/// Why an incomplete box is incomplete, and what to do: kept on purpose after a failed
+/// run (`--keep-on-failure`), or left by a run that never finished.
+fn unfinished(record: &BoxRecord) -> String {
+    match &record.kept_after_failure {
+        Some(what) => format!(
+            "kept on purpose after a failure ({what}, with --keep-on-failure): look inside with \
+             box enter {0}; to retry, remove it with box rm {0} --force and run the same command \
+             again",
+            record.name
+        ),
+        None => format!(
+            "the run that created it never finished (killed?); finish it with: box repair {0}, \
+             or remove it with: box rm {0} --force",
+            record.name
+        ),
+    }
+}
+
 fn check_box(
     ctx: &Context,
     smolvm: &Smolvm,
@@ -164,17 +182,35 @@ fn check_box(
         }
         return;
     };
-    if record.incomplete {
-        // We hold the box lock, so no `box new`/`box load` is building it right now.
+    if !crate::lifecycle::boxes::owned(machine, record) {
         checks.push(Check::new(
             s,
-            "setup",
+            "machine",
             Status::Fail,
             format!(
-                "the run that created it never finished (killed?); finish it with: box repair {0}, or remove it with: box rm {0} --force",
-                record.name
+                "smolvm machine '{}' is not the one box created (its labels do not carry this \
+                 state dir's id); box leaves it alone. Remove the entry with: box rm {} --force",
+                machine.name, record.name
             ),
         ));
+        return;
+    }
+    if record.incomplete {
+        // We hold the box lock, so no `box new`/`box load` is building it right now.
+        checks.push(Check::new(s, "setup", Status::Fail, unfinished(record)));
+    }
+    if machine.state.is_paused() {
+        checks.push(Check::new(
+            s,
+            "state",
+            Status::Warn,
+            format!(
+                "{0}: smolvm saved its execution (machine pause) and refuses plain start and \
+                 stop; resume it with: smolvm machine resume --name {1}",
+                machine.state, machine.name
+            ),
+        ));
+        return;
     }
     if !machine.state.is_running() {
         checks.push(Check::new(

@@ -280,6 +280,11 @@ impl LoadRun<'_> {
             guest_dir::warn_left(&self.box_.machine, &scratch, &err);
         }
         if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+            crate::lifecycle::cleanup::mark_kept(
+                &self.ctx.state,
+                &name,
+                &format!("box load failed while restoring: {e:#}"),
+            );
             ui::warn(format!(
                 "keeping the half-restored VM '{}' for inspection (it stays paused); remove it with: box rm {name} --force",
                 self.box_.machine

@@ -13,6 +13,7 @@ use crate::lifecycle::ports;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::lifecycle::test_guest_env;
 use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 use crate::ui;
@@ -160,6 +161,16 @@ impl NewRun<'_> {
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         self.base = self.pick_base();
+        if self.base.is_none()
+            && !crate::lifecycle::host_checks::is_simulator(&self.smolvm)
+            && let Some(c) = crate::lifecycle::host_checks::seed_memory(
+                version,
+                crate::lifecycle::host_checks::available_mib(),
+            )
+        {
+            // What the first create of an image costs on this host (smolvm 1.22+).
+            ui::warn(c.detail);
+        }
 
         // The check-create-register window, under the registry lock.
         let registry = Registry::new(&self.ctx.state);
@@ -193,7 +204,7 @@ impl NewRun<'_> {
             create_env.push(("HB_WEB_PORT".to_string(), port.to_string()));
             self.port = Some(port);
         }
-        create_env.extend(test_guest_env());
+        create_env.extend(test_guest_env::from_env());
         self.checkpoint()?;
         ui::say(format!(
             "Creating box '{}' from {}",
@@ -204,6 +215,8 @@ impl NewRun<'_> {
                 "Assigned host port {p} -> Executor web (http://127.0.0.1:{p})"
             ));
         }
+        let (labels, machine_label) =
+            crate::smolvm::labels::for_new_machine(&self.ctx.state, version, self.name.as_str())?;
         let spec = CreateSpec {
             name: self.machine.clone(),
             image: env.base_image.clone(),
@@ -212,6 +225,7 @@ impl NewRun<'_> {
             mem_mib: env.mem_mib,
             env: create_env,
             workload: guest::launcher(),
+            labels,
         };
         // Signals stay deferred through create: it is never cut short.
         if let Some(base) = self.base.clone() {
@@ -245,6 +259,8 @@ impl NewRun<'_> {
             box_version: crate::version::VERSION.to_string(),
             base_image: env.base_image.clone(),
             incomplete: true,
+            kept_after_failure: None,
+            machine_label,
         })?;
         self.row_written = true;
         self.registry_lock = None;
@@ -289,7 +305,7 @@ impl NewRun<'_> {
             return None;
         }
         let env = &self.ctx.config.env;
-        let found = BaseKey::current(env, &test_guest_env())
+        let found = BaseKey::current(env, &test_guest_env::from_env())
             .and_then(|key| store::Store::new(&self.ctx.state).find(&key));
         match found {
             Ok(Some(base)) => {
@@ -337,6 +353,7 @@ impl NewRun<'_> {
             cpus: spec.cpus,
             mem_mib: spec.mem_mib,
             env: spec.env.clone(),
+            labels: spec.labels.clone(),
         };
         // A failed extraction should leave no machine; if smolvm left one, the rollback
         // deletes it and verifies it is gone.
@@ -416,6 +433,14 @@ impl NewRun<'_> {
         if self.created {
             if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1")
             {
+                if self.row_written {
+                    let verb = if self.restore_follows { "load" } else { "new" };
+                    cleanup::mark_kept(
+                        &self.ctx.state,
+                        &self.name,
+                        &format!("box {verb} failed while {}", self.stage),
+                    );
+                }
                 ui::warn(format!(
                     "BOX_KEEP_ON_FAILURE=1: keeping the VM '{}' for inspection; remove it with: box rm {} --force",
                     self.machine, self.name
@@ -507,17 +532,4 @@ pub fn create_and_provision(
         }),
         Err(stop) => Err(run.fail(stop)),
     }
-}
-
-/// `BOX_TEST_GUEST_ENV="K=V,K=V"`: extra persisted guest environment, for tests against the
-/// simulator only (e.g. pointing provisioning at npm tools the host already has). Never
-/// secrets: smolvm records these and shows them on its argv.
-pub(crate) fn test_guest_env() -> Vec<(String, String)> {
-    std::env::var("BOX_TEST_GUEST_ENV")
-        .unwrap_or_default()
-        .split(',')
-        .filter_map(|kv| kv.split_once('='))
-        .filter(|(k, _)| !k.is_empty() && k.chars().all(|c| c.is_ascii_alphanumeric() || c == '_'))
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
 }

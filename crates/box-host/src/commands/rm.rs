@@ -31,6 +31,11 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
             "smolvm machine '{}' is already gone; removing the registry entry",
             record.machine
         )),
+        Some(m) if !boxes::owned(&m, &record) => ui::warn(format!(
+            "smolvm machine '{}' is not the one box created for '{name}' (its labels do not \
+             carry this state dir's id): leaving it alone; removing the registry entry",
+            record.machine
+        )),
         Some(m) => {
             if m.state.is_running() {
                 ui::say(format!("Stopping '{name}'"));

@@ -26,9 +26,26 @@ pub fn lock(ctx: &Context, record: &BoxRecord, operation: &str) -> Result<LockGu
     )?)
 }
 
-/// The box's machine as smolvm lists it; an error when smolvm does not have it.
+/// The box's machine as smolvm lists it; an error when smolvm does not have it, when the
+/// machine of that name is not the one box created (labels, see [`owned`]), or when it is
+/// paused (smolvm 1.18+ refuses plain start and stop then, and box never resumes what
+/// someone else paused).
 pub fn machine(smolvm: &Smolvm, record: &BoxRecord) -> Result<Machine> {
     match smolvm.find(&record.machine)? {
+        Some(m) if !owned(&m, record) => bail!(
+            "smolvm machine '{}' is not the one box created for '{}' (its labels do not carry \
+             this state dir's id): box leaves it alone; see box doctor",
+            m.name,
+            record.name
+        ),
+        Some(m) if m.state.is_paused() => bail!(
+            "smolvm machine '{0}' of box '{1}' is {2}: smolvm saved its execution and refuses \
+             plain start and stop. Resume it with: smolvm machine resume --name {0} (or remove \
+             the box with: box rm {1} --force)",
+            m.name,
+            record.name,
+            m.state
+        ),
         Some(m) => Ok(m),
         None => bail!(
             "smolvm machine '{}' of box '{}' is missing; restore it with `box load <backup> {}` after `box rm {} --force`, or see box doctor",
@@ -38,4 +55,14 @@ pub fn machine(smolvm: &Smolvm, record: &BoxRecord) -> Result<Machine> {
             record.name
         ),
     }
+}
+
+/// Whether `m` is the machine box created for `record`: where box labelled it, its labels
+/// must still say so (name *and* label); rows from before labels go by name alone.
+pub fn owned(m: &Machine, record: &BoxRecord) -> bool {
+    crate::smolvm::labels::is_ours(
+        m.labels.as_ref(),
+        record.name.as_str(),
+        record.machine_label.as_deref(),
+    )
 }

@@ -112,6 +112,14 @@ pub fn rollback_created(
     }
 }
 
+/// Notes on the box's row that a failed run kept it on purpose, so doctor says so rather
+/// than suspecting a killed run. Best effort: the box is kept either way.
+pub fn mark_kept(state: &StateDir, name: &BoxName, what: &str) {
+    if let Err(e) = Registry::new(state).mark_kept(name, what) {
+        tracing::warn!("cannot note that '{name}' was kept: {e:#}");
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -140,6 +148,8 @@ mod tests {
             box_version: "0.1.0".into(),
             base_image: "ubuntu:24.04".into(),
             incomplete: true,
+            kept_after_failure: None,
+            machine_label: None,
         })
         .unwrap();
         let smolvm = ambiguous_smolvm(tmp.path());

@@ -143,7 +143,7 @@ impl GuestNetwork {
     /// Puts the settings into the guest (or takes them out): runs before provisioning.
     /// With PROPAGATE_PROXY=1 and no proxy on the host, a box's existing proxies are kept,
     /// so a `box repair` from a shell without them does not cut the box off.
-    pub fn install(&self, setup: &mut super::provisioning::Setup<'_>) -> Result<()> {
+    pub fn install(&self, setup: &mut super::setup::Setup<'_>) -> Result<()> {
         setup.exec_ok(
             "network settings dir",
             &[
@@ -262,7 +262,7 @@ fn read_pem(path: &Path) -> Result<(String, usize)> {
 /// Writes `text` to a 0600 temp file in the state dir, copies it to `guest` root-only
 /// (0600 before the rename, so no moment with looser modes), and removes the temp file.
 fn copy_private(
-    setup: &mut super::provisioning::Setup<'_>,
+    setup: &mut super::setup::Setup<'_>,
     what: &str,
     text: &str,
     guest: &str,

@@ -5,7 +5,9 @@
 //! certificates for the guest), `provisioning` (copy, provision, init,
 //! wire, health), `progress` (step lines and transcripts), `readiness` (bounded waits after a
 //! start), `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's
-//! host half), `listeners` (doctor's loopback-only check of a published port).
+//! host half; `kvm` whether a VM can boot), `listeners` (doctor's loopback-only check of a
+//! published port), `setup` (one box being set up, below `provisioning` and `guest_network`),
+//! `test_guest_env` (the tests' extra guest environment).
 //!
 //! Environment knobs (besides `SMOLVM`, `BOX_HOME`, `BOX_CONFIG`):
 //! * `BOX_HB_BINARY`: the `hb` to install in guests (default: beside `box`);
@@ -23,9 +25,12 @@ pub mod guest;
 pub mod guest_assets;
 pub mod guest_network;
 pub mod host_checks;
+pub mod kvm;
 pub mod listeners;
 pub mod ports;
 pub mod progress;
 pub mod provisioning;
 pub mod readiness;
+pub mod setup;
 pub mod signals;
+pub mod test_guest_env;

@@ -5,7 +5,6 @@
 
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
-use std::sync::atomic::AtomicUsize;
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
@@ -14,49 +13,13 @@ use box_proto::BoxEnv;
 use super::guest::{self, GUEST_CONFIG, HB_PATH, PROVISION_DIR};
 use super::guest_assets::{self, GuestArch};
 use super::guest_network::GuestNetwork;
-use super::progress::{StepProgress, Transcript, mmss};
-use crate::smolvm::{ExecOpts, Smolvm, Stream, timeouts};
-use crate::state::StateDir;
+use super::progress::{StepProgress, mmss};
+use crate::smolvm::{ExecOpts, Stream, timeouts};
 use crate::ui;
 
-/// One box being set up, with its transcript.
-pub struct Setup<'a> {
-    pub smolvm: &'a Smolvm,
-    pub state: &'a StateDir,
-    pub env: &'a BoxEnv,
-    pub machine: &'a str,
-    pub transcript: &'a mut Transcript,
-    /// A pending-signal flag that cuts long guest work short.
-    pub cancel: Option<&'a AtomicUsize>,
-}
+pub use super::setup::Setup;
 
 impl Setup<'_> {
-    /// Runs a guest command that must succeed; returns its stdout. Output goes to the
-    /// transcript.
-    pub fn exec_ok(&mut self, what: &str, argv: &[&str], timeout: Duration) -> Result<String> {
-        let out = self.smolvm.exec(
-            self.machine,
-            argv,
-            ExecOpts {
-                timeout: Some(timeout),
-                cancel: self.cancel,
-                ..ExecOpts::default()
-            },
-        )?;
-        self.transcript.block(what, &out.stdout);
-        self.transcript
-            .block(&format!("{what} (stderr)"), &out.stderr);
-        if !out.success() {
-            bail!(
-                "{what} in box '{}' failed ({}){}",
-                self.machine,
-                guest::status(&out),
-                guest::last_lines(&out.stderr, &out.stdout)
-            );
-        }
-        Ok(out.stdout)
-    }
-
     /// Config, provisioning files and hb into the guest. hb goes last and appears
     /// atomically: the workload launcher starts it as soon as it is executable, and it
     /// reads the config.

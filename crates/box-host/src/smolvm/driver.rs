@@ -53,6 +53,8 @@ pub struct CreateFromSpec {
     pub mem_mib: u32,
     /// Persisted `-e K=V`, after the pack's own env. Never secrets.
     pub env: Vec<(String, String)>,
+    /// `--label K=V` (smolvm 1.8+; empty before: the flag does not exist there).
+    pub labels: Vec<(String, String)>,
 }
 
 /// What `machine create` is asked for.
@@ -68,6 +70,8 @@ pub struct CreateSpec {
     pub env: Vec<(String, String)>,
     /// The persistent workload, after `--`.
     pub workload: Vec<String>,
+    /// `--label K=V` (smolvm 1.8+; empty before: the flag does not exist there).
+    pub labels: Vec<(String, String)>,
 }
 
 /// Options of one `machine exec`.
@@ -164,7 +168,9 @@ impl Smolvm {
         })
     }
 
-    /// `machine ls --json`: every machine, sorted by name.
+    /// `machine ls --json`: every machine, sorted by name. box learns states only here and
+    /// never calls `machine status`, which created a machine's disks at the default size
+    /// before the first start until smolvm #1194/#1197 (2026-09-07).
     pub fn list(&self) -> Result<Vec<Machine>, SmolvmError> {
         let a = args(["machine", "ls", "--json"]);
         let call = Self::call_name(&a);
@@ -192,6 +198,7 @@ impl Smolvm {
             "--net",
         ]);
         push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
+        push_labels(&mut a, &spec.labels);
         a.push("--".into());
         a.extend(spec.workload.iter().map(OsString::from));
         let out = self.checked(a, timeouts::CREATE)?;
@@ -211,6 +218,7 @@ impl Smolvm {
             "--net".into(),
         ];
         push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
+        push_labels(&mut a, &spec.labels);
         let call = Self::call_name(&a);
         let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
             .ok()
@@ -531,6 +539,13 @@ fn push_machine_flags(
     }
 }
 
+fn push_labels(a: &mut Vec<OsString>, labels: &[(String, String)]) {
+    for (k, v) in labels {
+        a.push("--label".into());
+        a.push(format!("{k}={v}").into());
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -687,6 +702,7 @@ esac"#,
             cpus: 2,
             mem_mib: 2048,
             env: vec![("HB_WEB_PORT".into(), "4791".into())],
+            labels: vec![("hermes-box".into(), "beta".into())],
         })
         .unwrap();
         let text = std::fs::read_to_string(&log).unwrap();
@@ -708,7 +724,9 @@ esac"#,
                 "--mem",
                 "2048",
                 "-e",
-                "HB_WEB_PORT=4791"
+                "HB_WEB_PORT=4791",
+                "--label",
+                "hermes-box=beta"
             ]
         );
     }
@@ -730,6 +748,7 @@ esac"#,
                 mem_mib: 2048,
                 env: vec![],
                 workload: vec!["true".into()],
+                labels: vec![],
             })
             .unwrap();
         assert_eq!(
@@ -754,6 +773,8 @@ esac"#,
         assert!(err.contains("is running. Stop it first"), "{err}");
     }
 
+    /// Always `--net`: the image is pulled from a registry, which smolvm 1.7.3-1.17 refuses
+    /// to do without network (PR #807), and the guest needs it for provisioning.
     #[test]
     fn create_passes_the_flags_in_smolvms_spelling() {
         let tmp = tempfile::tempdir().unwrap();
@@ -770,6 +791,10 @@ esac"#,
             mem_mib: 2048,
             env: vec![("HB_WEB_PORT".into(), "4790".into())],
             workload: vec!["/bin/sh".into(), "-c".into(), "exec x".into()],
+            labels: vec![
+                ("hermes-box".into(), "alpha".into()),
+                ("hermes-box-id".into(), "0f".into()),
+            ],
         })
         .unwrap();
         let argv = std::fs::read_to_string(&log).unwrap();
@@ -791,6 +816,10 @@ esac"#,
                 "2048",
                 "-e",
                 "HB_WEB_PORT=4790",
+                "--label",
+                "hermes-box=alpha",
+                "--label",
+                "hermes-box-id=0f",
                 "--",
                 "/bin/sh",
                 "-c",

@@ -20,6 +20,10 @@ pub enum MachineState {
     Unreachable,
     /// v1.3.0+: a fork base.
     Frozen,
+    /// 1.18+: `machine pause` saved its execution; plain `start`/`stop` refuse it
+    /// (`machine has saved execution; use resume`). `pausing` while it is being saved.
+    Paused,
+    Pausing,
     Other(String),
 }
 
@@ -32,6 +36,8 @@ impl MachineState {
             "failed" => Self::Failed,
             "unreachable" => Self::Unreachable,
             "frozen" => Self::Frozen,
+            "paused" => Self::Paused,
+            "pausing" => Self::Pausing,
             other => Self::Other(other.to_string()),
         }
     }
@@ -44,12 +50,19 @@ impl MachineState {
             Self::Failed => "failed",
             Self::Unreachable => "unreachable",
             Self::Frozen => "frozen",
+            Self::Paused => "paused",
+            Self::Pausing => "pausing",
             Self::Other(s) => s,
         }
     }
 
     pub fn is_running(&self) -> bool {
         *self == Self::Running
+    }
+
+    /// Paused or being paused (1.18+): smolvm keeps its execution until `machine resume`.
+    pub fn is_paused(&self) -> bool {
+        matches!(self, Self::Paused | Self::Pausing)
     }
 }
 
@@ -69,6 +82,8 @@ pub struct Machine {
     pub network: Option<bool>,
     /// A count in smolvm's JSON, not the mappings.
     pub ports: Option<u64>,
+    /// 1.8+: the machine's labels; `None` when smolvm reports none (older versions).
+    pub labels: Option<std::collections::BTreeMap<String, String>>,
 }
 
 /// Parses the whole `ls --json` output; machines come back sorted by name.
@@ -115,6 +130,11 @@ fn parse_machine(item: &Value) -> Result<Machine, String> {
         image: map.get("image").and_then(Value::as_str).map(str::to_string),
         network: map.get("network").and_then(Value::as_bool),
         ports: map.get("ports").and_then(Value::as_u64),
+        labels: map.get("labels").and_then(Value::as_object).map(|l| {
+            l.iter()
+                .filter_map(|(k, v)| Some((k.clone(), v.as_str()?.to_string())))
+                .collect()
+        }),
     })
 }
 

@@ -4,6 +4,7 @@
 pub mod driver;
 pub mod error;
 pub mod json;
+pub mod labels;
 pub mod runner;
 pub mod version;
 

@@ -22,24 +22,49 @@ pub struct Checked {
     pub how: &'static str,
 }
 
-/// What was checked, oldest first. Extend it only after checking a release against the
-/// flags, texts and JSON keys box depends on (reference/smolvm-drift.md).
-pub const CHECKED: [Checked; 2] = [
+/// What was checked, oldest first, each row with what was read (smol-machines/smolvm
+/// commits and PRs). Extend it only after checking a release against the flags, texts and
+/// JSON keys box depends on (reference/smolvm-drift.md, reference/smolvm-real.md).
+pub const CHECKED: [Checked; 4] = [
     Checked {
         from: SmolvmVersion::new(1, 0, 4),
         through: (1, 9),
-        how: "1.0.4 (hermes-box's pin) and 1.9.2/1.9.3 read in source and simulated \
-              (1.9.3 is 1.9.2 plus a version bump)",
+        how: "1.0.4 (hermes-box's pin) and 1.9.2/1.9.3 read in source (tags v1.0.4, v1.9.3, \
+              main a5df5001: src/cli/machine.rs, src/cli/vm_common.rs, src/config.rs, \
+              src/data/resources.rs, src/network/launch.rs) and simulated; 1.9.2 run on a \
+              host that cannot boot: its create refusals (registry image without network \
+              since 1.7.3, PR #807 57e77e5e; --cpus 0, --mem < 64, tsi with -p) and ls --json \
+              matched; box always passes --net",
     },
     Checked {
         from: SmolvmVersion::new(1, 10, 0),
         through: (1, 16),
         how: "the create/start/stop/delete/ls/exec/cp flags, texts and ls --json keys box \
-              uses, read in the 1.16-line source: unchanged",
+              uses, read in the 1.16-line source (src/cli/machine.rs, vm_common.rs): unchanged",
+    },
+    Checked {
+        from: SmolvmVersion::new(1, 17, 0),
+        through: (1, 17),
+        how: "src/cli/vm_common.rs at 5240fda5 (after PRs #1333, #1340): delete without \
+              --force on a non-terminal stdin exits 1 (box always passes -f); ls --json adds \
+              branchable, block_io, disks, detached, parent_machine; start/stop refuse \
+              paused machines ('machine has saved execution'); simulated as 1.17.0",
+    },
+    Checked {
+        from: SmolvmVersion::new(1, 18, 0),
+        through: (1, 33),
+        how: "read, not run: src/config.rs at 090d4512 (states created/running/stopped/\
+              paused/pausing/failed/unreachable/frozen, labels, machines listed in name \
+              order, a registry image without network fetched on the host), \
+              docs/pause-resume.md 7f630384, docs/install/SKILL.md f7b2b064 (verified on \
+              v1.23.0: seed VM of 8192 MiB on first pulls from 1.22, no darwin-x86_64 build), \
+              docs/dev-env/scripts/create-dev-machine.sh f7b2b064 (create/start/exec \
+              spellings); simulated as 1.33.0. box labels machines (1.8+), stops at paused \
+              ones, never calls machine status (#1194/#1197)",
     },
 ];
 
-/// `1.0.4-1.16.x`, for messages.
+/// `1.0.4-1.33.x`, for messages.
 pub fn checked_range() -> String {
     let (first, last) = (CHECKED[0], CHECKED[CHECKED.len() - 1]);
     format!("{}-{}.{}.x", first.from, last.through.0, last.through.1)
@@ -78,7 +103,7 @@ impl SmolvmVersion {
         }
     }
 
-    /// Inside a row of [`CHECKED`] (1.0.4 up to any 1.16.x).
+    /// Inside a row of [`CHECKED`] (1.0.4 up to any 1.33.x).
     pub fn is_tested(&self) -> bool {
         CHECKED
             .iter()
@@ -89,6 +114,25 @@ impl SmolvmVersion {
     /// `machine update --name N --net` after create and before the first start.
     pub fn needs_nic_workaround(&self) -> bool {
         (self.major, self.minor) < (1, 1)
+    }
+
+    /// `machine create --label KEY=VALUE`, reported by `ls --json`: from 1.8.0 (smolvm PR
+    /// #899, commit 8aed1aca, first tag v1.8.0).
+    pub fn has_labels(&self) -> bool {
+        (self.major, self.minor) >= (1, 8)
+    }
+
+    /// From 1.22.0 the first run of each registry image starts a seed helper VM of 8192 MiB
+    /// whatever `--mem` says; when it cannot start, smolvm waits 30 s, logs `WARN no image
+    /// seed; pulling in the guest` and goes on (docs/install/SKILL.md at f7b2b064, step 3).
+    pub fn seeds_images_in_a_helper_vm(&self) -> bool {
+        (self.major, self.minor) >= (1, 22)
+    }
+
+    /// `machine create --from` extracts a pack once into a node-shared store and points
+    /// machines at it (Linux, from 1.3; `SMOLVM_DISABLE_SHARED_EXTRACT` turns it off).
+    pub fn shares_extracted_packs(&self) -> bool {
+        (self.major, self.minor) >= (1, 3)
     }
 
     /// `machine cp --mode` exists from 1.9.0; before it a `chmod` through exec is needed.
@@ -157,11 +201,10 @@ mod tests {
         assert!(!SmolvmVersion::new(2, 0, 0).is_tested());
     }
 
-    /// 1.9.3 has the 1.9.2 contract and the flags box uses are valid through the 1.16
-    /// line: none of them may warn. 1.17 changed `delete` (box passes -f regardless) and was
-    /// not checked as a whole: it warns.
+    /// 1.9.3 has the 1.9.2 contract; the flags box uses are valid through the 1.16 line;
+    /// 1.17 and the ~1.33 line were read (see the rows). Nothing read beyond 1.33 yet: warn.
     #[test]
-    fn the_checked_table_covers_1_9_3_and_the_1_16_line_only() {
+    fn the_checked_table_covers_what_was_read_through_1_33() {
         for (v, checked) in [
             ((1, 0, 4), true),
             ((1, 9, 2), true),
@@ -169,14 +212,36 @@ mod tests {
             ((1, 10, 0), true),
             ((1, 14, 5), true),
             ((1, 16, 2), true),
-            ((1, 16, 9), true),
-            ((1, 17, 0), false),
-            ((1, 18, 2), false),
+            ((1, 17, 0), true),
+            ((1, 18, 2), true),
+            ((1, 23, 0), true),
+            ((1, 33, 0), true),
+            ((1, 34, 0), false),
+            ((2, 0, 0), false),
             ((0, 9, 0), false),
         ] {
             let ver = SmolvmVersion::new(v.0, v.1, v.2);
             assert_eq!(ver.is_tested(), checked, "{ver}");
         }
-        assert_eq!(checked_range(), "1.0.4-1.16.x");
+        assert_eq!(checked_range(), "1.0.4-1.33.x");
+        let rows: Vec<_> = CHECKED.iter().map(|c| (c.from, c.through)).collect();
+        for w in rows.windows(2) {
+            assert!(
+                w[0].1 < (w[1].0.major, w[1].0.minor),
+                "rows overlap: {rows:?}"
+            );
+        }
+        assert!(
+            CHECKED.iter().all(|c| c.how.contains(' ')),
+            "every row says what was read"
+        );
+    }
+
+    #[test]
+    fn labels_and_the_seed_vm_follow_the_version() {
+        let v = SmolvmVersion::new;
+        assert!(!v(1, 7, 3).has_labels() && v(1, 8, 0).has_labels() && v(1, 33, 0).has_labels());
+        assert!(!v(1, 21, 9).seeds_images_in_a_helper_vm());
+        assert!(v(1, 22, 0).seeds_images_in_a_helper_vm());
     }
 }

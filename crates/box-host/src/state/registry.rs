@@ -35,6 +35,15 @@ pub struct BoxRecord {
     /// up (SIGKILL, power loss): the box may be half provisioned.
     #[serde(default)]
     pub incomplete: bool,
+    /// Set when a failed `box new`/`box load` kept the box on request (`--keep-on-failure`,
+    /// `BOX_KEEP_ON_FAILURE=1`): what failed, so doctor does not mistake it for a killed run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub kept_after_failure: Option<String>,
+    /// The `hermes-box-id` label box gave the machine at create, where smolvm has labels
+    /// (1.8+): the machine is this box's only while it still carries it. `None`: created
+    /// without labels; the name alone decides, as before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub machine_label: Option<String>,
 }
 
 /// A record file that could not be read.
@@ -168,6 +177,16 @@ impl Registry {
         Ok(())
     }
 
+    /// Records that a failed run kept the (still incomplete) box on purpose; `what` says
+    /// which run and why, e.g. `box load backups/a.tar.zst.gpg failed while restoring`.
+    pub fn mark_kept(&self, name: &BoxName, what: &str) -> Result<()> {
+        let Some(mut record) = self.get(name)? else {
+            return Ok(());
+        };
+        record.kept_after_failure = Some(what.to_string());
+        self.update(&record)
+    }
+
     /// Removes a record. `Ok(false)` when there was none.
     pub fn remove(&self, name: &BoxName) -> Result<bool> {
         let path = self.record_path(name);
@@ -250,6 +269,8 @@ mod tests {
             box_version: "0.1.0".into(),
             base_image: "ubuntu:24.04".into(),
             incomplete: false,
+            kept_after_failure: None,
+            machine_label: None,
         }
     }
 

@@ -25,31 +25,10 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
     }
     let net =
         c.net || !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only;
+    let labels = super::create_checks::check(ctx.personality, &c, &ctx.extras.labels)?;
     let name = c.name.clone().unwrap_or_else(generate_name);
     registry::validate_name(&name).map_err(|r| config("create machine", r))?;
-    let mut seen = std::collections::HashSet::new();
-    for (h, _) in &c.port {
-        if !seen.insert(*h) {
-            return Err(config(
-                "validate ports",
-                format!("duplicate host port {h}: each host port can only be mapped once"),
-            ));
-        }
-    }
-    let mut labels = std::collections::BTreeMap::new();
-    for l in &ctx.extras.labels {
-        match l.split_once('=') {
-            Some((k, v)) if !k.is_empty() => {
-                labels.insert(k.to_string(), v.to_string());
-            }
-            _ => {
-                return Err(config(
-                    "create machine",
-                    format!("invalid label '{l}': expected KEY=VALUE"),
-                ));
-            }
-        }
-    }
+    super::create_checks::image_fetchable(ctx.personality, &c)?;
     let host_userland = crate::image::host_userland_from_env()?;
     let sim_image = match (&c.image, host_userland) {
         (Some(image), false) => match crate::image::resolve_at_create(image)? {

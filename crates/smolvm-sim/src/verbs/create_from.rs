@@ -39,6 +39,9 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
     } else {
         manifest.mem
     };
+    // smolvm labels a machine from a pack as any other (`run_from_smolmachine` parses
+    // `--label` too: src/cli/machine.rs at a5df5001).
+    let labels = super::create_checks::parse_labels(ctx.personality, &ctx.extras.labels)?;
     let mut env = super::parse_env(&manifest.env);
     env.extend(super::parse_env(&c.env));
     let canonical = std::fs::canonicalize(from)
@@ -71,7 +74,7 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
         // The pack carries the layers: nothing is pulled at the first start.
         init_completed: true,
         created_at: registry::now_secs(),
-        labels: Default::default(),
+        labels,
         secret_env: c.secret_env.clone(),
         secret_file: c.secret_file.clone(),
         gpu: c.gpu,

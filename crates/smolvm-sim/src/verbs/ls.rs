@@ -47,6 +47,19 @@ pub fn status_json(ctx: &Ctx, r: &Record) -> Value {
         m.insert("forkpoint_held", json!(false));
         m.insert("labels", json!(r.labels));
     }
+    if ctx.personality.is_current() {
+        // `machine_status_json` at smolvm 5240fda5 (`src/cli/vm_common.rs`): the branch
+        // vocabulary beside the older fork keys, the block I/O engine, attached disks.
+        // `block_io`'s string is assumed (serde's lowercase of the default `Sync`); box
+        // reads none of these.
+        m.insert("block_io", json!("sync"));
+        m.insert("disks", json!([]));
+        m.insert("detached", json!(false));
+        m.insert("branchable", json!(false));
+        m.insert("parent_machine", Value::Null);
+        m.insert("cuda_branch_pool_size", Value::Null);
+        m.insert("branchpoint_held", json!(false));
+    }
     json!(m)
 }
 
@@ -61,8 +74,15 @@ pub fn run(ctx: &Ctx, c: LsCmd) -> VerbResult {
         println!("{}", if c.json { "[]" } else { output::NO_MACHINES });
         return Ok(0);
     }
-    // smolvm iterates a HashMap: the order is arbitrary. Shuffle so callers never rely on it.
-    vms.shuffle(&mut rand::rng());
+    if ctx.personality.is_current() {
+        // ~1.33 keeps its machines in a BTreeMap "so every listing comes out the same way"
+        // (`src/config.rs` at 090d4512).
+        vms.sort_by(|a, b| a.name.cmp(&b.name));
+    } else {
+        // 1.0.4-1.17 iterate a HashMap: the order is arbitrary. Shuffle so callers never
+        // rely on it.
+        vms.shuffle(&mut rand::rng());
+    }
     if c.json {
         let arr: Vec<Value> = vms.iter().map(|r| status_json(ctx, r)).collect();
         println!("{}", pretty(&Value::Array(arr)));

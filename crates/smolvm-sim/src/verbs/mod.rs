@@ -2,12 +2,14 @@
 
 pub mod cp;
 pub mod create;
+mod create_checks;
 pub mod create_from;
 pub mod data_dir;
 pub mod delete;
 pub mod exec;
 pub mod ls;
 pub mod pack;
+pub mod pause;
 pub mod start;
 pub mod status;
 pub mod stop;

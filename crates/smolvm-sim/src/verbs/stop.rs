@@ -21,6 +21,7 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
             println!("{}", output::stopped(&name));
             return Ok(0);
         }
+        State::Paused => return Err(super::pause::refuse_paused("stop")),
         other => {
             println!("{}", output::not_running_state(&name, other.as_str()));
             return Ok(0);
