@@ -19,11 +19,11 @@ pub const KNOWN_KEYS: &[&str] = &[
     "box",
     "hb",
     "archive_format",
-    SQLITE_CHECK_KEY,
 ];
 
 /// The result of the SQLite integrity check `hb quiesce` runs before a save: `ok`, or
-/// `damaged <path> <path>…` (data-root-relative).
+/// `damaged <path> <path>…` (data-root-relative). Not one of [`KNOWN_KEYS`]: those are what
+/// `hb write-manifest` writes; quiesce writes this one.
 pub const SQLITE_CHECK_KEY: &str = "sqlite_check";
 
 /// How `hb quiesce` names a damaged database on its output (`<prefix><path>: <why>`), so
