@@ -10,6 +10,7 @@ Examples:
   box enter alpha               attach its tmux session as 'agent'
   box save alpha                encrypted, verified backup into backups/
   box load backups/alpha-20261129-120000.tar.zst.gpg beta
+  box clone alpha beta          branch alpha's /data into a new box
   box doctor                    check the host and every box
 
 Environment:
@@ -122,6 +123,19 @@ pub enum Command {
         The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
     )]
     Load(LoadArgs),
+
+    /// Branch a box: a new box whose /data is the source's at this moment
+    #[command(
+        after_long_help = "Examples:\n  box clone alpha beta\n  box clone alpha experiment --keep-on-failure\n\n\
+        Try something risky in a copy: the new box gets the source's /data as it is now (the\n\
+        workspace, the agents' logins and history), paused the way box save pauses it, so\n\
+        databases are consistent. The source is paused only while its data is copied.\n\
+        The new box has its own VM, Executor token and web port, and starts from a base when\n\
+        there is one (box base build). Nothing is encrypted and no passphrase is asked: the\n\
+        data goes from box to box through the host, one part at a time, and no backup file is\n\
+        written. To keep a copy, box save either box."
+    )]
+    Clone(CloneArgs),
 
     /// Decrypt and validate a backup into a directory on the host
     #[command(
@@ -269,6 +283,20 @@ pub struct LoadArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct CloneArgs {
+    /// The box to copy (it must be running)
+    pub source: String,
+    /// Name of the new box
+    pub name: String,
+    /// Keep the new VM if the clone fails, for inspection
+    #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub keep_on_failure: bool,
+    /// Provision from scratch even when a base exists
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ExtractArgs {
     /// Backup file
     pub file: PathBuf,
@@ -321,6 +349,15 @@ mod tests {
             &["box", "save", "alpha", "/tmp/x.tar.zst.gpg"],
             &["box", "load", "f.gpg"],
             &["box", "load", "f.gpg", "beta", "--keep-on-failure"],
+            &["box", "clone", "alpha", "beta"],
+            &[
+                "box",
+                "clone",
+                "alpha",
+                "beta",
+                "--fresh",
+                "--keep-on-failure",
+            ],
             &["box", "extract", "f.gpg"],
             &["box", "extract", "f.gpg", "/tmp/d"],
             &["box", "rm", "alpha"],
@@ -335,6 +372,7 @@ mod tests {
         }
         let bad: &[&[&str]] = &[
             &["box", "new"],
+            &["box", "clone", "alpha"],
             &["box", "ls", "--bogus"],
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],

@@ -18,7 +18,7 @@ fn box_cmd(home: &Path) -> Command {
 }
 
 /// Every visible verb of `box`.
-const VERBS: [&str; 14] = [
+const VERBS: [&str; 15] = [
     "new",
     "enter",
     "ls",
@@ -29,6 +29,7 @@ const VERBS: [&str; 14] = [
     "start",
     "save",
     "load",
+    "clone",
     "extract",
     "rm",
     "completions",

@@ -162,6 +162,10 @@ pub struct ImportArgs {
     /// Directory holding the parts and their index
     #[arg(long, value_name = "DIR")]
     pub from: PathBuf,
+    /// The tree is another live box's (box clone): drop its Executor token after the
+    /// swap, so this box's Executor mints one of its own when it starts
+    #[arg(long)]
+    pub forget_executor_token: bool,
 }
 
 #[cfg(test)]
@@ -202,6 +206,7 @@ mod tests {
             ],
             &["hb", "export", "--out", "/d/x", "--stream-parts", "2"],
             &["hb", "import", "--from", "/d/x"],
+            &["hb", "import", "--from", "/d/x", "--forget-executor-token"],
             &["hb", "workload"],
             &["hb", "token"],
             &["hb", "--data", "/tmp/d", "init"],

@@ -18,6 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use box_proto::BoxName;
+use box_proto::archive::parts::PartIndex;
 use secrecy::SecretString;
 
 use super::Context;
@@ -32,6 +33,9 @@ use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::{self, guest_dir, host_dir, parts_in};
 use crate::ui;
+
+/// The `hb import` flag that drops the imported tree's Executor token (`box clone`).
+pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if std::fs::symlink_metadata(&args.file).is_err() {
@@ -82,16 +86,17 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         };
     let mut run = LoadRun {
         ctx,
+        verb: "load",
         name,
         box_: provisioned,
         signals,
         guest_dir: None,
         keep_on_failure: args.keep_on_failure,
+        own_token: false,
     };
     match run.restore(&validated, &pass, part_size) {
         Ok(()) => {
-            run.box_.transcript.line("restored and verified");
-            crate::state::Registry::new(&ctx.state).mark_complete(&run.name)?;
+            run.complete("restored and verified")?;
             println!("Restored and verified. Enter with: box enter {}", run.name);
             Ok(ExitCode::SUCCESS)
         }
@@ -130,14 +135,19 @@ fn describe(v: &ValidatedBackup) {
     }
 }
 
-/// The restore into a box this invocation created.
-struct LoadRun<'a> {
-    ctx: &'a Context,
-    name: BoxName,
-    box_: Provisioned,
-    signals: DeferredSignals,
-    guest_dir: Option<String>,
-    keep_on_failure: bool,
+/// The restore into a box this invocation created (`box load`, and `box clone`'s new box).
+pub(super) struct LoadRun<'a> {
+    pub ctx: &'a Context,
+    /// `load` or `clone`, for messages.
+    pub verb: &'static str,
+    pub name: BoxName,
+    pub box_: Provisioned,
+    pub signals: DeferredSignals,
+    pub guest_dir: Option<String>,
+    pub keep_on_failure: bool,
+    /// The restored tree is another live box's (`box clone`): `hb import` drops its
+    /// Executor token, so this box's Executor gets one of its own.
+    pub own_token: bool,
 }
 
 impl LoadRun<'_> {
@@ -171,6 +181,35 @@ impl LoadRun<'_> {
         pass: &SecretString,
         part_size: u64,
     ) -> Result<()> {
+        self.restore_with(|run, scratch| {
+            ui::say(format!("Copying the archive into '{}'", run.name));
+            let host = host_dir::create(&run.ctx.state, "load")?;
+            let cancel = Some(run.signals.flag());
+            let mut guest = Guest {
+                smolvm: &run.box_.smolvm,
+                machine: &run.box_.machine,
+                transcript: &mut run.box_.transcript,
+                cancel,
+            };
+            parts_in::copy_in(
+                &mut guest,
+                validated,
+                pass,
+                host.path(),
+                scratch,
+                part_size,
+                cancel,
+            )
+        })
+    }
+
+    /// The restore with the parts and their index put into the guest scratch dir by
+    /// `fill`: pause → scratch dir → `fill` → `hb import` → scratch removed → guest assets
+    /// refreshed → resume, up, wiring, health.
+    pub(super) fn restore_with(
+        &mut self,
+        fill: impl FnOnce(&mut Self, &str) -> Result<PartIndex>,
+    ) -> Result<()> {
         let name = self.name.clone();
         self.checkpoint()?;
         ui::say(format!("Pausing '{name}' for the restore"));
@@ -185,35 +224,18 @@ impl LoadRun<'_> {
             timeouts::SHORT,
             true,
         )?;
-        ui::say(format!("Copying the archive into '{name}'"));
-        let host = host_dir::create(&self.ctx.state, "load")?;
-        let cancel = Some(self.signals.flag());
-        let index = {
-            let mut guest = Guest {
-                smolvm: &self.box_.smolvm,
-                machine: &self.box_.machine,
-                transcript: &mut self.box_.transcript,
-                cancel,
-            };
-            parts_in::copy_in(
-                &mut guest,
-                validated,
-                pass,
-                host.path(),
-                &scratch,
-                part_size,
-                cancel,
-            )?
-        };
-        drop(host);
+        let index = fill(self, &scratch)?;
         self.checkpoint()?;
 
         ui::say(format!(
             "Restoring /data inside '{name}' ({} part(s))",
             index.parts.len()
         ));
-        self.guest()
-            .hb(&["import", "--from", &scratch], timeouts::BULK, true)?;
+        let mut import = vec!["import", "--from", &scratch];
+        if self.own_token {
+            import.push(OWN_TOKEN_FLAG);
+        }
+        self.guest().hb(&import, timeouts::BULK, true)?;
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
         self.checkpoint()?;
@@ -251,14 +273,21 @@ impl LoadRun<'_> {
         Ok(())
     }
 
+    /// The restore went through: the box is complete.
+    pub(super) fn complete(&mut self, what: &str) -> Result<()> {
+        self.box_.transcript.line(what);
+        crate::state::Registry::new(&self.ctx.state).mark_complete(&self.name)
+    }
+
     /// Reports, removes the guest scratch, and deletes the VM (or keeps it on request).
     /// Never resumes: a half-restored box must not run.
-    fn fail(&mut self, e: &anyhow::Error) -> ExitCode {
+    pub(super) fn fail(&mut self, e: &anyhow::Error) -> ExitCode {
         let name = self.name.clone();
         let code = match self.signals.pending() {
             Some(sig) => {
                 ui::error(format!(
-                    "box load {name} interrupted by {}",
+                    "box {} {name} interrupted by {}",
+                    self.verb,
                     DeferredSignals::name(sig)
                 ));
                 ExitCode::from(DeferredSignals::exit_status(sig))

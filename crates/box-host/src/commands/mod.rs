@@ -4,6 +4,7 @@ use crate::config::Config;
 use crate::state::StateDir;
 
 pub mod base;
+pub mod clone;
 pub mod completions;
 pub mod doctor;
 pub mod enter;

@@ -34,7 +34,9 @@ use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
+use crate::transfer::announced::PartSink;
 use crate::transfer::guest_hb::{Guest, timeouts};
+use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
 
@@ -47,13 +49,14 @@ pub fn default_out(backup_dir: &Path, name: &BoxName) -> Result<PathBuf> {
     }
 }
 
-/// One run of `box save`: what it changed so far, so cleanup undoes exactly that.
-struct SaveRun<'a> {
+/// One run of `box save` (or the source side of `box clone`): what it changed so far, so
+/// cleanup undoes exactly that.
+pub(super) struct SaveRun<'a> {
     ctx: &'a Context,
-    record: BoxRecord,
+    pub record: BoxRecord,
     smolvm: Smolvm,
     signals: DeferredSignals,
-    transcript: Transcript,
+    pub transcript: Transcript,
     /// `hb quiesce` was called (a failed one may still have paused): resume on the way out.
     paused: bool,
     /// The guest scratch dir, while it may exist.
@@ -76,21 +79,11 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     };
     save::check_destination(&out)?;
     let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
-    let transcript = Transcript::create(&ctx.state, record.name.as_str(), "save")?;
-    let mut run = SaveRun {
-        ctx,
-        record,
-        smolvm: Smolvm::from_env(),
-        signals,
-        transcript,
-        paused: false,
-        guest_dir: None,
-        resume_error: None,
-    };
+    let mut run = SaveRun::new(ctx, record, signals, "save")?;
     let result = run.steps(&out, &pass);
     let failed = result.as_ref().err().map(|e| run.report(e));
     run.cleanup();
-    let resumed = match run.resume_error.take() {
+    let resumed = match run.take_resume_error() {
         Some(e) => Err(e),
         None => Ok(()),
     };
@@ -119,7 +112,26 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     })
 }
 
-impl SaveRun<'_> {
+impl<'a> SaveRun<'a> {
+    pub(super) fn new(
+        ctx: &'a Context,
+        record: BoxRecord,
+        signals: DeferredSignals,
+        verb: &str,
+    ) -> Result<Self> {
+        let transcript = Transcript::create(&ctx.state, record.name.as_str(), verb)?;
+        Ok(SaveRun {
+            ctx,
+            record,
+            smolvm: Smolvm::from_env(),
+            signals,
+            transcript,
+            paused: false,
+            guest_dir: None,
+            resume_error: None,
+        })
+    }
+
     fn checkpoint(&self) -> Result<()> {
         transfer::checkpoint(Some(self.signals.flag()))
     }
@@ -133,8 +145,9 @@ impl SaveRun<'_> {
         }
     }
 
-    fn steps(&mut self, out: &Path, pass: &SecretString) -> Result<Published> {
-        let name = self.record.name.clone();
+    /// The box must be running: a stopped box has no guest to export from.
+    pub(super) fn check_running(&self) -> Result<()> {
+        let name = &self.record.name;
         let machine = boxes::machine(&self.smolvm, &self.record)?;
         if !machine.state.is_running() {
             bail!(
@@ -142,12 +155,15 @@ impl SaveRun<'_> {
                 machine.state
             );
         }
-        let part_size = transfer::part_size()?;
-        let pending = transfer::stream_pending()?;
+        Ok(())
+    }
+
+    /// Leftovers of a killed run swept (we hold the box lock), then `hb quiesce`: writers
+    /// stopped durably, SQLite checkpointed; a damaged database is said, not fatal.
+    pub(super) fn quiesce(&mut self) -> Result<()> {
+        let name = self.record.name.clone();
         self.checkpoint()?;
-        // Leftovers of a killed save or load of this box (we hold its lock).
         host_dir::sweep_stale(&self.ctx.state);
-        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         guest_dir::sweep_stale(&mut self.guest())?;
 
         ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
@@ -167,13 +183,53 @@ impl SaveRun<'_> {
                 ));
             }
         }
-        self.checkpoint()?;
+        self.checkpoint()
+    }
+
+    /// `hb export` into a fresh guest scratch dir, each part copied out through a host
+    /// scratch dir (one part at a time) into `sink`; the guest scratch is removed before
+    /// this returns (the caller resumes the box next).
+    pub(super) fn export_into<S: PartSink>(
+        &mut self,
+        sink: S,
+        part_size: u64,
+        pending: Option<u16>,
+    ) -> Result<ExportedInto<S>> {
+        let scratch = guest_dir::new_path("save");
+        self.guest_dir = Some(scratch.clone());
+        let host = host_dir::create(&self.ctx.state, "save")?;
+        let exported = parts_stream::export_into(
+            &mut self.guest(),
+            &scratch,
+            part_size,
+            pending,
+            host.path(),
+            sink,
+        )?;
+        drop(host);
+        self.transcript.line(&format!(
+            "{} part(s) of {part_size} bytes, {} bytes",
+            exported.index.parts.len(),
+            exported.index.total_size
+        ));
+        // Plaintext leaves the guest before Executor comes back.
+        guest_dir::remove(&mut self.guest(), &scratch)?;
+        self.guest_dir = None;
+        Ok(exported)
+    }
+
+    fn steps(&mut self, out: &Path, pass: &SecretString) -> Result<Published> {
+        let name = self.record.name.clone();
+        self.check_running()?;
+        let part_size = transfer::part_size()?;
+        let pending = transfer::stream_pending()?;
+        // Leftovers of a killed save of this box (we hold its lock).
+        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
+        self.quiesce()?;
         self.guest()
             .hb(&["write-manifest"], timeouts::SHORT, true)?;
         self.checkpoint()?;
 
-        let scratch = guest_dir::new_path("save");
-        self.guest_dir = Some(scratch.clone());
         ui::say(format!(
             "Archiving /data inside '{name}', copying out and encrypting into {}",
             out.display()
@@ -181,23 +237,12 @@ impl SaveRun<'_> {
         // export → copy → encrypt → verify → publish, quiesce and resume left out: the
         // stages `just bench` compares with the seed's same steps.
         let started = Instant::now();
-        let host = host_dir::create(&self.ctx.state, "save")?;
         let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
-        let exported = parts_stream::export_and_seal(
-            &mut self.guest(),
-            &scratch,
-            part_size,
-            pending,
-            host.path(),
-            pipeline,
-        )?;
-        drop(host);
-        let sealed = exported.sealed;
-        self.transcript.line(&format!(
-            "{} members, {} part(s) of {part_size} bytes",
-            sealed.report.members,
-            exported.index.parts.len()
-        ));
+        let exported = self.export_into(pipeline, part_size, pending)?;
+        let sealed = exported.sink.finish()?;
+        sealed.matches_index(&exported.index)?;
+        self.transcript
+            .line(&format!("{} members", sealed.report.members));
         let mut timings = format!(
             "stages: export {:.2}s (in the guest)",
             exported.export_wall.as_secs_f64()
@@ -210,9 +255,6 @@ impl SaveRun<'_> {
             None => timings.push_str(", then copied out and encrypted (sequential)"),
         }
 
-        // Plaintext leaves the guest before Executor comes back.
-        guest_dir::remove(&mut self.guest(), &scratch)?;
-        self.guest_dir = None;
         let before_resume = started.elapsed();
         self.resume();
         self.checkpoint()?;
@@ -238,7 +280,7 @@ impl SaveRun<'_> {
     }
 
     /// `hb resume`, once; a failure is kept for the end (the backup is still good).
-    fn resume(&mut self) {
+    pub(super) fn resume(&mut self) {
         if !self.paused {
             return;
         }
@@ -251,13 +293,18 @@ impl SaveRun<'_> {
 
     /// The seed's cleanup order: guest scratch, host temporaries (already dropped with
     /// `steps`), resume.
-    fn cleanup(&mut self) {
+    pub(super) fn cleanup(&mut self) {
         if let Some(scratch) = self.guest_dir.take()
             && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
         {
             guest_dir::warn_left(&self.record.machine, &scratch, &e);
         }
         self.resume();
+    }
+
+    /// Why `hb resume` failed, if it did (said once, at the end).
+    pub(super) fn take_resume_error(&mut self) -> Option<anyhow::Error> {
+        self.resume_error.take()
     }
 
     fn report(&mut self, e: &anyhow::Error) -> ExitCode {
