@@ -43,7 +43,7 @@ impl Paths {
     }
     /// The snapshot incremental saves compare with (its `.next` beside it until committed).
     pub fn backup_snapshot(&self) -> PathBuf {
-        self.at(layout::BACKUP_SNAPSHOT)
+        self.at(layout::BACKUP_SNAPSHOT).join("current")
     }
     pub fn manifest(&self) -> PathBuf {
         self.at(layout::RUNTIME_MANIFEST)

@@ -37,7 +37,7 @@ fn tools() -> bool {
 /// One chain-mode export of `src` into `out`, against the committed snapshot when
 /// `parent` is its digest; then commits this export's snapshot under its own digest.
 fn link(src: &Path, out: &Path, parent: Option<&str>) -> (ExportSummary, String) {
-    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT);
+    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
     let parent = match parent {
         Some(d) => incremental::parent_for(&current, d, 24).unwrap().0,
         None => None,

@@ -18,11 +18,12 @@
 
 use std::collections::HashMap;
 use std::fs;
-use std::io::Write as _;
-use std::os::unix::fs::{MetadataExt, OpenOptionsExt};
+use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
+
+use crate::fsutil::write_private;
 
 /// First word of a snapshot file, and its version.
 const MAGIC: &str = "box-snapshot";
@@ -174,24 +175,17 @@ impl Snapshot {
         }
     }
 
-    /// Writes it to `path` (0600, temp + fsync + rename).
+    /// Writes it to `path` (0600, temp + fsync + rename), in a 0700 dir of root's.
     pub fn store(&self, path: &Path) -> Result<()> {
-        let tmp = path.with_extension(format!("tmp-{}", std::process::id()));
-        let written = (|| -> std::io::Result<()> {
-            let mut f = fs::OpenOptions::new()
-                .write(true)
-                .create(true)
-                .truncate(true)
-                .mode(0o600)
-                .open(&tmp)?;
-            f.write_all(self.render().as_bytes())?;
-            f.sync_all()?;
-            fs::rename(&tmp, path)
-        })();
-        if written.is_err() {
-            let _ = fs::remove_file(&tmp);
+        if let Some(dir) = path.parent() {
+            fs::DirBuilder::new()
+                .recursive(true)
+                .mode(0o700)
+                .create(dir)
+                .with_context(|| format!("cannot create {}", dir.display()))?;
         }
-        written.with_context(|| format!("cannot write the snapshot {}", path.display()))
+        write_private(path, self.render().as_bytes(), 0o600, None)
+            .with_context(|| format!("cannot write the snapshot {}", path.display()))
     }
 }
 
