@@ -77,6 +77,18 @@ fn stock_apply(parts: &Path, summary: &ExportSummary, target: &Path) {
     );
 }
 
+/// box's own validator over one link's parts.
+fn validated(
+    parts: &Path,
+    summary: &ExportSummary,
+) -> Result<(), box_proto::archive::ArchiveError> {
+    let mut all = Vec::new();
+    for part in &summary.index.parts {
+        all.extend(fs::read(parts.join(&part.name)).unwrap());
+    }
+    box_proto::archive::validate::validate(all.as_slice(), &Default::default()).map(drop)
+}
+
 fn sh(dir: &Path, script: &str) {
     let st = Command::new("sh")
         .arg("-c")
@@ -139,6 +151,15 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     );
     stock_apply(&t.path().join("l1"), &first, &out);
     assert_eq!(tree(&out), tree(&src), "after the first increment");
+    // box's validator takes a full chain-mode link as any backup, and refuses to restore an
+    // increment on its own (it would miss every unchanged file).
+    validated(&t.path().join("l0"), &full).unwrap();
+    let alone = validated(&t.path().join("l1"), &first).unwrap_err();
+    assert_eq!(
+        alone.rule(),
+        Some(box_proto::archive::validate::Rule::IncrementalLink),
+        "{alone}"
+    );
     assert_eq!(
         fs::read(out.join("home/agent/workspace/same.txt")).unwrap(),
         b"bbbb"

@@ -79,6 +79,12 @@ pub enum Rule {
     TooManyMembers,
     TooLarge,
     GlobalHeaders,
+    /// A dumpdir (GNU incremental listing) that is malformed, names something outside its
+    /// directory, or would delete what every backup keeps.
+    Dumpdir,
+    /// A dumpdir that keeps entries from an earlier backup: this archive is one link of a
+    /// chain and restores only after the links before it.
+    IncrementalLink,
 }
 
 impl Rule {
@@ -102,7 +108,7 @@ impl Rule {
             | HardlinkNotRegularFile
             | LinkResolvesOutside
             | HardlinkBeforeTarget => 9,
-            TooManyMembers | TooLarge | GlobalHeaders => 0,
+            TooManyMembers | TooLarge | GlobalHeaders | Dumpdir | IncrementalLink => 0,
         }
     }
 
@@ -135,6 +141,10 @@ impl Rule {
             TooManyMembers => "archive has too many members",
             TooLarge => "archive is too large",
             GlobalHeaders => "archive has too many or too large PAX global headers",
+            Dumpdir => "archive has an unsafe or malformed incremental listing (dumpdir)",
+            IncrementalLink => {
+                "archive is an incremental backup that keeps files from earlier backups; restore it with its chain"
+            }
         }
     }
 }
@@ -857,6 +867,16 @@ where
         let link = matches!(member.kind, MemberKind::Symlink | MemberKind::Hardlink)
             .then_some(member.link.as_slice());
         let key = validator.observe(&member.name, member.kind.entry_type(), link, member.stored)?;
+        if member.dumpdir {
+            // Read here, so every caller sees a directory whose listing passed.
+            check_dumpdir(
+                &mut Data {
+                    reader: &mut reader,
+                },
+                &member,
+                &key,
+            )?;
+        }
         let hardlink_target = match member.kind {
             MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
             _ => None,
@@ -909,6 +929,46 @@ where
         tar_bytes: meter.decompressed.get(),
         manifest: None,
     })
+}
+
+/// Most bytes of one dumpdir read into memory (a directory of a million entries).
+pub const MAX_DUMPDIR_BYTES: u64 = 64 << 20;
+
+/// A dumpdir member's listing: well formed, names inside its directory, the home kept
+/// (box_proto::archive::incremental). A standalone archive must list nothing kept from an
+/// earlier backup (`N`): such a link restores only after its chain, never alone — alone it
+/// would silently miss every unchanged file.
+fn check_dumpdir(data: &mut impl Read, member: &Member, key: &[u8]) -> Result<(), ArchiveError> {
+    use crate::archive::incremental::{Code, Dumpdir};
+    if member.stored > MAX_DUMPDIR_BYTES {
+        return Err(ArchiveError::unsafe_(
+            Rule::Dumpdir,
+            format!("{}: more than {MAX_DUMPDIR_BYTES} bytes", shown_key(key)),
+        ));
+    }
+    let mut bytes = Vec::new();
+    data.take(MAX_DUMPDIR_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid("cannot read a dumpdir", &e))?;
+    let listing = Dumpdir::parse(&bytes)
+        .and_then(|d| d.check_at(key).map(|()| d))
+        .map_err(|e| ArchiveError::unsafe_(Rule::Dumpdir, format!("{}: {e}", shown_key(key))))?;
+    if let Some((_, name)) = listing
+        .entries()
+        .iter()
+        .find(|(c, _)| *c == Code::Unchanged)
+    {
+        let mut path = key.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        path.extend_from_slice(name);
+        return Err(ArchiveError::unsafe_(
+            Rule::IncrementalLink,
+            format!("{} is kept from an earlier backup", shown_key(&path)),
+        ));
+    }
+    Ok(())
 }
 
 /// Validates a compressed tar stream without extracting anything, and returns what it holds
@@ -968,6 +1028,69 @@ mod tests {
             (b"./home/", D, b""),
             (b"./home/agent/", D, b""),
         ]
+    }
+
+    /// Directory member names and their dumpdir listings.
+    type Listings<'a> = &'a [(&'a [u8], &'a [u8])];
+
+    /// A tar whose directories are dumpdirs with the given listings (GNU format).
+    fn dumpdir_tar(dirs: Listings<'_>) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, listing) in dirs {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::new(b'D'));
+            h.set_mode(0o755);
+            h.set_size(listing.len() as u64);
+            h.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name);
+            h.set_cksum();
+            b.append(&h, *listing).unwrap();
+        }
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap()
+    }
+
+    #[test]
+    fn dumpdirs_are_directories_whose_listing_is_checked() {
+        let home_kept: [(&[u8], &[u8]); 3] = [
+            (b"./", b"Dhome\0Dlogs\0\0"),
+            (b"./home/", b"Dagent\0\0"),
+            (b"./home/agent/", b"Ya\0\0"),
+        ];
+        let r = validate(dumpdir_tar(&home_kept).as_slice(), &Limits::default()).unwrap();
+        assert_eq!(r.members, 3);
+        let refused = |dirs: Listings<'_>| {
+            validate(dumpdir_tar(dirs).as_slice(), &Limits::default()).unwrap_err()
+        };
+        let cases: [(Listings<'_>, Rule, &str); 4] = [
+            (
+                &[(b"./", b"Dhome\0\0"), (b"./home/", b"Y../x\0\0")],
+                Rule::Dumpdir,
+                "not a name inside its directory",
+            ),
+            (
+                &[(b"./", b"Dhome\0\0"), (b"./home/", b"Dother\0\0")],
+                Rule::Dumpdir,
+                "would delete home/agent",
+            ),
+            (
+                &[(b"./", b"Dlogs\0\0")],
+                Rule::Dumpdir,
+                "would delete ./home",
+            ),
+            (
+                &[
+                    (b"./", b"Dhome\0\0"),
+                    (b"./home/", b"Dagent\0\0"),
+                    (b"./home/agent/", b"Nkept.txt\0\0"),
+                ],
+                Rule::IncrementalLink,
+                "home/agent/kept.txt is kept from an earlier backup",
+            ),
+        ];
+        for (dirs, rule, words) in cases {
+            let e = refused(dirs);
+            assert_eq!(e.rule(), Some(rule), "{e}");
+            assert!(e.to_string().contains(words), "{e}");
+        }
     }
 
     #[test]
