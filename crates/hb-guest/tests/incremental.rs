@@ -14,6 +14,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
+use box_proto::archive::validate::{ChainState, Rule, validate_link};
 use export_import_support::{backdate, set_mtime_nofollow, snapshot as tree};
 use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
 use hb_guest::archive::incremental::{self, next_path};
@@ -77,16 +78,18 @@ fn stock_apply(parts: &Path, summary: &ExportSummary, target: &Path) {
     );
 }
 
-/// box's own validator over one link's parts.
+/// box's own validator over one link's parts, after the tree its chain built (`prior`).
 fn validated(
     parts: &Path,
     summary: &ExportSummary,
-) -> Result<(), box_proto::archive::ArchiveError> {
+    prior: Option<&ChainState>,
+) -> Result<ChainState, box_proto::archive::ArchiveError> {
     let mut all = Vec::new();
     for part in &summary.index.parts {
         all.extend(fs::read(parts.join(&part.name)).unwrap());
     }
-    box_proto::archive::validate::validate(all.as_slice(), &Default::default()).map(drop)
+    let prior = prior.map(|p| std::rc::Rc::new(p.clone()));
+    validate_link(all.as_slice(), &Default::default(), prior).map(|(_, state)| state)
 }
 
 fn sh(dir: &Path, script: &str) {
@@ -151,15 +154,12 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     );
     stock_apply(&t.path().join("l1"), &first, &out);
     assert_eq!(tree(&out), tree(&src), "after the first increment");
-    // box's validator takes a full chain-mode link as any backup, and refuses to restore an
-    // increment on its own (it would miss every unchanged file).
-    validated(&t.path().join("l0"), &full).unwrap();
-    let alone = validated(&t.path().join("l1"), &first).unwrap_err();
-    assert_eq!(
-        alone.rule(),
-        Some(box_proto::archive::validate::Rule::IncrementalLink),
-        "{alone}"
-    );
+    // box's validator takes a full chain-mode link as any backup, refuses an increment on
+    // its own (it would miss every unchanged file), and takes it after its chain.
+    let after_full = validated(&t.path().join("l0"), &full, None).unwrap();
+    let alone = validated(&t.path().join("l1"), &first, None).unwrap_err();
+    assert_eq!(alone.rule(), Some(Rule::IncrementalLink), "{alone}");
+    let after_first = validated(&t.path().join("l1"), &first, Some(&after_full)).unwrap();
     assert_eq!(
         fs::read(out.join("home/agent/workspace/same.txt")).unwrap(),
         b"bbbb"
@@ -170,6 +170,7 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     assert_eq!(second.link, Some(2));
     stock_apply(&t.path().join("l2"), &second, &out);
     assert_eq!(tree(&out), tree(&src), "after an empty increment");
+    validated(&t.path().join("l2"), &second, Some(&after_first)).unwrap();
 
     // A parent that is not the snapshot's backup: a full export, never a wrong increment.
     let (again, _) = link(&src, &t.path().join("l3"), Some(&d0));
