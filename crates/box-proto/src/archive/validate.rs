@@ -888,6 +888,9 @@ pub struct Entry<'a> {
     /// For a hardlink: the key of the regular file it resolves to, when the members seen
     /// so far resolve it (rule 9 refuses the archive otherwise, at its end).
     pub hardlink_target: Option<Vec<u8>>,
+    /// For a dumpdir member (a directory of a chain-mode archive): its checked listing, by
+    /// which a restore of a chain removes what the directory no longer holds.
+    pub dumpdir: Option<&'a Dumpdir>,
     data: &'a mut dyn Read,
 }
 
@@ -991,16 +994,18 @@ where
         let link = matches!(member.kind, MemberKind::Symlink | MemberKind::Hardlink)
             .then_some(member.link.as_slice());
         let key = validator.observe(&member.name, member.kind.entry_type(), link, member.stored)?;
+        let mut listing = None;
         if member.dumpdir {
             // Read here, so every caller sees a directory whose listing passed.
-            let listing = read_dumpdir(
+            let read = read_dumpdir(
                 &mut Data {
                     reader: &mut reader,
                 },
                 &member,
                 &key,
             )?;
-            validator.listing(&key, &listing)?;
+            validator.listing(&key, &read)?;
+            listing = Some(read);
         }
         let hardlink_target = match member.kind {
             MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
@@ -1012,6 +1017,7 @@ where
         let mut entry = Entry {
             member: &member,
             hardlink_target,
+            dumpdir: listing.as_ref(),
             data: &mut data,
         };
         let outcome = on_member(&mut entry, &key);
