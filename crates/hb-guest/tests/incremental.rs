@@ -14,7 +14,7 @@ use std::io::Write as _;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use box_proto::archive::validate::{ChainState, Rule, validate_link};
+use box_proto::archive::validate::{ChainState, Report, Rule, validate_link};
 use export_import_support::{backdate, set_mtime_nofollow, snapshot as tree};
 use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
 use hb_guest::archive::incremental::{self, next_path};
@@ -83,13 +83,20 @@ fn validated(
     parts: &Path,
     summary: &ExportSummary,
     prior: Option<&ChainState>,
-) -> Result<ChainState, box_proto::archive::ArchiveError> {
+) -> Result<(Report, ChainState), box_proto::archive::ArchiveError> {
     let mut all = Vec::new();
     for part in &summary.index.parts {
         all.extend(fs::read(parts.join(&part.name)).unwrap());
     }
     let prior = prior.map(|p| std::rc::Rc::new(p.clone()));
-    validate_link(all.as_slice(), &Default::default(), prior).map(|(_, state)| state)
+    validate_link(all.as_slice(), &Default::default(), prior)
+}
+
+/// `chain_link` and `chain_parent` of the runtime manifest inside a link.
+fn chain_keys(report: &Report) -> (String, String) {
+    let m = box_proto::RuntimeManifest::parse_bytes(report.manifest.as_deref().unwrap()).unwrap();
+    let get = |k: &str| m.get(k).unwrap_or("(absent)").to_string();
+    (get("chain_link"), get("chain_parent"))
 }
 
 fn sh(dir: &Path, script: &str) {
@@ -112,6 +119,9 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     let out = t.path().join("out");
     fs::create_dir_all(&out).unwrap();
     fs::create_dir_all(src.join("logs")).unwrap();
+    let hb_config = src.join("home/agent/.config/hermes-box");
+    fs::create_dir_all(&hb_config).unwrap();
+    fs::write(hb_config.join("runtime-manifest"), "box=test\n").unwrap();
     let w = src.join("home/agent/workspace");
     fs::create_dir_all(&w).unwrap();
     sh(
@@ -156,10 +166,13 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     assert_eq!(tree(&out), tree(&src), "after the first increment");
     // box's validator takes a full chain-mode link as any backup, refuses an increment on
     // its own (it would miss every unchanged file), and takes it after its chain.
-    let after_full = validated(&t.path().join("l0"), &full, None).unwrap();
+    let (report, after_full) = validated(&t.path().join("l0"), &full, None).unwrap();
+    assert_eq!(chain_keys(&report), ("0".into(), String::new()));
     let alone = validated(&t.path().join("l1"), &first, None).unwrap_err();
     assert_eq!(alone.rule(), Some(Rule::IncrementalLink), "{alone}");
-    let after_first = validated(&t.path().join("l1"), &first, Some(&after_full)).unwrap();
+    let (report, after_first) = validated(&t.path().join("l1"), &first, Some(&after_full)).unwrap();
+    // The parent is named inside the link, by the digest of the backup it builds on.
+    assert_eq!(chain_keys(&report), ("1".into(), d0.clone()));
     assert_eq!(
         fs::read(out.join("home/agent/workspace/same.txt")).unwrap(),
         b"bbbb"

@@ -464,6 +464,38 @@ impl<W: Write> Walker<W> {
     }
 }
 
+/// Writes this export's place in its chain into the runtime manifest it archives (its
+/// position, and the digest of the backup it builds on): how a restore finds the parent,
+/// inside the encrypted file. The manifest keeps its owner.
+fn record_chain(root: &Path, chain: &ChainOptions) -> Result<()> {
+    use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, RuntimeManifest};
+    let path = crate::paths::Paths::new(root).manifest();
+    let (mut manifest, owner) = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let meta = fs::symlink_metadata(&path)?;
+            let owner = (
+                nix::unistd::Uid::from_raw(meta.uid()),
+                nix::unistd::Gid::from_raw(meta.gid()),
+            );
+            let manifest = RuntimeManifest::parse(&text)
+                .with_context(|| format!("cannot add the chain to {}", path.display()))?;
+            (manifest, Some(owner))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (RuntimeManifest::new(), None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let (link, parent) = match &chain.parent {
+        Some(p) => (p.link + 1, p.backup.clone().unwrap_or_default()),
+        None => (0, String::new()),
+    };
+    manifest.set(CHAIN_LINK_KEY, &link.to_string());
+    manifest.set(CHAIN_PARENT_KEY, &parent);
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    crate::fsutil::write_private(&path, manifest.render().as_bytes(), 0o600, owner)
+}
+
 /// Runs an export. `warn` receives one line per skipped special file or symlink.
 pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
     export_announcing(opts, warn, None)
@@ -479,6 +511,9 @@ pub fn export_announcing(
         .with_context(|| format!("cannot read the data root {}", opts.root.display()))?;
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
+    }
+    if let Some(chain) = &opts.chain {
+        record_chain(&opts.root, chain)?;
     }
     let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
     if let Some(announce) = announce {
