@@ -17,9 +17,11 @@
 //! the newest backup, so a second child means a copied or hostile file).
 
 use std::collections::{HashMap, HashSet};
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
+use box_proto::archive::naming::{is_stamp, stamp_of, strip_backup_extension};
+use sha2::{Digest, Sha256};
 
 use super::hex_sha;
 
@@ -91,6 +93,99 @@ pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
     }
     chain.reverse();
     Ok(chain)
+}
+
+/// Where a backup says it sits in its chain (its runtime manifest, read before it is
+/// validated; the validation checks it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// 0 for a full backup.
+    pub link: u32,
+    /// The digest of the backup it builds on (`None` for a full one).
+    pub parent: Option<[u8; 32]>,
+}
+
+/// SHA-256 of a backup file, as `sha256sum` prints it.
+pub fn file_digest(path: &Path) -> Result<[u8; 32]> {
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(hasher.finalize().into())
+}
+
+/// The directory `path` is in (`.` for a bare name).
+pub fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `alpha` and `20261129-120000` of `alpha-20261129-120000.tar.zst.gpg`.
+fn box_and_stamp(file: &Path) -> Option<(String, String)> {
+    let name = file.file_name()?.to_str()?;
+    let stem = strip_backup_extension(name);
+    let cut = stem.len().checked_sub(16)?;
+    let (name, rest) = stem.split_at(cut);
+    let stamp = rest.strip_prefix('-')?;
+    (is_stamp(stamp) && !name.is_empty()).then(|| (name.to_string(), stamp.to_string()))
+}
+
+/// The files a restore of `file` applies, oldest first: `file` alone for a full backup,
+/// else its chain among the backups of the same box in its directory, found by digest
+/// and checked by [`chain_of`]. `place` reads a backup's [`Place`] (`None`: the backup
+/// predates chains, a full one).
+pub fn discover(
+    file: &Path,
+    place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
+) -> Result<Vec<PathBuf>> {
+    let Some(Place {
+        parent: Some(_), ..
+    }) = place(file)?
+    else {
+        return Ok(vec![file.to_path_buf()]);
+    };
+    let Some((box_name, _)) = box_and_stamp(file) else {
+        bail!(
+            "{} is an incremental backup whose name is not <box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg: box finds its chain among backups named so, beside it",
+            file.display()
+        );
+    };
+    let dir = dir_of(file);
+    let mut links = Vec::new();
+    let mut tip = None;
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(stamp) = name.to_str().and_then(|n| stamp_of(n, &box_name)) else {
+            continue;
+        };
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        let path = entry.path();
+        let here = place(&path)?;
+        if path.file_name() == file.file_name() {
+            tip = Some(links.len());
+        }
+        links.push(Link {
+            digest: file_digest(&path)?,
+            parent: here.and_then(|p| p.parent),
+            stamp: stamp.to_string(),
+            path,
+        });
+    }
+    let Some(tip) = tip else {
+        bail!("{} is not in {}", file.display(), dir.display());
+    };
+    Ok(chain_of(&links[tip], &links)?
+        .into_iter()
+        .map(|l| l.path.clone())
+        .collect())
 }
 
 /// What `box backups prune` keeps and removes.
@@ -210,6 +305,67 @@ mod tests {
         ];
         let e = err(0, &links);
         assert!(e.contains("both claim"), "{e}");
+    }
+
+    #[test]
+    fn discover_finds_the_chain_beside_a_link_by_digest() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            (p.clone(), file_digest(&p).unwrap())
+        };
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (inc, inc_d) = write("alpha-20261201-110000.tar.zst.gpg", "inc");
+        let (tip, _) = write("alpha-20261201-120000.tar.zst.gpg", "tip");
+        let (other, _) = write("alpha-2-20261201-115000.tar.zst.gpg", "another box");
+        let places: HashMap<PathBuf, Place> = HashMap::from([
+            (
+                full.clone(),
+                Place {
+                    link: 0,
+                    parent: None,
+                },
+            ),
+            (
+                inc.clone(),
+                Place {
+                    link: 1,
+                    parent: Some(full_d),
+                },
+            ),
+            (
+                tip.clone(),
+                Place {
+                    link: 2,
+                    parent: Some(inc_d),
+                },
+            ),
+            // Another box's file claiming the same parent is not a candidate at all.
+            (
+                other.clone(),
+                Place {
+                    link: 1,
+                    parent: Some(full_d),
+                },
+            ),
+        ]);
+        let mut place = |p: &Path| Ok(places.get(p).copied());
+        assert_eq!(
+            discover(&tip, &mut place).unwrap(),
+            [full.clone(), inc.clone(), tip.clone()]
+        );
+        assert_eq!(
+            discover(&full, &mut place).unwrap(),
+            std::slice::from_ref(&full)
+        );
+        // The middle link deleted: refused, naming the link that misses its parent.
+        std::fs::remove_file(&inc).unwrap();
+        let e = discover(&tip, &mut place).unwrap_err().to_string();
+        assert!(
+            e.contains("alpha-20261201-120000") && e.contains("missing a link"),
+            "{e}"
+        );
     }
 
     #[test]

@@ -929,34 +929,11 @@ where
     F: FnMut(&mut Entry<'_>, &[u8]) -> Result<(), E>,
 {
     let meter = Rc::new(Meter::default());
-    let mut input = CountIn {
+    let input = CountIn {
         inner: input,
         meter: meter.clone(),
     };
-    let mut head = Vec::with_capacity(8);
-    (&mut input)
-        .take(4)
-        .read_to_end(&mut head)
-        .map_err(|e| invalid("cannot read the compressed stream", &e))?;
-    let compression = sniff(&head).ok_or_else(|| {
-        ArchiveError::Invalid(if head.is_empty() {
-            "the stream is empty".to_string()
-        } else {
-            "neither zstd nor gzip data (unknown magic bytes)".to_string()
-        })
-    })?;
-    let source = io::Cursor::new(head).chain(input);
-    let decoder: Box<dyn Read> = match compression {
-        Compression::Zstd => {
-            let mut d = zstd::stream::read::Decoder::new(source)
-                .map_err(|e| invalid("cannot start zstd", &e))?;
-            // 128 MiB windows at most (zstd's own default limit), whatever the frame asks.
-            d.window_log_max(27)
-                .map_err(|e| invalid("cannot configure zstd", &e))?;
-            Box::new(d)
-        }
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
-    };
+    let (compression, decoder) = decoder(input)?;
     let counted = CountOut {
         inner: decoder,
         meter: meter.clone(),
@@ -1096,6 +1073,64 @@ fn read_dumpdir(
     Dumpdir::parse(&bytes)
         .and_then(|d| d.check_at(key).map(|()| d))
         .map_err(|e| ArchiveError::unsafe_(Rule::Dumpdir, format!("{}: {e}", shown_key(key))))
+}
+
+/// The compression of a stream (by its magic bytes) and a reader of what it holds.
+fn decoder<'a, R: Read + 'a>(
+    mut input: R,
+) -> Result<(Compression, Box<dyn Read + 'a>), ArchiveError> {
+    let mut head = Vec::with_capacity(8);
+    (&mut input)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(|e| invalid("cannot read the compressed stream", &e))?;
+    let compression = sniff(&head).ok_or_else(|| {
+        ArchiveError::Invalid(if head.is_empty() {
+            "the stream is empty".to_string()
+        } else {
+            "neither zstd nor gzip data (unknown magic bytes)".to_string()
+        })
+    })?;
+    let source = io::Cursor::new(head).chain(input);
+    let decoder: Box<dyn Read + 'a> = match compression {
+        Compression::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(source)
+                .map_err(|e| invalid("cannot start zstd", &e))?;
+            // 128 MiB windows at most (zstd's own default limit), whatever the frame asks.
+            d.window_log_max(27)
+                .map_err(|e| invalid("cannot configure zstd", &e))?;
+            Box::new(d)
+        }
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
+    };
+    Ok((compression, decoder))
+}
+
+/// The runtime manifest's bytes, read by walking members until it comes, checking no rule:
+/// how a restore learns which chain a link belongs to before it validates the chain link
+/// by link (which then checks the same manifest again, under every rule and the MDC).
+pub fn peek_manifest<R: Read>(input: R, limits: &Limits) -> Result<Option<Vec<u8>>, ArchiveError> {
+    let (_, decoder) = decoder(input)?;
+    let mut reader = TarReader::new(decoder);
+    while let Some(member) = reader
+        .next_member()
+        .map_err(|e| ArchiveError::Invalid(e.0))?
+    {
+        if key_of(&member.name) == layout::RUNTIME_MANIFEST.as_bytes()
+            && member.kind == MemberKind::File
+            && member.sparse.is_none()
+            && member.size <= limits.max_manifest_bytes
+        {
+            let mut bytes = Vec::new();
+            Data {
+                reader: &mut reader,
+            }
+            .read_to_end(&mut bytes)
+            .map_err(|e| invalid("cannot read the runtime manifest", &e))?;
+            return Ok(Some(bytes));
+        }
+    }
+    Ok(None)
 }
 
 /// Validates a compressed tar stream without extracting anything, and returns what it holds

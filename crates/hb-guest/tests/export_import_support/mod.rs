@@ -197,3 +197,20 @@ pub fn without_mtime_of(mut s: Snapshot, keys: &[&str]) -> Snapshot {
     }
     s
 }
+
+/// Whether GNU tar is here (the stock-tool checks need it). Without it: a visible
+/// `SKIPPED` line, or a failure under CI=true, where scripts/setup.sh installed it.
+pub fn gnu_tar() -> bool {
+    let ok = std::process::Command::new("tar")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("GNU tar"));
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "GNU tar is needed (scripts/setup.sh installs it)"
+        );
+        println!("SKIPPED: GNU tar not found");
+    }
+    ok
+}

@@ -1,0 +1,174 @@
+//! A chain of incremental backups (hb's chain-mode export, encrypted as box encrypts)
+//! restored by `box extract` of any link, and by the README's stock-tool loop: each gives
+//! exactly the tree of that link's moment, through an edit, an addition, a deletion, a
+//! rename, a chmod, a file replaced by a directory and a directory by a symlink. A chain
+//! whose middle link was deleted is refused, naming the link, before anything is written.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod backup_support;
+
+use std::fs;
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use backup_support::{
+    PASS, Tree, box_cmd, encrypt_bytes, expected_after_excludes, gpg_child, gpg_home, sample_tree,
+};
+use box_host::backup::chain::file_digest;
+use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
+use hb_guest::archive::incremental::{self, next_path};
+
+/// One save of `src` as a link of its chain: a chain-mode export against the committed
+/// snapshot, encrypted into `backups/alpha-<stamp>.tar.zst.gpg`, the snapshot committed
+/// under the file's digest (what `box save` will do).
+fn save_link(
+    src: &Path,
+    work: &Path,
+    backups: &Path,
+    stamp: &str,
+    parent: Option<[u8; 32]>,
+) -> (PathBuf, [u8; 32]) {
+    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
+    let parent = parent.and_then(|d| {
+        incremental::parent_for(&current, &hex::encode(d), 24)
+            .unwrap()
+            .0
+    });
+    let out = work.join(format!("parts-{stamp}"));
+    let mut opts = ExportOptions::new(src, &out, 1 << 20);
+    opts.chain = Some(ChainOptions {
+        parent,
+        record: next_path(&current),
+    });
+    let summary = export(&opts, Box::new(|_| {})).unwrap();
+    let mut plain = Vec::new();
+    for part in &summary.index.parts {
+        plain.extend(fs::read(out.join(&part.name)).unwrap());
+    }
+    let file = backups.join(format!("alpha-{stamp}.tar.zst.gpg"));
+    encrypt_bytes(&plain, &file, PASS);
+    let digest = file_digest(&file).unwrap();
+    incremental::commit(&current, &hex::encode(digest)).unwrap();
+    (file, digest)
+}
+
+fn box_extract(sandbox: &Path, file: &Path, target: &Path) -> std::process::Output {
+    box_cmd(sandbox)
+        .env("BOX_PASSPHRASE", PASS)
+        .arg("extract")
+        .arg(file)
+        .arg(target)
+        .output()
+        .unwrap()
+}
+
+/// The README's loop: `gpg -d | zstd -d | tar -x -g /dev/null` for each link, in order.
+fn stock_loop(work: &Path, links: &[&Path], target: &Path) {
+    fs::create_dir_all(target).unwrap();
+    let home = gpg_home(work);
+    for link in links {
+        let gpg = gpg_child(&home, PASS, &["-d".as_ref(), link.as_os_str()]);
+        let plain = gpg.wait_with_output().unwrap();
+        assert!(plain.status.success(), "gpg -d {}", link.display());
+        let mut tar = Command::new("sh")
+            .arg("-c")
+            .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
+            .arg("sh")
+            .arg(target)
+            .stdin(Stdio::piped())
+            .spawn()
+            .unwrap();
+        tar.stdin.take().unwrap().write_all(&plain.stdout).unwrap();
+        assert!(
+            tar.wait().unwrap().success(),
+            "stock tools on {}",
+            link.display()
+        );
+    }
+}
+
+/// A tree without the directory times a restore cannot share with its source (the
+/// root's, whose entry is not compared) and without the snapshot dir, never backed up.
+fn tree(root: &Path) -> Tree {
+    expected_after_excludes(root)
+}
+
+#[test]
+fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
+    if !backup_support::trees::gnu_tar() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let (src, backups, work) = (
+        t.path().join("src"),
+        t.path().join("backups"),
+        t.path().join("work"),
+    );
+    fs::create_dir_all(&backups).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    sample_tree(&src);
+    let w = src.join("home/agent/workspace");
+
+    let (full, d0) = save_link(&src, &work, &backups, "20261201-100000", None);
+    let at_full = tree(&src);
+    let sh = |script: &str| {
+        assert!(
+            Command::new("sh")
+                .arg("-c")
+                .arg(script)
+                .current_dir(&w)
+                .status()
+                .unwrap()
+                .success(),
+            "{script}"
+        );
+    };
+    sh(
+        "printf 'edited\\n' >> src/main.rs && printf 'new\\n' > added.txt && rm blob.bin \
+        && mv probe-link renamed-link && chmod 0600 probe.txt && mkdir -p d2l/in && printf x > d2l/in/x",
+    );
+    let (first, d1) = save_link(&src, &work, &backups, "20261201-110000", Some(d0));
+    let at_first = tree(&src);
+    sh(
+        "rm added.txt && mkdir added.txt && printf 'now a dir\\n' > added.txt/inside \
+        && rm -r d2l && ln -s src d2l",
+    );
+    let (second, _) = save_link(&src, &work, &backups, "20261201-120000", Some(d1));
+    let at_second = tree(&src);
+
+    for (link, moment, name) in [
+        (&full, &at_full, "full"),
+        (&first, &at_first, "first"),
+        (&second, &at_second, "second"),
+    ] {
+        let out = t.path().join(format!("out-{name}"));
+        let r = box_extract(t.path(), link, &out);
+        assert!(
+            r.status.success(),
+            "box extract {name}: {}",
+            String::from_utf8_lossy(&r.stderr)
+        );
+        assert_eq!(&tree(&out), moment, "box extract of the {name} link");
+    }
+    let by_stock = t.path().join("by-stock");
+    stock_loop(&work, &[&full, &first, &second], &by_stock);
+    assert_eq!(
+        tree(&by_stock),
+        tree(&t.path().join("out-second")),
+        "the README loop equals box extract"
+    );
+
+    // The middle link gone: refused before anything is written, naming the link.
+    fs::remove_file(&first).unwrap();
+    let out = t.path().join("out-broken");
+    let r = box_extract(t.path(), &second, &out);
+    let err = String::from_utf8_lossy(&r.stderr);
+    assert!(!r.status.success());
+    assert!(
+        err.contains("alpha-20261201-120000") && err.contains("missing a link"),
+        "{err}"
+    );
+    assert!(!out.exists());
+}
