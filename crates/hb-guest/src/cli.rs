@@ -187,9 +187,10 @@ pub struct ImportArgs {
     /// Tree to restore into (default: the data root)
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Directory holding the parts and their index
-    #[arg(long, value_name = "DIR")]
-    pub from: PathBuf,
+    /// Directory holding the parts and their index; repeated for a chain of incremental
+    /// backups, oldest (the full one) first: applied in order, swapped in once
+    #[arg(long, value_name = "DIR", required = true)]
+    pub from: Vec<PathBuf>,
     /// The tree is another live box's (box clone): drop its Executor token after the
     /// swap, so this box's Executor mints one of its own when it starts
     #[arg(long)]
@@ -247,6 +248,7 @@ mod tests {
             &["hb", "commit-snapshot", "--digest", "ab"],
             &["hb", "import", "--from", "/d/x"],
             &["hb", "import", "--from", "/d/x", "--forget-executor-token"],
+            &["hb", "import", "--from", "/d/a", "--from", "/d/b"],
             &["hb", "workload"],
             &["hb", "token"],
             &["hb", "--data", "/tmp/d", "init"],

@@ -17,6 +17,7 @@ use std::process::{Command, Stdio};
 use box_proto::archive::validate::{ChainState, Report, Rule, validate_link};
 use export_import_support::{backdate, set_mtime_nofollow, snapshot as tree};
 use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
+use hb_guest::archive::import::import_chain;
 use hb_guest::archive::incremental::{self, next_path};
 
 fn tools() -> bool {
@@ -180,6 +181,29 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     stock_apply(&t.path().join("l2"), &second, &out);
     assert_eq!(tree(&out), tree(&src), "after an empty increment");
     validated(&t.path().join("l2"), &second, Some(&after_first)).unwrap();
+
+    // hb import of the chain (each link's parts in its own dir, oldest first) restores the
+    // same tree, staged and swapped in once; one increment alone is refused.
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    let links: Vec<_> = ["l0", "l1", "l2"]
+        .iter()
+        .map(|l| t.path().join(l))
+        .collect();
+    import_chain(&dst, &links).unwrap();
+    let imported = tree(&dst);
+    let restored = tree(&out);
+    let names =
+        |t: &export_import_support::Snapshot| -> Vec<String> { t.keys().cloned().collect() };
+    assert_eq!(names(&imported), names(&restored), "hb import of the chain");
+    for (k, v) in &restored {
+        // Contents and link targets; owners and modes follow import's data-root policy.
+        assert_eq!((imported[k].0, &imported[k].2), (v.0, &v.2), "{k}");
+    }
+    let dst2 = t.path().join("dst2");
+    fs::create_dir_all(&dst2).unwrap();
+    let alone = format!("{:#}", import_chain(&dst2, &links[1..2]).unwrap_err());
+    assert!(alone.contains("kept from an earlier backup"), "{alone}");
 
     // A parent that is not the snapshot's backup: a full export, never a wrong increment.
     let (again, _) = link(&src, &t.path().join("l3"), Some(&d0));

@@ -7,12 +7,12 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 
 use super::Context;
-use crate::archive::import::import;
+use crate::archive::import::import_chain;
 use crate::paths::Paths;
 
 pub fn run(ctx: &Context, args: &crate::cli::ImportArgs) -> Result<ExitCode> {
     let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
-    let summary = import(&root, &args.from)?;
+    let summary = import_chain(&root, &args.from)?;
     println!(
         "Imported {} members ({} files) into {}",
         summary.members,
