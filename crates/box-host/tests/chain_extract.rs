@@ -10,49 +10,12 @@ mod backup_support;
 
 use std::fs;
 use std::io::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::{Command, Stdio};
 
 use backup_support::{
-    PASS, Tree, box_cmd, encrypt_bytes, expected_after_excludes, gpg_child, gpg_home, sample_tree,
+    PASS, Tree, box_cmd, expected_after_excludes, gpg_child, gpg_home, sample_tree, save_link,
 };
-use box_host::backup::chain::file_digest;
-use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
-use hb_guest::archive::incremental::{self, next_path};
-
-/// One save of `src` as a link of its chain: a chain-mode export against the committed
-/// snapshot, encrypted into `backups/alpha-<stamp>.tar.zst.gpg`, the snapshot committed
-/// under the file's digest (what `box save` will do).
-fn save_link(
-    src: &Path,
-    work: &Path,
-    backups: &Path,
-    stamp: &str,
-    parent: Option<[u8; 32]>,
-) -> (PathBuf, [u8; 32]) {
-    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
-    let parent = parent.and_then(|d| {
-        incremental::parent_for(&current, &hex::encode(d), 24)
-            .unwrap()
-            .0
-    });
-    let out = work.join(format!("parts-{stamp}"));
-    let mut opts = ExportOptions::new(src, &out, 1 << 20);
-    opts.chain = Some(ChainOptions {
-        parent,
-        record: next_path(&current),
-    });
-    let summary = export(&opts, Box::new(|_| {})).unwrap();
-    let mut plain = Vec::new();
-    for part in &summary.index.parts {
-        plain.extend(fs::read(out.join(&part.name)).unwrap());
-    }
-    let file = backups.join(format!("alpha-{stamp}.tar.zst.gpg"));
-    encrypt_bytes(&plain, &file, PASS);
-    let digest = file_digest(&file).unwrap();
-    incremental::commit(&current, &hex::encode(digest)).unwrap();
-    (file, digest)
-}
 
 fn box_extract(sandbox: &Path, file: &Path, target: &Path) -> std::process::Output {
     box_cmd(sandbox)
@@ -111,7 +74,7 @@ fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
     sample_tree(&src);
     let w = src.join("home/agent/workspace");
 
-    let (full, d0) = save_link(&src, &work, &backups, "20261201-100000", None);
+    let (full, d0) = save_link(&src, &work, &backups, "20261201-100000", None, PASS);
     let at_full = tree(&src);
     let sh = |script: &str| {
         assert!(
@@ -129,13 +92,13 @@ fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
         "printf 'edited\\n' >> src/main.rs && printf 'new\\n' > added.txt && rm blob.bin \
         && mv probe-link renamed-link && chmod 0600 probe.txt && mkdir -p d2l/in && printf x > d2l/in/x",
     );
-    let (first, d1) = save_link(&src, &work, &backups, "20261201-110000", Some(d0));
+    let (first, d1) = save_link(&src, &work, &backups, "20261201-110000", Some(d0), PASS);
     let at_first = tree(&src);
     sh(
         "rm added.txt && mkdir added.txt && printf 'now a dir\\n' > added.txt/inside \
         && rm -r d2l && ln -s src d2l",
     );
-    let (second, _) = save_link(&src, &work, &backups, "20261201-120000", Some(d1));
+    let (second, _) = save_link(&src, &work, &backups, "20261201-120000", Some(d1), PASS);
     let at_second = tree(&src);
 
     for (link, moment, name) in [

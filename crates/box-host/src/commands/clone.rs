@@ -127,7 +127,7 @@ fn copy_across(
     scratch: &str,
     part_size: u64,
     pending: Option<u16>,
-) -> Result<PartIndex> {
+) -> Result<Vec<(String, PartIndex)>> {
     source.quiesce()?;
     ui::say(format!(
         "Copying /data of '{}' into '{}'",
@@ -161,7 +161,7 @@ fn copy_across(
         cancel: Some(target.signals.flag()),
     };
     parts_in::send_index(&mut guest, &index, host.path(), scratch)?;
-    Ok(index)
+    Ok(vec![(scratch.to_string(), index)])
 }
 
 /// Clone's sink: each part, checked against what the export said of it, copied into the

@@ -23,6 +23,7 @@ use secrecy::SecretString;
 
 use super::Context;
 use super::new::{self, Provisioned};
+use crate::backup::chain;
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::progress::human;
 use crate::backup::{cleanup, passphrase};
@@ -62,13 +63,33 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     let part_size = transfer::part_size()?;
 
+    // An incremental backup brings the links before it (found beside it by digest), each
+    // validated after the ones before: all of it before any VM exists.
+    let links = match chain::discover(&args.file, &mut |p| load::peek_place(p, &pass)) {
+        Ok(links) => links,
+        Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
+        Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
+    };
+    if links.len() > 1 {
+        ui::say(format!(
+            "{} is link {} of a chain; restoring the chain, oldest first",
+            args.file.display(),
+            links.len()
+        ));
+    }
     ui::say("Decrypting and validating archive before creating a VM");
-    let validated = match load::validate_backup(&args.file, &pass) {
+    let chain = match load::validate_chain(&links, &pass) {
         Ok(v) => v,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
     };
-    describe(&validated);
+    let Some((validated, _)) = chain.last() else {
+        bail!(
+            "archive is invalid or unsafe: nothing in {}",
+            args.file.display()
+        );
+    };
+    describe(validated);
     if signals.pending().is_some() {
         return Ok(interrupted(&signals, &name));
     }
@@ -94,6 +115,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         keep_on_failure: args.keep_on_failure,
         own_token: false,
     };
+    let validated: Vec<ValidatedBackup> = chain.into_iter().map(|(v, _)| v).collect();
     match run.restore(&validated, &pass, part_size) {
         Ok(()) => {
             run.complete("restored and verified")?;
@@ -175,9 +197,11 @@ impl LoadRun<'_> {
         }
     }
 
+    /// The backup (or each link of its chain, oldest first, into a dir of its own) copied
+    /// in as parts, then restored.
     fn restore(
         &mut self,
-        validated: &ValidatedBackup,
+        links: &[ValidatedBackup],
         pass: &SecretString,
         part_size: u64,
     ) -> Result<()> {
@@ -185,21 +209,38 @@ impl LoadRun<'_> {
             ui::say(format!("Copying the archive into '{}'", run.name));
             let host = host_dir::create(&run.ctx.state, "load")?;
             let cancel = Some(run.signals.flag());
-            let mut guest = Guest {
-                smolvm: &run.box_.smolvm,
-                machine: &run.box_.machine,
-                transcript: &mut run.box_.transcript,
-                cancel,
-            };
-            parts_in::copy_in(
-                &mut guest,
-                validated,
-                pass,
-                host.path(),
-                scratch,
-                part_size,
-                cancel,
-            )
+            let mut copied = Vec::new();
+            for (i, validated) in links.iter().enumerate() {
+                let mut guest = Guest {
+                    smolvm: &run.box_.smolvm,
+                    machine: &run.box_.machine,
+                    transcript: &mut run.box_.transcript,
+                    cancel,
+                };
+                let dir = if links.len() == 1 {
+                    scratch.to_string()
+                } else {
+                    let dir = format!("{scratch}/link-{i:03}");
+                    guest.exec_ok(
+                        "creating a link's scratch dir",
+                        &["mkdir", "-m", "0700", "--", &dir],
+                        timeouts::SHORT,
+                        true,
+                    )?;
+                    dir
+                };
+                let index = parts_in::copy_in(
+                    &mut guest,
+                    validated,
+                    pass,
+                    host.path(),
+                    &dir,
+                    part_size,
+                    cancel,
+                )?;
+                copied.push((dir, index));
+            }
+            Ok(copied)
         })
     }
 
@@ -208,7 +249,7 @@ impl LoadRun<'_> {
     /// refreshed → resume, up, wiring, health.
     pub(super) fn restore_with(
         &mut self,
-        fill: impl FnOnce(&mut Self, &str) -> Result<PartIndex>,
+        fill: impl FnOnce(&mut Self, &str) -> Result<Vec<(String, PartIndex)>>,
     ) -> Result<()> {
         let name = self.name.clone();
         self.checkpoint()?;
@@ -224,14 +265,22 @@ impl LoadRun<'_> {
             timeouts::SHORT,
             true,
         )?;
-        let index = fill(self, &scratch)?;
+        let filled = fill(self, &scratch)?;
         self.checkpoint()?;
 
         ui::say(format!(
-            "Restoring /data inside '{name}' ({} part(s))",
-            index.parts.len()
+            "Restoring /data inside '{name}' ({} part(s){})",
+            filled.iter().map(|(_, i)| i.parts.len()).sum::<usize>(),
+            if filled.len() > 1 {
+                format!(", {} links", filled.len())
+            } else {
+                String::new()
+            }
         ));
-        let mut import = vec!["import", "--from", &scratch];
+        let mut import = vec!["import"];
+        for (dir, _) in &filled {
+            import.extend(["--from", dir.as_str()]);
+        }
         if self.own_token {
             import.push(OWN_TOKEN_FLAG);
         }
