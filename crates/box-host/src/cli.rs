@@ -111,8 +111,12 @@ pub enum Command {
 
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
-        after_long_help = "Examples:\n  box save alpha\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
+        after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
         Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
+        After a first save, a save writes only what changed since the newest backup beside it\n\
+        (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, then\n\
+        a full one). box load and box extract of any link restore its whole chain; --full\n\
+        starts a new chain; an explicit output file is always a full backup.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
     Save(SaveArgs),
@@ -265,6 +269,9 @@ pub struct SaveArgs {
     pub name: String,
     /// Output file (default: <backup dir>/<name>-<timestamp>.tar.zst.gpg)
     pub out: Option<PathBuf>,
+    /// A full backup that starts a new chain, even when the newest one could be built on
+    #[arg(long)]
+    pub full: bool,
 }
 
 #[derive(Debug, Args)]
@@ -347,6 +354,7 @@ mod tests {
             &["box", "start", "alpha"],
             &["box", "save", "alpha"],
             &["box", "save", "alpha", "/tmp/x.tar.zst.gpg"],
+            &["box", "save", "alpha", "--full"],
             &["box", "load", "f.gpg"],
             &["box", "load", "f.gpg", "beta", "--keep-on-failure"],
             &["box", "clone", "alpha", "beta"],

@@ -70,6 +70,9 @@ pub struct BoxEnv {
     pub base_max_age_days: u32,
     /// `box open`'s UI gateway stops after this many seconds without a request.
     pub open_idle_timeout_secs: u32,
+    /// `BACKUP_CHAIN_MAX`: `box save` writes an incremental backup on the newest one until
+    /// a chain has this many links, then a full one (1: every save is full).
+    pub backup_chain_max: u32,
 }
 
 impl Default for BoxEnv {
@@ -95,6 +98,7 @@ impl Default for BoxEnv {
             propagate_proxy: true,
             base_max_age_days: 7,
             open_idle_timeout_secs: 3600,
+            backup_chain_max: 24,
         }
     }
 }
@@ -121,6 +125,7 @@ pub const KEYS: &[&str] = &[
     "PROPAGATE_PROXY",
     "BASE_MAX_AGE_DAYS",
     "OPEN_IDLE_TIMEOUT",
+    "BACKUP_CHAIN_MAX",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -217,6 +222,7 @@ impl BoxEnv {
             "OPEN_IDLE_TIMEOUT" => {
                 self.open_idle_timeout_secs = parse_in(value, 1, 7 * 86400, "seconds")?
             }
+            "BACKUP_CHAIN_MAX" => self.backup_chain_max = parse_in(value, 1, 1000, "links")?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -253,6 +259,7 @@ impl BoxEnv {
             "PROPAGATE_PROXY" => b(self.propagate_proxy),
             "BASE_MAX_AGE_DAYS" => self.base_max_age_days.to_string(),
             "OPEN_IDLE_TIMEOUT" => self.open_idle_timeout_secs.to_string(),
+            "BACKUP_CHAIN_MAX" => self.backup_chain_max.to_string(),
             _ => return None,
         })
     }

@@ -140,7 +140,7 @@ fn copy_across(
         dir: scratch,
         total: Sha256::new(),
     };
-    let exported = source.export_into(sink, part_size, pending)?;
+    let exported = source.export_into(sink, part_size, pending, &[])?;
     source.resume();
     let mut index = exported.index;
     // A streaming export lists no whole-stream hash (box save has the engine's); `hb

@@ -19,13 +19,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
-use box_proto::manifest::SQLITE_DAMAGED_LINE;
+use box_proto::archive::naming::newest_backup;
+use box_proto::manifest::{CHAIN_LINK_KEY, SQLITE_DAMAGED_LINE};
 use secrecy::SecretString;
 
 use super::Context;
+use crate::backup::chain;
+use crate::backup::hex_sha;
 use crate::backup::progress::human;
 use crate::backup::save::{self, Pipeline, Published};
 use crate::backup::{cleanup, passphrase};
@@ -80,7 +83,10 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     save::check_destination(&out)?;
     let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
     let mut run = SaveRun::new(ctx, record, signals, "save")?;
-    let result = run.steps(&out, &pass);
+    // Incremental on the newest backup beside it, unless asked for a full one or written
+    // somewhere of the user's choosing (a chain is found by name, beside its links).
+    let chain_on_newest = !args.full && args.out.is_none();
+    let result = run.steps(&out, &pass, chain_on_newest);
     let failed = result.as_ref().err().map(|e| run.report(e));
     run.cleanup();
     let resumed = match run.take_resume_error() {
@@ -100,9 +106,10 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     }
     if let Ok(published) = result {
         println!(
-            "Saved and verified {} -> {}",
+            "Saved and verified {} -> {}{}",
             human(published.size),
-            published.path.display()
+            published.path.display(),
+            chain_words(&published)
         );
     }
     Ok(if resumed.is_ok() {
@@ -194,6 +201,7 @@ impl<'a> SaveRun<'a> {
         sink: S,
         part_size: u64,
         pending: Option<u16>,
+        extra: &[&str],
     ) -> Result<ExportedInto<S>> {
         let scratch = guest_dir::new_path("save");
         self.guest_dir = Some(scratch.clone());
@@ -203,6 +211,7 @@ impl<'a> SaveRun<'a> {
             &scratch,
             part_size,
             pending,
+            extra,
             host.path(),
             sink,
         )?;
@@ -218,11 +227,73 @@ impl<'a> SaveRun<'a> {
         Ok(exported)
     }
 
-    fn steps(&mut self, out: &Path, pass: &SecretString) -> Result<Published> {
+    /// The `hb export` flags that make this save a link of a chain: always chain mode
+    /// (so a later save can build on it) when the box's `hb` knows it, with the newest
+    /// backup beside `out` as the parent when `on_newest`. `hb` decides in the end: it
+    /// writes a full backup when its snapshot is not of that parent or the chain is full.
+    fn chain_flags(&mut self, out: &Path, on_newest: bool) -> Result<Vec<String>> {
+        let help = self
+            .guest()
+            .hb(&["export", "--help"], timeouts::SHORT, true)?;
+        if !help.stdout.contains("--listed-incremental") {
+            ui::say(format!(
+                "box '{}' has an hb without incremental saves: a full backup (box repair {0} updates it)",
+                self.record.name
+            ));
+            return Ok(Vec::new());
+        }
+        let mut flags = vec![
+            "--listed-incremental".to_string(),
+            "--chain-max".to_string(),
+            self.ctx.config.env.backup_chain_max.to_string(),
+        ];
+        if !on_newest {
+            return Ok(flags);
+        }
+        let dir = chain::dir_of(out);
+        if let Some(parent) = newest_backup(&dir, self.record.name.as_str())
+            .with_context(|| format!("cannot list {}", dir.display()))?
+        {
+            let digest = chain::file_digest(&parent)?;
+            self.transcript.line(&format!(
+                "parent candidate {} ({})",
+                parent.display(),
+                hex_sha(&digest)
+            ));
+            flags.extend(["--parent".to_string(), hex_sha(&digest)]);
+        }
+        Ok(flags)
+    }
+
+    /// After publishing a chain-mode backup: the box's snapshot becomes the one the next
+    /// save compares with, named by this file's digest. If that fails, the next save is a
+    /// full one (it never builds on a parent that is not there), so it is only said.
+    fn commit_snapshot(&mut self, published: &Path) {
+        let committed = chain::file_digest(published).and_then(|digest| {
+            self.guest()
+                .hb(
+                    &["commit-snapshot", "--digest", &hex_sha(&digest)],
+                    timeouts::SHORT,
+                    false,
+                )
+                .map(drop)
+        });
+        if let Err(e) = committed {
+            ui::warn(format!(
+                "box '{}': the next save will be a full one (cannot record this backup as its parent: {e:#})",
+                self.record.name
+            ));
+        }
+    }
+
+    fn steps(&mut self, out: &Path, pass: &SecretString, on_newest: bool) -> Result<Published> {
         let name = self.record.name.clone();
         self.check_running()?;
         let part_size = transfer::part_size()?;
         let pending = transfer::stream_pending()?;
+        // Before the pause: hashing the newest backup takes a moment.
+        let flags = self.chain_flags(out, on_newest)?;
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         self.quiesce()?;
@@ -238,7 +309,7 @@ impl<'a> SaveRun<'a> {
         // stages `just bench` compares with the seed's same steps.
         let started = Instant::now();
         let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
-        let exported = self.export_into(pipeline, part_size, pending)?;
+        let exported = self.export_into(pipeline, part_size, pending, &flags)?;
         let sealed = exported.sink.finish()?;
         sealed.matches_index(&exported.index)?;
         self.transcript
@@ -276,6 +347,9 @@ impl<'a> SaveRun<'a> {
         tracing::info!("{timings}");
         self.transcript
             .line(&format!("published {}", published.path.display()));
+        if !flags.is_empty() {
+            self.commit_snapshot(&published.path);
+        }
         Ok(published)
     }
 
@@ -324,6 +398,22 @@ impl<'a> SaveRun<'a> {
         };
         self.transcript.line(&format!("failed: {e:#}"));
         code
+    }
+}
+
+/// ` (incremental: link N of its chain)` or ` (full)` for a chain-mode backup, from the
+/// manifest inside it; nothing for one without chain keys.
+fn chain_words(published: &Published) -> String {
+    let link = published
+        .report
+        .manifest
+        .as_deref()
+        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
+        .and_then(|m| m.get(CHAIN_LINK_KEY).and_then(|l| l.parse::<u32>().ok()));
+    match link {
+        Some(0) => " (full: starts a chain)".to_string(),
+        Some(n) => format!(" (incremental: link {} of its chain)", n + 1),
+        None => String::new(),
     }
 }
 

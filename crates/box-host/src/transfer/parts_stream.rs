@@ -51,11 +51,14 @@ pub fn export_into<S: PartSink>(
     scratch: &str,
     part_size: u64,
     pending: Option<u16>,
+    extra: &[&str],
     host_dir: &Path,
     sink: S,
 ) -> Result<ExportedInto<S>> {
     let size_arg = part_size.to_string();
-    let plain = ["export", "--out", scratch, "--part-size", &size_arg];
+    let mut plain = vec!["export", "--out", scratch, "--part-size", &size_arg];
+    // `--listed-incremental …` for a save in a chain.
+    plain.extend_from_slice(extra);
     let Some(pending) = pending else {
         return sequential(guest, &plain, scratch, host_dir, sink);
     };

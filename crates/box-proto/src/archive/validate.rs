@@ -297,9 +297,20 @@ pub struct Validator {
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct ChainState {
     kinds: HashMap<Vec<u8>, Kind>,
+    /// Take whatever a link keeps as a file: for the side that writes a link (box save,
+    /// which has the guest's word, not the tree before). Every restore checks for real.
+    trust_kept: bool,
 }
 
 impl ChainState {
+    /// The state a link's writer validates it against: every kept entry taken as a file.
+    pub fn trusting() -> Self {
+        ChainState {
+            kinds: HashMap::new(),
+            trust_kept: true,
+        }
+    }
+
     pub fn len(&self) -> usize {
         self.kinds.len()
     }
@@ -356,6 +367,9 @@ impl Validator {
                         Some(kind) if *kind != Kind::Dir => {
                             self.kept.insert(path, kind.clone());
                         }
+                        None if prior.trust_kept => {
+                            self.kept.insert(path, Kind::File);
+                        }
                         _ => {
                             return Err(ArchiveError::unsafe_(
                                 Rule::IncrementalLink,
@@ -378,7 +392,10 @@ impl Validator {
         for (key, kind) in &self.order {
             kinds.insert(key.to_vec(), kind.clone());
         }
-        ChainState { kinds }
+        ChainState {
+            kinds,
+            trust_kept: false,
+        }
     }
 
     /// Checks one member (rules 2 to 6 and the caps) and records it. `stored` is the data
