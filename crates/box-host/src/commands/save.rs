@@ -232,10 +232,14 @@ impl<'a> SaveRun<'a> {
     /// backup beside `out` as the parent when `on_newest`. `hb` decides in the end: it
     /// writes a full backup when its snapshot is not of that parent or the chain is full.
     fn chain_flags(&mut self, out: &Path, on_newest: bool) -> Result<Vec<String>> {
-        let help = self
+        // `commit-snapshot` came with chain mode: an hb that knows it exports chains. (Not
+        // `hb export --help`: nothing but the export itself runs as `hb export`.)
+        let knows = self
             .guest()
-            .hb(&["export", "--help"], timeouts::SHORT, true)?;
-        if !help.stdout.contains("--listed-incremental") {
+            .hb(&["commit-snapshot", "--help"], timeouts::SHORT, true)
+            .is_ok_and(|out| out.stdout.contains("--digest"));
+        self.checkpoint()?;
+        if !knows {
             ui::say(format!(
                 "box '{}' has an hb without incremental saves: a full backup (box repair {0} updates it)",
                 self.record.name
