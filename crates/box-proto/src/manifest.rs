@@ -20,11 +20,10 @@ pub const KNOWN_KEYS: &[&str] = &[
     "hb",
     "archive_format",
     SQLITE_CHECK_KEY,
-    CHAIN_LINK_KEY,
-    CHAIN_PARENT_KEY,
 ];
 
-/// A backup's position in its chain of incremental backups: `0` for a full one.
+/// A backup's position in its chain of incremental backups: `0` for a full one. Written
+/// by `hb export` in chain mode (not `hb write-manifest`), like the parent below.
 pub const CHAIN_LINK_KEY: &str = "chain_link";
 /// The SHA-256 (hex) of the backup file an incremental backup builds on; empty for a full
 /// one. Inside the encrypted backup, so a restore trusts it only as far as the file.
