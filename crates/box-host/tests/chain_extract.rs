@@ -9,13 +9,10 @@
 mod backup_support;
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
-use backup_support::{
-    PASS, Tree, box_cmd, expected_after_excludes, gpg_child, gpg_home, sample_tree, save_link,
-};
+use backup_support::{PASS, Tree, box_cmd, expected_after_excludes, sample_tree, save_link};
 
 fn box_extract(sandbox: &Path, file: &Path, target: &Path) -> std::process::Output {
     box_cmd(sandbox)
@@ -25,31 +22,6 @@ fn box_extract(sandbox: &Path, file: &Path, target: &Path) -> std::process::Outp
         .arg(target)
         .output()
         .unwrap()
-}
-
-/// The README's loop: `gpg -d | zstd -d | tar -x -g /dev/null` for each link, in order.
-fn stock_loop(work: &Path, links: &[&Path], target: &Path) {
-    fs::create_dir_all(target).unwrap();
-    let home = gpg_home(work);
-    for link in links {
-        let gpg = gpg_child(&home, PASS, &["-d".as_ref(), link.as_os_str()]);
-        let plain = gpg.wait_with_output().unwrap();
-        assert!(plain.status.success(), "gpg -d {}", link.display());
-        let mut tar = Command::new("sh")
-            .arg("-c")
-            .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
-            .arg("sh")
-            .arg(target)
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        tar.stdin.take().unwrap().write_all(&plain.stdout).unwrap();
-        assert!(
-            tar.wait().unwrap().success(),
-            "stock tools on {}",
-            link.display()
-        );
-    }
 }
 
 /// A tree without the directory times a restore cannot share with its source (the
@@ -116,7 +88,7 @@ fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
         assert_eq!(&tree(&out), moment, "box extract of the {name} link");
     }
     let by_stock = t.path().join("by-stock");
-    stock_loop(&work, &[&full, &first, &second], &by_stock);
+    backup_support::stock_loop(&work, PASS, &[&full, &first, &second], &by_stock);
     assert_eq!(
         tree(&by_stock),
         tree(&t.path().join("out-second")),

@@ -9,10 +9,6 @@
 mod backup_support;
 mod save_load_support;
 
-use std::io::Write as _;
-use std::path::Path;
-use std::process::{Command, Stdio};
-
 use save_load_support::{World, prerequisites, serial, tree_listing};
 
 const PROJ: &str = "/data/home/agent/workspace/proj";
@@ -33,32 +29,6 @@ fn save(w: &World, words: &str) -> std::path::PathBuf {
     // Backups are named by the second: the next save must not share one.
     std::thread::sleep(std::time::Duration::from_millis(1100));
     new[0].clone()
-}
-
-/// The README's loop over `links`, into `target`.
-fn stock_loop(w: &World, links: &[&Path], target: &Path) {
-    std::fs::create_dir_all(target).unwrap();
-    let home = backup_support::gpg_home(w.dir.path());
-    for link in links {
-        let gpg =
-            backup_support::gpg_child(&home, &w.passphrase, &["-d".as_ref(), link.as_os_str()]);
-        let plain = gpg.wait_with_output().unwrap();
-        assert!(plain.status.success(), "gpg -d {}", link.display());
-        let mut tar = Command::new("sh")
-            .arg("-c")
-            .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
-            .arg("sh")
-            .arg(target)
-            .stdin(Stdio::piped())
-            .spawn()
-            .unwrap();
-        tar.stdin.take().unwrap().write_all(&plain.stdout).unwrap();
-        assert!(
-            tar.wait().unwrap().success(),
-            "stock tools on {}",
-            link.display()
-        );
-    }
 }
 
 #[test]
@@ -127,7 +97,12 @@ fn incremental_saves_load_and_extract_each_moment() {
     );
     assert!(ex.ok(), "box extract: {}", ex.all());
     let by_stock = w.dir.path().join("by-stock");
-    stock_loop(&w, &[&full, &second, &third], &by_stock);
+    backup_support::stock_loop(
+        w.dir.path(),
+        &w.passphrase,
+        &[&full, &second, &third],
+        &by_stock,
+    );
     let proj = "home/agent/workspace/proj";
     assert_eq!(
         backup_support::snapshot(&by_stock.join(proj)),

@@ -10,9 +10,8 @@
 mod export_import_support;
 
 use std::fs;
-use std::io::Write as _;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 
 use box_proto::archive::validate::{ChainState, Report, Rule, validate_link};
 use export_import_support::{backdate, set_mtime_nofollow, snapshot as tree};
@@ -53,26 +52,11 @@ fn link(src: &Path, out: &Path, parent: Option<&str>) -> (ExportSummary, String)
 
 /// The README's loop for one link: its parts in order | zstd -d | tar -x -g /dev/null.
 fn stock_apply(parts: &Path, summary: &ExportSummary, target: &Path) {
-    let mut tar = Command::new("sh")
-        .arg("-c")
-        .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
-        .arg("sh")
-        .arg(target)
-        .stdin(Stdio::piped())
-        .spawn()
-        .unwrap();
-    let mut stdin = tar.stdin.take().unwrap();
+    let mut compressed = Vec::new();
     for part in &summary.index.parts {
-        stdin
-            .write_all(&fs::read(parts.join(&part.name)).unwrap())
-            .unwrap();
+        compressed.extend(fs::read(parts.join(&part.name)).unwrap());
     }
-    drop(stdin);
-    assert!(
-        tar.wait().unwrap().success(),
-        "stock tools refused {}",
-        parts.display()
-    );
+    export_import_support::tar_g_apply(&compressed, target);
 }
 
 /// box's own validator over one link's parts, after the tree its chain built (`prior`).

@@ -296,3 +296,16 @@ pub fn save_link(
     incremental::commit(&current, &hex::encode(digest)).unwrap();
     (file, digest)
 }
+
+/// The README's loop over a chain's files, oldest first: `gpg -d | zstd -d | tar -x -g
+/// /dev/null` into `target`, stock tools only.
+pub fn stock_loop(work: &Path, pass: &str, links: &[&Path], target: &Path) {
+    fs::create_dir_all(target).unwrap();
+    let home = gpg_home(work);
+    for link in links {
+        let gpg = gpg_child(&home, pass, &["-d".as_ref(), link.as_os_str()]);
+        let plain = gpg.wait_with_output().unwrap();
+        assert!(plain.status.success(), "gpg -d {}", link.display());
+        trees::tar_g_apply(&plain.stdout, target);
+    }
+}

@@ -214,3 +214,19 @@ pub fn gnu_tar() -> bool {
     }
     ok
 }
+
+/// `zstd -d | tar -x -g /dev/null -C target` over `plain` (one link of a chain, zstd
+/// compressed): how the README applies a link with stock tools.
+pub fn tar_g_apply(compressed: &[u8], target: &Path) {
+    use std::io::Write as _;
+    let mut tar = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
+        .arg("sh")
+        .arg(target)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tar.stdin.take().unwrap().write_all(compressed).unwrap();
+    assert!(tar.wait().unwrap().success(), "stock tools refused a link");
+}
