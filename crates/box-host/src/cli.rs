@@ -148,6 +148,18 @@ pub enum Command {
     )]
     Extract(ExtractArgs),
 
+    /// List backups by chain, or prune them without breaking a chain a kept one needs
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n\n\
+        Backups in the backup dir, per box, grouped by chain (a full backup and the\n\
+        incremental ones built on it): kind, size, age. Which backup builds on which is\n\
+        written inside them, so the passphrase is asked.\n\
+        prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
+        and every backup those need to restore; it removes only whole files nothing kept needs."
+    )]
+    Backups(BackupsArgs),
+
     /// Delete a box and its VM (asks for the exact name unless --force)
     #[command(
         after_long_help = "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first."
@@ -304,6 +316,38 @@ pub struct CloneArgs {
 }
 
 #[derive(Debug, Args)]
+pub struct BackupsArgs {
+    /// Only this box's backups
+    pub name: Option<String>,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: Option<BackupsCmd>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupsCmd {
+    /// Remove old backups, never one a kept backup needs
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Only this box's backups
+    pub name: Option<String>,
+    /// Keep the newest N backups (and what they need)
+    #[arg(long, value_name = "N")]
+    pub keep_last: usize,
+    /// Also keep the newest backup of each of the last D days that have one
+    #[arg(long, value_name = "D", default_value_t = 0)]
+    pub keep_daily: usize,
+    /// Say what would be removed; remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
+}
+
+#[derive(Debug, Args)]
 pub struct ExtractArgs {
     /// Backup file
     pub file: PathBuf,
@@ -365,6 +409,19 @@ mod tests {
                 "beta",
                 "--fresh",
                 "--keep-on-failure",
+            ],
+            &["box", "backups"],
+            &["box", "backups", "alpha", "--json"],
+            &["box", "backups", "prune", "--keep-last", "3", "--dry-run"],
+            &[
+                "box",
+                "backups",
+                "prune",
+                "alpha",
+                "--keep-last",
+                "1",
+                "--keep-daily",
+                "7",
             ],
             &["box", "extract", "f.gpg"],
             &["box", "extract", "f.gpg", "/tmp/d"],

@@ -9,10 +9,19 @@
 mod backup_support;
 
 use std::fs;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use backup_support::{PASS, Tree, box_cmd, expected_after_excludes, sample_tree, save_link};
+
+/// `src` (the sample tree), `backups` and `work` dirs under `root`.
+fn sandbox(root: &Path) -> (PathBuf, PathBuf, PathBuf) {
+    let (src, backups, work) = (root.join("src"), root.join("backups"), root.join("work"));
+    fs::create_dir_all(&backups).unwrap();
+    fs::create_dir_all(&work).unwrap();
+    sample_tree(&src);
+    (src, backups, work)
+}
 
 fn box_extract(sandbox: &Path, file: &Path, target: &Path) -> std::process::Output {
     box_cmd(sandbox)
@@ -36,14 +45,7 @@ fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let (src, backups, work) = (
-        t.path().join("src"),
-        t.path().join("backups"),
-        t.path().join("work"),
-    );
-    fs::create_dir_all(&backups).unwrap();
-    fs::create_dir_all(&work).unwrap();
-    sample_tree(&src);
+    let (src, backups, work) = sandbox(t.path());
     let w = src.join("home/agent/workspace");
 
     let (full, d0) = save_link(&src, &work, &backups, "20261201-100000", None, PASS);
@@ -106,4 +108,71 @@ fn any_link_extracts_to_its_moment_and_stock_tools_agree() {
         "{err}"
     );
     assert!(!out.exists());
+}
+
+/// `box backups --json` groups by chain; prune keeps what a kept backup needs.
+#[test]
+fn backups_lists_chains_and_prune_keeps_what_kept_ones_need() {
+    let t = tempfile::tempdir().unwrap();
+    let (src, backups, work) = sandbox(t.path());
+    let w = src.join("home/agent/workspace");
+    let (a1, d) = save_link(&src, &work, &backups, "20261130-100000", None, PASS);
+    fs::write(w.join("probe.txt"), "changed\n").unwrap();
+    let (a2, _) = save_link(&src, &work, &backups, "20261130-110000", Some(d), PASS);
+    let (b1, _) = save_link(&src, &work, &backups, "20261201-100000", None, PASS);
+    let boxes = |args: &[&str]| {
+        let out = box_cmd(t.path())
+            .env("BOX_PASSPHRASE", PASS)
+            .env("BACKUP_DIR", &backups)
+            .arg("backups")
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(
+            out.status.success(),
+            "{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        String::from_utf8_lossy(&out.stdout).into_owned()
+    };
+    let json: serde_json::Value = serde_json::from_str(&boxes(&["--json"])).unwrap();
+    let rows: Vec<(String, String, String)> = json
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| {
+            (
+                r["file"]
+                    .as_str()
+                    .unwrap()
+                    .rsplit('/')
+                    .next()
+                    .unwrap()
+                    .to_string(),
+                r["kind"].as_str().unwrap().to_string(),
+                r["chain"].as_str().unwrap().to_string(),
+            )
+        })
+        .collect();
+    let name = |p: &Path| p.file_name().unwrap().to_string_lossy().into_owned();
+    assert_eq!(
+        rows,
+        [
+            (name(&a1), "full".into(), name(&a1)),
+            (name(&a2), "incremental".into(), name(&a1)),
+            (name(&b1), "full".into(), name(&b1)),
+        ]
+    );
+    assert!(boxes(&[]).contains("chain alpha-20261130-100000.tar.zst.gpg: 2 backup(s)"));
+    // Keeping the newest two keeps a2, so a1 (its full backup) stays too.
+    let dry = boxes(&["prune", "--keep-last", "2", "--dry-run"]);
+    assert!(!dry.contains("would remove"), "{dry}");
+    let dry = boxes(&["prune", "--keep-last", "1", "--dry-run"]);
+    assert!(
+        dry.contains(&format!("would remove {}", a1.display())),
+        "{dry}"
+    );
+    assert!(a1.exists() && a2.exists(), "a dry run removes nothing");
+    boxes(&["prune", "--keep-last", "1"]);
+    assert!(!a1.exists() && !a2.exists() && b1.exists());
 }

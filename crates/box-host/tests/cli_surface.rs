@@ -18,7 +18,7 @@ fn box_cmd(home: &Path) -> Command {
 }
 
 /// Every visible verb of `box`.
-const VERBS: [&str; 15] = [
+const VERBS: [&str; 16] = [
     "new",
     "enter",
     "ls",
@@ -30,6 +30,7 @@ const VERBS: [&str; 15] = [
     "save",
     "load",
     "clone",
+    "backups",
     "extract",
     "rm",
     "completions",

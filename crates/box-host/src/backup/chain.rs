@@ -124,7 +124,7 @@ pub fn dir_of(path: &Path) -> PathBuf {
 }
 
 /// `alpha` and `20261129-120000` of `alpha-20261129-120000.tar.zst.gpg`.
-fn box_and_stamp(file: &Path) -> Option<(String, String)> {
+pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
     let name = file.file_name()?.to_str()?;
     let stem = strip_backup_extension(name);
     let cut = stem.len().checked_sub(16)?;

@@ -3,6 +3,7 @@
 use crate::config::Config;
 use crate::state::StateDir;
 
+pub mod backups;
 pub mod base;
 pub mod clone;
 pub mod completions;
