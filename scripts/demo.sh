@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # A short box lifecycle: base build -> new -> ls -> doctor -> stop -> start -> doctor ->
-# save -> a change -> save again -> load into a second box -> clone -> rm, each timed.
+# save -> a change -> incremental save -> backups -> load the newest (its chain) into a
+# second box -> clone -> rm, each timed.
 #
 # Uses `smolvm` when it is on PATH; otherwise the bundled simulator `smolvm-sim` (real
 # namespaced Linux guests booting pristine Debian images; needs root), and says so. Either
@@ -120,9 +121,10 @@ say "box save $name"
 timed "$BOX" save "$name"
 say "a change in $name: a note in the agent's workspace"
 in_box "$name" "printf 'saved twice\n' > /data/home/agent/workspace/NOTE.md && chown agent:agent /data/home/agent/workspace/NOTE.md"
-say "box save $name (again)"
+say "box save $name (again: only what changed, an incremental backup)"
 timed "$BOX" save "$name"
-ls -l "$BACKUP_DIR"
+say "box backups $name"
+"$BOX" backups "$name"
 say "box load $(basename "$(newest_backup)") $restored"
 timed "$BOX" load "$(newest_backup)" "$restored"
 in_box "$restored" "cat /data/home/agent/workspace/NOTE.md"
