@@ -129,11 +129,14 @@ pub fn decrypt_validate_link(
 /// Where `path` says it sits in a chain: its runtime manifest, read by decrypting only as
 /// far as it (nothing validated yet, and the MDC not reached: [`validate_chain`] checks the
 /// same words again once every link passed every rule).
+///
+/// A file it cannot read that far is said to be no link of a chain (`None`): its
+/// validation, which comes next, says what is wrong with it, by the rule it breaks.
 pub fn peek_place(path: &Path, passphrase: &SecretString) -> Result<Option<Place>> {
     let reader = DecryptReader::open(path, passphrase)?;
-    let status = reader.status();
-    let manifest = validate::peek_manifest(reader, &Limits::default())
-        .map_err(|e| BackupError::from_archive(e, &status))?;
+    let Ok(manifest) = validate::peek_manifest(reader, &Limits::default()) else {
+        return Ok(None);
+    };
     Ok(manifest
         .and_then(|bytes| RuntimeManifest::parse_bytes(&bytes).ok())
         .as_ref()
