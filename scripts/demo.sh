@@ -1,5 +1,7 @@
 #!/usr/bin/env bash
-# A short box lifecycle: new -> ls -> doctor -> stop -> start -> doctor -> rm.
+# A short box lifecycle: base build -> new -> ls -> doctor -> stop -> start -> doctor ->
+# save -> a change -> incremental save -> backups -> load the newest (its chain) into a
+# second box -> clone -> rm, each timed.
 #
 # Uses `smolvm` when it is on PATH; otherwise the bundled simulator `smolvm-sim` (real
 # namespaced Linux guests booting pristine Debian images; needs root), and says so. Either
@@ -28,7 +30,13 @@ work=$(mktemp -d "${TMPDIR:-/tmp}/box-demo.XXXXXX")
 export BOX_HOME="$work/box-home"
 export SMOLVM_SIM_HOME="$work/sim-home"
 export BOX_CONFIG="$work/box.env"
+export BACKUP_DIR="$work/backups"
+# The demo's own passphrase, in a 0600 file (never on a command line).
+export BOX_PASSPHRASE_FILE="$work/passphrase"
+(umask 077 && head -c 24 /dev/urandom | od -An -tx1 | tr -d ' \n' > "$BOX_PASSPHRASE_FILE")
 name=demo
+restored=demo-restored
+branch=demo-branch
 
 if command -v smolvm >/dev/null 2>&1 && [ -z "${SMOLVM:-}" ]; then
   export SMOLVM=smolvm
@@ -71,16 +79,32 @@ fi
 
 cleanup() {
   set +e
-  "$BOX" rm "$name" --force >/dev/null 2>&1
-  if [ "${SMOLVM:-}" != smolvm ]; then
-    "$SMOLVM" machine delete --name "$name" -f >/dev/null 2>&1
-  fi
+  for b in "$name" "$restored" "$branch"; do
+    "$BOX" rm "$b" --force >/dev/null 2>&1
+    if [ "${SMOLVM:-}" != smolvm ]; then
+      "$SMOLVM" machine delete --name "$b" -f >/dev/null 2>&1
+    fi
+  done
   rm -rf "$work"
 }
 trap cleanup EXIT
 
+# Runs a command and says how long it took.
+timed() {
+  local t0 t1
+  t0=$(date +%s.%N)
+  "$@"
+  t1=$(date +%s.%N)
+  awk -v a="$t0" -v b="$t1" 'BEGIN { printf "\033[2m(took %.1f s)\033[0m\n", b - a }'
+}
+# A shell command inside a box, as root (the demo's way to make a change).
+in_box() { "$SMOLVM" machine exec --name "$1" -- sh -c "$2"; }
+newest_backup() { ls -1t "$BACKUP_DIR"/"$name"-*.tar.zst.gpg | head -n 1; }
+
+say "box base build (provision once; new, load and clone then start from it)"
+timed "$BOX" base build
 say "box new $name"
-"$BOX" new "$name"
+timed "$BOX" new "$name"
 say "box ls"
 "$BOX" ls
 say "box doctor"
@@ -92,7 +116,24 @@ say "box start $name"
 "$BOX" start "$name"
 say "box doctor $name"
 "$BOX" doctor "$name"
-say "box rm $name --force"
-"$BOX" rm "$name" --force
+
+say "box save $name"
+timed "$BOX" save "$name"
+say "a change in $name: a note in the agent's workspace"
+in_box "$name" "printf 'saved twice\n' > /data/home/agent/workspace/NOTE.md && chown agent:agent /data/home/agent/workspace/NOTE.md"
+say "box save $name (again: only what changed, an incremental backup)"
+timed "$BOX" save "$name"
+say "box backups $name"
+"$BOX" backups "$name"
+say "box load $(basename "$(newest_backup)") $restored"
+timed "$BOX" load "$(newest_backup)" "$restored"
+in_box "$restored" "cat /data/home/agent/workspace/NOTE.md"
+say "box clone $name $branch (no backup file, no passphrase)"
+timed "$BOX" clone "$name" "$branch"
+in_box "$branch" "cat /data/home/agent/workspace/NOTE.md"
+"$BOX" ls
+
+say "box rm $name $restored $branch --force"
+for b in "$name" "$restored" "$branch"; do "$BOX" rm "$b" --force; done
 "$BOX" ls
 say "demo complete"

@@ -10,6 +10,7 @@ Examples:
   box enter alpha               attach its tmux session as 'agent'
   box save alpha                encrypted, verified backup into backups/
   box load backups/alpha-20261129-120000.tar.zst.gpg beta
+  box clone alpha beta          branch alpha's /data into a new box
   box doctor                    check the host and every box
 
 Environment:
@@ -114,8 +115,12 @@ pub enum Command {
 
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
-        after_long_help = "Examples:\n  box save alpha\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
+        after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
         Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
+        After a first save, a save writes only what changed since the newest backup beside it\n\
+        (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, then\n\
+        a full one). box load and box extract of any link restore its whole chain; --full\n\
+        starts a new chain; an explicit output file is always a full backup.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
     Save(SaveArgs),
@@ -127,12 +132,37 @@ pub enum Command {
     )]
     Load(LoadArgs),
 
+    /// Branch a box: a new box whose /data is the source's at this moment
+    #[command(
+        after_long_help = "Examples:\n  box clone alpha beta\n  box clone alpha experiment --keep-on-failure\n\n\
+        Try something risky in a copy: the new box gets the source's /data as it is now (the\n\
+        workspace, the agents' logins and history), paused the way box save pauses it, so\n\
+        databases are consistent. The source is paused only while its data is copied.\n\
+        The new box has its own VM, Executor token and web port, and starts from a base when\n\
+        there is one (box base build). Nothing is encrypted and no passphrase is asked: the\n\
+        data goes from box to box through the host, one part at a time, and no backup file is\n\
+        written. To keep a copy, box save either box."
+    )]
+    Clone(CloneArgs),
+
     /// Decrypt and validate a backup into a directory on the host
     #[command(
         after_long_help = "Examples:\n  box extract backups/alpha-20261129-120000.tar.zst.gpg\n  box extract alpha.tar.zst.gpg /tmp/alpha-data\n\n\
         Default directory: <backup dir>/<file name>-extracted. An existing directory is never overwritten."
     )]
     Extract(ExtractArgs),
+
+    /// List backups by chain, or prune them without breaking a chain a kept one needs
+    #[command(
+        args_conflicts_with_subcommands = true,
+        after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n\n\
+        Backups in the backup dir, per box, grouped by chain (a full backup and the\n\
+        incremental ones built on it): kind, size, age. Which backup builds on which is\n\
+        written inside them, so the passphrase is asked.\n\
+        prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
+        and every backup those need to restore; it removes only whole files nothing kept needs."
+    )]
+    Backups(BackupsArgs),
 
     /// Delete a box and its VM (asks for the exact name unless --force)
     #[command(
@@ -259,6 +289,9 @@ pub struct SaveArgs {
     pub name: String,
     /// Output file (default: <backup dir>/<name>-<timestamp>.tar.zst.gpg)
     pub out: Option<PathBuf>,
+    /// A full backup that starts a new chain, even when the newest one could be built on
+    #[arg(long)]
+    pub full: bool,
 }
 
 #[derive(Debug, Args)]
@@ -274,6 +307,52 @@ pub struct LoadArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct CloneArgs {
+    /// The box to copy (it must be running)
+    pub source: String,
+    /// Name of the new box
+    pub name: String,
+    /// Keep the new VM if the clone fails, for inspection
+    #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
+    pub keep_on_failure: bool,
+    /// Provision from scratch even when a base exists
+    #[arg(long)]
+    pub fresh: bool,
+}
+
+#[derive(Debug, Args)]
+pub struct BackupsArgs {
+    /// Only this box's backups
+    pub name: Option<String>,
+    /// Machine-readable output
+    #[arg(long)]
+    pub json: bool,
+    #[command(subcommand)]
+    pub cmd: Option<BackupsCmd>,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum BackupsCmd {
+    /// Remove old backups, never one a kept backup needs
+    Prune(PruneArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct PruneArgs {
+    /// Only this box's backups
+    pub name: Option<String>,
+    /// Keep the newest N backups (and what they need)
+    #[arg(long, value_name = "N")]
+    pub keep_last: usize,
+    /// Also keep the newest backup of each of the last D days that have one
+    #[arg(long, value_name = "D", default_value_t = 0)]
+    pub keep_daily: usize,
+    /// Say what would be removed; remove nothing
+    #[arg(long)]
+    pub dry_run: bool,
 }
 
 #[derive(Debug, Args)]
@@ -327,8 +406,31 @@ mod tests {
             &["box", "start", "alpha"],
             &["box", "save", "alpha"],
             &["box", "save", "alpha", "/tmp/x.tar.zst.gpg"],
+            &["box", "save", "alpha", "--full"],
             &["box", "load", "f.gpg"],
             &["box", "load", "f.gpg", "beta", "--keep-on-failure"],
+            &["box", "clone", "alpha", "beta"],
+            &[
+                "box",
+                "clone",
+                "alpha",
+                "beta",
+                "--fresh",
+                "--keep-on-failure",
+            ],
+            &["box", "backups"],
+            &["box", "backups", "alpha", "--json"],
+            &["box", "backups", "prune", "--keep-last", "3", "--dry-run"],
+            &[
+                "box",
+                "backups",
+                "prune",
+                "alpha",
+                "--keep-last",
+                "1",
+                "--keep-daily",
+                "7",
+            ],
             &["box", "extract", "f.gpg"],
             &["box", "extract", "f.gpg", "/tmp/d"],
             &["box", "rm", "alpha"],
@@ -343,6 +445,7 @@ mod tests {
         }
         let bad: &[&[&str]] = &[
             &["box", "new"],
+            &["box", "clone", "alpha"],
             &["box", "ls", "--bogus"],
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],

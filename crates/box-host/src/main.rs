@@ -50,6 +50,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Start(a) => commands::start::run(&ctx, a),
         Command::Save(a) => commands::save::run(&ctx, a),
         Command::Load(a) => commands::load::run(&ctx, a),
+        Command::Clone(a) => commands::clone::run(&ctx, a),
+        Command::Backups(a) => commands::backups::run(&ctx, a),
         Command::Extract(a) => commands::extract::run(&ctx, a),
         Command::Rm(a) => commands::rm::run(&ctx, a),
         Command::Base(a) => commands::base::run(&ctx, a),

@@ -18,7 +18,7 @@ fn box_cmd(home: &Path) -> Command {
 }
 
 /// Every visible verb of `box`.
-const VERBS: [&str; 14] = [
+const VERBS: [&str; 16] = [
     "new",
     "enter",
     "ls",
@@ -29,6 +29,8 @@ const VERBS: [&str; 14] = [
     "start",
     "save",
     "load",
+    "clone",
+    "backups",
     "extract",
     "rm",
     "completions",

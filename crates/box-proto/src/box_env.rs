@@ -74,6 +74,9 @@ pub struct BoxEnv {
     pub open_session_idle_timeout_secs: u32,
     /// ... and this many seconds after sign-in, whichever comes first.
     pub open_session_max_age_secs: u32,
+    /// `BACKUP_CHAIN_MAX`: `box save` writes an incremental backup on the newest one until
+    /// a chain has this many links, then a full one (1: every save is full).
+    pub backup_chain_max: u32,
 }
 
 impl Default for BoxEnv {
@@ -101,6 +104,7 @@ impl Default for BoxEnv {
             open_idle_timeout_secs: 3600,
             open_session_idle_timeout_secs: 12 * 3600,
             open_session_max_age_secs: 7 * 86400,
+            backup_chain_max: 24,
         }
     }
 }
@@ -129,6 +133,7 @@ pub const KEYS: &[&str] = &[
     "OPEN_IDLE_TIMEOUT",
     "OPEN_SESSION_IDLE_TIMEOUT",
     "OPEN_SESSION_MAX_AGE",
+    "BACKUP_CHAIN_MAX",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -231,6 +236,7 @@ impl BoxEnv {
             "OPEN_SESSION_MAX_AGE" => {
                 self.open_session_max_age_secs = parse_in(value, 1, 365 * 86400, "seconds")?
             }
+            "BACKUP_CHAIN_MAX" => self.backup_chain_max = parse_in(value, 1, 1000, "links")?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -269,6 +275,7 @@ impl BoxEnv {
             "OPEN_IDLE_TIMEOUT" => self.open_idle_timeout_secs.to_string(),
             "OPEN_SESSION_IDLE_TIMEOUT" => self.open_session_idle_timeout_secs.to_string(),
             "OPEN_SESSION_MAX_AGE" => self.open_session_max_age_secs.to_string(),
+            "BACKUP_CHAIN_MAX" => self.backup_chain_max.to_string(),
             _ => return None,
         })
     }

@@ -21,6 +21,11 @@ pub const QUIESCE_RECORD: &str = "home/agent/.config/hermes-box/quiesce-record.j
 pub const RUNTIME_MANIFEST: &str = "home/agent/.config/hermes-box/runtime-manifest";
 /// Service logs.
 pub const LOGS_DIR: &str = "logs";
+/// The dir (0700, root's) of the snapshot of the last backup's files that the next
+/// incremental save compares with (hb-guest archive::incremental): beside the home rather
+/// than in it (the agent must not be able to make a save skip a changed file), never
+/// backed up or cloned.
+pub const BACKUP_SNAPSHOT: &str = ".hb-backup-snapshot";
 /// Executor's data dir (`EXECUTOR_DATA_DIR`).
 pub const EXECUTOR_DATA_DIR: &str = "home/agent/.executor";
 /// Hermes Agent's home (`HERMES_HOME`).

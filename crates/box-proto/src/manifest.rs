@@ -21,6 +21,13 @@ pub const KNOWN_KEYS: &[&str] = &[
     "archive_format",
 ];
 
+/// A backup's position in its chain of incremental backups: `0` for a full one. Written
+/// by `hb export` in chain mode (not `hb write-manifest`), like the parent below.
+pub const CHAIN_LINK_KEY: &str = "chain_link";
+/// The SHA-256 (hex) of the backup file an incremental backup builds on; empty for a full
+/// one. Inside the encrypted backup, so a restore trusts it only as far as the file.
+pub const CHAIN_PARENT_KEY: &str = "chain_parent";
+
 /// The result of the SQLite integrity check `hb quiesce` runs before a save: `ok`, or
 /// `damaged <path> <path>…` (data-root-relative). Not one of [`KNOWN_KEYS`]: those are what
 /// `hb write-manifest` writes; quiesce writes this one.

@@ -108,6 +108,10 @@ pub enum Command {
     #[command(hide = true)]
     Import(ImportArgs),
 
+    /// Make the snapshot the last chain-mode export recorded current, naming its backup
+    #[command(hide = true)]
+    CommitSnapshot(CommitSnapshotArgs),
+
     /// The box's long-running process: reaps children, supervises Executor, bridges the web port
     #[command(hide = true)]
     Workload,
@@ -152,6 +156,30 @@ pub struct ExportArgs {
     /// one (box save copies them out while the export goes on)
     #[arg(long, value_name = "N", value_parser = clap::value_parser!(u16).range(1..=64))]
     pub stream_parts: Option<u16>,
+    /// Chain mode (GNU tar's listed-incremental format): a dumpdir for every directory,
+    /// and a snapshot of every file recorded for the next save (committed by
+    /// `hb commit-snapshot` once box has published the backup)
+    #[arg(long)]
+    pub listed_incremental: bool,
+    /// With --listed-incremental: the SHA-256 of the newest backup; when this box's
+    /// snapshot is of it, only what changed since goes into the archive
+    #[arg(long, value_name = "SHA256", requires = "listed_incremental")]
+    pub parent: Option<String>,
+    /// With --parent: a chain this long is closed (the export is a full one)
+    #[arg(
+        long,
+        value_name = "N",
+        default_value_t = 24,
+        requires = "listed_incremental"
+    )]
+    pub chain_max: u32,
+}
+
+#[derive(Debug, Args)]
+pub struct CommitSnapshotArgs {
+    /// SHA-256 of the backup file the last export went into
+    #[arg(long, value_name = "SHA256")]
+    pub digest: String,
 }
 
 #[derive(Debug, Args)]
@@ -159,9 +187,14 @@ pub struct ImportArgs {
     /// Tree to restore into (default: the data root)
     #[arg(long, value_name = "DIR")]
     pub root: Option<PathBuf>,
-    /// Directory holding the parts and their index
-    #[arg(long, value_name = "DIR")]
-    pub from: PathBuf,
+    /// Directory holding the parts and their index; repeated for a chain of incremental
+    /// backups, oldest (the full one) first: applied in order, swapped in once
+    #[arg(long, value_name = "DIR", required = true)]
+    pub from: Vec<PathBuf>,
+    /// The tree is another live box's (box clone): drop its Executor token after the
+    /// swap, so this box's Executor mints one of its own when it starts
+    #[arg(long)]
+    pub forget_executor_token: bool,
 }
 
 #[cfg(test)]
@@ -201,7 +234,21 @@ mod tests {
                 "/tmp/r",
             ],
             &["hb", "export", "--out", "/d/x", "--stream-parts", "2"],
+            &[
+                "hb",
+                "export",
+                "--out",
+                "/d/x",
+                "--listed-incremental",
+                "--parent",
+                "ab",
+                "--chain-max",
+                "3",
+            ],
+            &["hb", "commit-snapshot", "--digest", "ab"],
             &["hb", "import", "--from", "/d/x"],
+            &["hb", "import", "--from", "/d/x", "--forget-executor-token"],
+            &["hb", "import", "--from", "/d/a", "--from", "/d/b"],
             &["hb", "workload"],
             &["hb", "token"],
             &["hb", "--data", "/tmp/d", "init"],
@@ -214,6 +261,7 @@ mod tests {
             &["hb", "export"],
             &["hb", "bogus"],
             &["hb", "export", "--out", "/d/x", "--stream-parts", "0"],
+            &["hb", "export", "--out", "/d/x", "--parent", "ab"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
         }
@@ -242,6 +290,7 @@ mod tests {
             "write-manifest",
             "export",
             "import",
+            "commit-snapshot",
             "workload",
             "token",
         ] {

@@ -35,6 +35,7 @@ fn main() -> ExitCode {
         Some(Command::WriteManifest) => commands::write_manifest::run(&ctx),
         Some(Command::Export(a)) => commands::export::run(&ctx, a),
         Some(Command::Import(a)) => commands::import::run(&ctx, a),
+        Some(Command::CommitSnapshot(a)) => commands::export::commit(&ctx, a),
         Some(Command::Workload) => commands::workload::run(&ctx),
         Some(Command::Token) => commands::token::run(&ctx),
     };

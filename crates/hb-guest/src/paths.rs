@@ -41,6 +41,10 @@ impl Paths {
     pub fn quiesce_record(&self) -> PathBuf {
         self.at(layout::QUIESCE_RECORD)
     }
+    /// The snapshot incremental saves compare with (its `.next` beside it until committed).
+    pub fn backup_snapshot(&self) -> PathBuf {
+        self.at(layout::BACKUP_SNAPSHOT).join("current")
+    }
     pub fn manifest(&self) -> PathBuf {
         self.at(layout::RUNTIME_MANIFEST)
     }

@@ -8,15 +8,18 @@ use std::fs::File;
 use std::io::{self, Read, Write};
 use std::os::unix::fs::PermissionsExt as _;
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::RuntimeManifest;
 use box_proto::archive::parts::{Part, PartIndex, part_name};
 use box_proto::archive::unpack::Unpacker;
-use box_proto::archive::validate::{self, Limits, Report, WalkError};
+use box_proto::archive::validate::{self, ChainState, Limits, Report, WalkError};
+use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
+use super::chain::Place;
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
@@ -103,12 +106,116 @@ pub fn decrypt_validate(
     passphrase: &SecretString,
     label: &'static str,
 ) -> Result<([u8; 32], u64, Report), BackupError> {
+    decrypt_validate_link(path, passphrase, label, None)
+        .map(|(sha, size, report, _)| (sha, size, report))
+}
+
+/// [`decrypt_validate`] of one link of a chain, after the tree the links before it built;
+/// returns the tree after it too.
+pub fn decrypt_validate_link(
+    path: &Path,
+    passphrase: &SecretString,
+    label: &'static str,
+    prior: Option<Rc<ChainState>>,
+) -> Result<([u8; 32], u64, Report, ChainState), BackupError> {
     let (tap, status, finished) = open_tapped(path, passphrase, label)?;
     let mut hashed = HashingReader::new(tap);
-    let report = validate::validate(&mut hashed, &Limits::default())
+    let (report, state) = validate::validate_link(&mut hashed, &Limits::default(), prior)
         .map_err(|e| BackupError::from_archive(e, &status))?;
     let (sha, size) = finish_tap(hashed, &status, &finished)?;
-    Ok((sha, size, report))
+    Ok((sha, size, report, state))
+}
+
+/// Where `path` says it sits in a chain: its runtime manifest, read by decrypting only as
+/// far as it (nothing validated yet, and the MDC not reached: [`validate_chain`] checks the
+/// same words again once every link passed every rule).
+///
+/// A file it cannot read that far is said to be no link of a chain (`None`): its
+/// validation, which comes next, says what is wrong with it, by the rule it breaks.
+pub fn peek_place(path: &Path, passphrase: &SecretString) -> Result<Option<Place>> {
+    let reader = DecryptReader::open(path, passphrase)?;
+    let Ok(manifest) = validate::peek_manifest(reader, &Limits::default()) else {
+        return Ok(None);
+    };
+    Ok(manifest
+        .and_then(|bytes| RuntimeManifest::parse_bytes(&bytes).ok())
+        .as_ref()
+        .and_then(place_in))
+}
+
+/// The chain keys of a manifest; `None` when it has none (a backup from before chains).
+fn place_in(manifest: &RuntimeManifest) -> Option<Place> {
+    let link = manifest.get(CHAIN_LINK_KEY)?.parse().ok()?;
+    let parent = match manifest.get(CHAIN_PARENT_KEY).unwrap_or("") {
+        "" => None,
+        hex_digest => {
+            let mut d = [0u8; 32];
+            hex::decode_to_slice(hex_digest, &mut d).ok()?;
+            Some(d)
+        }
+    };
+    Some(Place { link, parent })
+}
+
+/// Pass 1 over a chain (oldest first, as [`super::chain::discover`] gives it): each link
+/// decrypted and validated after the tree the links before it built, and its manifest's
+/// parent equal to the digest of the link before it. Nothing is written.
+pub fn validate_chain(
+    links: &[std::path::PathBuf],
+    passphrase: &SecretString,
+) -> Result<Vec<(ValidatedBackup, Option<Rc<ChainState>>)>> {
+    let mut out = Vec::new();
+    let mut prior: Option<Rc<ChainState>> = None;
+    let mut parent: Option<[u8; 32]> = None;
+    for (i, path) in links.iter().enumerate() {
+        let file_size = std::fs::metadata(path)
+            .with_context(|| format!("no such backup: {}", path.display()))?
+            .len();
+        let validated = decrypt_validate_link(path, passphrase, "decrypting", prior.clone());
+        let (sha256, plaintext_size, report, state) = match validated {
+            Ok(v) => v,
+            // A single backup's errors stay as they were (callers tell them apart).
+            Err(e) if links.len() == 1 => return Err(e.into()),
+            Err(e) => {
+                return Err(anyhow::Error::from(e).context(format!(
+                    "link {} of the chain, {}",
+                    i + 1,
+                    path.display()
+                )));
+            }
+        };
+        let (manifest, manifest_error) =
+            match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
+                Some(Ok(m)) => (Some(m), None),
+                Some(Err(e)) => (None, Some(e.to_string())),
+                None => (None, None),
+            };
+        let says = manifest.as_ref().and_then(place_in).and_then(|p| p.parent);
+        if links.len() > 1 && says != parent {
+            bail!(
+                "{} does not name the link before it in the chain as its parent: the chain changed while it was read; retry",
+                path.display()
+            );
+        }
+        if i + 1 < links.len() {
+            // What the next link must name as its parent.
+            parent = Some(super::chain::file_digest(path)?);
+        }
+        out.push((
+            ValidatedBackup {
+                path: path.clone(),
+                sha256,
+                plaintext_size,
+                file_size,
+                report,
+                manifest,
+                manifest_error,
+            },
+            prior.take(),
+        ));
+        prior = Some(Rc::new(state));
+    }
+    Ok(out)
 }
 
 /// After a walk over a tapped stream: the SHA-256 and size of the whole plaintext, once
@@ -135,25 +242,11 @@ fn finish_tap(
 
 /// Pass 1 of a load or an extract: decrypt, validate, hash. Writes nothing.
 pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<ValidatedBackup> {
-    let file_size = std::fs::metadata(path)
-        .with_context(|| format!("no such backup: {}", path.display()))?
-        .len();
-    let (sha256, plaintext_size, report) = decrypt_validate(path, passphrase, "decrypting")?;
-    let (manifest, manifest_error) =
-        match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
-            Some(Ok(m)) => (Some(m), None),
-            Some(Err(e)) => (None, Some(e.to_string())),
-            None => (None, None),
-        };
-    Ok(ValidatedBackup {
-        path: path.to_path_buf(),
-        sha256,
-        plaintext_size,
-        file_size,
-        report,
-        manifest,
-        manifest_error,
-    })
+    let mut one = validate_chain(&[path.to_path_buf()], passphrase)?;
+    match one.pop() {
+        Some((validated, _)) => Ok(validated),
+        None => bail!("nothing validated in {}", path.display()),
+    }
 }
 
 /// Pass 2 of a load: decrypts `path` again into part files of `part_size` bytes in `dir`
@@ -271,16 +364,23 @@ pub fn extract(
     passphrase: &SecretString,
     target: &Path,
 ) -> Result<Extracted> {
+    extract_chain(&[(validated.clone(), None)], passphrase, target)
+}
+
+/// [`extract`] of a chain validated by [`validate_chain`]: every link applied in order into
+/// the same staging dir, each checked against its pass 1 as it goes.
+pub fn extract_chain(
+    links: &[(ValidatedBackup, Option<Rc<ChainState>>)],
+    passphrase: &SecretString,
+    target: &Path,
+) -> Result<Extracted> {
     if std::fs::symlink_metadata(target).is_ok() {
         bail!(
             "refusing to overwrite existing directory: {}",
             target.display()
         );
     }
-    let parent = match target.parent() {
-        Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
-        _ => PathBuf::from("."),
-    };
+    let parent = super::chain::dir_of(target);
     std::fs::create_dir_all(&parent)
         .with_context(|| format!("cannot create {}", parent.display()))?;
     let name = target
@@ -290,8 +390,6 @@ pub fn extract(
         .into_owned();
     let stage = Temp::create_dir(&parent, &format!(".{name}.extract-"))
         .with_context(|| format!("cannot create a staging directory in {}", parent.display()))?;
-    let (tap, status, finished) = open_tapped(&validated.path, passphrase, "extracting")?;
-    let mut hashed = HashingReader::new(tap);
     // As root, set-id bits would make root-owned set-id programs on the host out of a
     // backup: files lose them (a user's own files keep them, as `tar -xp` keeps them).
     // The target keeps the mode the user's own `mkdir` gives, whatever the archive's root
@@ -300,33 +398,51 @@ pub fn extract(
     let mut unpacker = Unpacker::new(stage.path())
         .set_id_files(!as_root)
         .archive_root_mode(false);
-    let walked = validate::walk(&mut hashed, &Limits::default(), |entry, key| {
-        cleanup::with_lock(|_| {
-            cleanup::check()?;
-            unpacker.unpack(entry, key)
-        })
-    });
-    let report = match walked {
-        Ok(report) => report,
-        Err(WalkError::Archive(e)) => return Err(BackupError::from_archive(e, &status).into()),
-        Err(WalkError::Callback(e)) => {
-            if let Some(failure) = status.failure() {
-                return Err(BackupError::Corrupt(failure).into());
+    let mut report = None;
+    for (i, (validated, prior)) in links.iter().enumerate() {
+        if i > 0 {
+            unpacker.next_link();
+        }
+        let (tap, status, finished) = open_tapped(&validated.path, passphrase, "extracting")?;
+        let mut hashed = HashingReader::new(tap);
+        let walked = validate::walk_link(
+            &mut hashed,
+            &Limits::default(),
+            prior.clone(),
+            |entry, key| {
+                cleanup::with_lock(|_| {
+                    cleanup::check()?;
+                    unpacker.unpack(entry, key)
+                })
+            },
+        );
+        let (walked, _) = match walked {
+            Ok(done) => done,
+            Err(WalkError::Archive(e)) => return Err(BackupError::from_archive(e, &status).into()),
+            Err(WalkError::Callback(e)) => {
+                if let Some(failure) = status.failure() {
+                    return Err(BackupError::Corrupt(failure).into());
+                }
+                return Err(anyhow!(
+                    "cannot extract {} into {}: {e}",
+                    validated.path.display(),
+                    stage.path().display()
+                ));
             }
-            return Err(anyhow!(
-                "cannot extract into {}: {e}",
-                stage.path().display()
-            ));
+        };
+        let (sha, _) = finish_tap(hashed, &status, &finished)?;
+        if sha != validated.sha256 {
+            return Err(BackupError::Changed {
+                first: hex_sha(&validated.sha256),
+                second: hex_sha(&sha),
+            }
+            .into());
         }
-    };
-    let (sha, _) = finish_tap(hashed, &status, &finished)?;
-    if sha != validated.sha256 {
-        return Err(BackupError::Changed {
-            first: hex_sha(&validated.sha256),
-            second: hex_sha(&sha),
-        }
-        .into());
+        report = Some(walked);
     }
+    let Some(report) = report else {
+        bail!("nothing to extract");
+    };
     cleanup::with_lock(|_| unpacker.finish())
         .with_context(|| format!("cannot set modes in {}", stage.path().display()))?;
     let own_mode = new_dir_mode(&parent)?;

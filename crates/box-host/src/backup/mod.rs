@@ -21,6 +21,7 @@
 //! then [`load::write_parts`] (pass 2: decrypt again into parts, hash must match pass 1) or
 //! [`load::extract`] (pass 2 into a staging dir, promoted after the MDC check).
 
+pub mod chain;
 mod channel;
 pub mod cleanup;
 pub mod crypto;

@@ -2,7 +2,8 @@
 //! target and rename it into place. Pass 1 validates everything without writing; pass 2
 //! extracts into a private staging dir that is promoted only after the OpenPGP integrity
 //! check passed and the plaintext hash equals pass 1's. An existing target is never
-//! touched.
+//! touched. An incremental backup brings its chain: the links before it, found beside it
+//! by digest (backup::chain), are validated and applied first, oldest first.
 
 use std::path::{Path, PathBuf};
 use std::process::ExitCode;
@@ -11,7 +12,7 @@ use anyhow::{Result, bail};
 use box_proto::archive::naming::strip_backup_extension;
 
 use super::Context;
-use crate::backup::{cleanup, load, passphrase};
+use crate::backup::{chain, cleanup, load, passphrase};
 use crate::ui;
 
 /// `<backup dir>/<file name minus .tar.zst.gpg or .tar.gz.gpg>-extracted`.
@@ -37,8 +38,28 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
         );
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+    // An incremental backup restores with the links before it: found beside it by digest,
+    // each validated after the ones before, before anything is written.
+    let links = chain::discover(&args.file, &mut |p| load::peek_place(p, &pass))?;
+    if links.len() > 1 {
+        ui::say(format!(
+            "{} is link {} of a chain; applying, oldest first: {}",
+            args.file.display(),
+            links.len(),
+            links
+                .iter()
+                .map(|l| l
+                    .file_name()
+                    .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
+                .collect::<Vec<_>>()
+                .join(", ")
+        ));
+    }
     ui::say(format!("Decrypting and validating {}", args.file.display()));
-    let validated = load::validate_backup(&args.file, &pass)?;
+    let chain = load::validate_chain(&links, &pass)?;
+    let Some((validated, _)) = chain.last() else {
+        bail!("nothing to extract from {}", args.file.display());
+    };
     match (&validated.manifest, &validated.manifest_error) {
         (Some(manifest), _) => {
             ui::say("Runtime manifest:");
@@ -54,8 +75,16 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
         (None, None) => ui::warn("this backup has no runtime manifest"),
     }
     ui::say(format!("Extracting into {}", target.display()));
-    let done = load::extract(&validated, &pass, &target)?;
-    println!("Extracted {} files -> {}/", done.files, done.dir.display());
+    let done = load::extract_chain(&chain, &pass, &target)?;
+    if chain.len() > 1 {
+        println!(
+            "Extracted a chain of {} backups -> {}/",
+            chain.len(),
+            done.dir.display()
+        );
+    } else {
+        println!("Extracted {} files -> {}/", done.files, done.dir.display());
+    }
     Ok(ExitCode::SUCCESS)
 }
 

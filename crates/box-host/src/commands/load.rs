@@ -18,10 +18,12 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use box_proto::BoxName;
+use box_proto::archive::parts::PartIndex;
 use secrecy::SecretString;
 
 use super::Context;
 use super::new::{self, Provisioned};
+use crate::backup::chain;
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::progress::human;
 use crate::backup::{BackupError, cleanup, passphrase};
@@ -32,6 +34,9 @@ use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::{self, guest_dir, host_dir, parts_in};
 use crate::ui;
+
+/// The `hb import` flag that drops the imported tree's Executor token (`box clone`).
+pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if std::fs::symlink_metadata(&args.file).is_err() {
@@ -58,8 +63,22 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     let part_size = transfer::part_size()?;
 
+    // An incremental backup brings the links before it (found beside it by digest), each
+    // validated after the ones before: all of it before any VM exists.
+    let links = match chain::discover(&args.file, &mut |p| load::peek_place(p, &pass)) {
+        Ok(links) => links,
+        Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
+        Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
+    };
+    if links.len() > 1 {
+        ui::say(format!(
+            "{} is link {} of a chain; restoring the chain, oldest first",
+            args.file.display(),
+            links.len()
+        ));
+    }
     ui::say("Decrypting and validating archive before creating a VM");
-    let validated = match load::validate_backup(&args.file, &pass) {
+    let chain = match load::validate_chain(&links, &pass) {
         Ok(v) => v,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
         // A sound file in an envelope box refuses: not "invalid", and the message says
@@ -67,7 +86,13 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         Err(e) if matches!(e.downcast_ref(), Some(BackupError::Unsupported(_))) => return Err(e),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
     };
-    describe(&validated);
+    let Some((validated, _)) = chain.last() else {
+        bail!(
+            "archive is invalid or unsafe: nothing in {}",
+            args.file.display()
+        );
+    };
+    describe(validated);
     if signals.pending().is_some() {
         return Ok(interrupted(&signals, &name));
     }
@@ -85,16 +110,18 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         };
     let mut run = LoadRun {
         ctx,
+        verb: "load",
         name,
         box_: provisioned,
         signals,
         guest_dir: None,
         keep_on_failure: args.keep_on_failure,
+        own_token: false,
     };
+    let validated: Vec<ValidatedBackup> = chain.into_iter().map(|(v, _)| v).collect();
     match run.restore(&validated, &pass, part_size) {
         Ok(()) => {
-            run.box_.transcript.line("restored and verified");
-            crate::state::Registry::new(&ctx.state).mark_complete(&run.name)?;
+            run.complete("restored and verified")?;
             println!("Restored and verified. Enter with: box enter {}", run.name);
             Ok(ExitCode::SUCCESS)
         }
@@ -133,14 +160,19 @@ fn describe(v: &ValidatedBackup) {
     }
 }
 
-/// The restore into a box this invocation created.
-struct LoadRun<'a> {
-    ctx: &'a Context,
-    name: BoxName,
-    box_: Provisioned,
-    signals: DeferredSignals,
-    guest_dir: Option<String>,
-    keep_on_failure: bool,
+/// The restore into a box this invocation created (`box load`, and `box clone`'s new box).
+pub(super) struct LoadRun<'a> {
+    pub ctx: &'a Context,
+    /// `load` or `clone`, for messages.
+    pub verb: &'static str,
+    pub name: BoxName,
+    pub box_: Provisioned,
+    pub signals: DeferredSignals,
+    pub guest_dir: Option<String>,
+    pub keep_on_failure: bool,
+    /// The restored tree is another live box's (`box clone`): `hb import` drops its
+    /// Executor token, so this box's Executor gets one of its own.
+    pub own_token: bool,
 }
 
 impl LoadRun<'_> {
@@ -168,11 +200,59 @@ impl LoadRun<'_> {
         }
     }
 
+    /// The backup (or each link of its chain, oldest first, into a dir of its own) copied
+    /// in as parts, then restored.
     fn restore(
         &mut self,
-        validated: &ValidatedBackup,
+        links: &[ValidatedBackup],
         pass: &SecretString,
         part_size: u64,
+    ) -> Result<()> {
+        self.restore_with(|run, scratch| {
+            ui::say(format!("Copying the archive into '{}'", run.name));
+            let host = host_dir::create(&run.ctx.state, "load")?;
+            let cancel = Some(run.signals.flag());
+            let mut copied = Vec::new();
+            for (i, validated) in links.iter().enumerate() {
+                let mut guest = Guest {
+                    smolvm: &run.box_.smolvm,
+                    machine: &run.box_.machine,
+                    transcript: &mut run.box_.transcript,
+                    cancel,
+                };
+                let dir = if links.len() == 1 {
+                    scratch.to_string()
+                } else {
+                    let dir = format!("{scratch}/link-{i:03}");
+                    guest.exec_ok(
+                        "creating a link's scratch dir",
+                        &["mkdir", "-m", "0700", "--", &dir],
+                        timeouts::SHORT,
+                        true,
+                    )?;
+                    dir
+                };
+                let index = parts_in::copy_in(
+                    &mut guest,
+                    validated,
+                    pass,
+                    host.path(),
+                    &dir,
+                    part_size,
+                    cancel,
+                )?;
+                copied.push((dir, index));
+            }
+            Ok(copied)
+        })
+    }
+
+    /// The restore with the parts and their index put into the guest scratch dir by
+    /// `fill`: pause → scratch dir → `fill` → `hb import` → scratch removed → guest assets
+    /// refreshed → resume, up, wiring, health.
+    pub(super) fn restore_with(
+        &mut self,
+        fill: impl FnOnce(&mut Self, &str) -> Result<Vec<(String, PartIndex)>>,
     ) -> Result<()> {
         let name = self.name.clone();
         self.checkpoint()?;
@@ -188,35 +268,26 @@ impl LoadRun<'_> {
             timeouts::SHORT,
             true,
         )?;
-        ui::say(format!("Copying the archive into '{name}'"));
-        let host = host_dir::create(&self.ctx.state, "load")?;
-        let cancel = Some(self.signals.flag());
-        let index = {
-            let mut guest = Guest {
-                smolvm: &self.box_.smolvm,
-                machine: &self.box_.machine,
-                transcript: &mut self.box_.transcript,
-                cancel,
-            };
-            parts_in::copy_in(
-                &mut guest,
-                validated,
-                pass,
-                host.path(),
-                &scratch,
-                part_size,
-                cancel,
-            )?
-        };
-        drop(host);
+        let filled = fill(self, &scratch)?;
         self.checkpoint()?;
 
         ui::say(format!(
-            "Restoring /data inside '{name}' ({} part(s))",
-            index.parts.len()
+            "Restoring /data inside '{name}' ({} part(s){})",
+            filled.iter().map(|(_, i)| i.parts.len()).sum::<usize>(),
+            if filled.len() > 1 {
+                format!(", {} links", filled.len())
+            } else {
+                String::new()
+            }
         ));
-        self.guest()
-            .hb(&["import", "--from", &scratch], timeouts::BULK, true)?;
+        let mut import = vec!["import"];
+        for (dir, _) in &filled {
+            import.extend(["--from", dir.as_str()]);
+        }
+        if self.own_token {
+            import.push(OWN_TOKEN_FLAG);
+        }
+        self.guest().hb(&import, timeouts::BULK, true)?;
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
         self.checkpoint()?;
@@ -254,14 +325,21 @@ impl LoadRun<'_> {
         Ok(())
     }
 
+    /// The restore went through: the box is complete.
+    pub(super) fn complete(&mut self, what: &str) -> Result<()> {
+        self.box_.transcript.line(what);
+        crate::state::Registry::new(&self.ctx.state).mark_complete(&self.name)
+    }
+
     /// Reports, removes the guest scratch, and deletes the VM (or keeps it on request).
     /// Never resumes: a half-restored box must not run.
-    fn fail(&mut self, e: &anyhow::Error) -> ExitCode {
+    pub(super) fn fail(&mut self, e: &anyhow::Error) -> ExitCode {
         let name = self.name.clone();
         let code = match self.signals.pending() {
             Some(sig) => {
                 ui::error(format!(
-                    "box load {name} interrupted by {}",
+                    "box {} {name} interrupted by {}",
+                    self.verb,
                     DeferredSignals::name(sig)
                 ));
                 ExitCode::from(DeferredSignals::exit_status(sig))

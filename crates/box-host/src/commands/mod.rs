@@ -3,7 +3,9 @@
 use crate::config::Config;
 use crate::state::StateDir;
 
+pub mod backups;
 pub mod base;
+pub mod clone;
 pub mod completions;
 pub mod doctor;
 pub mod enter;

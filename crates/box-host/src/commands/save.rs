@@ -19,13 +19,16 @@ use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::time::Instant;
 
-use anyhow::{Result, bail};
+use anyhow::{Context as _, Result, bail};
 use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
-use box_proto::manifest::SQLITE_DAMAGED_LINE;
+use box_proto::archive::naming::newest_backup;
+use box_proto::manifest::{CHAIN_LINK_KEY, SQLITE_DAMAGED_LINE};
 use secrecy::SecretString;
 
 use super::Context;
+use crate::backup::chain;
+use crate::backup::hex_sha;
 use crate::backup::progress::human;
 use crate::backup::save::{self, Pipeline, Published};
 use crate::backup::{cleanup, passphrase};
@@ -34,7 +37,9 @@ use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
+use crate::transfer::announced::PartSink;
 use crate::transfer::guest_hb::{Guest, timeouts};
+use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
 
@@ -47,13 +52,14 @@ pub fn default_out(backup_dir: &Path, name: &BoxName) -> Result<PathBuf> {
     }
 }
 
-/// One run of `box save`: what it changed so far, so cleanup undoes exactly that.
-struct SaveRun<'a> {
+/// One run of `box save` (or the source side of `box clone`): what it changed so far, so
+/// cleanup undoes exactly that.
+pub(super) struct SaveRun<'a> {
     ctx: &'a Context,
-    record: BoxRecord,
+    pub record: BoxRecord,
     smolvm: Smolvm,
     signals: DeferredSignals,
-    transcript: Transcript,
+    pub transcript: Transcript,
     /// `hb quiesce` was called (a failed one may still have paused): resume on the way out.
     paused: bool,
     /// The guest scratch dir, while it may exist.
@@ -76,21 +82,14 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     };
     save::check_destination(&out)?;
     let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
-    let transcript = Transcript::create(&ctx.state, record.name.as_str(), "save")?;
-    let mut run = SaveRun {
-        ctx,
-        record,
-        smolvm: Smolvm::from_env(),
-        signals,
-        transcript,
-        paused: false,
-        guest_dir: None,
-        resume_error: None,
-    };
-    let result = run.steps(&out, &pass);
+    let mut run = SaveRun::new(ctx, record, signals, "save")?;
+    // Incremental on the newest backup beside it, unless asked for a full one or written
+    // somewhere of the user's choosing (a chain is found by name, beside its links).
+    let chain_on_newest = !args.full && args.out.is_none();
+    let result = run.steps(&out, &pass, chain_on_newest);
     let failed = result.as_ref().err().map(|e| run.report(e));
     run.cleanup();
-    let resumed = match run.resume_error.take() {
+    let resumed = match run.take_resume_error() {
         Some(e) => Err(e),
         None => Ok(()),
     };
@@ -107,9 +106,10 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     }
     if let Ok(published) = result {
         println!(
-            "Saved and verified {} -> {}",
+            "Saved and verified {} -> {}{}",
             human(published.size),
-            published.path.display()
+            published.path.display(),
+            chain_words(&published)
         );
     }
     Ok(if resumed.is_ok() {
@@ -119,7 +119,26 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     })
 }
 
-impl SaveRun<'_> {
+impl<'a> SaveRun<'a> {
+    pub(super) fn new(
+        ctx: &'a Context,
+        record: BoxRecord,
+        signals: DeferredSignals,
+        verb: &str,
+    ) -> Result<Self> {
+        let transcript = Transcript::create(&ctx.state, record.name.as_str(), verb)?;
+        Ok(SaveRun {
+            ctx,
+            record,
+            smolvm: Smolvm::from_env(),
+            signals,
+            transcript,
+            paused: false,
+            guest_dir: None,
+            resume_error: None,
+        })
+    }
+
     fn checkpoint(&self) -> Result<()> {
         transfer::checkpoint(Some(self.signals.flag()))
     }
@@ -133,8 +152,9 @@ impl SaveRun<'_> {
         }
     }
 
-    fn steps(&mut self, out: &Path, pass: &SecretString) -> Result<Published> {
-        let name = self.record.name.clone();
+    /// The box must be running: a stopped box has no guest to export from.
+    pub(super) fn check_running(&self) -> Result<()> {
+        let name = &self.record.name;
         let machine = boxes::machine(&self.smolvm, &self.record)?;
         if !machine.state.is_running() {
             bail!(
@@ -142,12 +162,15 @@ impl SaveRun<'_> {
                 machine.state
             );
         }
-        let part_size = transfer::part_size()?;
-        let pending = transfer::stream_pending()?;
+        Ok(())
+    }
+
+    /// Leftovers of a killed run swept (we hold the box lock), then `hb quiesce`: writers
+    /// stopped durably, SQLite checkpointed; a damaged database is said, not fatal.
+    pub(super) fn quiesce(&mut self) -> Result<()> {
+        let name = self.record.name.clone();
         self.checkpoint()?;
-        // Leftovers of a killed save or load of this box (we hold its lock).
         host_dir::sweep_stale(&self.ctx.state);
-        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         guest_dir::sweep_stale(&mut self.guest())?;
 
         ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
@@ -167,13 +190,121 @@ impl SaveRun<'_> {
                 ));
             }
         }
+        self.checkpoint()
+    }
+
+    /// `hb export` into a fresh guest scratch dir, each part copied out through a host
+    /// scratch dir (one part at a time) into `sink`; the guest scratch is removed before
+    /// this returns (the caller resumes the box next).
+    pub(super) fn export_into<S: PartSink>(
+        &mut self,
+        sink: S,
+        part_size: u64,
+        pending: Option<u16>,
+        extra: &[&str],
+    ) -> Result<ExportedInto<S>> {
+        let scratch = guest_dir::new_path("save");
+        self.guest_dir = Some(scratch.clone());
+        let host = host_dir::create(&self.ctx.state, "save")?;
+        let exported = parts_stream::export_into(
+            &mut self.guest(),
+            &scratch,
+            part_size,
+            pending,
+            extra,
+            host.path(),
+            sink,
+        )?;
+        drop(host);
+        self.transcript.line(&format!(
+            "{} part(s) of {part_size} bytes, {} bytes",
+            exported.index.parts.len(),
+            exported.index.total_size
+        ));
+        // Plaintext leaves the guest before Executor comes back.
+        guest_dir::remove(&mut self.guest(), &scratch)?;
+        self.guest_dir = None;
+        Ok(exported)
+    }
+
+    /// The `hb export` flags that make this save a link of a chain: always chain mode
+    /// (so a later save can build on it) when the box's `hb` knows it, with the newest
+    /// backup beside `out` as the parent when `on_newest`. `hb` decides in the end: it
+    /// writes a full backup when its snapshot is not of that parent or the chain is full.
+    fn chain_flags(&mut self, out: &Path, on_newest: bool) -> Result<Vec<String>> {
+        // `commit-snapshot` came with chain mode: an hb that knows it exports chains. (Not
+        // `hb export --help`: nothing but the export itself runs as `hb export`.)
+        let knows = self
+            .guest()
+            .hb(&["commit-snapshot", "--help"], timeouts::SHORT, true)
+            .is_ok_and(|out| out.stdout.contains("--digest"));
         self.checkpoint()?;
+        if !knows {
+            ui::say(format!(
+                "box '{}' has an hb without incremental saves: a full backup (box repair {0} updates it)",
+                self.record.name
+            ));
+            return Ok(Vec::new());
+        }
+        let mut flags = vec![
+            "--listed-incremental".to_string(),
+            "--chain-max".to_string(),
+            self.ctx.config.env.backup_chain_max.to_string(),
+        ];
+        if !on_newest {
+            return Ok(flags);
+        }
+        let dir = chain::dir_of(out);
+        if let Some(parent) = newest_backup(&dir, self.record.name.as_str())
+            .with_context(|| format!("cannot list {}", dir.display()))?
+        {
+            let digest = chain::file_digest(&parent)?;
+            self.transcript.line(&format!(
+                "parent candidate {} ({})",
+                parent.display(),
+                hex_sha(&digest)
+            ));
+            flags.extend(["--parent".to_string(), hex_sha(&digest)]);
+        }
+        Ok(flags)
+    }
+
+    /// After publishing a chain-mode backup: the box's snapshot becomes the one the next
+    /// save compares with, named by this file's digest. If that fails, the next save is a
+    /// full one (it never builds on a parent that is not there), so it is only said.
+    fn commit_snapshot(&mut self, published: &Path) {
+        let committed = chain::file_digest(published).and_then(|digest| {
+            self.guest()
+                .hb(
+                    &["commit-snapshot", "--digest", &hex_sha(&digest)],
+                    timeouts::SHORT,
+                    false,
+                )
+                .map(drop)
+        });
+        if let Err(e) = committed {
+            ui::warn(format!(
+                "box '{}': the next save will be a full one (cannot record this backup as its parent: {e:#})",
+                self.record.name
+            ));
+        }
+    }
+
+    fn steps(&mut self, out: &Path, pass: &SecretString, on_newest: bool) -> Result<Published> {
+        let name = self.record.name.clone();
+        self.check_running()?;
+        let part_size = transfer::part_size()?;
+        let pending = transfer::stream_pending()?;
+        // Before the pause: hashing the newest backup takes a moment.
+        let flags = self.chain_flags(out, on_newest)?;
+        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        // Leftovers of a killed save of this box (we hold its lock).
+        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
+        self.quiesce()?;
         self.guest()
             .hb(&["write-manifest"], timeouts::SHORT, true)?;
         self.checkpoint()?;
 
-        let scratch = guest_dir::new_path("save");
-        self.guest_dir = Some(scratch.clone());
         ui::say(format!(
             "Archiving /data inside '{name}', copying out and encrypting into {}",
             out.display()
@@ -181,23 +312,12 @@ impl SaveRun<'_> {
         // export → copy → encrypt → verify → publish, quiesce and resume left out: the
         // stages `just bench` compares with the seed's same steps.
         let started = Instant::now();
-        let host = host_dir::create(&self.ctx.state, "save")?;
         let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
-        let exported = parts_stream::export_and_seal(
-            &mut self.guest(),
-            &scratch,
-            part_size,
-            pending,
-            host.path(),
-            pipeline,
-        )?;
-        drop(host);
-        let sealed = exported.sealed;
-        self.transcript.line(&format!(
-            "{} members, {} part(s) of {part_size} bytes",
-            sealed.report.members,
-            exported.index.parts.len()
-        ));
+        let exported = self.export_into(pipeline, part_size, pending, &flags)?;
+        let sealed = exported.sink.finish()?;
+        sealed.matches_index(&exported.index)?;
+        self.transcript
+            .line(&format!("{} members", sealed.report.members));
         let mut timings = format!(
             "stages: export {:.2}s (in the guest)",
             exported.export_wall.as_secs_f64()
@@ -210,9 +330,6 @@ impl SaveRun<'_> {
             None => timings.push_str(", then copied out and encrypted (sequential)"),
         }
 
-        // Plaintext leaves the guest before Executor comes back.
-        guest_dir::remove(&mut self.guest(), &scratch)?;
-        self.guest_dir = None;
         let before_resume = started.elapsed();
         self.resume();
         self.checkpoint()?;
@@ -234,11 +351,14 @@ impl SaveRun<'_> {
         tracing::info!("{timings}");
         self.transcript
             .line(&format!("published {}", published.path.display()));
+        if !flags.is_empty() {
+            self.commit_snapshot(&published.path);
+        }
         Ok(published)
     }
 
     /// `hb resume`, once; a failure is kept for the end (the backup is still good).
-    fn resume(&mut self) {
+    pub(super) fn resume(&mut self) {
         if !self.paused {
             return;
         }
@@ -251,13 +371,18 @@ impl SaveRun<'_> {
 
     /// The seed's cleanup order: guest scratch, host temporaries (already dropped with
     /// `steps`), resume.
-    fn cleanup(&mut self) {
+    pub(super) fn cleanup(&mut self) {
         if let Some(scratch) = self.guest_dir.take()
             && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
         {
             guest_dir::warn_left(&self.record.machine, &scratch, &e);
         }
         self.resume();
+    }
+
+    /// Why `hb resume` failed, if it did (said once, at the end).
+    pub(super) fn take_resume_error(&mut self) -> Option<anyhow::Error> {
+        self.resume_error.take()
     }
 
     fn report(&mut self, e: &anyhow::Error) -> ExitCode {
@@ -277,6 +402,22 @@ impl SaveRun<'_> {
         };
         self.transcript.line(&format!("failed: {e:#}"));
         code
+    }
+}
+
+/// ` (incremental: link N of its chain)` or ` (full)` for a chain-mode backup, from the
+/// manifest inside it; nothing for one without chain keys.
+fn chain_words(published: &Published) -> String {
+    let link = published
+        .report
+        .manifest
+        .as_deref()
+        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
+        .and_then(|m| m.get(CHAIN_LINK_KEY).and_then(|l| l.parse::<u32>().ok()));
+    match link {
+        Some(0) => " (full: starts a chain)".to_string(),
+        Some(n) => format!(" (incremental: link {} of its chain)", n + 1),
+        None => String::new(),
     }
 }
 

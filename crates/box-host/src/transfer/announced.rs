@@ -3,15 +3,17 @@
 //! frees it in the guest and encrypts it while the export goes on writing the next ones —
 //! the guest's zstd and the host's encryption run at the same time on different cores.
 //!
-//! This module is the consumer of the announcements, whatever produces them: `box save`
-//! (an exec streaming through smolvm, parts copied with `machine cp`; see
-//! [`super::parts_stream`]) and the bench harness (`hb export` as a child, parts copied
-//! from a local dir) run this same code. For each announcement, in order:
+//! This module is the consumer of the announcements, whatever produces them and wherever
+//! the parts go: `box save` (an exec streaming through smolvm, parts copied with `machine
+//! cp`; see [`super::parts_stream`]; each part encrypted), `box clone` (the same export,
+//! each part copied on into the new box) and the bench harness (`hb export` as a child,
+//! parts copied from a local dir) run this same code. For each announcement, in order:
 //!
 //! 1. the name must be the next in sequence and the size one smolvm can copy;
 //! 2. copy it to the host scratch dir (0600), check the size;
 //! 3. release it in the guest (remove it: the export holds back until it has room);
-//! 4. stream it through the engine, checking its SHA-256 against the announcement;
+//! 4. hand it to the [`PartSink`] (the engine streams it, checking its SHA-256 against the
+//!    announcement; clone checks it and copies it into the new box);
 //! 5. delete the host copy — the host holds one plaintext part at a time.
 //!
 //! When the export has exited, its index (written last) must list exactly the announced
@@ -61,6 +63,20 @@ pub trait PartSource {
     fn release(&mut self, name: &str) -> Result<()>;
 }
 
+/// Where each part goes once it is on the host (a 0600 file in the host scratch dir, its
+/// size checked; deleted after the call, whatever it returns).
+pub trait PartSink {
+    /// Takes the part at `local`; `part` is what the export announced or listed for it,
+    /// whose SHA-256 the sink must check.
+    fn take_part(&mut self, local: &Path, part: &Part) -> Result<()>;
+}
+
+impl PartSink for Pipeline {
+    fn take_part(&mut self, local: &Path, part: &Part) -> Result<()> {
+        self.feed_part(local, Some(part))
+    }
+}
+
 /// Where the consumer's time went (the stages overlap the export's own time).
 #[derive(Debug, Default, Clone)]
 pub struct Stages {
@@ -70,6 +86,7 @@ pub struct Stages {
     pub waiting: Duration,
     pub copy: Duration,
     pub release: Duration,
+    /// In the sink: encrypting (save), copying on into the new box (clone).
     pub encrypt: Duration,
 }
 
@@ -87,7 +104,15 @@ impl Stages {
     }
 }
 
-/// The result of consuming an export's announcements.
+/// The result of consuming an export's announcements into any sink.
+pub enum Consumed<S> {
+    /// Every announced part went into `sink`; `index` lists exactly them.
+    All { sink: S, index: PartIndex },
+    /// As [`Streamed::NotStreamed`]: nothing went into `sink`.
+    NotStreamed { sink: S, exported: bool },
+}
+
+/// The result of consuming an export's announcements into the engine.
 pub enum Streamed {
     Sealed {
         sealed: Sealed,
@@ -101,15 +126,38 @@ pub enum Streamed {
     },
 }
 
-/// Consumes `events` as the module documentation says.
+/// Consumes `events` into the engine, then seals: [`consume_announced`] with the engine as
+/// the sink, its size checked against the index.
 pub fn seal_announced(
     events: &Receiver<ExportEvent>,
     source: &mut dyn PartSource,
     host_dir: &Path,
-    mut pipeline: Pipeline,
+    pipeline: Pipeline,
     cancel: Option<&AtomicUsize>,
     stages: &mut Stages,
 ) -> Result<Streamed> {
+    match consume_announced(events, source, host_dir, pipeline, cancel, stages)? {
+        Consumed::All { sink, index } => {
+            let sealed = sink.finish()?;
+            sealed.matches_index(&index)?;
+            Ok(Streamed::Sealed { sealed, index })
+        }
+        Consumed::NotStreamed { sink, exported } => Ok(Streamed::NotStreamed {
+            pipeline: sink,
+            exported,
+        }),
+    }
+}
+
+/// Consumes `events` as the module documentation says, each part into `sink`.
+pub fn consume_announced<S: PartSink>(
+    events: &Receiver<ExportEvent>,
+    source: &mut dyn PartSource,
+    host_dir: &Path,
+    mut sink: S,
+    cancel: Option<&AtomicUsize>,
+    stages: &mut Stages,
+) -> Result<Consumed<S>> {
     let mut announced: Vec<Part> = Vec::new();
     let mut phase = Phase::new("exporting, copying out and encrypting", None);
     let mut waiting_since = Instant::now();
@@ -123,14 +171,7 @@ pub fn seal_announced(
         stages.waiting += waiting_since.elapsed();
         match event {
             ExportEvent::Ready(part) => {
-                take_part(
-                    &part,
-                    announced.len(),
-                    source,
-                    host_dir,
-                    &mut pipeline,
-                    stages,
-                )?;
+                take_part(&part, announced.len(), source, host_dir, &mut sink, stages)?;
                 phase.add(part.size);
                 announced.push(part);
             }
@@ -141,15 +182,15 @@ pub fn seal_announced(
             ExportEvent::Exited(ExportExit::Done) if announced.is_empty() => {
                 // An hb that took the flag but announced nothing: its parts are all
                 // there, listed in its index.
-                return Ok(Streamed::NotStreamed {
-                    pipeline,
+                return Ok(Consumed::NotStreamed {
+                    sink,
                     exported: true,
                 });
             }
             ExportEvent::Exited(ExportExit::Done) => break,
             ExportEvent::Exited(ExportExit::Unsupported) if announced.is_empty() => {
-                return Ok(Streamed::NotStreamed {
-                    pipeline,
+                return Ok(Consumed::NotStreamed {
+                    sink,
                     exported: false,
                 });
             }
@@ -170,9 +211,7 @@ pub fn seal_announced(
     let _ = std::fs::remove_file(&index_path);
     let index = index?;
     check_index_against(&index, &announced)?;
-    let sealed = pipeline.finish()?;
-    sealed.matches_index(&index)?;
-    Ok(Streamed::Sealed { sealed, index })
+    Ok(Consumed::All { sink, index })
 }
 
 /// Steps 1-5 of the module documentation for part number `n`.
@@ -181,7 +220,7 @@ fn take_part(
     n: usize,
     source: &mut dyn PartSource,
     host_dir: &Path,
-    pipeline: &mut Pipeline,
+    sink: &mut impl PartSink,
     stages: &mut Stages,
 ) -> Result<()> {
     let expected = part_name(n);
@@ -214,7 +253,7 @@ fn take_part(
         return Err(e);
     }
     let t = Instant::now();
-    let fed = pipeline.feed_part(&local, Some(part));
+    let fed = sink.take_part(&local, part);
     let _ = std::fs::remove_file(&local);
     stages.encrypt += t.elapsed();
     fed?;

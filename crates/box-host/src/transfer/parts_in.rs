@@ -52,6 +52,18 @@ pub fn copy_in(
     };
     phase.finish();
     checkpoint(cancel)?;
+    send_index(guest, &index, host_dir, guest_dir)?;
+    Ok(index)
+}
+
+/// Writes `index` into `guest_dir` (through a 0600 temp file in `host_dir`) once every part
+/// is there, then makes everything in the dir 0600: `hb import` does nothing without it.
+pub fn send_index(
+    guest: &mut Guest<'_>,
+    index: &PartIndex,
+    host_dir: &Path,
+    guest_dir: &str,
+) -> Result<()> {
     let (temp, mut file) = Temp::create_file(host_dir, ".index-")
         .with_context(|| format!("cannot write the part index in {}", host_dir.display()))?;
     file.write_all(index.render().as_bytes())
@@ -80,5 +92,5 @@ pub fn copy_in(
         index.parts.len(),
         index.total_size
     ));
-    Ok(index)
+    Ok(())
 }

@@ -1,8 +1,9 @@
 //! Save, sequential (an `hb` that does not stream its parts; see [`super::announced`]):
 //! the parts `hb export` wrote in the guest scratch dir come out one at a time. Each
 //! is copied with `machine cp` into the host scratch dir, checked against the part index
-//! (size first, for a clear "arrived truncated", then SHA-256 while it streams into the
-//! engine), and deleted. The index's total must equal what the engine hashed.
+//! (size first, for a clear "arrived truncated", then SHA-256 in the sink: while it
+//! streams into the engine, or before clone copies it on), and deleted. For a save the
+//! index's total must then equal what the engine hashed (the caller checks).
 
 use std::path::Path;
 use std::sync::atomic::AtomicUsize;
@@ -10,22 +11,23 @@ use std::sync::atomic::AtomicUsize;
 use anyhow::{Context as _, Result};
 use box_proto::archive::parts::{INDEX_FILE, PartIndex};
 
+use super::announced::PartSink;
 use super::checkpoint;
 use super::guest_hb::Guest;
 use super::progress::Phase;
 use crate::backup::hex_sha;
 use crate::backup::progress::human;
-use crate::backup::save::{Pipeline, Sealed, read_index};
+use crate::backup::save::read_index;
 
-/// Copies the index and every part out of `guest_dir` and through `pipeline`; returns the
-/// sealed (encrypted, validated, hashed) temp file and the index.
-pub fn copy_out_and_seal(
+/// Copies the index and every part out of `guest_dir`, one at a time, into `sink`;
+/// returns the index.
+pub fn copy_out(
     guest: &mut Guest<'_>,
     guest_dir: &str,
     host_dir: &Path,
-    mut pipeline: Pipeline,
+    sink: &mut impl PartSink,
     cancel: Option<&AtomicUsize>,
-) -> Result<(Sealed, PartIndex)> {
+) -> Result<PartIndex> {
     let index_path = host_dir.join(INDEX_FILE);
     guest
         .smolvm
@@ -61,19 +63,17 @@ pub fn copy_out_and_seal(
             let _ = std::fs::remove_file(&local);
             return Err(e);
         }
-        let fed = pipeline.feed_part(&local, Some(part));
+        let fed = sink.take_part(&local, part);
         let _ = std::fs::remove_file(&local);
         fed?;
         phase.add(part.size);
     }
     let took = phase.finish();
     checkpoint(cancel)?;
-    let sealed = pipeline.finish()?;
-    sealed.matches_index(&index)?;
     guest.transcript.line(&format!(
-        "copied out and encrypted {} in {:.1}s",
+        "copied out {} in {:.1}s",
         human(index.total_size),
         took.as_secs_f64()
     ));
-    Ok((sealed, index))
+    Ok(index)
 }

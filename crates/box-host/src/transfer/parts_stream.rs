@@ -1,4 +1,4 @@
-//! `box save`'s export and sealing, overlapped through smolvm: `hb export --stream-parts N`
+//! `box save`'s (and `box clone`'s) export, overlapped through smolvm: `hb export --stream-parts N`
 //! runs in a streaming `machine exec` on one thread, its `part-ready` lines become
 //! [`ExportEvent`]s, and this thread consumes them ([`super::announced`]): each part is
 //! copied out with `machine cp`, removed in the guest with an `rm` exec (which lets the
@@ -20,10 +20,9 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use box_proto::archive::parts::{Part, PartIndex};
 
-use super::announced::{self, ExportEvent, ExportExit, PartSource, Stages, Streamed};
+use super::announced::{self, Consumed, ExportEvent, ExportExit, PartSink, PartSource, Stages};
 use super::guest_hb::{Guest, timeouts};
 use super::parts_out;
-use crate::backup::save::{Pipeline, Sealed};
 use crate::lifecycle::guest::{self, HB_PATH};
 use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
 
@@ -35,9 +34,9 @@ const TICK: Duration = Duration::from_millis(20);
 /// What the consumer stores in the export's stop flag when it gives up on its own.
 const ABANDONED: usize = usize::MAX;
 
-/// The sealed export and how it went.
-pub struct Exported {
-    pub sealed: Sealed,
+/// An export whose every part went into a sink, and how it went.
+pub struct ExportedInto<S> {
+    pub sink: S,
     pub index: PartIndex,
     /// `None`: the sequential path ran (an `hb` that does not stream, or streaming off).
     pub stages: Option<Stages>,
@@ -45,20 +44,23 @@ pub struct Exported {
     pub export_wall: Duration,
 }
 
-/// Exports `/data` into `scratch` in parts of `part_size` and seals them into `pipeline`;
-/// `pending`: how many announced parts the guest may hold (`None`: the sequential path).
-pub fn export_and_seal(
+/// Exports `/data` into `scratch` in parts of `part_size`, each part copied out and handed
+/// to `sink` (then removed on both sides); `pending`: how many announced parts the guest may hold (`None`: the sequential path).
+pub fn export_into<S: PartSink>(
     guest: &mut Guest<'_>,
     scratch: &str,
     part_size: u64,
     pending: Option<u16>,
+    extra: &[&str],
     host_dir: &Path,
-    pipeline: Pipeline,
-) -> Result<Exported> {
+    sink: S,
+) -> Result<ExportedInto<S>> {
     let size_arg = part_size.to_string();
-    let plain = ["export", "--out", scratch, "--part-size", &size_arg];
+    let mut plain = vec!["export", "--out", scratch, "--part-size", &size_arg];
+    // `--listed-incremental …` for a save in a chain.
+    plain.extend_from_slice(extra);
     let Some(pending) = pending else {
-        return sequential(guest, &plain, scratch, host_dir, pipeline);
+        return sequential(guest, &plain, scratch, host_dir, sink);
     };
     let pending_arg = pending.to_string();
     let mut argv = vec![HB_PATH];
@@ -79,7 +81,7 @@ pub fn export_and_seal(
             dir: scratch,
         };
         let consumed =
-            announced::seal_announced(&rx, &mut source, host_dir, pipeline, signals, &mut stages);
+            announced::consume_announced(&rx, &mut source, host_dir, sink, signals, &mut stages);
         if consumed.is_err() {
             // Kill the export (if still running) rather than wait for it.
             let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
@@ -102,51 +104,50 @@ pub fn export_and_seal(
         return Err(anyhow!("the thread running hb export panicked"));
     }
     match consumed? {
-        Streamed::Sealed { sealed, index } => Ok(Exported {
-            sealed,
+        Consumed::All { sink, index } => Ok(ExportedInto {
+            sink,
             index,
             stages: Some(stages),
             export_wall,
         }),
-        Streamed::NotStreamed {
-            pipeline,
+        Consumed::NotStreamed {
+            mut sink,
             exported: true,
         } => {
-            let (sealed, index) =
-                parts_out::copy_out_and_seal(guest, scratch, host_dir, pipeline, signals)?;
-            Ok(Exported {
-                sealed,
+            let index = parts_out::copy_out(guest, scratch, host_dir, &mut sink, signals)?;
+            Ok(ExportedInto {
+                sink,
                 index,
                 stages: None,
                 export_wall,
             })
         }
-        Streamed::NotStreamed {
-            pipeline,
+        Consumed::NotStreamed {
+            sink,
             exported: false,
         } => {
             guest.transcript.line(&format!(
                 "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
             ));
-            sequential(guest, &plain, scratch, host_dir, pipeline)
+            sequential(guest, &plain, scratch, host_dir, sink)
         }
     }
 }
 
 /// Today's path for an `hb` that does not stream: export to the end, then copy.
-fn sequential(
+fn sequential<S: PartSink>(
     guest: &mut Guest<'_>,
     args: &[&str],
     scratch: &str,
     host_dir: &Path,
-    pipeline: Pipeline,
-) -> Result<Exported> {
+    mut sink: S,
+) -> Result<ExportedInto<S>> {
     let out = guest.hb(args, timeouts::BULK, true)?;
     super::checkpoint(guest.cancel)?;
     let cancel = guest.cancel;
-    let (sealed, index) = parts_out::copy_out_and_seal(guest, scratch, host_dir, pipeline, cancel)?;
-    Ok(Exported {
-        sealed,
+    let index = parts_out::copy_out(guest, scratch, host_dir, &mut sink, cancel)?;
+    Ok(ExportedInto {
+        sink,
         index,
         stages: None,
         export_wall: out.elapsed,

@@ -259,3 +259,53 @@ pub fn harness_entry() {
         std::process::exit(code);
     }
 }
+
+/// One save of `src` as a link of its chain: a chain-mode export against the committed
+/// snapshot, encrypted with `pass` into `backups/alpha-<stamp>.tar.zst.gpg`, the snapshot
+/// committed under the file's digest (what `box save` will do).
+pub fn save_link(
+    src: &Path,
+    work: &Path,
+    backups: &Path,
+    stamp: &str,
+    parent: Option<[u8; 32]>,
+    pass: &str,
+) -> (PathBuf, [u8; 32]) {
+    use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
+    use hb_guest::archive::incremental::{self, next_path};
+    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
+    let parent = parent.and_then(|d| {
+        incremental::parent_for(&current, &hex::encode(d), 24)
+            .unwrap()
+            .0
+    });
+    let out = work.join(format!("parts-{stamp}"));
+    let mut opts = ExportOptions::new(src, &out, 1 << 20);
+    opts.chain = Some(ChainOptions {
+        parent,
+        record: next_path(&current),
+    });
+    let summary = export(&opts, Box::new(|_| {})).unwrap();
+    let mut plain = Vec::new();
+    for part in &summary.index.parts {
+        plain.extend(fs::read(out.join(&part.name)).unwrap());
+    }
+    let file = backups.join(format!("alpha-{stamp}.tar.zst.gpg"));
+    encrypt_bytes(&plain, &file, pass);
+    let digest = box_host::backup::chain::file_digest(&file).unwrap();
+    incremental::commit(&current, &hex::encode(digest)).unwrap();
+    (file, digest)
+}
+
+/// The README's loop over a chain's files, oldest first: `gpg -d | zstd -d | tar -x -g
+/// /dev/null` into `target`, stock tools only.
+pub fn stock_loop(work: &Path, pass: &str, links: &[&Path], target: &Path) {
+    fs::create_dir_all(target).unwrap();
+    let home = gpg_home(work);
+    for link in links {
+        let gpg = gpg_child(&home, pass, &["-d".as_ref(), link.as_os_str()]);
+        let plain = gpg.wait_with_output().unwrap();
+        assert!(plain.status.success(), "gpg -d {}", link.display());
+        trees::tar_g_apply(&plain.stdout, target);
+    }
+}

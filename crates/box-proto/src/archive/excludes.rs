@@ -34,8 +34,14 @@ pub const EXCLUDED_PATHS: &[&str] = &[
     "home/agent/.hermes/tmp",
 ];
 
-/// Top-level names that belong to a restore in progress (`hb import`); never archived.
-pub const RESTORE_SCRATCH_PREFIXES: &[&str] = &[".hb-restore-stage-", ".hb-restore-rollback-"];
+/// Top-level names `hb` keeps for itself: a restore in progress (`hb import`), and the
+/// snapshot incremental saves compare with (with its `.next` and temporaries); never
+/// archived.
+pub const RESTORE_SCRATCH_PREFIXES: &[&str] = &[
+    ".hb-restore-stage-",
+    ".hb-restore-rollback-",
+    layout::BACKUP_SNAPSHOT,
+];
 
 /// Whether the member at `key` (relative to the data root, `/`-separated, no `./`) is left
 /// out of a backup.
@@ -71,6 +77,18 @@ pub fn is_excluded(key: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_backup_snapshot_is_never_archived() {
+        for key in [
+            ".hb-backup-snapshot",
+            ".hb-backup-snapshot.next",
+            ".hb-backup-snapshot.tmp-12",
+        ] {
+            assert!(is_excluded(key), "{key}");
+        }
+        assert!(!is_excluded("home/agent/.hb-backup-snapshot"));
+    }
 
     #[test]
     fn seed_excludes() {

@@ -4,6 +4,8 @@
 //! * [`validate`]: the streaming validator (hermes-box.md §1.3, V4 rules in order, plus caps).
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
 //! * [`parts`]: the part index `hb export` writes beside its parts (size + SHA-256 each).
+//! * [`incremental`]: GNU tar's dumpdirs, which make a chain of backups restorable with
+//!   stock `tar -x -g /dev/null`.
 //! * [`naming`]: backup file names and finding a box's newest backup.
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
@@ -13,6 +15,7 @@
 
 pub mod excludes;
 pub mod holes;
+pub mod incremental;
 pub mod naming;
 pub mod parts;
 pub mod room;

@@ -64,6 +64,29 @@ pub enum PartIndexError {
     Whole(String),
 }
 
+/// Reads a part to its end: returns its SHA-256 and adds its bytes to `total` (the whole
+/// stream's hash, parts taken in order). Both sides check parts this way: `hb import`
+/// against the index, `box clone` against the export's announcements.
+pub fn hash_part(
+    mut part: impl std::io::Read,
+    total: &mut sha2::Sha256,
+) -> std::io::Result<[u8; 32]> {
+    use sha2::Digest as _;
+    let mut hasher = sha2::Sha256::new();
+    let mut buf = vec![0u8; 1 << 20];
+    loop {
+        let n = match part.read(&mut buf) {
+            Ok(0) => break,
+            Ok(n) => n,
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(e),
+        };
+        hasher.update(&buf[..n]);
+        total.update(&buf[..n]);
+    }
+    Ok(hasher.finalize().into())
+}
+
 /// The name of part number `n` (0-based).
 pub fn part_name(n: usize) -> String {
     format!("part-{n:06}")

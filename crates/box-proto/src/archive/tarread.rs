@@ -114,6 +114,9 @@ pub struct Member {
     pub stored: u64,
     /// Byte offset of the member's (first) header in the tar stream.
     pub offset: u64,
+    /// A GNU dumpdir (type `D`): a directory whose data lists its entries
+    /// (box_proto::archive::incremental).
+    pub dumpdir: bool,
 }
 
 /// Why the stream is not a tar GNU tar would extract cleanly.
@@ -465,6 +468,7 @@ impl<R: Read> TarReader<R> {
             sparse: None,
             stored: stored_total,
             offset,
+            dumpdir: flag == b'D',
         };
         self.left = stored_total;
         self.pad = stored_total.div_ceil(512) * 512 - stored_total;

@@ -26,6 +26,7 @@ use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
 
+use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::tarread::{Data, Member, MemberKind, TarError, TarReader, shown_name};
 use crate::archive::{Compression, sniff};
 use crate::layout;
@@ -79,6 +80,12 @@ pub enum Rule {
     TooManyMembers,
     TooLarge,
     GlobalHeaders,
+    /// A dumpdir (GNU incremental listing) that is malformed, names something outside its
+    /// directory, or would delete what every backup keeps.
+    Dumpdir,
+    /// A dumpdir that keeps entries from an earlier backup: this archive is one link of a
+    /// chain and restores only after the links before it.
+    IncrementalLink,
 }
 
 impl Rule {
@@ -102,7 +109,7 @@ impl Rule {
             | HardlinkNotRegularFile
             | LinkResolvesOutside
             | HardlinkBeforeTarget => 9,
-            TooManyMembers | TooLarge | GlobalHeaders => 0,
+            TooManyMembers | TooLarge | GlobalHeaders | Dumpdir | IncrementalLink => 0,
         }
     }
 
@@ -135,6 +142,10 @@ impl Rule {
             TooManyMembers => "archive has too many members",
             TooLarge => "archive is too large",
             GlobalHeaders => "archive has too many or too large PAX global headers",
+            Dumpdir => "archive has an unsafe or malformed incremental listing (dumpdir)",
+            IncrementalLink => {
+                "archive is an incremental backup that keeps files from earlier backups; restore it with its chain"
+            }
         }
     }
 }
@@ -273,6 +284,40 @@ pub struct Validator {
     index: HashMap<Rc<[u8]>, u32>,
     files: u64,
     bytes: u64,
+    /// For a link of a chain: the tree the links before it built.
+    prior: Option<Rc<ChainState>>,
+    /// Entries this link keeps from `prior` (listed `N` in a dumpdir), with their kinds.
+    kept: HashMap<Vec<u8>, Kind>,
+    /// Keys listed `D` in this link's dumpdirs: a kept entry's directories must all be.
+    listed_dirs: HashSet<Vec<u8>>,
+}
+
+/// The tree a chain of links has built so far: every path and its kind. The first link of
+/// a chain is validated without one; each next link with the state of those before it.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct ChainState {
+    kinds: HashMap<Vec<u8>, Kind>,
+    /// Take whatever a link keeps as a file: for the side that writes a link (box save,
+    /// which has the guest's word, not the tree before). Every restore checks for real.
+    trust_kept: bool,
+}
+
+impl ChainState {
+    /// The state a link's writer validates it against: every kept entry taken as a file.
+    pub fn trusting() -> Self {
+        ChainState {
+            kinds: HashMap::new(),
+            trust_kept: true,
+        }
+    }
+
+    pub fn len(&self) -> usize {
+        self.kinds.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.kinds.is_empty()
+    }
 }
 
 impl Validator {
@@ -283,6 +328,73 @@ impl Validator {
             index: HashMap::new(),
             files: 0,
             bytes: 0,
+            prior: None,
+            kept: HashMap::new(),
+            listed_dirs: HashSet::new(),
+        }
+    }
+
+    /// A validator for the next link of a chain whose earlier links built `prior`.
+    pub fn after(limits: Limits, prior: Rc<ChainState>) -> Self {
+        let mut v = Self::new(limits);
+        v.prior = Some(prior);
+        v
+    }
+
+    /// A dumpdir of the directory at `key`: standalone, nothing may be kept from an
+    /// earlier backup; in a chain, each kept (`N`) entry must be in the tree the earlier
+    /// links built, and is then part of this link's tree with its kind there.
+    fn listing(&mut self, key: &[u8], listing: &Dumpdir) -> Result<(), ArchiveError> {
+        for (code, name) in listing.entries() {
+            let mut path = key.to_vec();
+            if !path.is_empty() {
+                path.push(b'/');
+            }
+            path.extend_from_slice(name);
+            match code {
+                Code::Directory => {
+                    self.listed_dirs.insert(path);
+                }
+                Code::Included => {}
+                Code::Unchanged => {
+                    let Some(prior) = &self.prior else {
+                        return Err(ArchiveError::unsafe_(
+                            Rule::IncrementalLink,
+                            format!("{} is kept from an earlier backup", shown_key(&path)),
+                        ));
+                    };
+                    match prior.kinds.get(&path) {
+                        Some(kind) if *kind != Kind::Dir => {
+                            self.kept.insert(path, kind.clone());
+                        }
+                        None if prior.trust_kept => {
+                            self.kept.insert(path, Kind::File);
+                        }
+                        _ => {
+                            return Err(ArchiveError::unsafe_(
+                                Rule::IncrementalLink,
+                                format!(
+                                    "{} is kept from the backup before, which has no such file",
+                                    shown_key(&path)
+                                ),
+                            ));
+                        }
+                    }
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The tree after this link: its members and what it kept.
+    pub fn state(&self) -> ChainState {
+        let mut kinds: HashMap<Vec<u8>, Kind> = self.kept.clone();
+        for (key, kind) in &self.order {
+            kinds.insert(key.to_vec(), kind.clone());
+        }
+        ChainState {
+            kinds,
+            trust_kept: false,
         }
     }
 
@@ -418,6 +530,24 @@ impl Validator {
                 }
             }
         }
+        // A kept entry survives only if every directory above it is kept too: a directory
+        // its parent's dumpdir leaves out is deleted, with all in it, before it is made again.
+        for key in self.kept.keys() {
+            let comps: Vec<&[u8]> = parts(key).collect();
+            for n in 1..comps.len() {
+                let dir = join(comps[..n].iter().copied());
+                if !self.listed_dirs.contains(&dir) {
+                    return Err(ArchiveError::unsafe_(
+                        Rule::IncrementalLink,
+                        format!(
+                            "{} is kept, but its directory {} is not",
+                            shown_key(key),
+                            shown_key(&dir)
+                        ),
+                    ));
+                }
+            }
+        }
         // Rule 8.
         if self.kind(b"home") != Some(&Kind::Dir) {
             return Err(ArchiveError::unsafe_(Rule::HomeNotDirectory, "home"));
@@ -525,7 +655,10 @@ impl Validator {
             // The root is implicitly a directory when the archive has no `./` member.
             return Some(&Kind::Dir);
         }
-        self.index.get(key).map(|i| &self.order[*i as usize].1)
+        self.index
+            .get(key)
+            .map(|i| &self.order[*i as usize].1)
+            .or_else(|| self.kept.get(key))
     }
 
     pub fn members(&self) -> u64 {
@@ -772,6 +905,9 @@ pub struct Entry<'a> {
     /// For a hardlink: the key of the regular file it resolves to, when the members seen
     /// so far resolve it (rule 9 refuses the archive otherwise, at its end).
     pub hardlink_target: Option<Vec<u8>>,
+    /// For a dumpdir member (a directory of a chain-mode archive): its checked listing, by
+    /// which a restore of a chain removes what the directory no longer holds.
+    pub dumpdir: Option<&'a Dumpdir>,
     data: &'a mut dyn Read,
 }
 
@@ -789,47 +925,42 @@ impl Read for Entry<'_> {
 /// callback may read the entry's data; whatever it leaves unread is skipped. Any read
 /// error of `input` shows up as [`ArchiveError::Invalid`]: a caller whose input can fail
 /// for its own reasons (decryption) should record those itself and check first.
-pub fn walk<R, E, F>(input: R, limits: &Limits, mut on_member: F) -> Result<Report, WalkError<E>>
+pub fn walk<R, E, F>(input: R, limits: &Limits, on_member: F) -> Result<Report, WalkError<E>>
+where
+    R: Read,
+    F: FnMut(&mut Entry<'_>, &[u8]) -> Result<(), E>,
+{
+    walk_link(input, limits, None, on_member).map(|(report, _)| report)
+}
+
+/// [`walk`] over one link of a chain: `prior` is the tree the links before it built
+/// (`None` for a standalone archive or the first link). Returns the tree after it too.
+pub fn walk_link<R, E, F>(
+    input: R,
+    limits: &Limits,
+    prior: Option<Rc<ChainState>>,
+    mut on_member: F,
+) -> Result<(Report, ChainState), WalkError<E>>
 where
     R: Read,
     F: FnMut(&mut Entry<'_>, &[u8]) -> Result<(), E>,
 {
     let meter = Rc::new(Meter::default());
-    let mut input = CountIn {
+    let input = CountIn {
         inner: input,
         meter: meter.clone(),
     };
-    let mut head = Vec::with_capacity(8);
-    (&mut input)
-        .take(4)
-        .read_to_end(&mut head)
-        .map_err(|e| invalid("cannot read the compressed stream", &e))?;
-    let compression = sniff(&head).ok_or_else(|| {
-        ArchiveError::Invalid(if head.is_empty() {
-            "the stream is empty".to_string()
-        } else {
-            "neither zstd nor gzip data (unknown magic bytes)".to_string()
-        })
-    })?;
-    let source = io::Cursor::new(head).chain(input);
-    let decoder: Box<dyn Read> = match compression {
-        Compression::Zstd => {
-            let mut d = zstd::stream::read::Decoder::new(source)
-                .map_err(|e| invalid("cannot start zstd", &e))?;
-            // 128 MiB windows at most (zstd's own default limit), whatever the frame asks.
-            d.window_log_max(27)
-                .map_err(|e| invalid("cannot configure zstd", &e))?;
-            Box::new(d)
-        }
-        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
-    };
+    let (compression, decoder) = decoder(input)?;
     let counted = CountOut {
         inner: decoder,
         meter: meter.clone(),
         limits: limits.clone(),
     };
     let mut reader = TarReader::new(counted);
-    let mut validator = Validator::new(limits.clone());
+    let mut validator = match prior {
+        Some(prior) => Validator::after(limits.clone(), prior),
+        None => Validator::new(limits.clone()),
+    };
     let fail = |e: TarError, global_cap_broken: bool| -> ArchiveError {
         match meter.violation.borrow_mut().take() {
             Some(v) => v,
@@ -857,6 +988,19 @@ where
         let link = matches!(member.kind, MemberKind::Symlink | MemberKind::Hardlink)
             .then_some(member.link.as_slice());
         let key = validator.observe(&member.name, member.kind.entry_type(), link, member.stored)?;
+        let mut listing = None;
+        if member.dumpdir {
+            // Read here, so every caller sees a directory whose listing passed.
+            let read = read_dumpdir(
+                &mut Data {
+                    reader: &mut reader,
+                },
+                &member,
+                &key,
+            )?;
+            validator.listing(&key, &read)?;
+            listing = Some(read);
+        }
         let hardlink_target = match member.kind {
             MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
             _ => None,
@@ -867,6 +1011,7 @@ where
         let mut entry = Entry {
             member: &member,
             hardlink_target,
+            dumpdir: listing.as_ref(),
             data: &mut data,
         };
         let outcome = on_member(&mut entry, &key);
@@ -901,36 +1046,144 @@ where
         }
     }
     validator.finish()?;
-    Ok(Report {
-        compression,
-        members: validator.members(),
-        files: validator.files(),
-        compressed_bytes: meter.compressed.get(),
-        tar_bytes: meter.decompressed.get(),
-        manifest: None,
-    })
+    let state = if validator.prior.is_some() || !validator.listed_dirs.is_empty() {
+        validator.state()
+    } else {
+        // Not a chain-mode archive: no next link can build on it.
+        ChainState::default()
+    };
+    Ok((
+        Report {
+            compression,
+            members: validator.members(),
+            files: validator.files(),
+            compressed_bytes: meter.compressed.get(),
+            tar_bytes: meter.decompressed.get(),
+            manifest: None,
+        },
+        state,
+    ))
+}
+
+/// Most bytes of one dumpdir read into memory (a directory of a million entries).
+pub const MAX_DUMPDIR_BYTES: u64 = 64 << 20;
+
+/// A dumpdir member's listing: well formed, names inside its directory, the home kept
+/// (box_proto::archive::incremental). What it keeps from earlier backups is the
+/// validator's to judge ([`Validator::listing`]): a standalone archive keeps nothing (alone
+/// it would silently miss every unchanged file).
+fn read_dumpdir(
+    data: &mut impl Read,
+    member: &Member,
+    key: &[u8],
+) -> Result<Dumpdir, ArchiveError> {
+    if member.stored > MAX_DUMPDIR_BYTES {
+        return Err(ArchiveError::unsafe_(
+            Rule::Dumpdir,
+            format!("{}: more than {MAX_DUMPDIR_BYTES} bytes", shown_key(key)),
+        ));
+    }
+    let mut bytes = Vec::new();
+    data.take(MAX_DUMPDIR_BYTES)
+        .read_to_end(&mut bytes)
+        .map_err(|e| invalid("cannot read a dumpdir", &e))?;
+    Dumpdir::parse(&bytes)
+        .and_then(|d| d.check_at(key).map(|()| d))
+        .map_err(|e| ArchiveError::unsafe_(Rule::Dumpdir, format!("{}: {e}", shown_key(key))))
+}
+
+/// The compression of a stream (by its magic bytes) and a reader of what it holds.
+fn decoder<'a, R: Read + 'a>(
+    mut input: R,
+) -> Result<(Compression, Box<dyn Read + 'a>), ArchiveError> {
+    let mut head = Vec::with_capacity(8);
+    (&mut input)
+        .take(4)
+        .read_to_end(&mut head)
+        .map_err(|e| invalid("cannot read the compressed stream", &e))?;
+    let compression = sniff(&head).ok_or_else(|| {
+        ArchiveError::Invalid(if head.is_empty() {
+            "the stream is empty".to_string()
+        } else {
+            "neither zstd nor gzip data (unknown magic bytes)".to_string()
+        })
+    })?;
+    let source = io::Cursor::new(head).chain(input);
+    let decoder: Box<dyn Read + 'a> = match compression {
+        Compression::Zstd => {
+            let mut d = zstd::stream::read::Decoder::new(source)
+                .map_err(|e| invalid("cannot start zstd", &e))?;
+            // 128 MiB windows at most (zstd's own default limit), whatever the frame asks.
+            d.window_log_max(27)
+                .map_err(|e| invalid("cannot configure zstd", &e))?;
+            Box::new(d)
+        }
+        Compression::Gzip => Box::new(flate2::read::MultiGzDecoder::new(source)),
+    };
+    Ok((compression, decoder))
+}
+
+/// The runtime manifest's bytes, read by walking members until it comes, checking no rule:
+/// how a restore learns which chain a link belongs to before it validates the chain link
+/// by link (which then checks the same manifest again, under every rule and the MDC).
+pub fn peek_manifest<R: Read>(input: R, limits: &Limits) -> Result<Option<Vec<u8>>, ArchiveError> {
+    let (_, decoder) = decoder(input)?;
+    let mut reader = TarReader::new(decoder);
+    while let Some(member) = reader
+        .next_member()
+        .map_err(|e| ArchiveError::Invalid(e.0))?
+    {
+        if key_of(&member.name) == layout::RUNTIME_MANIFEST.as_bytes()
+            && member.kind == MemberKind::File
+            && member.sparse.is_none()
+            && member.size <= limits.max_manifest_bytes
+        {
+            let mut bytes = Vec::new();
+            Data {
+                reader: &mut reader,
+            }
+            .read_to_end(&mut bytes)
+            .map_err(|e| invalid("cannot read the runtime manifest", &e))?;
+            return Ok(Some(bytes));
+        }
+    }
+    Ok(None)
 }
 
 /// Validates a compressed tar stream without extracting anything, and returns what it holds
 /// (including the runtime manifest's bytes, when present and small).
 pub fn validate<R: Read>(input: R, limits: &Limits) -> Result<Report, ArchiveError> {
+    validate_link(input, limits, None).map(|(report, _)| report)
+}
+
+/// [`validate`] for one link of a chain (see [`walk_link`]); returns the tree after it.
+pub fn validate_link<R: Read>(
+    input: R,
+    limits: &Limits,
+    prior: Option<Rc<ChainState>>,
+) -> Result<(Report, ChainState), ArchiveError> {
     let mut manifest = None;
-    let result = walk(input, limits, |entry, key| -> Result<(), io::Error> {
-        if key == layout::RUNTIME_MANIFEST.as_bytes()
-            && entry.member.kind == MemberKind::File
-            && entry.member.sparse.is_none()
-            && entry.member.size <= limits.max_manifest_bytes
-        {
-            let mut bytes = Vec::new();
-            entry.read_to_end(&mut bytes)?;
-            manifest = Some(bytes);
-        }
-        Ok(())
-    });
+    let result = walk_link(
+        input,
+        limits,
+        prior,
+        |entry, key| -> Result<(), io::Error> {
+            if key == layout::RUNTIME_MANIFEST.as_bytes()
+                && entry.member.kind == MemberKind::File
+                && entry.member.sparse.is_none()
+                && entry.member.size <= limits.max_manifest_bytes
+            {
+                let mut bytes = Vec::new();
+                entry.read_to_end(&mut bytes)?;
+                manifest = Some(bytes);
+            }
+            Ok(())
+        },
+    );
     match result {
-        Ok(mut report) => {
+        Ok((mut report, state)) => {
             report.manifest = manifest;
-            Ok(report)
+            Ok((report, state))
         }
         Err(WalkError::Archive(e)) => Err(e),
         Err(WalkError::Callback(e)) => Err(invalid("corrupt tar or compressed stream", &e)),
@@ -968,6 +1221,144 @@ mod tests {
             (b"./home/", D, b""),
             (b"./home/agent/", D, b""),
         ]
+    }
+
+    /// Directory member names and their dumpdir listings.
+    type Listings<'a> = &'a [(&'a [u8], &'a [u8])];
+
+    /// A tar whose directories are dumpdirs with the given listings (GNU format).
+    fn dumpdir_tar(dirs: Listings<'_>) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, listing) in dirs {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::new(b'D'));
+            h.set_mode(0o755);
+            h.set_size(listing.len() as u64);
+            h.as_gnu_mut().unwrap().name[..name.len()].copy_from_slice(name);
+            h.set_cksum();
+            b.append(&h, *listing).unwrap();
+        }
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap()
+    }
+
+    /// A tar of (name, type flag, data): a dumpdir's listing, a file's bytes, or a
+    /// symlink's target.
+    fn link_tar(members: &[(&[u8], u8, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, flag, data) in members {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::new(*flag));
+            h.set_mode(0o755);
+            let stored: &[u8] = if *flag == b'2' { b"" } else { data };
+            h.set_size(stored.len() as u64);
+            let gnu = h.as_gnu_mut().unwrap();
+            gnu.name[..name.len()].copy_from_slice(name);
+            if *flag == b'2' {
+                gnu.linkname[..data.len()].copy_from_slice(data);
+            }
+            h.set_cksum();
+            b.append(&h, stored).unwrap();
+        }
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 3).unwrap()
+    }
+
+    fn top(agent: &'static [u8]) -> Vec<(&'static [u8], u8, &'static [u8])> {
+        vec![
+            (b"./", b'D', b"Dhome\0\0"),
+            (b"./home/", b'D', b"Dagent\0\0"),
+            (b"./home/agent/", b'D', agent),
+        ]
+    }
+
+    #[test]
+    fn a_link_is_checked_against_the_tree_its_chain_built() {
+        let mut full = top(b"Ya\0Dsub\0\0");
+        full.push((b"./home/agent/a", b'0', b"a\n"));
+        full.push((b"./home/agent/sub/", b'D', b"Yb\0\0"));
+        full.push((b"./home/agent/sub/b", b'0', b"b\n"));
+        let limits = Limits::default();
+        let (_, after_full) = validate_link(link_tar(&full).as_slice(), &limits, None).unwrap();
+        assert_eq!(after_full.len(), 6, "{after_full:?}");
+        let prior = Rc::new(after_full);
+
+        // Keeps a and sub/b, adds a link to the kept a: valid after the full one only.
+        let mut inc = top(b"Na\0Yto-a\0Dsub\0\0");
+        inc.push((b"./home/agent/to-a", b'2', b"a"));
+        inc.push((b"./home/agent/sub/", b'D', b"Nb\0\0"));
+        let inc = link_tar(&inc);
+        let (_, after) = validate_link(inc.as_slice(), &limits, Some(prior.clone())).unwrap();
+        assert_eq!(after.len(), 7);
+        let alone = validate(inc.as_slice(), &limits).unwrap_err();
+        assert_eq!(alone.rule(), Some(Rule::IncrementalLink), "{alone}");
+
+        let refused = |members: &[(&[u8], u8, &[u8])]| {
+            validate_link(link_tar(members).as_slice(), &limits, Some(prior.clone())).unwrap_err()
+        };
+        // Keeps what the chain never had.
+        let e = refused(&top(b"Nghost\0\0"));
+        assert!(
+            e.to_string()
+                .contains("home/agent/ghost is kept from the backup before"),
+            "{e}"
+        );
+        // Keeps a file inside a directory it deletes (sub not listed by its parent).
+        let mut m = top(b"Na\0\0");
+        m.push((b"./home/agent/sub/", b'D', b"Nb\0\0"));
+        let e = refused(&m);
+        assert!(
+            e.to_string()
+                .contains("its directory home/agent/sub is not"),
+            "{e}"
+        );
+        // A link through a kept file is still a path through a non-directory.
+        let mut m = top(b"Na\0Yx\0\0");
+        m.push((b"./home/agent/x", b'2', b"a/b"));
+        assert_eq!(refused(&m).rule(), Some(Rule::ThroughMissingOrNonDirectory));
+    }
+
+    #[test]
+    fn dumpdirs_are_directories_whose_listing_is_checked() {
+        let home_kept: [(&[u8], &[u8]); 3] = [
+            (b"./", b"Dhome\0Dlogs\0\0"),
+            (b"./home/", b"Dagent\0\0"),
+            (b"./home/agent/", b"Ya\0\0"),
+        ];
+        let r = validate(dumpdir_tar(&home_kept).as_slice(), &Limits::default()).unwrap();
+        assert_eq!(r.members, 3);
+        let refused = |dirs: Listings<'_>| {
+            validate(dumpdir_tar(dirs).as_slice(), &Limits::default()).unwrap_err()
+        };
+        let cases: [(Listings<'_>, Rule, &str); 4] = [
+            (
+                &[(b"./", b"Dhome\0\0"), (b"./home/", b"Y../x\0\0")],
+                Rule::Dumpdir,
+                "not a name inside its directory",
+            ),
+            (
+                &[(b"./", b"Dhome\0\0"), (b"./home/", b"Dother\0\0")],
+                Rule::Dumpdir,
+                "would delete home/agent",
+            ),
+            (
+                &[(b"./", b"Dlogs\0\0")],
+                Rule::Dumpdir,
+                "would delete ./home",
+            ),
+            (
+                &[
+                    (b"./", b"Dhome\0\0"),
+                    (b"./home/", b"Dagent\0\0"),
+                    (b"./home/agent/", b"Nkept.txt\0\0"),
+                ],
+                Rule::IncrementalLink,
+                "home/agent/kept.txt is kept from an earlier backup",
+            ),
+        ];
+        for (dirs, rule, words) in cases {
+            let e = refused(dirs);
+            assert_eq!(e.rule(), Some(rule), "{e}");
+            assert!(e.to_string().contains(words), "{e}");
+        }
     }
 
     #[test]

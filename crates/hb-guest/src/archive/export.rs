@@ -21,9 +21,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
 use box_proto::archive::excludes::is_excluded;
+use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
+use super::incremental::{Snapshot, Stamp};
 use super::links;
 use super::parts::{Announce, PartWriter};
 use super::sparse;
@@ -40,6 +42,18 @@ pub struct ExportOptions {
     /// zstd worker threads (0 = single-threaded).
     pub threads: u32,
     pub level: i32,
+    /// Chain mode (incremental backups): dumpdirs for every directory, a snapshot
+    /// recorded; with a parent snapshot, entries unchanged since it are left out.
+    pub chain: Option<ChainOptions>,
+}
+
+/// An export in GNU tar's listed-incremental format (box_proto::archive::incremental).
+#[derive(Debug, Clone)]
+pub struct ChainOptions {
+    /// The snapshot of the parent backup; `None`: a full export that starts a chain.
+    pub parent: Option<Snapshot>,
+    /// Where to write the snapshot of this export (committed later by box).
+    pub record: PathBuf,
 }
 
 impl ExportOptions {
@@ -51,6 +65,7 @@ impl ExportOptions {
             part_size,
             threads: cpus.clamp(1, 4),
             level: 3,
+            chain: None,
         }
     }
 }
@@ -62,6 +77,38 @@ pub struct ExportSummary {
     pub members: u64,
     /// Paths skipped (sockets, FIFOs, devices) with why.
     pub skipped: Vec<String>,
+    /// Chain mode: this export's position in its chain (0: full).
+    pub link: Option<u32>,
+    /// Chain mode: files and links left out as unchanged since the parent.
+    pub unchanged: u64,
+}
+
+/// What follows a member's header.
+enum Payload<'a> {
+    None,
+    /// Exactly the header's size, read from a file (zeros if it shrank meanwhile).
+    Data(&'a mut dyn Read),
+    /// An old GNU sparse member: its map and the runs of data.
+    Sparse(&'a mut dyn Read, &'a [(u64, u64)]),
+    /// A directory's dumpdir (its member is type `D`).
+    Dumpdir(&'a [u8]),
+}
+
+/// The chain state of an export: the parent's snapshot and the one being made.
+struct Chain {
+    parent: Option<Snapshot>,
+    next: Snapshot,
+    unchanged: u64,
+}
+
+/// One entry of a directory, looked at before the directory's member is written.
+struct Child {
+    name: std::ffi::OsString,
+    key: Vec<u8>,
+    path: PathBuf,
+    meta: fs::Metadata,
+    /// Its dumpdir code in chain mode (a directory, unchanged, or in this archive).
+    code: Code,
 }
 
 struct Walker<W: Write> {
@@ -79,6 +126,7 @@ struct Walker<W: Write> {
     canonical_root: PathBuf,
     /// One buffer for every member's data (see [`Walker::append_data`]).
     copy_buf: Vec<u8>,
+    chain: Option<Chain>,
 }
 
 fn long_record(kind: tar::EntryType, bytes: &[u8]) -> io::Result<(tar::Header, Vec<u8>)> {
@@ -132,27 +180,28 @@ impl<W: Write> Walker<W> {
         meta: &fs::Metadata,
         kind: tar::EntryType,
         link: Option<&[u8]>,
-        data: Option<&mut dyn Read>,
-        sparse_map: Option<&[(u64, u64)]>,
+        payload: Payload<'_>,
     ) -> io::Result<()> {
         let mut h = tar::Header::new_gnu();
+        let kind = match payload {
+            Payload::Dumpdir(_) => tar::EntryType::new(DUMPDIR_TYPE),
+            _ => kind,
+        };
         h.set_entry_type(kind);
         h.set_mode(meta.mode() & 0o7777);
         h.set_uid(u64::from(meta.uid()));
         h.set_gid(u64::from(meta.gid()));
         h.set_mtime(meta.mtime().max(0) as u64);
-        let size = if kind == tar::EntryType::Regular {
-            meta.len()
-        } else {
-            0
+        let size = match payload {
+            Payload::Dumpdir(d) => d.len() as u64,
+            _ if kind == tar::EntryType::Regular => meta.len(),
+            _ => 0,
         };
         h.set_size(size);
         // A file with holes: an old GNU sparse member (see `sparse`), its runs as data.
-        let mut sparse_payload = false;
-        if let (true, Some(map)) = (kind == tar::EntryType::GNUSparse, sparse_map) {
+        if let Payload::Sparse(_, map) = &payload {
             h.set_size(sparse::stored_size(map));
             sparse::fill_header(&mut h, map, meta.len())?;
-            sparse_payload = true;
         }
         if let Some(user) = self.user(meta.uid()) {
             let _ = h.set_username(&user);
@@ -186,17 +235,18 @@ impl<W: Write> Walker<W> {
             self.append_data(&lh, &mut data.as_slice())?;
         }
         h.set_cksum();
-        match data {
-            Some(reader) if sparse_payload => {
+        match payload {
+            Payload::Sparse(reader, _) => {
                 // The payload is exact by construction (extension blocks, padded runs).
                 self.append_data(&h, reader)?;
             }
-            Some(reader) => {
+            Payload::Data(reader) => {
                 // Exactly `size` bytes even if the file changed while we read it.
                 let mut exact = reader.take(size).chain(io::repeat(0)).take(size);
                 self.append_data(&h, &mut exact)?;
             }
-            None => self.append_data(&h, &mut io::empty())?,
+            Payload::Dumpdir(mut d) => self.append_data(&h, &mut d)?,
+            Payload::None => self.append_data(&h, &mut io::empty())?,
         }
         self.members += 1;
         Ok(())
@@ -214,13 +264,17 @@ impl<W: Write> Walker<W> {
         dst.write_all(&[0u8; 512][..pad as usize])
     }
 
-    fn walk_dir(&mut self, abs: &Path, rel: &[u8]) -> Result<()> {
+    /// The entries of the directory `abs` (key `rel`) worth looking at, sorted by name,
+    /// with their dumpdir codes: what is excluded, vanished, or the export's own output
+    /// is left out here.
+    fn scan_dir(&mut self, abs: &Path, rel: &[u8]) -> Result<Vec<Child>> {
         let mut names: Vec<std::ffi::OsString> = fs::read_dir(abs)
             .with_context(|| format!("cannot list {}", abs.display()))?
             .map(|e| e.map(|e| e.file_name()))
             .collect::<io::Result<_>>()
             .with_context(|| format!("cannot list {}", abs.display()))?;
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        let mut children = Vec::with_capacity(names.len());
         for name in names {
             let mut key = rel.to_vec();
             if !key.is_empty() {
@@ -236,18 +290,96 @@ impl<W: Write> Walker<W> {
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
             };
+            let ft = meta.file_type();
+            if ft.is_dir() && self.out_id == Some((meta.dev(), meta.ino())) {
+                continue;
+            }
+            let code = if ft.is_dir() {
+                Code::Directory
+            } else if (ft.is_file() || ft.is_symlink())
+                && let Some(chain) = self.chain.as_mut()
+            {
+                let stamp = Stamp::of(&meta);
+                chain.next.entries.insert(key.clone(), stamp);
+                match &chain.parent {
+                    Some(parent) if parent.unchanged(&key, &stamp) => Code::Unchanged,
+                    _ => Code::Included,
+                }
+            } else {
+                Code::Included
+            };
+            children.push(Child {
+                name,
+                key,
+                path,
+                meta,
+                code,
+            });
+        }
+        Ok(children)
+    }
+
+    /// Writes the directory's own member (`member`, `./…/`): a plain directory, or in
+    /// chain mode its dumpdir listing every child that may be in the archive.
+    fn append_dir(&mut self, member: &[u8], meta: &fs::Metadata, children: &[Child]) -> Result<()> {
+        let shown = String::from_utf8_lossy(member).into_owned();
+        let dumpdir = match self.chain {
+            Some(_) => Some(
+                Dumpdir::new(
+                    children
+                        .iter()
+                        .filter(|c| !self.never_archived(c))
+                        .map(|c| (c.code, c.name.as_bytes().to_vec())),
+                )
+                .with_context(|| format!("cannot list {shown}"))?
+                .render(),
+            ),
+            None => None,
+        };
+        let payload = match &dumpdir {
+            Some(d) => Payload::Dumpdir(d),
+            None => Payload::None,
+        };
+        self.append(member, meta, tar::EntryType::Directory, None, payload)
+            .with_context(|| format!("cannot archive {shown}"))
+    }
+
+    /// Sockets, FIFOs and devices: skipped with a warning, so not in a dumpdir either.
+    fn never_archived(&self, child: &Child) -> bool {
+        let ft = child.meta.file_type();
+        !(ft.is_dir() || ft.is_file() || ft.is_symlink())
+    }
+
+    fn walk_dir(
+        &mut self,
+        abs: &Path,
+        rel: &[u8],
+        member: &[u8],
+        meta: &fs::Metadata,
+    ) -> Result<()> {
+        let children = self.scan_dir(abs, rel)?;
+        self.append_dir(member, meta, &children)?;
+        for Child {
+            name: _,
+            key,
+            path,
+            meta,
+            code,
+        } in children
+        {
+            if code == Code::Unchanged {
+                if let Some(chain) = self.chain.as_mut() {
+                    chain.unchanged += 1;
+                }
+                continue;
+            }
             let mut member = b"./".to_vec();
             member.extend_from_slice(&key);
             let ft = meta.file_type();
             let shown = String::from_utf8_lossy(&member).into_owned();
             if ft.is_dir() {
-                if self.out_id == Some((meta.dev(), meta.ino())) {
-                    continue;
-                }
                 member.push(b'/');
-                self.append(&member, &meta, tar::EntryType::Directory, None, None, None)
-                    .with_context(|| format!("cannot archive {shown}"))?;
-                self.walk_dir(&path, &key)?;
+                self.walk_dir(&path, &key, &member, &meta)?;
             } else if ft.is_symlink() {
                 let target = fs::read_link(&path)
                     .with_context(|| format!("cannot read link {}", path.display()))?;
@@ -264,8 +396,7 @@ impl<W: Write> Walker<W> {
                     &meta,
                     tar::EntryType::Symlink,
                     Some(target.as_os_str().as_bytes()),
-                    None,
-                    None,
+                    Payload::None,
                 )
                 .with_context(|| format!("cannot archive {shown}"))?;
             } else if ft.is_file() {
@@ -276,8 +407,7 @@ impl<W: Write> Walker<W> {
                             &meta,
                             tar::EntryType::Link,
                             Some(&first),
-                            None,
-                            None,
+                            Payload::None,
                         )
                         .with_context(|| format!("cannot archive {shown}"))?;
                         continue;
@@ -301,8 +431,7 @@ impl<W: Write> Walker<W> {
                             &meta,
                             tar::EntryType::GNUSparse,
                             None,
-                            Some(&mut payload),
-                            Some(&map),
+                            Payload::Sparse(&mut payload, &map),
                         )
                     }
                     None => self.append(
@@ -310,8 +439,7 @@ impl<W: Write> Walker<W> {
                         &meta,
                         tar::EntryType::Regular,
                         None,
-                        Some(&mut file),
-                        None,
+                        Payload::Data(&mut file),
                     ),
                 };
                 appended.with_context(|| format!("cannot archive {shown}"))?;
@@ -336,6 +464,38 @@ impl<W: Write> Walker<W> {
     }
 }
 
+/// Writes this export's place in its chain into the runtime manifest it archives (its
+/// position, and the digest of the backup it builds on): how a restore finds the parent,
+/// inside the encrypted file. The manifest keeps its owner.
+fn record_chain(root: &Path, chain: &ChainOptions) -> Result<()> {
+    use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, RuntimeManifest};
+    let path = crate::paths::Paths::new(root).manifest();
+    let (mut manifest, owner) = match fs::read_to_string(&path) {
+        Ok(text) => {
+            let meta = fs::symlink_metadata(&path)?;
+            let owner = (
+                nix::unistd::Uid::from_raw(meta.uid()),
+                nix::unistd::Gid::from_raw(meta.gid()),
+            );
+            let manifest = RuntimeManifest::parse(&text)
+                .with_context(|| format!("cannot add the chain to {}", path.display()))?;
+            (manifest, Some(owner))
+        }
+        Err(e) if e.kind() == io::ErrorKind::NotFound => (RuntimeManifest::new(), None),
+        Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
+    };
+    let (link, parent) = match &chain.parent {
+        Some(p) => (p.link + 1, p.backup.clone().unwrap_or_default()),
+        None => (0, String::new()),
+    };
+    manifest.set(CHAIN_LINK_KEY, &link.to_string());
+    manifest.set(CHAIN_PARENT_KEY, &parent);
+    if let Some(dir) = path.parent() {
+        fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
+    }
+    crate::fsutil::write_private(&path, manifest.render().as_bytes(), 0o600, owner)
+}
+
 /// Runs an export. `warn` receives one line per skipped special file or symlink.
 pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
     export_announcing(opts, warn, None)
@@ -351,6 +511,9 @@ pub fn export_announcing(
         .with_context(|| format!("cannot read the data root {}", opts.root.display()))?;
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
+    }
+    if let Some(chain) = &opts.chain {
+        record_chain(&opts.root, chain)?;
     }
     let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
     if let Some(announce) = announce {
@@ -387,27 +550,35 @@ pub fn export_announcing(
         canonical_root: fs::canonicalize(&opts.root)
             .with_context(|| format!("cannot resolve the data root {}", opts.root.display()))?,
         copy_buf: vec![0u8; COPY_BUF],
+        chain: opts.chain.as_ref().map(|c| Chain {
+            next: Snapshot {
+                backup: None,
+                link: c.parent.as_ref().map_or(0, |p| p.link + 1),
+                entries: HashMap::new(),
+            },
+            parent: c.parent.clone(),
+            unchanged: 0,
+        }),
     };
-    walker
-        .append(
-            b"./",
-            &root_meta,
-            tar::EntryType::Directory,
-            None,
-            None,
-            None,
-        )
-        .context("cannot archive ./")?;
-    walker.walk_dir(&opts.root, b"")?;
+    walker.walk_dir(&opts.root, b"", b"./", &root_meta)?;
     let encoder = walker
         .builder
         .into_inner()
         .context("cannot finish the tar stream")?;
     let parts = encoder.finish().context("cannot finish the zstd stream")?;
     let index = parts.finish(Compression::Zstd)?;
+    let (link, unchanged) = match (&walker.chain, &opts.chain) {
+        (Some(chain), Some(c)) => {
+            chain.next.store(&c.record)?;
+            (Some(chain.next.link), chain.unchanged)
+        }
+        _ => (None, 0),
+    };
     Ok(ExportSummary {
         index,
         members: walker.members,
         skipped: walker.skipped,
+        link,
+        unchanged,
     })
 }

@@ -23,11 +23,12 @@ use std::io;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
+use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::Unpacker;
-use box_proto::archive::validate::{self, Limits, WalkError};
+use box_proto::archive::validate::{self, ChainState, Limits, WalkError};
 use box_proto::layout;
 use sha2::Digest;
 
@@ -58,24 +59,55 @@ pub fn import(root: &Path, from: &Path) -> Result<ImportSummary> {
     import_with(root, from, FaultInjection::default())
 }
 
+/// Imports a chain of incremental backups: the parts of each link in its own directory,
+/// oldest (the full one) first. Each link is checked and validated after the tree the
+/// links before it built, then all are applied in order into one staging dir (as `tar -x
+/// -g /dev/null` applies them), which is swapped in once.
+pub fn import_chain(root: &Path, links: &[PathBuf]) -> Result<ImportSummary> {
+    import_links(root, links, FaultInjection::default())
+}
+
 #[doc(hidden)]
 pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<ImportSummary> {
+    import_links(root, &[from.to_path_buf()], fault)
+}
+
+fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result<ImportSummary> {
     let meta = fs::symlink_metadata(root)
         .with_context(|| format!("data root {} is missing", root.display()))?;
     if !meta.is_dir() {
         bail!("data root {} is not a directory", root.display());
     }
-    // 1 and 2.
-    let index = check_parts(from)?;
-    let (reader, _) = PartsReader::new(from, &index);
-    let report = validate::validate(reader, &Limits::default()).map_err(|e| anyhow!("{e}"))?;
-    if report.compression != index.compression {
-        bail!(
-            "the part index says {} but the data is {}",
-            index.compression.as_str(),
-            report.compression.as_str()
-        );
+    // 1 and 2, link by link: each after the tree the ones before it built.
+    let mut checked: Vec<(PathBuf, PartIndex, Option<Rc<ChainState>>)> = Vec::new();
+    let mut prior: Option<Rc<ChainState>> = None;
+    for from in links {
+        let index = check_parts(from)?;
+        let (reader, _) = PartsReader::new(from, &index);
+        let validated = validate::validate_link(reader, &Limits::default(), prior.clone());
+        let (report, state) = match validated {
+            Ok(v) => v,
+            Err(e) if links.len() == 1 => bail!("{e}"),
+            Err(e) => bail!(
+                "link {} of the chain ({}): {e}",
+                checked.len() + 1,
+                from.display()
+            ),
+        };
+        if report.compression != index.compression {
+            bail!(
+                "the part index says {} but the data is {}",
+                index.compression.as_str(),
+                report.compression.as_str()
+            );
+        }
+        checked.push((from.clone(), index, prior.take()));
+        prior = Some(Rc::new(state));
     }
+    let Some((_, index, _)) = checked.last() else {
+        bail!("no parts to import");
+    };
+    let index = index.clone();
     // 3.
     remove_stale_stages(root)?;
     let pid = std::process::id();
@@ -85,19 +117,32 @@ pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<Im
         .create(&stage)
         .with_context(|| format!("cannot create staging dir {}", stage.display()))?;
     let result = (|| -> Result<ImportSummary> {
-        let (reader, hasher) = PartsReader::new(from, &index);
         let mut unpacker = Unpacker::new(&stage);
-        let report = match validate::walk(reader, &Limits::default(), |entry, key| {
-            unpacker.unpack(entry, key)
-        }) {
-            Ok(r) => r,
-            Err(WalkError::Archive(e)) => bail!("{e}"),
-            Err(WalkError::Callback(e)) => bail!("cannot extract into {}: {e}", stage.display()),
-        };
-        let got: [u8; 32] = hasher.borrow().clone().finalize().into();
-        if Some(got) != index.total_sha256 {
-            bail!("the parts changed while they were being imported");
+        let mut report = None;
+        for (i, (from, index, prior)) in checked.iter().enumerate() {
+            if i > 0 {
+                unpacker.next_link();
+            }
+            let (reader, hasher) = PartsReader::new(from, index);
+            let walked =
+                validate::walk_link(reader, &Limits::default(), prior.clone(), |entry, key| {
+                    unpacker.unpack(entry, key)
+                });
+            report = Some(match walked {
+                Ok((r, _)) => r,
+                Err(WalkError::Archive(e)) => bail!("{e}"),
+                Err(WalkError::Callback(e)) => {
+                    bail!("cannot extract into {}: {e}", stage.display())
+                }
+            });
+            let got: [u8; 32] = hasher.borrow().clone().finalize().into();
+            if Some(got) != index.total_sha256 {
+                bail!("the parts changed while they were being imported");
+            }
         }
+        let Some(report) = report else {
+            bail!("no parts to import");
+        };
         unpacker.finish().context("cannot set directory modes")?;
         // 4, before the owners are fixed: whatever SQLite leaves beside a database is
         // then the agent's too.

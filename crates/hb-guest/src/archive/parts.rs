@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
-use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
+use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, hash_part, part_name};
 use sha2::{Digest, Sha256};
 
 /// How often a held-back writer looks whether the reader took a part.
@@ -258,18 +258,7 @@ pub fn check_parts(dir: &Path) -> Result<PartIndex> {
                 part.size
             );
         }
-        let mut hasher = Sha256::new();
-        let mut f = open_nofollow(&p)?;
-        let mut buf = vec![0u8; 1 << 20];
-        loop {
-            let n = f.read(&mut buf)?;
-            if n == 0 {
-                break;
-            }
-            hasher.update(&buf[..n]);
-            total.update(&buf[..n]);
-        }
-        let got: [u8; 32] = hasher.finalize().into();
+        let got = hash_part(open_nofollow(&p)?, &mut total)?;
         if got != part.sha256 {
             bail!(
                 "part {} does not match the index (SHA-256 {}, expected {})",

@@ -5,8 +5,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::Context;
-use crate::archive::export::{ExportOptions, export_announcing};
+use crate::archive::export::{ChainOptions, ExportOptions, export_announcing};
+use crate::archive::incremental;
 use crate::archive::parts::Announce;
+use crate::paths::Paths;
 
 /// How long a streaming export waits for box to take a part before giving up: box copies
 /// one in seconds, and a box that died takes its exec (and so this export) with it.
@@ -14,7 +16,23 @@ const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 
 pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
     let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
-    let opts = ExportOptions::new(&root, &args.out, args.part_size);
+    let mut opts = ExportOptions::new(&root, &args.out, args.part_size);
+    if args.listed_incremental {
+        let current = Paths::new(&root).backup_snapshot();
+        let (parent, why) = match &args.parent {
+            Some(digest) => incremental::parent_for(&current, digest, args.chain_max)?,
+            None => (None, "no parent backup given".to_string()),
+        };
+        // One line box reads: what kind of link this export is.
+        match &parent {
+            Some(p) => println!("chain: incremental, link {}", p.link + 1),
+            None => println!("chain: full ({why})"),
+        }
+        opts.chain = Some(ChainOptions {
+            parent,
+            record: incremental::next_path(&current),
+        });
+    }
     let out_existed = args.out.exists();
     let announce = args.stream_parts.map(|n| Announce {
         out: Box::new(std::io::stdout()),
@@ -27,6 +45,9 @@ pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
         announce,
     ) {
         Ok(summary) => {
+            if summary.link.is_some() {
+                println!("{} unchanged file(s) left out", summary.unchanged);
+            }
             println!(
                 "Exported {} members ({} bytes compressed) in {} part(s) -> {}",
                 summary.members,
@@ -44,4 +65,13 @@ pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
             Err(e)
         }
     }
+}
+
+/// `hb commit-snapshot --digest <sha256>`: the last chain-mode export's snapshot becomes
+/// the one the next save compares with.
+pub fn commit(ctx: &Context, args: &crate::cli::CommitSnapshotArgs) -> Result<ExitCode> {
+    let current = Paths::new(&ctx.data).backup_snapshot();
+    incremental::commit(&current, &args.digest)?;
+    println!("snapshot committed for backup {}", args.digest);
+    Ok(ExitCode::SUCCESS)
 }

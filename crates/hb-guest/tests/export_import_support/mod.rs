@@ -197,3 +197,36 @@ pub fn without_mtime_of(mut s: Snapshot, keys: &[&str]) -> Snapshot {
     }
     s
 }
+
+/// Whether GNU tar is here (the stock-tool checks need it). Without it: a visible
+/// `SKIPPED` line, or a failure under CI=true, where scripts/setup.sh installed it.
+pub fn gnu_tar() -> bool {
+    let ok = std::process::Command::new("tar")
+        .arg("--version")
+        .output()
+        .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).contains("GNU tar"));
+    if !ok {
+        assert!(
+            std::env::var("CI").as_deref() != Ok("true"),
+            "GNU tar is needed (scripts/setup.sh installs it)"
+        );
+        println!("SKIPPED: GNU tar not found");
+    }
+    ok
+}
+
+/// `zstd -d | tar -x -g /dev/null -C target` over `plain` (one link of a chain, zstd
+/// compressed): how the README applies a link with stock tools.
+pub fn tar_g_apply(compressed: &[u8], target: &Path) {
+    use std::io::Write as _;
+    let mut tar = std::process::Command::new("sh")
+        .arg("-c")
+        .arg("zstd -d -q | tar -x -g /dev/null -C \"$1\"")
+        .arg("sh")
+        .arg(target)
+        .stdin(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    tar.stdin.take().unwrap().write_all(compressed).unwrap();
+    assert!(tar.wait().unwrap().success(), "stock tools refused a link");
+}

@@ -1,0 +1,452 @@
+//! Chains of backups: which links a restore needs, in which order, and which a prune may
+//! remove. Pure logic over [`Link`]s; finding the links (the files in a backup dir, their
+//! digests and the parent digest each names in-band) is the caller's.
+//!
+//! A link names its parent by the SHA-256 of the parent's backup *file* (its ciphertext,
+//! what `sha256sum` prints), not by a file name:
+//! * the host computes and checks it without the passphrase and without decrypting, so a
+//!   chain is found, ordered and checked (missing, altered, foreign, looping links) before
+//!   any passphrase is asked or any VM exists;
+//! * it covers every byte of the parent, MDC included: a parent that was re-encrypted,
+//!   truncated or swapped for another box's file no longer matches;
+//! * a plaintext digest would need every candidate decrypted just to find a parent.
+//!
+//! A chain is refused, naming the link, when a parent is missing, when following parents
+//! comes back to a link (a loop), when a parent is not older than its child, or when two
+//! links claim the same parent (the saves never fork a chain: each increment's parent is
+//! the newest backup, so a second child means a copied or hostile file).
+
+use std::collections::{HashMap, HashSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{Context as _, Result, bail};
+use box_proto::archive::naming::{is_stamp, stamp_of, strip_backup_extension};
+use sha2::{Digest, Sha256};
+
+use super::hex_sha;
+
+/// One backup file as a chain sees it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Link {
+    pub path: PathBuf,
+    /// SHA-256 of the file.
+    pub digest: [u8; 32],
+    /// The digest of the backup this one is an increment on; `None` for a full backup.
+    pub parent: Option<[u8; 32]>,
+    /// `YYYYmmdd-HHMMSS` from its name: the order of saves.
+    pub stamp: String,
+}
+
+impl Link {
+    fn shown(&self) -> String {
+        self.path.display().to_string()
+    }
+}
+
+/// The links a restore of `tip` applies, oldest (the full backup) first, `tip` last.
+pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
+    let by_digest: HashMap<[u8; 32], &Link> = links.iter().map(|l| (l.digest, l)).collect();
+    let mut children: HashMap<[u8; 32], Vec<&Link>> = HashMap::new();
+    for l in links {
+        if let Some(p) = l.parent {
+            children.entry(p).or_default().push(l);
+        }
+    }
+    let mut chain = vec![tip];
+    let mut seen = HashSet::from([tip.digest]);
+    let mut link = tip;
+    while let Some(parent) = link.parent {
+        let Some(found) = by_digest.get(&parent).copied() else {
+            bail!(
+                "{} is an increment on a backup that is not in its directory (SHA-256 {}): the chain is missing a link; restore an older full backup, or bring the missing file back beside it",
+                link.shown(),
+                hex_sha(&parent)
+            );
+        };
+        if !seen.insert(found.digest) {
+            bail!(
+                "{} leads back to itself through its parents: not a chain box saved",
+                found.shown()
+            );
+        }
+        if found.stamp >= link.stamp {
+            bail!(
+                "{} names {} as its parent, which is not older: not a chain box saved",
+                link.shown(),
+                found.shown()
+            );
+        }
+        if let Some(kids) = children.get(&parent)
+            && kids.len() > 1
+        {
+            let mut names: Vec<String> = kids.iter().map(|k| k.shown()).collect();
+            names.sort();
+            bail!(
+                "{} and {} both claim {} as their parent: box never forks a chain, so one of them is not this box's; move the stranger away",
+                names[0],
+                names[1],
+                found.shown()
+            );
+        }
+        chain.push(found);
+        link = found;
+    }
+    chain.reverse();
+    Ok(chain)
+}
+
+/// Where a backup says it sits in its chain (its runtime manifest, read before it is
+/// validated; the validation checks it again).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Place {
+    /// 0 for a full backup.
+    pub link: u32,
+    /// The digest of the backup it builds on (`None` for a full one).
+    pub parent: Option<[u8; 32]>,
+}
+
+/// SHA-256 of a backup file, as `sha256sum` prints it.
+pub fn file_digest(path: &Path) -> Result<[u8; 32]> {
+    let mut file =
+        std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let mut hasher = Sha256::new();
+    std::io::copy(&mut file, &mut hasher)
+        .with_context(|| format!("cannot read {}", path.display()))?;
+    Ok(hasher.finalize().into())
+}
+
+/// The directory `path` is in (`.` for a bare name).
+pub fn dir_of(path: &Path) -> PathBuf {
+    match path.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    }
+}
+
+/// `alpha` and `20261129-120000` of `alpha-20261129-120000.tar.zst.gpg`.
+pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
+    let name = file.file_name()?.to_str()?;
+    let stem = strip_backup_extension(name);
+    let cut = stem.len().checked_sub(16)?;
+    let (name, rest) = stem.split_at(cut);
+    let stamp = rest.strip_prefix('-')?;
+    (is_stamp(stamp) && !name.is_empty()).then(|| (name.to_string(), stamp.to_string()))
+}
+
+/// The files a restore of `file` applies, oldest first: `file` alone for a full backup,
+/// else its chain among the backups of the same box in its directory, found by digest
+/// and checked by [`chain_of`]. `place` reads a backup's [`Place`] (`None`: the backup
+/// predates chains, a full one).
+pub fn discover(
+    file: &Path,
+    place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
+) -> Result<Vec<PathBuf>> {
+    let Some(Place {
+        parent: Some(_), ..
+    }) = place(file)?
+    else {
+        return Ok(vec![file.to_path_buf()]);
+    };
+    let Some((box_name, _)) = box_and_stamp(file) else {
+        bail!(
+            "{} is an incremental backup whose name is not <box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg: box finds its chain among backups named so, beside it",
+            file.display()
+        );
+    };
+    let dir = dir_of(file);
+    let mut links = Vec::new();
+    let mut tip = None;
+    for entry in
+        std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
+    {
+        let entry = entry?;
+        let name = entry.file_name();
+        let Some(stamp) = name.to_str().and_then(|n| stamp_of(n, &box_name)) else {
+            continue;
+        };
+        if !entry.file_type()?.is_file() {
+            continue;
+        }
+        let path = entry.path();
+        let here = place(&path)?;
+        if path.file_name() == file.file_name() {
+            tip = Some(links.len());
+        }
+        links.push(Link {
+            digest: file_digest(&path)?,
+            parent: here.and_then(|p| p.parent),
+            stamp: stamp.to_string(),
+            path,
+        });
+    }
+    let Some(tip) = tip else {
+        bail!("{} is not in {}", file.display(), dir.display());
+    };
+    Ok(chain_of(&links[tip], &links)?
+        .into_iter()
+        .map(|l| l.path.clone())
+        .collect())
+}
+
+/// What `box backups prune` keeps and removes.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Plan {
+    pub keep: Vec<PathBuf>,
+    pub remove: Vec<PathBuf>,
+}
+
+/// Keeps the newest `keep_last` links, the newest link of each of the `keep_daily` most
+/// recent days that have one, and every link those need (their whole chains); removes the
+/// rest. A link whose chain is broken (see [`chain_of`]) is kept as it is: prune never
+/// decides about what it cannot read.
+pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
+    let mut order: Vec<&Link> = links.iter().collect();
+    order.sort_by(|a, b| b.stamp.cmp(&a.stamp).then(a.path.cmp(&b.path)));
+    let mut chosen: Vec<&Link> = order.iter().take(keep_last).copied().collect();
+    let mut days = Vec::new();
+    for l in &order {
+        let day = l.stamp.get(..8).unwrap_or(&l.stamp);
+        if days.len() < keep_daily && !days.contains(&day) {
+            days.push(day);
+            chosen.push(l);
+        }
+    }
+    let mut keep: HashSet<&PathBuf> = HashSet::new();
+    for l in chosen {
+        match chain_of(l, links) {
+            Ok(chain) => keep.extend(chain.iter().map(|c| &c.path)),
+            Err(_) => {
+                keep.insert(&l.path);
+            }
+        }
+    }
+    // A broken chain's links are kept whole: what depends on what is unknown.
+    for l in links {
+        if chain_of(l, links).is_err() {
+            keep.insert(&l.path);
+        }
+    }
+    let mut plan = Plan::default();
+    for l in &order {
+        if keep.contains(&l.path) {
+            plan.keep.push(l.path.clone());
+        } else {
+            plan.remove.push(l.path.clone());
+        }
+    }
+    plan
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    fn link(n: u8, parent: Option<u8>, stamp: &str) -> Link {
+        Link {
+            path: PathBuf::from(format!("alpha-{stamp}.tar.zst.gpg")),
+            digest: [n; 32],
+            parent: parent.map(|p| [p; 32]),
+            stamp: stamp.to_string(),
+        }
+    }
+
+    fn names(chain: &[&Link]) -> Vec<u8> {
+        chain.iter().map(|l| l.digest[0]).collect()
+    }
+
+    #[test]
+    fn a_chain_is_found_by_digest_oldest_first() {
+        let links = vec![
+            link(3, Some(2), "20261201-120300"),
+            link(1, None, "20261201-120100"),
+            link(2, Some(1), "20261201-120200"),
+            link(9, None, "20261130-090000"),
+        ];
+        assert_eq!(names(&chain_of(&links[0], &links).unwrap()), [1, 2, 3]);
+        assert_eq!(names(&chain_of(&links[1], &links).unwrap()), [1]);
+    }
+
+    #[test]
+    fn hostile_chains_are_refused_naming_the_link() {
+        let err =
+            |tip: usize, links: &[Link]| chain_of(&links[tip], links).unwrap_err().to_string();
+        // A missing middle link.
+        let links = vec![
+            link(3, Some(2), "20261201-120300"),
+            link(1, None, "20261201-120100"),
+        ];
+        let e = err(0, &links);
+        assert!(
+            e.contains("alpha-20261201-120300") && e.contains("missing a link"),
+            "{e}"
+        );
+        // A loop.
+        let links = vec![
+            link(1, Some(2), "20261201-120100"),
+            link(2, Some(1), "20261201-120000"),
+        ];
+        let e = err(0, &links);
+        assert!(
+            e.contains("not older") || e.contains("back to itself"),
+            "{e}"
+        );
+        // A parent newer than its child (reordered files).
+        let links = vec![
+            link(2, Some(1), "20261201-120000"),
+            link(1, None, "20261201-120500"),
+        ];
+        assert!(err(0, &links).contains("not older"));
+        // Two children of one parent.
+        let links = vec![
+            link(3, Some(1), "20261201-120300"),
+            link(2, Some(1), "20261201-120200"),
+            link(1, None, "20261201-120100"),
+        ];
+        let e = err(0, &links);
+        assert!(e.contains("both claim"), "{e}");
+    }
+
+    #[test]
+    fn discover_finds_the_chain_beside_a_link_by_digest() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            (p.clone(), file_digest(&p).unwrap())
+        };
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (inc, inc_d) = write("alpha-20261201-110000.tar.zst.gpg", "inc");
+        let (tip, _) = write("alpha-20261201-120000.tar.zst.gpg", "tip");
+        let (other, _) = write("alpha-2-20261201-115000.tar.zst.gpg", "another box");
+        let places: HashMap<PathBuf, Place> = HashMap::from([
+            (
+                full.clone(),
+                Place {
+                    link: 0,
+                    parent: None,
+                },
+            ),
+            (
+                inc.clone(),
+                Place {
+                    link: 1,
+                    parent: Some(full_d),
+                },
+            ),
+            (
+                tip.clone(),
+                Place {
+                    link: 2,
+                    parent: Some(inc_d),
+                },
+            ),
+            // Another box's file claiming the same parent is not a candidate at all.
+            (
+                other.clone(),
+                Place {
+                    link: 1,
+                    parent: Some(full_d),
+                },
+            ),
+        ]);
+        let mut place = |p: &Path| Ok(places.get(p).copied());
+        assert_eq!(
+            discover(&tip, &mut place).unwrap(),
+            [full.clone(), inc.clone(), tip.clone()]
+        );
+        assert_eq!(
+            discover(&full, &mut place).unwrap(),
+            std::slice::from_ref(&full)
+        );
+        // The middle link deleted: refused, naming the link that misses its parent.
+        std::fs::remove_file(&inc).unwrap();
+        let e = discover(&tip, &mut place).unwrap_err().to_string();
+        assert!(
+            e.contains("alpha-20261201-120000") && e.contains("missing a link"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn prune_keeps_what_kept_links_need() {
+        let links = vec![
+            link(1, None, "20261129-100000"),
+            link(2, Some(1), "20261129-110000"),
+            link(3, Some(2), "20261130-100000"),
+            link(4, None, "20261130-120000"),
+            link(5, Some(4), "20261130-130000"),
+        ];
+        let plan = prune(&links, 1, 0);
+        let kept: Vec<String> = plan.keep.iter().map(|p| p.display().to_string()).collect();
+        assert_eq!(
+            kept,
+            [
+                "alpha-20261130-130000.tar.zst.gpg",
+                "alpha-20261130-120000.tar.zst.gpg"
+            ]
+        );
+        assert_eq!(plan.remove.len(), 3);
+        // The newest of yesterday too: its whole chain stays; the increment of today's
+        // first chain goes (nothing kept needs it).
+        let plan = prune(&links, 1, 2);
+        assert_eq!(
+            plan.remove,
+            [PathBuf::from("alpha-20261130-100000.tar.zst.gpg")],
+            "{plan:?}"
+        );
+    }
+
+    /// Random forests of chains: full backups and increments on the newest link of a chain.
+    fn forests() -> impl Strategy<Value = Vec<Link>> {
+        proptest::collection::vec((any::<bool>(), 0usize..4), 1..30).prop_map(|steps| {
+            let mut links: Vec<Link> = Vec::new();
+            let mut tips: Vec<[u8; 32]> = Vec::new();
+            for (i, (full, which)) in steps.into_iter().enumerate() {
+                let mut digest = [0u8; 32];
+                digest[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
+                let parent = if full || tips.is_empty() {
+                    None
+                } else {
+                    let t = which % tips.len();
+                    Some(tips.remove(t))
+                };
+                tips.push(digest);
+                let stamp = format!("202612{:02}-{:06}", 1 + i / 5, i * 100);
+                links.push(Link {
+                    path: PathBuf::from(format!("alpha-{stamp}.tar.zst.gpg")),
+                    digest,
+                    parent,
+                    stamp,
+                });
+            }
+            links
+        })
+    }
+
+    proptest! {
+        #[test]
+        fn prune_never_leaves_a_kept_backup_unrestorable(
+            links in forests(),
+            keep_last in 0usize..6,
+            keep_daily in 0usize..4,
+        ) {
+            let plan = prune(&links, keep_last, keep_daily);
+            prop_assert_eq!(plan.keep.len() + plan.remove.len(), links.len());
+            let remaining: Vec<Link> = links
+                .iter()
+                .filter(|l| plan.keep.contains(&l.path))
+                .cloned()
+                .collect();
+            for l in &remaining {
+                // Every kept backup still restores from what is left.
+                prop_assert!(chain_of(l, &remaining).is_ok(), "{:?} lost its chain", l.path);
+            }
+            let mut newest: Vec<&Link> = links.iter().collect();
+            newest.sort_by(|a, b| b.stamp.cmp(&a.stamp));
+            for l in newest.iter().take(keep_last) {
+                prop_assert!(plan.keep.contains(&l.path));
+            }
+        }
+    }
+}

@@ -1,0 +1,208 @@
+//! `box backups [box] [--json]` and `box backups prune [box] --keep-last N [--keep-daily D]
+//! [--dry-run]`: the backups in the backup dir, per box, grouped by chain (backup::chain),
+//! and their removal without ever breaking what a kept backup needs to restore.
+//!
+//! Which backup builds on which is written inside each one (its manifest), so both ask
+//! for the passphrase and read each backup as far as its manifest.
+
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+use std::process::ExitCode;
+use std::time::SystemTime;
+
+use anyhow::{Context as _, Result};
+use box_proto::BoxName;
+
+use super::Context;
+use crate::backup::chain::{self, Link};
+use crate::backup::progress::human;
+use crate::backup::{load, passphrase};
+use crate::state::{LockKey, locks};
+use crate::ui;
+
+/// One backup file as the listing shows it.
+struct Listed {
+    link: Link,
+    /// Its chain's full backup, or `None` when the chain is broken.
+    chain: Option<PathBuf>,
+    size: u64,
+    age_secs: u64,
+}
+
+/// Every backup in `dir` of `only` (or of every box), by box.
+fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
+    let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
+        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+    };
+    for entry in entries {
+        let path = entry?.path();
+        if let Some((name, _)) = chain::box_and_stamp(&path)
+            && only.is_none_or(|o| o == name)
+            && path.is_file()
+        {
+            files.entry(name).or_default().push(path);
+        }
+    }
+    if files.is_empty() {
+        return Ok(BTreeMap::new());
+    }
+    let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+    let now = SystemTime::now();
+    let mut out = BTreeMap::new();
+    for (name, paths) in files {
+        let mut links = Vec::new();
+        for path in paths {
+            let place = load::peek_place(&path, &pass)
+                .with_context(|| format!("cannot read {}", path.display()))?;
+            let stamp = chain::box_and_stamp(&path)
+                .map(|(_, s)| s)
+                .unwrap_or_default();
+            links.push(Link {
+                digest: chain::file_digest(&path)?,
+                parent: place.and_then(|p| p.parent),
+                stamp,
+                path,
+            });
+        }
+        let mut listed: Vec<Listed> = links
+            .iter()
+            .map(|l| {
+                let meta = std::fs::metadata(&l.path).ok();
+                Listed {
+                    chain: chain::chain_of(l, &links)
+                        .ok()
+                        .and_then(|c| c.first().map(|f| f.path.clone())),
+                    size: meta.as_ref().map_or(0, |m| m.len()),
+                    age_secs: meta
+                        .and_then(|m| m.modified().ok())
+                        .and_then(|t| now.duration_since(t).ok())
+                        .map_or(0, |d| d.as_secs()),
+                    link: l.clone(),
+                }
+            })
+            .collect();
+        listed.sort_by(|a, b| a.link.stamp.cmp(&b.link.stamp));
+        out.insert(name, listed);
+    }
+    Ok(out)
+}
+
+fn file_name(p: &Path) -> String {
+    p.file_name()
+        .map_or_else(String::new, |n| n.to_string_lossy().into_owned())
+}
+
+fn age(secs: u64) -> String {
+    match secs {
+        s if s < 120 => format!("{s} s ago"),
+        s if s < 7200 => format!("{} min ago", s / 60),
+        s if s < 172_800 => format!("{} h ago", s / 3600),
+        s => format!("{} days ago", s / 86400),
+    }
+}
+
+pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
+    if let Some(crate::cli::BackupsCmd::Prune(p)) = &args.cmd {
+        return prune(ctx, p);
+    }
+    let dir = ctx.config.backup_dir();
+    let boxes = read(&dir, args.name.as_deref())?;
+    if args.json {
+        let rows: Vec<serde_json::Value> = boxes
+            .iter()
+            .flat_map(|(name, listed)| {
+                listed.iter().map(move |l| {
+                    serde_json::json!({
+                        "box": name,
+                        "file": l.link.path.display().to_string(),
+                        "kind": if l.link.parent.is_some() { "incremental" } else { "full" },
+                        "chain": l.chain.as_deref().map(file_name),
+                        "size": l.size,
+                        "stamp": l.link.stamp,
+                        "age_secs": l.age_secs,
+                    })
+                })
+            })
+            .collect();
+        println!("{}", serde_json::to_string_pretty(&rows)?);
+        return Ok(ExitCode::SUCCESS);
+    }
+    if boxes.is_empty() {
+        println!("No backups in {}", dir.display());
+        return Ok(ExitCode::SUCCESS);
+    }
+    for (name, listed) in &boxes {
+        println!("{name}");
+        let mut chains: BTreeMap<String, Vec<&Listed>> = BTreeMap::new();
+        for l in listed {
+            let key = l.chain.as_deref().map_or_else(
+                || "(broken: a link before it is missing)".to_string(),
+                file_name,
+            );
+            chains.entry(key).or_default().push(l);
+        }
+        for (root, links) in chains {
+            let total: u64 = links.iter().map(|l| l.size).sum();
+            println!(
+                "  chain {root}: {} backup(s), {}",
+                links.len(),
+                human(total)
+            );
+            for l in links {
+                println!(
+                    "    {:<40} {:<12} {:>10}  {}",
+                    file_name(&l.link.path),
+                    if l.link.parent.is_some() {
+                        "incremental"
+                    } else {
+                        "full"
+                    },
+                    human(l.size),
+                    age(l.age_secs)
+                );
+            }
+        }
+    }
+    Ok(ExitCode::SUCCESS)
+}
+
+fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
+    let dir = ctx.config.backup_dir();
+    let boxes = read(&dir, args.name.as_deref())?;
+    let mut removed = 0usize;
+    for (name, listed) in &boxes {
+        // No save of this box may publish while its backups are being pruned.
+        let _lock = match BoxName::parse(name) {
+            Ok(b) => Some(locks::try_acquire(
+                &ctx.state,
+                LockKey::Box(b),
+                &format!("box backups prune {name}"),
+            )?),
+            Err(_) => None,
+        };
+        let links: Vec<Link> = listed.iter().map(|l| l.link.clone()).collect();
+        let plan = chain::prune(&links, args.keep_last, args.keep_daily);
+        for path in &plan.remove {
+            if args.dry_run {
+                println!("would remove {}", path.display());
+            } else {
+                std::fs::remove_file(path)
+                    .with_context(|| format!("cannot remove {}", path.display()))?;
+                println!("removed {}", path.display());
+                removed += 1;
+            }
+        }
+        ui::say(format!(
+            "{name}: keeping {} backup(s){}",
+            plan.keep.len(),
+            if args.dry_run { " (dry run)" } else { "" }
+        ));
+    }
+    if !args.dry_run {
+        ui::say(format!("removed {removed} backup(s)"));
+    }
+    Ok(ExitCode::SUCCESS)
+}
