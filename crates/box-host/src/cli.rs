@@ -301,12 +301,8 @@ pub struct LoadArgs {
     /// Name of the new box
     #[arg(default_value = "restored")]
     pub name: String,
-    /// Keep the new VM if the restore fails, for inspection
-    #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
-    pub keep_on_failure: bool,
-    /// Provision from scratch even when a base exists
-    #[arg(long)]
-    pub fresh: bool,
+    #[command(flatten)]
+    pub making: MakeBoxArgs,
 }
 
 #[derive(Debug, Args)]
@@ -315,7 +311,14 @@ pub struct CloneArgs {
     pub source: String,
     /// Name of the new box
     pub name: String,
-    /// Keep the new VM if the clone fails, for inspection
+    #[command(flatten)]
+    pub making: MakeBoxArgs,
+}
+
+/// How `load` and `clone` make their new box.
+#[derive(Debug, Args)]
+pub struct MakeBoxArgs {
+    /// Keep the new VM if the restore or clone fails, for inspection
     #[arg(long, env = "BOX_KEEP_ON_FAILURE", value_parser = clap::builder::BoolishValueParser::new())]
     pub keep_on_failure: bool,
     /// Provision from scratch even when a base exists

@@ -66,16 +66,21 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     ui::say(format!(
         "Creating and provisioning '{name}' to clone '{source_name}' into"
     ));
-    let provisioned =
-        match new::create_and_provision(ctx, &name, "clone", args.keep_on_failure, args.fresh) {
-            Ok(p) => p,
-            Err(code) => {
-                ui::error(format!(
-                    "creating '{name}' failed; '{source_name}' was not touched"
-                ));
-                return Ok(code);
-            }
-        };
+    let provisioned = match new::create_and_provision(
+        ctx,
+        &name,
+        "clone",
+        args.making.keep_on_failure,
+        args.making.fresh,
+    ) {
+        Ok(p) => p,
+        Err(code) => {
+            ui::error(format!(
+                "creating '{name}' failed; '{source_name}' was not touched"
+            ));
+            return Ok(code);
+        }
+    };
     let mut target = LoadRun {
         ctx,
         verb: "clone",
@@ -83,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
         box_: provisioned,
         signals: DeferredSignals::install()?,
         guest_dir: None,
-        keep_on_failure: args.keep_on_failure,
+        keep_on_failure: args.making.keep_on_failure,
         own_token: true,
     };
     let restored = target.restore_with(|target, scratch| {

@@ -98,16 +98,21 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
-    let provisioned =
-        match new::create_and_provision(ctx, &name, "load", args.keep_on_failure, args.fresh) {
-            Ok(p) => p,
-            Err(code) => {
-                ui::error(format!(
-                    "destination provisioning failed; nothing was restored into '{name}'"
-                ));
-                return Ok(code);
-            }
-        };
+    let provisioned = match new::create_and_provision(
+        ctx,
+        &name,
+        "load",
+        args.making.keep_on_failure,
+        args.making.fresh,
+    ) {
+        Ok(p) => p,
+        Err(code) => {
+            ui::error(format!(
+                "destination provisioning failed; nothing was restored into '{name}'"
+            ));
+            return Ok(code);
+        }
+    };
     let mut run = LoadRun {
         ctx,
         verb: "load",
@@ -115,7 +120,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         box_: provisioned,
         signals,
         guest_dir: None,
-        keep_on_failure: args.keep_on_failure,
+        keep_on_failure: args.making.keep_on_failure,
         own_token: false,
     };
     let validated: Vec<ValidatedBackup> = chain.into_iter().map(|(v, _)| v).collect();
