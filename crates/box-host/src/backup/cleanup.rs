@@ -179,7 +179,13 @@ pub fn install() {
         }
         let previous = std::panic::take_hook();
         std::panic::set_hook(Box::new(move |info| {
-            at_exit();
+            // A parser panic that crypto turns into an error is no reason to remove the
+            // temps of everything else this process is doing (its caller cleans up its own
+            // when it reports the error). Which hook wraps which depends on which was set
+            // first, so the check is here too.
+            if !super::crypto::containing_panic() {
+                at_exit();
+            }
             previous(info);
         }));
         // SAFETY: registering a plain extern "C" fn with no captured state.

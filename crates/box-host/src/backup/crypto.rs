@@ -44,6 +44,13 @@ thread_local! {
     static CONTAINING: Cell<bool> = const { Cell::new(false) };
 }
 
+/// Whether this thread is inside [`contain_parser_panic`]: a panic there is turned into an
+/// error, so the process's other panic hooks (cleanup's removal of every temp) must not act
+/// on it.
+pub(crate) fn containing_panic() -> bool {
+    CONTAINING.with(Cell::get)
+}
+
 /// Runs `f`, turning a panic into an error message. sequoia 2.4's parser panics on some
 /// hostile inputs (an SEIPD packet shorter than its MDC reserve, i.e. a backup truncated
 /// a few dozen bytes in); that must read as "corrupt or truncated", never crash `box`.
