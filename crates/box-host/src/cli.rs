@@ -49,6 +49,11 @@ pub struct Cli {
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 
+    /// Where new boxes go: ssh://[user@]host[:port], or `local` (default: $BOX_HOST, else
+    /// this machine). Existing boxes remember their host; other verbs need no --host
+    #[arg(long, global = true, value_name = "HOST")]
+    pub host: Option<String>,
+
     #[command(subcommand)]
     pub command: Command,
 }

@@ -9,6 +9,7 @@ pub mod commands;
 pub mod config;
 pub mod gateway;
 pub mod lifecycle;
+pub mod remote;
 pub mod smolvm;
 pub mod state;
 pub mod transfer;

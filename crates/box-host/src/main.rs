@@ -33,8 +33,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Man => return commands::man::run(),
         _ => {}
     }
+    let config = config::load(cli.config.as_deref())?;
+    let host = box_host::remote::selected(cli.host.as_deref(), &config.env.host)?;
     let ctx = commands::Context {
-        config: config::load(cli.config.as_deref())?,
+        config,
+        host,
         state: state::StateDir::resolve()?,
         verbose: cli.verbose,
         quiet: cli.quiet,

@@ -107,6 +107,7 @@ fn registered_box(t: &Path) -> (Command, std::path::PathBuf) {
             incomplete: false,
             kept_after_failure: None,
             machine_label: None,
+            host: None,
         })
         .unwrap();
     let calls = t.join("smolvm-calls");

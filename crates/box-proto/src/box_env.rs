@@ -77,6 +77,15 @@ pub struct BoxEnv {
     /// `BACKUP_CHAIN_MAX`: `box save` writes an incremental backup on the newest one until
     /// a chain has this many links, then a full one (1: every save is full).
     pub backup_chain_max: u32,
+    /// `BOX_HOST`: where new boxes live: empty for this machine, or `ssh://user@host[:port]`
+    /// (smolvm on a remote Linux host, driven over OpenSSH). Existing boxes remember theirs.
+    pub host: String,
+    /// `BOX_REMOTE_SMOLVM`: smolvm on the remote host (non-interactive shells often lack it
+    /// on PATH).
+    pub remote_smolvm: String,
+    /// `BOX_SSH_COMMAND`: the ssh command, split on spaces (`ssh -F ./cfg`), as
+    /// `GIT_SSH_COMMAND` is for git.
+    pub ssh_command: String,
 }
 
 impl Default for BoxEnv {
@@ -105,6 +114,9 @@ impl Default for BoxEnv {
             open_session_idle_timeout_secs: 12 * 3600,
             open_session_max_age_secs: 7 * 86400,
             backup_chain_max: 24,
+            host: String::new(),
+            remote_smolvm: "smolvm".into(),
+            ssh_command: "ssh".into(),
         }
     }
 }
@@ -134,6 +146,9 @@ pub const KEYS: &[&str] = &[
     "OPEN_SESSION_IDLE_TIMEOUT",
     "OPEN_SESSION_MAX_AGE",
     "BACKUP_CHAIN_MAX",
+    "BOX_HOST",
+    "BOX_REMOTE_SMOLVM",
+    "BOX_SSH_COMMAND",
 ];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
@@ -237,6 +252,15 @@ impl BoxEnv {
                 self.open_session_max_age_secs = parse_in(value, 1, 365 * 86400, "seconds")?
             }
             "BACKUP_CHAIN_MAX" => self.backup_chain_max = parse_in(value, 1, 1000, "links")?,
+            "BOX_HOST" => self.host = parse_text(value)?.trim().to_string(),
+            "BOX_REMOTE_SMOLVM" => self.remote_smolvm = parse_word(value)?,
+            "BOX_SSH_COMMAND" => {
+                let v = parse_text(value)?;
+                if v.trim().is_empty() {
+                    return Err("must not be empty (the default is ssh)".into());
+                }
+                self.ssh_command = v;
+            }
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -276,6 +300,9 @@ impl BoxEnv {
             "OPEN_SESSION_IDLE_TIMEOUT" => self.open_session_idle_timeout_secs.to_string(),
             "OPEN_SESSION_MAX_AGE" => self.open_session_max_age_secs.to_string(),
             "BACKUP_CHAIN_MAX" => self.backup_chain_max.to_string(),
+            "BOX_HOST" => self.host.clone(),
+            "BOX_REMOTE_SMOLVM" => self.remote_smolvm.clone(),
+            "BOX_SSH_COMMAND" => self.ssh_command.clone(),
             _ => return None,
         })
     }

@@ -28,4 +28,6 @@ pub struct Context {
     pub state: StateDir,
     pub verbose: u8,
     pub quiet: bool,
+    /// Where new boxes go (`--host`, `BOX_HOST`); `None`: this machine.
+    pub host: Option<crate::remote::RemoteHost>,
 }

@@ -261,6 +261,7 @@ impl NewRun<'_> {
             incomplete: true,
             kept_after_failure: None,
             machine_label,
+            host: self.ctx.host.as_ref().map(ToString::to_string),
         })?;
         self.row_written = true;
         self.registry_lock = None;

@@ -150,6 +150,7 @@ mod tests {
             incomplete: true,
             kept_after_failure: None,
             machine_label: None,
+            host: None,
         })
         .unwrap();
         let smolvm = ambiguous_smolvm(tmp.path());

@@ -110,6 +110,19 @@ impl Smolvm {
         Self::with_binary(bin, cap)
     }
 
+    /// smolvm for a box on `host`: this machine's ([`Self::from_env`]) for `None`, else
+    /// `BOX_REMOTE_SMOLVM` on that host over ssh.
+    pub fn for_host(host: Option<&crate::remote::RemoteHost>, env: &box_proto::BoxEnv) -> Self {
+        match host {
+            None => Self::from_env(),
+            // The ssh transport lands in its own change; until then nothing selects a host.
+            Some(_) => {
+                let _ = env;
+                Self::from_env()
+            }
+        }
+    }
+
     pub fn with_binary(bin: impl Into<OsString>, cap: Option<Duration>) -> Self {
         Self {
             bin: bin.into(),

@@ -44,6 +44,22 @@ pub struct BoxRecord {
     /// without labels; the name alone decides, as before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub machine_label: Option<String>,
+    /// Where the box lives: `ssh://…` for a remote host ([`crate::remote`]), `None` for
+    /// this machine (every record written before remote hosts existed).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub host: Option<String>,
+}
+
+impl BoxRecord {
+    /// The remote host this box lives on, `None` for this machine.
+    pub fn remote_host(&self) -> Result<Option<crate::remote::RemoteHost>> {
+        match self.host.as_deref() {
+            None => Ok(None),
+            Some(h) => crate::remote::RemoteHost::parse(h)
+                .map(Some)
+                .with_context(|| format!("the registry row of box '{}'", self.name)),
+        }
+    }
 }
 
 /// A record file that could not be read.
@@ -271,6 +287,7 @@ mod tests {
             incomplete: false,
             kept_after_failure: None,
             machine_label: None,
+            host: None,
         }
     }
 
