@@ -333,3 +333,67 @@ fn dropping_the_remote_ends_every_process_it_started() {
         std::thread::sleep(Duration::from_millis(50));
     }
 }
+
+#[test]
+fn a_remote_machine_outlives_its_session_and_publishes_on_the_remotes_loopback_only() {
+    if !prerequisites() {
+        return;
+    }
+    let r = Remote::new();
+    let before = Remote::host_listeners();
+    let port = 45000 + (std::process::id() % 5000) as u16;
+    let smolvm = r.smolvm().display().to_string();
+    let out = r.ssh(&[&format!(
+        "{smolvm} machine create --name rm1 --image debian:12 --net -p {port}:{port} \
+         -- /bin/sh -c 'exec python3 -m http.server {port}' && {smolvm} machine start --name rm1"
+    )]);
+    assert!(out.status.success(), "{}", text(&out));
+    // The session is over; the machine runs on, its port on the remote's 127.0.0.1.
+    let start = Instant::now();
+    loop {
+        let out = r.ssh(&[&format!(
+            "curl -s -o /dev/null -w '%{{http_code}}' http://127.0.0.1:{port}/"
+        )]);
+        if String::from_utf8_lossy(&out.stdout) == "200" {
+            break;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(30),
+            "the remote machine's port never answered on the remote: {}",
+            text(&out)
+        );
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert!(
+        std::net::TcpStream::connect(("127.0.0.1", port)).is_err(),
+        "the remote's published port answers on this host"
+    );
+    assert!(listeners_of_ours(&before).is_empty());
+    // The guest reaches the registries through the remote's network.
+    let out = r.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "rm1",
+        "--",
+        "curl",
+        "-sS",
+        "-o",
+        "/dev/null",
+        "-w",
+        "%{http_code}",
+        "--max-time",
+        "30",
+        "https://registry.npmjs.org/-/ping",
+    ]);
+    assert_eq!(
+        String::from_utf8_lossy(&out.stdout),
+        "200",
+        "{}",
+        text(&out)
+    );
+    assert_eq!(
+        r.machines(),
+        vec![("rm1".to_string(), "running".to_string())]
+    );
+}
