@@ -66,6 +66,17 @@ struct NewRun<'a> {
     started: std::time::Instant,
 }
 
+/// The smolvm machine name of a new box: the box's name on this machine (as always); on a
+/// remote host, prefixed with this state dir's id, so two laptops sharing one remote account
+/// never collide (the prefix shows nowhere the user types names).
+fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
+    if ctx.host.is_none() {
+        return Ok(name.to_string());
+    }
+    let id = crate::smolvm::labels::state_id(&ctx.state)?;
+    Ok(format!("hb-{}-{name}", &id[..8]))
+}
+
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
     let signals = DeferredSignals::install()?;
@@ -77,9 +88,9 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let transcript = Transcript::create(&ctx.state, name.as_str(), "new")?;
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::from_env(),
+        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
         signals,
-        machine: name.to_string(),
+        machine: machine_name(ctx, &name)?,
         name,
         transcript,
         stage: STAGE_CREATE,
@@ -305,6 +316,13 @@ impl NewRun<'_> {
             ui::say("--fresh: provisioning from scratch");
             return None;
         }
+        if let Some(host) = &self.ctx.host {
+            // Bases live in this machine's store; a remote host would need its own.
+            ui::say(format!(
+                "Provisioning on {host} from the network (bases are built per host)"
+            ));
+            return None;
+        }
         let env = &self.ctx.config.env;
         let found = BaseKey::current(env, &test_guest_env::from_env())
             .and_then(|key| store::Store::new(&self.ctx.state).find(&key));
@@ -492,13 +510,14 @@ pub fn create_and_provision(
     keep_on_failure: bool,
     fresh: bool,
 ) -> Result<Provisioned, ExitCode> {
-    let setup = || -> Result<(DeferredSignals, Transcript)> {
+    let setup = || -> Result<(DeferredSignals, Transcript, String)> {
         Ok((
             DeferredSignals::install()?,
             Transcript::create(&ctx.state, name.as_str(), verb)?,
+            machine_name(ctx, name)?,
         ))
     };
-    let (signals, transcript) = match setup() {
+    let (signals, transcript, machine) = match setup() {
         Ok(v) => v,
         Err(e) => {
             ui::error(format!("{e:#}"));
@@ -507,9 +526,9 @@ pub fn create_and_provision(
     };
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::from_env(),
+        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
         signals,
-        machine: name.to_string(),
+        machine,
         name: name.clone(),
         transcript,
         stage: STAGE_CREATE,
