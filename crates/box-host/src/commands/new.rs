@@ -172,7 +172,9 @@ impl NewRun<'_> {
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         self.base = self.pick_base();
+        // The memory check reads this machine's memory: a remote host's is doctor's.
         if self.base.is_none()
+            && self.ctx.host.is_none()
             && !crate::lifecycle::host_checks::is_simulator(&self.smolvm)
             && let Some(c) = crate::lifecycle::host_checks::seed_memory(
                 version,
