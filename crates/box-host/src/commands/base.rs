@@ -11,6 +11,13 @@ use crate::cli::BaseCmd;
 use crate::ui;
 
 pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
+    if let Some(host) = &ctx.host {
+        anyhow::bail!(
+            "bases live in this machine's store; building one on {host} is not supported yet \
+             (box new there provisions from the network). Run with --host local, or leave \
+             BOX_HOST empty, for this machine's bases"
+        );
+    }
     match cmd {
         BaseCmd::Build(a) => {
             let t0 = std::time::Instant::now();

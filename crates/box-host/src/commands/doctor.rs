@@ -15,6 +15,7 @@ use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
 use crate::lifecycle::host_checks::{self, Check, Status};
 use crate::lifecycle::listeners;
+use crate::remote::RemoteHost;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
@@ -51,18 +52,6 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             ),
         ));
     }
-    let machines = match smolvm.list() {
-        Ok(m) => Some(m),
-        Err(e) => {
-            checks.push(Check::new(
-                "registry",
-                "smolvm",
-                Status::Fail,
-                format!("cannot list machines: {e}"),
-            ));
-            None
-        }
-    };
     let records: Vec<&BoxRecord> = listing
         .records
         .iter()
@@ -73,25 +62,85 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     {
         anyhow::bail!("no box named '{n}' (see box ls)");
     }
-    if let Some(list) = &machines {
+    // Each host a box lives on is asked once: this machine, then every remote host.
+    let mut hosts: Vec<Option<RemoteHost>> = vec![None];
+    for r in &listing.records {
+        match r.remote_host() {
+            Ok(h) if !hosts.contains(&h) => hosts.push(h),
+            Ok(_) => {}
+            Err(e) => checks.push(Check::new(
+                "registry",
+                "host",
+                Status::Fail,
+                format!("{e:#}"),
+            )),
+        }
+    }
+    if only.is_none() && ctx.host.is_some() && !hosts.contains(&ctx.host) {
+        hosts.push(ctx.host.clone());
+    }
+    for host in &hosts {
+        let on_host: Vec<&BoxRecord> = records
+            .iter()
+            .copied()
+            .filter(|r| r.remote_host().ok().flatten() == *host)
+            .collect();
+        let remote_smolvm;
+        let smolvm = match host {
+            None => &smolvm,
+            Some(h) => {
+                if on_host.is_empty() && only.is_some() {
+                    continue;
+                }
+                remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
+                checks.extend(remote_host_checks(h, &remote_smolvm));
+                &remote_smolvm
+            }
+        };
+        let scope = |what: &str| match host {
+            None => what.to_string(),
+            Some(h) => format!("{what} on {h}"),
+        };
+        let machines = match smolvm.list() {
+            Ok(m) => m,
+            Err(e) => {
+                checks.push(Check::new(
+                    "registry",
+                    "smolvm",
+                    Status::Fail,
+                    format!(
+                        "cannot list machines{}: {e}",
+                        host.as_ref()
+                            .map(|h| format!(" on {h}"))
+                            .unwrap_or_default()
+                    ),
+                ));
+                continue;
+            }
+        };
         if only.is_none() {
-            for m in list {
-                if !listing.records.iter().any(|r| r.machine == m.name) {
+            for m in &machines {
+                let ours = listing
+                    .records
+                    .iter()
+                    .any(|r| r.machine == m.name && r.remote_host().ok().flatten() == *host);
+                if !ours {
                     checks.push(Check::new(
                         "registry",
                         "unmanaged",
                         Status::Ok,
                         format!(
-                            "smolvm machine '{}' is not managed by box (left alone)",
+                            "{} '{}' is not managed by box (left alone)",
+                            scope("smolvm machine"),
                             m.name
                         ),
                     ));
                 }
             }
         }
-        for r in &records {
-            let machine = list.iter().find(|m| m.name == r.machine);
-            check_box(ctx, &smolvm, r, machine, args.fix, &mut checks, &mut fixed);
+        for r in on_host {
+            let machine = machines.iter().find(|m| m.name == r.machine);
+            check_box(ctx, smolvm, r, machine, args.fix, &mut checks, &mut fixed);
         }
     }
     let failed = checks.iter().any(|c| c.status == Status::Fail);
@@ -110,6 +159,20 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// The checks of a remote host: reached over ssh, and the smolvm there.
+fn remote_host_checks(host: &RemoteHost, smolvm: &Smolvm) -> Vec<Check> {
+    let scope = format!("{host}");
+    vec![match smolvm.version() {
+        Ok(v) => Check::new(
+            &scope,
+            "smolvm",
+            Status::Ok,
+            format!("reached over ssh; smolvm {v}"),
+        ),
+        Err(e) => Check::new(&scope, "smolvm", Status::Fail, format!("{e}")),
+    }]
 }
 
 /// Why an incomplete box is incomplete, and what to do: kept on purpose after a failed
@@ -336,8 +399,10 @@ fn box_checks(
             false
         }
         Some(port) if executor => {
-            let result = guest::read_token(smolvm, &record.machine)
-                .and_then(|token| guest::host_handshake(port, &token, 3, None));
+            let result = guest::read_token(smolvm, &record.machine).and_then(|token| {
+                let reached = smolvm.host_port(port)?;
+                guest::host_handshake(reached, &token, 3, None)
+            });
             match result {
                 Ok(h) => {
                     checks.push(Check::new(
@@ -367,13 +432,15 @@ fn box_checks(
             true
         }
     };
-    // Whatever runs behind it: a published port must answer on loopback only.
-    let port_ok = record.web_port.is_none_or(|port| {
-        let check = listeners::check(s, port);
-        let ok = check.status != Status::Fail;
-        checks.push(check);
-        ok
-    });
+    // Whatever runs behind it: a published port must answer on loopback only. (A remote
+    // box's port is on the remote's loopback; box reaches it through the ssh connection.)
+    let port_ok = record.host.is_some()
+        || record.web_port.is_none_or(|port| {
+            let check = listeners::check(s, port);
+            let ok = check.status != Status::Fail;
+            checks.push(check);
+            ok
+        });
     Health {
         healthy: guest.ok && host_ok && port_ok,
         interrupted_save,

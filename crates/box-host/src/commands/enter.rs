@@ -9,7 +9,6 @@ use anyhow::Result;
 
 use super::Context;
 use crate::lifecycle::{boxes, guest, readiness};
-use crate::smolvm::Smolvm;
 use crate::ui;
 
 /// The login shell of `agent` runs tmux; `-l` gives it the login environment
@@ -18,7 +17,7 @@ const ATTACH: &str = "tmux -f /opt/hermes-box/tmux.conf new-session -A -s main";
 
 pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, &record)?;
     let machine = boxes::machine(&smolvm, &record)?;
     if !machine.state.is_running() {
         ui::say(format!("Starting '{}'", record.name));

@@ -66,6 +66,17 @@ struct NewRun<'a> {
     started: std::time::Instant,
 }
 
+/// The smolvm machine name of a new box: the box's name on this machine (as always); on a
+/// remote host, prefixed with this state dir's id, so two laptops sharing one remote account
+/// never collide (the prefix shows nowhere the user types names).
+fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
+    if ctx.host.is_none() {
+        return Ok(name.to_string());
+    }
+    let id = crate::smolvm::labels::state_id(&ctx.state)?;
+    Ok(format!("hb-{}-{name}", &id[..8]))
+}
+
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
     let signals = DeferredSignals::install()?;
@@ -77,9 +88,9 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let transcript = Transcript::create(&ctx.state, name.as_str(), "new")?;
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::from_env(),
+        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
         signals,
-        machine: name.to_string(),
+        machine: machine_name(ctx, &name)?,
         name,
         transcript,
         stage: STAGE_CREATE,
@@ -161,7 +172,9 @@ impl NewRun<'_> {
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         self.base = self.pick_base();
+        // The memory check reads this machine's memory: a remote host's is doctor's.
         if self.base.is_none()
+            && self.ctx.host.is_none()
             && !crate::lifecycle::host_checks::is_simulator(&self.smolvm)
             && let Some(c) = crate::lifecycle::host_checks::seed_memory(
                 version,
@@ -303,6 +316,13 @@ impl NewRun<'_> {
         use crate::base::{key::BaseKey, store};
         if self.fresh {
             ui::say("--fresh: provisioning from scratch");
+            return None;
+        }
+        if let Some(host) = &self.ctx.host {
+            // Bases live in this machine's store; a remote host would need its own.
+            ui::say(format!(
+                "Provisioning on {host} from the network (bases are built per host)"
+            ));
             return None;
         }
         let env = &self.ctx.config.env;
@@ -492,13 +512,14 @@ pub fn create_and_provision(
     keep_on_failure: bool,
     fresh: bool,
 ) -> Result<Provisioned, ExitCode> {
-    let setup = || -> Result<(DeferredSignals, Transcript)> {
+    let setup = || -> Result<(DeferredSignals, Transcript, String)> {
         Ok((
             DeferredSignals::install()?,
             Transcript::create(&ctx.state, name.as_str(), verb)?,
+            machine_name(ctx, name)?,
         ))
     };
-    let (signals, transcript) = match setup() {
+    let (signals, transcript, machine) = match setup() {
         Ok(v) => v,
         Err(e) => {
             ui::error(format!("{e:#}"));
@@ -507,9 +528,9 @@ pub fn create_and_provision(
     };
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::from_env(),
+        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
         signals,
-        machine: name.to_string(),
+        machine,
         name: name.clone(),
         transcript,
         stage: STAGE_CREATE,

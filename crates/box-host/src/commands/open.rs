@@ -21,7 +21,6 @@ use crate::child_env::{self, ChildKind};
 use crate::cli::OpenArgs;
 use crate::gateway::{self, GatewayInfo, control, record, sign_in_file, spawn};
 use crate::lifecycle::{boxes, readiness};
-use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
 use crate::ui;
 
@@ -118,7 +117,7 @@ fn ensure_gateway(ctx: &Context, record: &BoxRecord) -> Result<GatewayInfo> {
         return Ok(info);
     }
     let _lock = boxes::lock(ctx, record, &format!("box open {name}"))?;
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, record)?;
     let machine = boxes::machine(&smolvm, record)?;
     if !machine.state.is_running() {
         bail!("box '{name}' is not running; run `box start {name}` before opening Executor");

@@ -15,13 +15,12 @@ use super::Context;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::{boxes, readiness};
-use crate::smolvm::Smolvm;
 use crate::ui;
 
 pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     let _lock = boxes::lock(ctx, &record, &format!("box repair {}", record.name))?;
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, &record)?;
     let machine = boxes::machine(&smolvm, &record)?;
     if !machine.state.is_running() {
         ui::say(format!("Starting '{}' ({})", record.name, machine.state));

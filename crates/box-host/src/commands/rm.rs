@@ -11,7 +11,6 @@ use anyhow::{Context as _, Result, bail};
 use super::Context;
 use crate::gateway;
 use crate::lifecycle::boxes;
-use crate::smolvm::Smolvm;
 use crate::state::{LockKey, Registry, locks};
 use crate::ui;
 
@@ -25,7 +24,7 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     }
     let _lock = boxes::lock(ctx, &record, &format!("box rm {name}"))?;
     gateway::stop_with_box(&ctx.state, name.as_str());
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, &record)?;
     match smolvm.find(&record.machine)? {
         None => ui::warn(format!(
             "smolvm machine '{}' is already gone; removing the registry entry",

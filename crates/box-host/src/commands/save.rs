@@ -127,10 +127,11 @@ impl<'a> SaveRun<'a> {
         verb: &str,
     ) -> Result<Self> {
         let transcript = Transcript::create(&ctx.state, record.name.as_str(), verb)?;
+        let smolvm = Smolvm::for_host(record.remote_host()?.as_ref(), &ctx.config.env);
         Ok(SaveRun {
             ctx,
             record,
-            smolvm: Smolvm::from_env(),
+            smolvm,
             signals,
             transcript,
             paused: false,

@@ -7,13 +7,12 @@ use anyhow::Result;
 
 use super::Context;
 use crate::lifecycle::{boxes, readiness};
-use crate::smolvm::Smolvm;
 use crate::ui;
 
 pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     let _lock = boxes::lock(ctx, &record, &format!("box start {}", record.name))?;
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, &record)?;
     boxes::machine(&smolvm, &record)?;
     ui::say(format!("Starting '{}'", record.name));
     smolvm.start(&record.machine)?;

@@ -13,7 +13,6 @@ use anyhow::Result;
 use super::Context;
 use crate::gateway;
 use crate::lifecycle::{boxes, guest};
-use crate::smolvm::Smolvm;
 use crate::ui;
 
 pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
@@ -21,7 +20,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let _lock = boxes::lock(ctx, &record, &format!("box stop {}", record.name))?;
     // The UI gateway goes with the box (whatever state the VM is in).
     gateway::stop_with_box(&ctx.state, record.name.as_str());
-    let smolvm = Smolvm::from_env();
+    let smolvm = boxes::smolvm(ctx, &record)?;
     let machine = boxes::machine(&smolvm, &record)?;
     if !machine.state.is_running() {
         ui::say(format!(

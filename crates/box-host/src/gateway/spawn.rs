@@ -135,11 +135,15 @@ pub fn run_process(ctx: &Context, name: &str) -> Result<std::process::ExitCode> 
     let Some(record) = Registry::new(&ctx.state).get(&name)? else {
         bail!("no box named '{name}'");
     };
-    let Some(upstream_port) = record.web_port else {
+    let Some(web_port) = record.web_port else {
         bail!("'{name}' has no exposed Executor host port");
     };
+    let smolvm = Smolvm::for_host(record.remote_host()?.as_ref(), &ctx.config.env);
+    // A remote box's port is on the remote's loopback: the gateway's upstream is a forward
+    // of it over the ssh connection, held as long as this process runs.
+    let upstream_port = smolvm.host_port(web_port)?;
     let probe = Arc::new(VmProbe {
-        smolvm: Smolvm::from_env(),
+        smolvm,
         machine: record.machine.clone(),
         state: ctx.state.clone(),
         name: name.clone(),

@@ -17,6 +17,14 @@ pub fn registered(ctx: &Context, raw: &str) -> Result<BoxRecord> {
     }
 }
 
+/// smolvm where `record`'s box lives: this machine's, or its remote host's over ssh.
+pub fn smolvm(ctx: &Context, record: &BoxRecord) -> Result<Smolvm> {
+    Ok(Smolvm::for_host(
+        record.remote_host()?.as_ref(),
+        &ctx.config.env,
+    ))
+}
+
 /// The per-box lock for `operation` (e.g. `box stop alpha`).
 pub fn lock(ctx: &Context, record: &BoxRecord, operation: &str) -> Result<LockGuard> {
     Ok(locks::try_acquire(

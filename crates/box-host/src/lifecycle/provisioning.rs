@@ -211,9 +211,15 @@ impl Setup<'_> {
         match port {
             Some(port) if self.env.install_executor => {
                 let token = guest::read_token(self.smolvm, self.machine)?;
-                let healthy = guest::host_handshake(port, &token, 30, self.cancel)?;
+                let reached = self.smolvm.host_port(port)?;
+                let healthy = guest::host_handshake(reached, &token, 30, self.cancel)?;
+                let over = if reached == port {
+                    String::new()
+                } else {
+                    format!(" (the box's port {port}, through the ssh connection)")
+                };
                 ui::say(format!(
-                    "host Executor MCP: healthy on http://127.0.0.1:{port} ({} {})",
+                    "host Executor MCP: healthy on http://127.0.0.1:{reached}{over} ({} {})",
                     healthy.server.name, healthy.server.version
                 ));
             }

@@ -68,7 +68,7 @@ pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> 
     }
     if let Some(port) = record.web_port {
         let token = guest::read_token(smolvm, &record.machine)?;
-        guest::host_handshake(port, &token, 30, None)?;
+        guest::host_handshake(smolvm.host_port(port)?, &token, 30, None)?;
     }
     Ok(Readiness::Ready)
 }

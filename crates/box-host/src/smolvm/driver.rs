@@ -123,6 +123,12 @@ impl Smolvm {
         }
     }
 
+    /// The port on this machine that reaches `port` published on smolvm's host's loopback:
+    /// `port` itself for local smolvm; a forward over the ssh connection for a remote one.
+    pub fn host_port(&self, port: u16) -> Result<u16, SmolvmError> {
+        Ok(port)
+    }
+
     pub fn with_binary(bin: impl Into<OsString>, cap: Option<Duration>) -> Self {
         Self {
             bin: bin.into(),
