@@ -624,7 +624,8 @@ Subsystem sftp internal-sftp
         killed
     }
 
-    /// Kills every smolvm call running on the remote (not the machines' supervisors), as an
+    /// Kills every smolvm call running on the remote (not the machines' supervisors nor the
+    /// simulator's exec watchers: its internals, which a real smolvm has not), as an
     /// OOM kill or an operator would. Returns how many it killed.
     pub fn kill_remote_smolvm(&self) -> usize {
         let sim = sim_support::sibling("smolvm-sim").display().to_string();
@@ -633,7 +634,8 @@ Subsystem sftp internal-sftp
         for p in self.ns.processes() {
             let is_call = (p.args.starts_with(&sim)
                 || p.args.starts_with(&format!("/bin/sh {script}")))
-                && !p.args.contains("_boot-vm");
+                && !p.args.contains("_boot-vm")
+                && !p.args.contains("_exec-watch");
             if is_call {
                 killed += kill_remote_pid(&self.ns, p.pid);
             }
