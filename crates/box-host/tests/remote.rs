@@ -119,9 +119,30 @@ fn timed(r: &Remote, args: &[&str], env: &[(&str, &str)]) -> (Run, f64) {
     (run, secs)
 }
 
-/// `box enter NAME` on a real pty (script(1)) with the world's environment: types one
-/// command into the session and leaves; the output shows where it ran.
-fn enter(r: &Remote, name: &str) -> Run {
+/// Whether a tmux client is attached to session `main` in the remote guest `machine`.
+fn tmux_attached(r: &Remote, machine: &str) -> bool {
+    let out = r.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        machine,
+        "--",
+        "runuser",
+        "-u",
+        "agent",
+        "--",
+        "tmux",
+        "list-clients",
+        "-t",
+        "main",
+    ]);
+    out.status.success() && !String::from_utf8_lossy(&out.stdout).trim().is_empty()
+}
+
+/// `box enter NAME` on a real pty (script(1)) with the world's environment: once its tmux
+/// client is attached in the remote guest `machine`, types one command into the session
+/// and leaves; the output shows where it ran.
+fn enter(r: &Remote, name: &str, machine: &str) -> Run {
     let base = r.world.command(&[], &[]);
     let mut cmd = Command::new("script");
     cmd.args([
@@ -143,17 +164,33 @@ fn enter(r: &Remote, name: &str) -> Run {
         .stderr(Stdio::piped());
     let mut child = cmd.spawn().unwrap();
     let mut stdin = child.stdin.take().unwrap();
-    std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_secs(5));
-        let _ = stdin.write_all(
-            b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-on-$(hostname)-marker-$(cat ~/.box-test-marker | wc -l)\r",
-        );
-        std::thread::sleep(Duration::from_secs(2));
-        let _ = stdin.write_all(b"exit\r");
-        std::thread::sleep(Duration::from_secs(3));
-    });
-    let out = child.wait_with_output().unwrap();
-    let run = Run::from(&out);
+    // Typed too early, keys are lost on the way (ssh and the remote exec set their ptys up
+    // after box starts): wait for the attached client.
+    let start = Instant::now();
+    while !tmux_attached(r, machine) {
+        if start.elapsed() > Duration::from_secs(60) || child.try_wait().unwrap().is_some() {
+            let _ = child.kill();
+            let run = Run::from(&child.wait_with_output().unwrap());
+            panic!("box enter {name} never attached to the session:\n{run}");
+        }
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    stdin
+        .write_all(b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-marker-$(cat ~/.box-test-marker | wc -l)\r")
+        .unwrap();
+    std::thread::sleep(Duration::from_secs(1));
+    stdin.write_all(b"exit\r").unwrap();
+    let start = Instant::now();
+    while child.try_wait().unwrap().is_none() {
+        if start.elapsed() > Duration::from_secs(60) {
+            let _ = child.kill();
+            let run = Run::from(&child.wait_with_output().unwrap());
+            panic!("box enter {name} did not end when its shell exited:\n{run}");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    drop(stdin);
+    let run = Run::from(&child.wait_with_output().unwrap());
     r.world
         .transcript
         .borrow_mut()
@@ -283,10 +320,10 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
 
     // enter: the tmux session as agent, in the remote guest.
     let marker = write_remote_marker(&r, &alpha);
-    let entered = enter(&r, "alpha");
+    let entered = enter(&r, "alpha", &alpha);
     assert!(entered.ok(), "box enter alpha: {entered}");
     assert!(
-        entered.stdout.contains("in-main-as-agent-on-") && entered.stdout.contains("-marker-1"),
+        entered.stdout.contains("in-main-as-agent-marker-1"),
         "box enter did not land in alpha's tmux session as agent:\n{entered}"
     );
 
@@ -642,4 +679,28 @@ fn remote_heavy_bench_remote_vs_local() {
             "remote bench {label}: new {n:.1} s, save {s:.1} s, load {l:.1} s (medians of 3)"
         );
     }
+}
+
+/// What box copies into a guest (hb, provisioning's files, the configs it writes) has the
+/// same modes and owners in a remote box as in a local one: a part streamed through the
+/// remote's private temp dir (umask 077) must not arrive 0600.
+#[test]
+fn remote_guest_files_keep_the_modes_a_local_box_has() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let r = Remote::new();
+    let new = r.world.run(&["new", "alpha"], &[]);
+    assert!(new.ok(), "box new alpha on the remote: {new}");
+    let new = r.world.run(&["--host", "local", "new", "gamma"], &[]);
+    assert!(new.ok(), "box new gamma here: {new}");
+    let listing = "find /opt/hermes-box /usr/local/bin/hb /etc/hermes-box.env -printf '%m %u:%g %p\\n' 2>/dev/null | sort";
+    let remote = r.guest_sh(&remote_machine(&r, "alpha").unwrap(), listing);
+    let local = r.world.sh(&local_machine(&r, "gamma").unwrap(), listing);
+    assert!(!local.trim().is_empty());
+    assert_eq!(
+        remote, local,
+        "modes in the remote box (left) differ from a local box's (right)"
+    );
 }
