@@ -85,10 +85,17 @@ fn assert_remote_temps_gone(r: &Remote, secs: u64, when: &str) {
         if left.is_empty() {
             return;
         }
-        assert!(
-            start.elapsed() < Duration::from_secs(secs),
-            "{when}: the remote keeps box's temp dirs: {left:?}"
-        );
+        if start.elapsed() > Duration::from_secs(secs) {
+            let procs: Vec<String> =
+                r.ns.processes()
+                    .into_iter()
+                    .map(|p| format!("{} {}", p.pid, p.args))
+                    .filter(|p| !p.contains("_boot-vm") && !p.contains(" hb workload"))
+                    .collect();
+            panic!(
+                "{when}: the remote keeps box's temp dirs {left:?} after {secs} s; its processes: {procs:#?}"
+            );
+        }
         std::thread::sleep(Duration::from_millis(100));
     }
 }
@@ -407,7 +414,7 @@ fn cut_during(r: &Remote, args: &[&str], needle: &str) -> Run {
     ]);
     let from = r.calls().len();
     let child = r.world.spawn(args, &[]);
-    let reached = wait_for_remote_call(r, from, "machine cp", 240);
+    let reached = wait_for_remote_call(r, from, needle, 240);
     // The copy's temp dir is there while it runs (the check below is not vacuous).
     let start = Instant::now();
     while reached && remote_temps(r).is_empty() && start.elapsed() < Duration::from_secs(10) {
@@ -445,7 +452,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
 
     // The connection dropped mid-save: an error, nothing published, no temp anywhere, and
     // the box saves fine afterwards.
-    let run = cut_during(&r, &["save", "alpha"], &alpha);
+    let run = cut_during(&r, &["save", "alpha"], "/part-0");
     assert!(
         !run.ok(),
         "box save reported success over a dropped connection: {run}"
@@ -483,9 +490,12 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
         !run.ok(),
         "box save reported success with its smolvm killed: {run}"
     );
+    // Over ssh a killed smolvm is seen as the call's status 137: box says the step was
+    // killed (it cannot tell smolvm's death from the guest command's).
     assert!(
-        run.stderr.contains("smolvm"),
-        "the error does not say smolvm failed: {run}"
+        run.stderr.contains("alpha")
+            && (run.stderr.contains("smolvm") || run.stderr.to_lowercase().contains("killed")),
+        "the error does not say which box and that the call was killed: {run}"
     );
     assert_eq!(r.world.backups_published(), published);
     r.world.assert_no_plaintext(&[]);
@@ -495,7 +505,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
 
     // The connection dropped mid-load: no box, no row, no remote machine, no temp.
     let backup_arg = backup.display().to_string();
-    let run = cut_during(&r, &["load", &backup_arg, "beta"], "beta");
+    let run = cut_during(&r, &["load", &backup_arg, "beta"], "/part-0");
     assert!(
         !run.ok(),
         "box load reported success over a dropped connection: {run}"
@@ -509,12 +519,14 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
         "a cut load left a half-restored machine on the remote: {:?}\n{run}",
         r.machines()
     );
-    assert_remote_temps_gone(&r, 15, "after a load cut mid-copy");
     r.world.assert_no_plaintext(&[]);
     // alpha is untouched by all this.
     assert_remote_marker(&r, &alpha, &marker);
 
     assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    // Last, so the checks above run whatever this says: the part streamed in for the cut
+    // load (plaintext of /data) must not outlive the connection on the remote.
+    assert_remote_temps_gone(&r, 15, "after a load cut mid-copy");
 }
 
 #[test]
