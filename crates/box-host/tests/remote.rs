@@ -569,7 +569,7 @@ fn remote_faults_wrong_host_key_refused_and_nothing_made() {
     assert!(ls.ok(), "{ls}");
 }
 
-/// What `bench` prints: one operation's times (s) and their median.
+/// The median of three or more timings.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));
     v[v.len() / 2]
@@ -645,8 +645,25 @@ fn remote_heavy_new_from_a_base() {
     assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
 }
 
-/// Heavy: remote vs local `box new`, `box save`, `box load` (medians of 3), printed for
-/// the report, never asserted against a time.
+/// A /data like an agent's after some work, about `mb` MiB: many small text files, an
+/// incompressible blob and a long log (the shape of save_load_bench's corpus).
+fn fill_corpus(mb: u64) -> String {
+    let blob = mb / 2;
+    let log = mb - blob - 60;
+    format!(
+        r#"set -e
+C=/data/home/agent/corpus; mkdir -p $C; cd $C
+awk 'BEGIN {{ for (i = 0; i < 20000; i++) {{ f = sprintf("f%05d.txt", i); for (j = 0; j < 55; j++) print "line " j " of file " i " lorem ipsum dolor sit amet" > f; close(f) }} }}'
+head -c {blob}M /dev/urandom > blob.bin
+yes 'INFO request served in 12ms path=/api/v1/items status=200' | head -c {log}M > app.log
+chown -R agent:agent $C
+du -sm /data | cut -f1"#
+    )
+}
+
+/// Heavy: remote vs local `box new` (no base: bases on a remote host are refused for now),
+/// then `box save` and `box load` of a box with a ~300 MiB /data (`BENCH_MB`), 3 runs each,
+/// medians printed for the report, never asserted against a time.
 #[test]
 fn remote_heavy_bench_remote_vs_local() {
     if !prerequisites() || !heavy() {
@@ -655,40 +672,65 @@ fn remote_heavy_bench_remote_vs_local() {
     let _serial = serial();
     let mut r = Remote::new();
     r.use_passphrase_env();
+    let mb: u64 = std::env::var("BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    // Every save a full backup, as the comparison needs.
+    let cfg = std::fs::read_to_string(r.world.config()).unwrap();
+    std::fs::write(r.world.config(), format!("{cfg}BACKUP_CHAIN_MAX=1\n")).unwrap();
     let mut rows = Vec::new();
-    for (label, host) in [("local", "local"), ("remote", "")] {
-        let host_args: Vec<&str> = if host.is_empty() {
-            vec![]
+    for side in ["local", "remote"] {
+        let host = if side == "local" {
+            "local".to_string()
         } else {
-            vec!["--host", host]
+            format!("ssh://root@{ALIAS}")
         };
         let (mut new_t, mut save_t, mut load_t) = (Vec::new(), Vec::new(), Vec::new());
         for i in 0..3 {
-            let name = format!("{label}{i}");
-            let mut args = host_args.clone();
-            args.extend(["new", name.as_str()]);
-            let (run, s) = timed(&r, &args, &[]);
+            let name = format!("{side}{i}");
+            let (run, s) = timed(&r, &["--host", &host, "new", &name], &[]);
             assert!(run.ok(), "{run}");
             new_t.push(s);
-            let (run, s) = timed(&r, &["save", &name], &[]);
+        }
+        let first = format!("{side}0");
+        let machine = if side == "local" {
+            local_machine(&r, &first).unwrap()
+        } else {
+            remote_machine(&r, &first).unwrap()
+        };
+        let size = if side == "local" {
+            r.world.sh(&machine, &fill_corpus(mb))
+        } else {
+            r.guest_sh(&machine, &fill_corpus(mb))
+        };
+        eprintln!("remote bench {side}: /data is {} MiB", size.trim());
+        for _ in 0..3 {
+            let (run, s) = timed(&r, &["save", &first], &[]);
             assert!(run.ok(), "{run}");
             save_t.push(s);
-            let backup = backup_of(&r, &name).display().to_string();
-            let loaded = format!("{label}{i}-l");
-            let mut args = host_args.clone();
-            args.extend(["load", backup.as_str(), loaded.as_str()]);
-            let (run, s) = timed(&r, &args, &[]);
+            std::thread::sleep(Duration::from_millis(1100)); // backup names are per second
+        }
+        let backup = backup_of(&r, &first).display().to_string();
+        for i in 0..3 {
+            let loaded = format!("{side}-l{i}");
+            let (run, s) = timed(&r, &["--host", &host, "load", &backup, &loaded], &[]);
             assert!(run.ok(), "{run}");
             load_t.push(s);
-            for n in [&name, &loaded] {
-                assert!(r.world.run(&["rm", n, "--force"], &[]).ok());
-            }
+            assert!(r.world.run(&["rm", &loaded, "--force"], &[]).ok());
         }
-        rows.push((label, median(new_t), median(save_t), median(load_t)));
+        for i in 0..3 {
+            assert!(
+                r.world
+                    .run(&["rm", &format!("{side}{i}"), "--force"], &[])
+                    .ok()
+            );
+        }
+        rows.push((side, median(new_t), median(save_t), median(load_t)));
     }
-    for (label, n, s, l) in rows {
+    for (side, n, s, l) in rows {
         eprintln!(
-            "remote bench {label}: new {n:.1} s, save {s:.1} s, load {l:.1} s (medians of 3)"
+            "remote bench {side}: new {n:.1} s, save {s:.1} s, load {l:.1} s (medians of 3, /data ~{mb} MiB)"
         );
     }
 }
