@@ -247,10 +247,17 @@ fn backup_of(r: &Remote, name: &str) -> PathBuf {
 /// The passphrase (and every other secret) nowhere the remote could see it: its process
 /// table as sampled, its files, the raw call log, sshd's log; and nowhere on the laptop
 /// box should not put it (its output, state dir, the local simulator's logs).
-fn assert_remote_never_saw(r: &Remote, sampler: ProcSampler, secrets: &[String]) {
-    let (seen, rounds) = sampler.finish();
+fn assert_remote_never_saw(r: &Remote, samplers: (ProcSampler, ProcSampler), secrets: &[String]) {
+    let (seen, rounds) = samplers.0.finish();
     eprintln!(
         "remote test: {} distinct remote processes in {rounds} samples",
+        seen.len()
+    );
+    assert_processes_free_of(&seen, rounds, secrets);
+    // box's ssh clients on the laptop: what OpenSSH could send on (SendEnv, a command line).
+    let (seen, rounds) = samplers.1.finish();
+    eprintln!(
+        "remote test: {} distinct laptop ssh processes in {rounds} samples",
         seen.len()
     );
     assert_processes_free_of(&seen, rounds, secrets);
@@ -299,7 +306,7 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     let t0 = Instant::now();
     let mut r = Remote::new();
     r.use_passphrase_env();
-    let sampler = r.sample_processes();
+    let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let host = format!("ssh://root@{ALIAS}");
 
     // new, on the remote.
@@ -446,7 +453,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     let _serial = serial();
     let mut r = Remote::new();
     r.use_passphrase_env();
-    let sampler = r.sample_processes();
+    let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let (alpha, backup, marker) = remote_box_with_backup(&r);
     let published = r.world.backups_published();
 
@@ -597,7 +604,7 @@ fn remote_heavy_pristine_image_from_the_network() {
         ),
     )
     .unwrap();
-    let sampler = r.sample_processes();
+    let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let (new, _) = timed(&r, &["new", "alpha"], &[("BOX_TEST_GUEST_ENV", "")]);
     assert!(
         new.ok(),
