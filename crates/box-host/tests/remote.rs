@@ -595,13 +595,14 @@ fn remote_heavy_pristine_image_from_the_network() {
     // The remote smolvm boots the pristine image and guests get no local tools.
     r.set_remote_sim_env(&[("SMOLVM_SIM_HOST_USERLAND", "0")]);
     let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
-    let cfg = std::fs::read_to_string(r.world.config()).unwrap();
+    // The repo's default image (the simulator boots its pristine stand-in) and this
+    // network's CA bundle, as tests/first_run.rs sets them.
+    let cfg = std::fs::read_to_string(r.world.config())
+        .unwrap()
+        .replace("BASE_IMAGE=debian:12\n", "BASE_IMAGE=ubuntu:24.04\n");
     std::fs::write(
         r.world.config(),
-        format!(
-            "{cfg}GUEST_CA_CERTS={}\nBASE_IMAGE=ubuntu:24.04\n",
-            ca.display()
-        ),
+        format!("{cfg}GUEST_CA_CERTS={}\n", ca.display()),
     )
     .unwrap();
     let sampler = (r.sample_processes(), r.sample_laptop_ssh());
