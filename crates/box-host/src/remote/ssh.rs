@@ -552,11 +552,15 @@ pub(crate) fn explain_connect_failure(stderr: &str, target: &SshTarget) -> Strin
             target.by_hand()
         );
     }
-    if stderr.contains("Host key verification failed")
-        || (stderr.contains("host key is known") && stderr.contains("No "))
-    {
+    if stderr.contains("host key is known for") {
         return format!(
-            "the host key of {host} is unknown or has changed: run `{}` once to check it (ssh said: {said})",
+            "the host key of {host} is unknown: run `{}` once to check it (ssh said: {said})",
+            target.by_hand()
+        );
+    }
+    if stderr.contains("Host key verification failed") {
+        return format!(
+            "the host key of {host} could not be verified: run `{}` once to check it (ssh said: {said})",
             target.by_hand()
         );
     }

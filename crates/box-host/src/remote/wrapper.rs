@@ -39,11 +39,12 @@ const WRAPPER: &str = concat!(
     r#"exec 3<&0; "#,
     r#"if [ "$m" = pass ]; then setsid sh -c "$s" box-call "$b" "$@" <&3 3<&- & "#,
     r#"else setsid sh -c "$s" box-call "$b" "$@" </dev/null 3<&- & fi; "#,
-    r#"p=$!; w=; "#,
-    r#"trap 'kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; sleep 2; kill -KILL -$p 2>/dev/null || kill -KILL $p 2>/dev/null' USR1 HUP INT TERM PIPE; "#,
+    r#"p=$!; w=; k=; "#,
+    r#"trap 'k=1; kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; sleep 2; kill -KILL -$p 2>/dev/null || kill -KILL $p 2>/dev/null' USR1 HUP INT TERM PIPE; "#,
     r#"if [ "$m" != pass ]; then { while read -r _; do :; done; kill -USR1 $$; } <&3 3<&- >/dev/null 2>&1 & w=$!; fi; "#,
     r#"exec 3<&-; "#,
-    r#"wait $p; c=$?; if kill -0 $p 2>/dev/null; then wait $p; c=$?; fi; "#,
+    // A trap interrupts `wait`; the call's own status comes from waiting again.
+    r#"wait $p; c=$?; if [ -n "$k" ]; then wait $p; c=$?; fi; "#,
     r#"[ -z "$w" ] || kill -KILL $w 2>/dev/null; "#,
     r#"t $c; exit $c"#
 );
@@ -128,13 +129,23 @@ mod tests {
     use super::*;
     use std::process::{Command, Stdio};
 
-    fn run_locally(cmd_line: &str, stdin: Stdio) -> std::process::Output {
-        Command::new("/bin/sh")
-            .arg("-c")
-            .arg(cmd_line)
-            .stdin(stdin)
-            .output()
-            .unwrap()
+    /// Runs a command line as ssh's remote side would, its stdin held open by the runner
+    /// (as over ssh) until it ends.
+    fn run_locally(cmd_line: &str) -> crate::smolvm::Output {
+        let mut cmd = Command::new("/bin/sh");
+        cmd.arg("-c").arg(cmd_line);
+        crate::smolvm::runner::run_command(
+            cmd,
+            &crate::smolvm::runner::Program::Smolvm("sh".into()),
+            "test",
+            crate::smolvm::runner::CallOpts::with_timeout(std::time::Duration::from_secs(20)),
+            crate::smolvm::runner::Io {
+                stdin: crate::smolvm::runner::Feed::Hold,
+                stdout: crate::smolvm::runner::Sink::Capture,
+            },
+        )
+        .unwrap()
+        .0
     }
 
     #[test]
@@ -150,10 +161,10 @@ mod tests {
                 "echo out; printf 'no newline' >&2; exit 255".into(),
             ],
         );
-        let out = run_locally(&line, Stdio::piped());
-        assert_eq!(out.status.code(), Some(255));
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "out\n");
-        let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let out = run_locally(&line);
+        assert_eq!(out.code, Some(255));
+        assert_eq!(out.stdout, "out\n");
+        let mut err = out.stderr;
         assert_eq!(strip_trailer(&mut err, &n), Some(Trailer::Exit(255)));
         assert_eq!(err, "no newline");
     }
@@ -162,8 +173,7 @@ mod tests {
     fn a_missing_smolvm_is_said_not_run() {
         let n = nonce();
         let line = command(&n, Stdin::Watch, "/nonexistent/smolvm", PLAIN, &[]);
-        let out = run_locally(&line, Stdio::piped());
-        let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
+        let mut err = run_locally(&line).stderr;
         assert_eq!(strip_trailer(&mut err, &n), Some(Trailer::Missing));
     }
 
@@ -190,8 +200,7 @@ mod tests {
             &plain_with_env(&[("K".into(), "a b'$(id)".into())]),
             &["-c".into(), "printf %s \"$K\"".into()],
         );
-        let out = run_locally(&line, Stdio::piped());
-        assert_eq!(String::from_utf8_lossy(&out.stdout), "a b'$(id)");
+        assert_eq!(run_locally(&line).stdout, "a b'$(id)");
     }
 
     /// EOF on stdin (the connection went away) kills the call's whole process group.

@@ -18,8 +18,13 @@ impl TestHost {
         self.dir.path().join("state")
     }
 
-    /// Replaces known_hosts with a key that is not the host's.
+    /// Empties known_hosts.
     pub fn forget_host_key(&self) {
+        std::fs::write(self.dir.path().join("known_hosts"), "").unwrap();
+    }
+
+    /// Replaces known_hosts with a key that is not the host's.
+    pub fn change_host_key(&self) {
         let other = self.dir.path().join("other");
         keygen(&other);
         let line = std::fs::read_to_string(other.with_extension("pub")).unwrap();
