@@ -189,6 +189,17 @@ fn with_suffix(path: &Path, suffix: &str) -> PathBuf {
     PathBuf::from(s)
 }
 
+/// One call through the remote wrapper: `sh -c INNER_SCRIPT box-call SMOLVM ARGS…` on
+/// the remote host.
+pub(crate) struct RemoteCall<'a> {
+    pub smolvm: &'a str,
+    pub inner_script: &'a str,
+    pub args: &'a [String],
+    pub stdin: wrapper::Stdin,
+    /// The call's human name, for errors.
+    pub call: &'a str,
+}
+
 /// One box process's use of a host's connection. Dropping the last one closes it.
 #[derive(Debug)]
 pub struct Session {
@@ -318,14 +329,17 @@ impl Session {
     /// output's; with no trailer the connection is what failed.
     pub(crate) fn call(
         &self,
-        smolvm: &str,
-        inner_script: &str,
-        args: &[String],
-        stdin: wrapper::Stdin,
-        call: &str,
+        rc: RemoteCall<'_>,
         opts: CallOpts<'_>,
         io: Io,
     ) -> Result<(Output, Option<std::io::Result<u64>>), SmolvmError> {
+        let RemoteCall {
+            smolvm,
+            inner_script,
+            args,
+            stdin,
+            call,
+        } = rc;
         self.ensure_open()?;
         let nonce = wrapper::nonce();
         let remote = wrapper::command(&nonce, stdin, smolvm, inner_script, args);
@@ -433,11 +447,13 @@ impl Session {
         let mut inner_args = vec!["-c".to_string(), script.to_string(), "box".to_string()];
         inner_args.extend(args.iter().cloned());
         self.call(
-            "sh",
-            wrapper::PLAIN,
-            &inner_args,
-            wrapper::Stdin::Watch,
-            &call,
+            RemoteCall {
+                smolvm: "sh",
+                inner_script: wrapper::PLAIN,
+                args: &inner_args,
+                stdin: wrapper::Stdin::Watch,
+                call: &call,
+            },
             CallOpts::with_timeout(timeout),
             Io::default(),
         )

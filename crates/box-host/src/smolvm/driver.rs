@@ -16,7 +16,7 @@ use super::json::{Machine, parse_machine_list};
 use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
 use crate::remote::RemoteHost;
-use crate::remote::ssh::{Forward, Session, SshTarget};
+use crate::remote::ssh::{Forward, RemoteCall, Session, SshTarget};
 use crate::remote::{copy, wrapper};
 
 /// Deadlines per kind of call. Generous: they exist so that a hung smolvm never hangs box.
@@ -275,11 +275,13 @@ impl Smolvm {
                     wrapper::plain_with_env(&opts.env)
                 };
                 s.call(
-                    &self.bin.to_string_lossy(),
-                    &inner,
-                    &strings(a),
-                    wrapper::Stdin::Watch,
-                    call,
+                    RemoteCall {
+                        smolvm: &self.bin.to_string_lossy(),
+                        inner_script: &inner,
+                        args: &strings(a),
+                        stdin: wrapper::Stdin::Watch,
+                        call,
+                    },
                     opts,
                     Io::default(),
                 )
@@ -679,11 +681,13 @@ impl Smolvm {
             .map_err(|e| transfer(format!("cannot read {}: {e}", local.display())))?
             .len();
         let (out, _) = session.call(
-            &self.bin.to_string_lossy(),
-            &copy::copy_in_script(),
-            &[size.to_string(), dest],
-            wrapper::Stdin::Pass,
-            &call,
+            RemoteCall {
+                smolvm: &self.bin.to_string_lossy(),
+                inner_script: &copy::copy_in_script(),
+                args: &[size.to_string(), dest],
+                stdin: wrapper::Stdin::Pass,
+                call: &call,
+            },
             CallOpts {
                 timeout: self.deadline(timeouts::COPY),
                 on_line: None,
@@ -727,11 +731,13 @@ impl Smolvm {
             .map_err(|e| transfer(format!("cannot write {}: {e}", local.display())))?;
         let result = session
             .call(
-                &self.bin.to_string_lossy(),
-                &copy::copy_out_script(),
-                &[src],
-                wrapper::Stdin::Watch,
-                &call,
+                RemoteCall {
+                    smolvm: &self.bin.to_string_lossy(),
+                    inner_script: &copy::copy_out_script(),
+                    args: &[src],
+                    stdin: wrapper::Stdin::Watch,
+                    call: &call,
+                },
                 CallOpts {
                     timeout: self.deadline(timeouts::COPY),
                     on_line: None,
@@ -873,6 +879,9 @@ fn push_labels(a: &mut Vec<OsString>, labels: &[(String, String)]) {
         a.push(format!("{k}={v}").into());
     }
 }
+
+#[cfg(test)]
+mod remote_tests;
 
 #[cfg(test)]
 mod tests {

@@ -288,7 +288,8 @@ pub(crate) fn run_command(
                 );
                 let written =
                     copied.map(|handle: std::thread::JoinHandle<std::io::Result<u64>>| {
-                        if handle.is_finished() {
+                        // After its EOF the writer only returns; past the grace it may be stuck.
+                        if open_streams <= 0 || handle.is_finished() {
                             handle.join().unwrap_or_else(|_| {
                                 Err(std::io::Error::other("the copying thread panicked"))
                             })
