@@ -21,7 +21,8 @@ pub enum ChildKind {
     /// `xdg-open`, `open`, `gio open`, `BOX_BROWSER`: the desktop session.
     Opener,
     /// `box __gateway`: box itself, which reads box.env keys from the environment and runs
-    /// smolvm to read Executor's token.
+    /// smolvm to read Executor's token (over ssh for a box on a remote host, so it gets
+    /// what ssh needs too).
     Gateway,
     /// `ssh` (the remote transport): what OpenSSH needs to find the user's config, keys and
     /// agent. Not even the locale: Debian's own `ssh_config` has `SendEnv LANG LC_*`, and
@@ -117,7 +118,9 @@ pub fn allowed(kind: ChildKind, name: &str) -> bool {
             ChildKind::Opener => DESKTOP.contains(&name),
             ChildKind::Ssh => false,
             ChildKind::Gateway => {
-                smolvm_own
+                // The gateway of a box on a remote host runs ssh (its token read, its forward).
+                SSH.contains(&name)
+                    || smolvm_own
                     || SMOLVM_EXTRA.contains(&name)
                     || BOX_OWN.contains(&name)
                     || box_proto::box_env::KEYS.contains(&name)
@@ -216,7 +219,8 @@ mod tests {
                 "SMOLVM",
                 "SMOLVM_DATA_DIR",
                 "BOX_HOME",
-                "OPEN_IDLE_TIMEOUT"
+                "OPEN_IDLE_TIMEOUT",
+                "SSH_AUTH_SOCK"
             ]
         );
     }
