@@ -40,7 +40,8 @@ const WRAPPER: &str = concat!(
     r#"if [ "$m" = pass ]; then setsid sh -c "$s" box-call "$b" "$@" <&3 3<&- & "#,
     r#"else setsid sh -c "$s" box-call "$b" "$@" </dev/null 3<&- & fi; "#,
     r#"p=$!; w=; k=; "#,
-    r#"trap 'k=1; kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; sleep 2; kill -KILL -$p 2>/dev/null || kill -KILL $p 2>/dev/null' USR1 HUP INT TERM PIPE; "#,
+    // Once only: the trailer's write to a closed stderr raises PIPE after an EOF did.
+    r#"trap 'if [ -z "$k" ]; then k=1; kill -TERM -$p 2>/dev/null || kill -TERM $p 2>/dev/null; sleep 2; kill -KILL -$p 2>/dev/null || kill -KILL $p 2>/dev/null; fi' USR1 HUP INT TERM PIPE; "#,
     r#"if [ "$m" != pass ]; then { while read -r _; do :; done; kill -USR1 $$; } <&3 3<&- >/dev/null 2>&1 & w=$!; fi; "#,
     r#"exec 3<&-; "#,
     // A trap interrupts `wait`; the call's own status comes from waiting again.

@@ -205,3 +205,42 @@ fn host_files_are_asked_on_the_remote() {
     std::fs::write(data.join(".pack-shared"), format!("{}\n", shared.display())).unwrap();
     assert!(s.layers_present(&data).unwrap());
 }
+
+#[test]
+fn interactive_exec_returns_the_guests_code_and_says_a_lost_connection() {
+    let Some(h) = test_host() else { return };
+    let s = remote_fake(
+        &h,
+        r#"case "$*" in
+  *"-- seven") exit 7;;
+  *"-- own255") exit 255;;
+  *"-- hang") sleep 20;;
+  *) exit 9;;
+esac"#,
+    );
+    assert_eq!(s.exec_interactive("alpha", &[], &["seven"]).unwrap(), 7);
+    assert_eq!(s.exec_interactive("alpha", &[], &["own255"]).unwrap(), 255);
+    let session = Arc::clone(s.session().unwrap());
+    let master = session
+        .target()
+        .command(&["-O", "check"], None)
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&master.stderr).into_owned();
+    let pid: i32 = text
+        .split("pid=")
+        .nth(1)
+        .and_then(|r| r.split(')').next())
+        .and_then(|p| p.parse().ok())
+        .unwrap();
+    let killer = std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_millis(700));
+        let _ = nix::sys::signal::kill(
+            nix::unistd::Pid::from_raw(pid),
+            nix::sys::signal::Signal::SIGKILL,
+        );
+    });
+    let err = s.exec_interactive("alpha", &[], &["hang"]).unwrap_err();
+    killer.join().unwrap();
+    assert!(matches!(err, SmolvmError::ConnectionLost { .. }), "{err:?}");
+}
