@@ -1,6 +1,7 @@
 //! A remote host for unit tests: this machine's own `sshd` in inetd mode (`sshd -i`) as
 //! the `ProxyCommand`, so nothing listens anywhere. Keys, config and known_hosts live in a
-//! temp dir; `BOX_SSH_COMMAND` is `ssh -F <dir>/ssh_config`.
+//! temp dir; `BOX_SSH_COMMAND` is `ssh -F <dir>/ssh_config`. The remote account's
+//! `XDG_DATA_HOME` and `TMPDIR` point into the temp dir too (`remote-data`, `remote-tmp`).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -14,6 +15,11 @@ pub(crate) struct TestHost {
 }
 
 impl TestHost {
+    /// The remote account's TMPDIR.
+    pub fn remote_tmp(&self) -> PathBuf {
+        self.dir.path().join("remote-tmp")
+    }
+
     pub fn state(&self) -> PathBuf {
         self.dir.path().join("state")
     }
@@ -66,11 +72,13 @@ pub(crate) fn test_host() -> Option<TestHost> {
         format!(
             "HostKey {d}/hostkey\nAuthorizedKeysFile {d}/id.pub\nPermitRootLogin prohibit-password\n\
              PasswordAuthentication no\nKbdInteractiveAuthentication no\nUsePAM no\nStrictModes no\n\
-             PidFile none\nAllowTcpForwarding local\nLogLevel ERROR\n",
+             PidFile none\nAllowTcpForwarding local\nLogLevel ERROR\n\
+             SetEnv XDG_DATA_HOME={d}/remote-data TMPDIR={d}/remote-tmp\n",
             d = d.display()
         ),
     )
     .unwrap();
+    std::fs::create_dir_all(d.join("remote-tmp")).unwrap();
     let hostkey = std::fs::read_to_string(d.join("hostkey.pub")).unwrap();
     std::fs::write(d.join("known_hosts"), format!("boxtest {hostkey}")).unwrap();
     std::fs::write(

@@ -149,11 +149,11 @@ fn parts_stream_both_ways_through_private_temp_dirs_that_go() {
         "{err}"
     );
     assert!(!lost.exists());
-    // The remote side's temp dirs are gone (the remote's TMPDIR is /tmp here).
-    let left: Vec<_> = std::fs::read_dir("/tmp")
+    // The remote side's temp dirs are gone.
+    let left: Vec<_> = std::fs::read_dir(h.remote_tmp())
         .unwrap()
         .filter_map(Result::ok)
-        .filter(|e| e.file_name().to_string_lossy().starts_with("box-part."))
+        .map(|e| e.file_name())
         .collect();
     assert!(left.is_empty(), "{left:?}");
 }
@@ -188,6 +188,7 @@ fn a_cut_stream_is_an_error_never_a_short_part() {
         Some("the stream ended after 4 of 10 bytes")
     );
     assert!(!guest.exists(), "a truncated part was copied in");
+    assert_eq!(std::fs::read_dir(h.remote_tmp()).unwrap().count(), 0);
 }
 
 #[test]
@@ -209,14 +210,18 @@ fn host_files_are_asked_on_the_remote() {
 #[test]
 fn interactive_exec_returns_the_guests_code_and_says_a_lost_connection() {
     let Some(h) = test_host() else { return };
+    let started = h.dir.path().join("started");
     let s = remote_fake(
         &h,
-        r#"case "$*" in
+        &format!(
+            r#"case "$*" in
   *"-- seven") exit 7;;
   *"-- own255") exit 255;;
-  *"-- hang") sleep 20;;
+  *"-- hang") touch {}; sleep 20;;
   *) exit 9;;
 esac"#,
+            started.display()
+        ),
     );
     assert_eq!(s.exec_interactive("alpha", &[], &["seven"]).unwrap(), 7);
     assert_eq!(s.exec_interactive("alpha", &[], &["own255"]).unwrap(), 255);
@@ -233,8 +238,12 @@ esac"#,
         .and_then(|r| r.split(')').next())
         .and_then(|p| p.parse().ok())
         .unwrap();
+    // Killed once the guest command runs.
     let killer = std::thread::spawn(move || {
-        std::thread::sleep(Duration::from_millis(700));
+        let end = std::time::Instant::now() + Duration::from_secs(15);
+        while !started.exists() && std::time::Instant::now() < end {
+            std::thread::sleep(Duration::from_millis(20));
+        }
         let _ = nix::sys::signal::kill(
             nix::unistd::Pid::from_raw(pid),
             nix::sys::signal::Signal::SIGKILL,
