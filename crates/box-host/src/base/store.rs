@@ -160,9 +160,15 @@ impl Store {
     }
 
     /// Where a build writes its pack before it is a base: `OUT` and `OUT.smolmachine`.
+    /// The name is this process's own: two laptops sharing one remote account may build at
+    /// once, and their pids may be equal.
     pub fn staging_out(&self, digest: &str) -> PathBuf {
-        self.dir
-            .join(format!(".build-{digest}-{}", std::process::id()))
+        static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+        let token = TOKEN.get_or_init(|| {
+            use rand::Rng;
+            format!("{}-{:08x}", std::process::id(), rand::rng().random::<u32>())
+        });
+        self.dir.join(format!(".build-{digest}-{token}"))
     }
 
     /// Every complete base (metadata and pack present), newest first. Unreadable metadata

@@ -93,11 +93,12 @@ impl SshTarget {
     }
 
     /// ssh with box's options, `extra` before the destination and `remote` after `--`,
-    /// in the ssh child environment.
+    /// in the ssh child environment. box's options come first: for each option ssh keeps
+    /// the first value it reads, so neither `BOX_SSH_COMMAND` nor `~/.ssh/config` can turn
+    /// on agent forwarding or prompts, or move the control socket.
     pub(crate) fn command(&self, extra: &[&str], remote: Option<&str>) -> Command {
         let mut cmd = Command::new(&self.words[0]);
         child_env::apply(&mut cmd, ChildKind::Ssh);
-        cmd.args(&self.words[1..]);
         let mut path_opt = OsString::from("ControlPath=");
         // ssh expands `%` tokens in ControlPath.
         path_opt.push(self.control_path.to_string_lossy().replace('%', "%%"));
@@ -110,6 +111,8 @@ impl SshTarget {
             "ConnectTimeout=30",
             "ServerAliveInterval=15",
             "ServerAliveCountMax=4",
+            // A `RemoteCommand` in the user's config would refuse box's command.
+            "RemoteCommand=none",
         ] {
             cmd.arg("-o").arg(o);
         }
@@ -117,6 +120,7 @@ impl SshTarget {
         if let Some(p) = self.host.port {
             cmd.arg("-p").arg(p.to_string());
         }
+        cmd.args(&self.words[1..]);
         cmd.arg(self.host.destination());
         if let Some(r) = remote {
             cmd.arg("--").arg(r);

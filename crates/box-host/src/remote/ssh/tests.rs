@@ -283,3 +283,41 @@ fn socket_paths_stay_short_and_private() {
     assert_ne!(near.control_path(), other.control_path());
     assert!(SshTarget::new(&host, "ssh 'open", None).is_err());
 }
+
+/// box's options precede the user's words: ssh keeps the first value of each option, so
+/// `BOX_SSH_COMMAND=ssh -o ForwardAgent=yes` cannot forward the agent.
+#[test]
+fn box_options_win_over_the_users_ssh_command() {
+    let host = RemoteHost::parse("ssh://u@h:2222").unwrap();
+    let t = SshTarget::new(
+        &host,
+        "ssh -o ForwardAgent=yes -o BatchMode=no -F ./cfg",
+        Some(std::path::Path::new("/s")),
+    )
+    .unwrap();
+    let cmd = t.command(&["-T"], Some("echo 'x'"));
+    assert_eq!(cmd.get_program(), "ssh");
+    let args: Vec<String> = cmd
+        .get_args()
+        .map(|a| a.to_string_lossy().into_owned())
+        .collect();
+    let pos = |w: &str| args.iter().position(|a| a == w).unwrap();
+    assert!(pos("ForwardAgent=no") < pos("ForwardAgent=yes"), "{args:?}");
+    assert!(pos("BatchMode=yes") < pos("BatchMode=no"), "{args:?}");
+    assert_eq!(
+        args[args.len() - 4..],
+        ["./cfg", "u@h", "--", "echo 'x'"],
+        "{args:?}"
+    );
+    assert!(pos("2222") < pos("u@h"));
+    // The child environment is ssh's allowlist, never box's own.
+    let envs: Vec<String> = cmd
+        .get_envs()
+        .map(|(k, _)| k.to_string_lossy().into_owned())
+        .collect();
+    assert!(
+        envs.iter()
+            .all(|k| crate::child_env::allowed(ChildKind::Ssh, k)),
+        "{envs:?}"
+    );
+}
