@@ -5,6 +5,12 @@
 //! `~/.ssh/config` (ProxyJump, keys and known hosts apply). The string is kept verbatim in
 //! each box's registry row, so every verb goes to the box's own host.
 
+pub mod copy;
+pub mod doctor;
+pub mod quote;
+pub mod ssh;
+pub mod wrapper;
+
 use std::fmt;
 
 use anyhow::{Result, bail};
