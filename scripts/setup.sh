@@ -218,6 +218,36 @@ as_root bash "$(dirname "$0")/gpg24-chroot.sh" /var/cache/hermes-box-tests/gpg24
 
 log "setup complete"
 
+# --- remote hosts (issue 24) ---
+# tests/remote*.rs run a real OpenSSH server per connection (`sshd -i` as ssh's
+# ProxyCommand, inside a network namespace the test makes): nothing may listen on this host.
+# Debian's postinst starts and enables ssh.service: a policy-rc.d that answers 101 ("action
+# forbidden") keeps it from starting during the install (only ours, only when none is there:
+# a Docker image ships its own), and sshd_not_to_be_run keeps the unit from ever starting
+# (Debian's ssh.service and ssh.socket honour it). A host that already had openssh-server
+# (someone logs in over it) is left alone.
+if ! dpkg-query -W -f='${Status}' openssh-server 2>/dev/null | grep -q 'install ok installed'; then
+  own_policy=0
+  if [ ! -e /usr/sbin/policy-rc.d ]; then
+    printf '#!/bin/sh\nexit 101\n' | as_root tee /usr/sbin/policy-rc.d >/dev/null
+    as_root chmod 755 /usr/sbin/policy-rc.d
+    own_policy=1
+  fi
+  as_root mkdir -p /etc/ssh
+  as_root touch /etc/ssh/sshd_not_to_be_run
+  ssh_ok=0
+  apt_ensure "remote-host tests (sshd -i only, never a listening service)" openssh-server && ssh_ok=1
+  if [ "$own_policy" = 1 ]; then as_root rm -f /usr/sbin/policy-rc.d; fi
+  [ "$ssh_ok" = 1 ] || { log "apt-get install openssh-server failed"; exit 1; }
+  log "ssh.service stays off (/etc/ssh/sshd_not_to_be_run; remove it to run an sshd here)"
+  if command -v systemctl >/dev/null 2>&1 && [ -d /run/systemd/system ]; then
+    as_root systemctl disable --now ssh.service ssh.socket >/dev/null 2>&1 || true
+  fi
+else
+  log "remote-host tests: openssh-server present"
+fi
+# --- end remote hosts (issue 24) ---
+
 # --- box open gateway (issue 12) ---
 # A real browser for `box open`: the gateway tests (crates/box-host/tests/open_gateway.rs)
 # load the one-time sign-in URL in headless Chromium against the real Executor 1.5.9 and

@@ -1,0 +1,645 @@
+//! Boxes on a remote Linux host (issue 24), through `box` as a user drives it, against the
+//! remote of tests/remote_support: a namespace reached only by OpenSSH (`sshd -i` as the
+//! ProxyCommand of `BOX_SSH_COMMAND=ssh -F cfg`), smolvm-sim as its smolvm, nothing
+//! listening anywhere, the laptop's test files invisible there. The passphrase is set the
+//! way users set it, `BOX_PASSPHRASE` in box's environment (no file).
+//!
+//! * `remote_whole_path_new_enter_open_save_load_rm` (CI): `box new` on the remote →
+//!   `box ls` says where it lives → `box enter` lands in its tmux session → `box open`
+//!   signs headless Chromium in to its Executor through the forward → `box save` writes the
+//!   backup on the laptop → `box load` into a second remote box and into a local one, each
+//!   with what was saved → `box rm` all three. The remote's process table is sampled all
+//!   along; then no trace of the passphrase in it, in its files, the simulator's raw call
+//!   log or sshd's log.
+//! * `remote_faults_*` (CI): the connection dropped mid-save and mid-load, the remote
+//!   smolvm killed mid-save, a wrong host key: nothing published, nothing half-restored,
+//!   the remote temp dir gone, the box still usable.
+//! * Heavier variants (`BOX_TEST_HEAVY=1`): a pristine image provisioned from the real
+//!   registries on the remote, a remote box from a base, and the timing report.
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+#[path = "browser_support/mod.rs"]
+mod browser_support;
+mod remote_support;
+
+use std::io::Write as _;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
+
+use remote_support::{ALIAS, ProcSampler, Remote, Run, assert_processes_free_of, serial};
+
+/// Heavier variants run only when asked (minutes each, the network's speed).
+fn heavy() -> bool {
+    if std::env::var("BOX_TEST_HEAVY").is_ok_and(|v| v == "1") {
+        return true;
+    }
+    let _ = writeln!(
+        std::io::stderr(),
+        "SKIPPED: heavy remote variant (set BOX_TEST_HEAVY=1 to run it)"
+    );
+    false
+}
+
+/// The remote machine that backs box `name` (`hb-<state id>-<name>`), if any.
+fn remote_machine(r: &Remote, name: &str) -> Option<String> {
+    r.machines()
+        .into_iter()
+        .map(|(m, _)| m)
+        .find(|m| m.starts_with("hb-") && m.ends_with(&format!("-{name}")))
+}
+
+/// The local machine of box `name`, if any (local boxes keep their plain name).
+fn local_machine(r: &Remote, name: &str) -> Option<String> {
+    r.world
+        .machines()
+        .into_iter()
+        .map(|(m, _)| m)
+        .find(|m| m == name || m.ends_with(&format!("-{name}")))
+}
+
+/// The remote's box temp dirs (`box-part.*` under its /tmp, or anywhere under /tmp and
+/// /root with `box` in the name): what a save or load must never leave behind.
+fn remote_temps(r: &Remote) -> Vec<String> {
+    let mut left = Vec::new();
+    for d in ["/tmp", "/root"] {
+        let Ok(rd) = std::fs::read_dir(r.ns.path(d)) else {
+            continue;
+        };
+        for e in rd.flatten() {
+            let n = e.file_name().to_string_lossy().into_owned();
+            if n.contains("box") || n.starts_with("hb-") {
+                left.push(format!("{d}/{n}"));
+            }
+        }
+    }
+    left
+}
+
+/// Waits (at most `secs`) until the remote has no box temp dir left.
+fn assert_remote_temps_gone(r: &Remote, secs: u64, when: &str) {
+    let start = Instant::now();
+    loop {
+        let left = remote_temps(r);
+        if left.is_empty() {
+            return;
+        }
+        assert!(
+            start.elapsed() < Duration::from_secs(secs),
+            "{when}: the remote keeps box's temp dirs: {left:?}"
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+}
+
+/// Waits until a remote smolvm call whose argv (joined) contains `needle` is running or
+/// has run since call number `from`.
+fn wait_for_remote_call(r: &Remote, from: usize, needle: &str, secs: u64) -> bool {
+    let start = Instant::now();
+    while start.elapsed() < Duration::from_secs(secs) {
+        if r.calls()
+            .iter()
+            .skip(from)
+            .any(|c| c.join(" ").contains(needle))
+        {
+            return true;
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    false
+}
+
+/// `box args…` with the world's environment, timed.
+fn timed(r: &Remote, args: &[&str], env: &[(&str, &str)]) -> (Run, f64) {
+    let t = Instant::now();
+    let run = r.world.run(args, env);
+    let secs = t.elapsed().as_secs_f64();
+    eprintln!("remote test: box {} took {secs:.1} s", args.join(" "));
+    (run, secs)
+}
+
+/// `box enter NAME` on a real pty (script(1)) with the world's environment: types one
+/// command into the session and leaves; the output shows where it ran.
+fn enter(r: &Remote, name: &str) -> Run {
+    let base = r.world.command(&[], &[]);
+    let mut cmd = Command::new("script");
+    cmd.args([
+        "-qec",
+        &format!(
+            "{} enter {name}",
+            remote_support::sim_support::box_bin().display()
+        ),
+        "/dev/null",
+    ]);
+    for (k, v) in base.get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        std::thread::sleep(Duration::from_secs(5));
+        let _ = stdin.write_all(
+            b"echo in-$(tmux display-message -p '#S')-as-$(whoami)-on-$(hostname)-marker-$(cat ~/.box-test-marker | wc -l)\r",
+        );
+        std::thread::sleep(Duration::from_secs(2));
+        let _ = stdin.write_all(b"exit\r");
+        std::thread::sleep(Duration::from_secs(3));
+    });
+    let out = child.wait_with_output().unwrap();
+    let run = Run::from(&out);
+    r.world
+        .transcript
+        .borrow_mut()
+        .push_str(&format!("$ script box enter {name}\n{run}\n"));
+    run
+}
+
+/// `box open NAME --print-url`, the URL loaded in headless Chromium: Executor's signed-in
+/// Integrations page, reached through the laptop's forward to the remote's loopback.
+fn open_in_chromium(r: &Remote, name: &str, token: &str) {
+    let printed = r.world.run(&["open", name, "--print-url"], &[]);
+    assert!(printed.ok(), "box open {name} --print-url: {printed}");
+    let url = printed
+        .stdout
+        .lines()
+        .find(|l| l.starts_with("http://127.0.0.1:"))
+        .unwrap_or_else(|| panic!("no sign-in URL: {printed}"))
+        .trim()
+        .to_string();
+    let profile = r.world.dir.path().join(format!("chromium-{name}"));
+    let loaded = browser_support::load(&profile, &url);
+    let text = browser_support::text_of(&loaded.dom);
+    assert!(
+        text.contains("Integrations"),
+        "Chromium did not land on Executor's Integrations page through the forward:\n{}\n{}",
+        loaded.dom,
+        loaded.log
+    );
+    assert!(!text.contains("Unauthorized"), "{}", loaded.dom);
+    assert!(!loaded.dom.contains(token), "the token reached the page");
+    let stop = r.world.run(&["open", "--stop", name], &[]);
+    assert!(stop.ok(), "box open --stop {name}: {stop}");
+}
+
+/// The newest published backup of box `name`.
+fn backup_of(r: &Remote, name: &str) -> PathBuf {
+    r.world
+        .backups_published()
+        .into_iter()
+        .rfind(|p| {
+            p.file_name()
+                .is_some_and(|f| f.to_string_lossy().starts_with(&format!("{name}-")))
+        })
+        .unwrap_or_else(|| panic!("no backup of {name} in {}", r.world.backups().display()))
+}
+
+/// The passphrase (and every other secret) nowhere the remote could see it: its process
+/// table as sampled, its files, the raw call log, sshd's log; and nowhere on the laptop
+/// box should not put it (its output, state dir, the local simulator's logs).
+fn assert_remote_never_saw(r: &Remote, sampler: ProcSampler, secrets: &[String]) {
+    let (seen, rounds) = sampler.finish();
+    eprintln!(
+        "remote test: {} distinct remote processes in {rounds} samples",
+        seen.len()
+    );
+    assert_processes_free_of(&seen, rounds, secrets);
+    r.assert_files_free_of(secrets);
+    r.world.scan_secrets();
+}
+
+fn prerequisites() -> bool {
+    remote_support::prerequisites() && browser_support::available()
+}
+
+/// Writes the test marker into the remote guest `machine` (see sim_support::write_marker).
+fn write_remote_marker(r: &Remote, machine: &str) -> String {
+    remote_support::sim_support::write_marker(&|a| r.sim(a), machine)
+}
+
+fn assert_remote_marker(r: &Remote, machine: &str, content: &str) {
+    remote_support::sim_support::assert_marker(&|a| r.sim(a), machine, content);
+}
+
+/// Executor's token in a remote guest (the guest's own secret: it may live there, but no
+/// log or call line may carry it).
+fn remote_token(r: &Remote, machine: &str) -> String {
+    let out = r.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        machine,
+        "--",
+        "/usr/local/bin/hb",
+        "token",
+    ]);
+    assert!(out.status.success(), "hb token in {machine}");
+    let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    assert!(t.len() >= 16, "implausible token");
+    r.world.secrets.borrow_mut().push(t.clone());
+    t
+}
+
+#[test]
+fn remote_whole_path_new_enter_open_save_load_rm() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let t0 = Instant::now();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    let sampler = r.sample_processes();
+    let host = format!("ssh://root@{ALIAS}");
+
+    // new, on the remote.
+    let (new, _) = timed(&r, &["new", "alpha"], &[]);
+    assert!(new.ok(), "box new alpha on the remote: {new}");
+    let alpha = remote_machine(&r, "alpha").unwrap_or_else(|| {
+        panic!(
+            "no remote machine for alpha; remote: {:?}, local: {:?}",
+            r.machines(),
+            r.world.machines()
+        )
+    });
+    assert!(
+        r.world.machines().is_empty(),
+        "box new with BOX_HOST made a local machine: {:?}",
+        r.world.machines()
+    );
+    let ls = r.world.run(&["ls"], &[]);
+    assert!(ls.ok(), "{ls}");
+    assert!(
+        ls.stdout.contains("HOST") && ls.stdout.contains(&host),
+        "box ls does not say alpha lives on {host}:\n{ls}"
+    );
+    let token = remote_token(&r, &alpha);
+
+    // enter: the tmux session as agent, in the remote guest.
+    let marker = write_remote_marker(&r, &alpha);
+    let entered = enter(&r, "alpha");
+    assert!(entered.ok(), "box enter alpha: {entered}");
+    assert!(
+        entered.stdout.contains("in-main-as-agent-on-") && entered.stdout.contains("-marker-1"),
+        "box enter did not land in alpha's tmux session as agent:\n{entered}"
+    );
+
+    // open: Chromium through the laptop's forward to the remote's loopback.
+    open_in_chromium(&r, "alpha", &token);
+
+    // save: the backup is on the laptop; nothing of it stays on the remote.
+    let (save, _) = timed(&r, &["save", "alpha"], &[]);
+    assert!(save.ok(), "box save alpha: {save}");
+    let backup = backup_of(&r, "alpha");
+    assert_remote_temps_gone(&r, 10, "after box save");
+    r.world.assert_no_plaintext(&[]);
+
+    // load into a second remote box, and into a local one.
+    let backup_arg = backup.display().to_string();
+    let (load, _) = timed(&r, &["load", &backup_arg, "beta"], &[]);
+    assert!(load.ok(), "box load into a remote box: {load}");
+    let beta = remote_machine(&r, "beta").expect("no remote machine for beta");
+    assert_remote_marker(&r, &beta, &marker);
+    assert_remote_temps_gone(&r, 10, "after box load");
+    let (load, _) = timed(&r, &["--host", "local", "load", &backup_arg, "gamma"], &[]);
+    assert!(load.ok(), "box load into a local box: {load}");
+    let gamma = local_machine(&r, "gamma").expect("no local machine for gamma");
+    remote_support::sim_support::assert_marker(&|a| r.world.sim(a), &gamma, &marker);
+    assert!(
+        remote_machine(&r, "gamma").is_none(),
+        "--host local made a remote machine"
+    );
+
+    // The scans, before anything is removed.
+    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    let raw = std::fs::read_to_string(r.raw_call_log()).unwrap();
+    let sshd = std::fs::read_to_string(r.sshd_log()).unwrap();
+    assert!(
+        !raw.contains(&token),
+        "the Executor token is in the remote's raw call log"
+    );
+    assert!(
+        !sshd.contains(&token),
+        "the Executor token is in sshd's log"
+    );
+
+    // rm, all three.
+    for name in ["alpha", "beta", "gamma"] {
+        let rm = r.world.run(&["rm", name, "--force"], &[]);
+        assert!(rm.ok(), "box rm {name}: {rm}");
+    }
+    assert!(
+        r.machines().is_empty(),
+        "remote machines left: {:?}",
+        r.machines()
+    );
+    assert!(r.world.machines().is_empty(), "local machines left");
+    for name in ["alpha", "beta", "gamma"] {
+        assert!(!r.world.registered(name), "{name} still registered");
+    }
+    assert_remote_temps_gone(&r, 10, "after box rm");
+    eprintln!(
+        "remote test: whole path {:.1} s",
+        t0.elapsed().as_secs_f64()
+    );
+}
+
+/// One remote box for the fault tests, its backup, and the marker in it.
+fn remote_box_with_backup(r: &Remote) -> (String, PathBuf, String) {
+    let (new, _) = timed(r, &["new", "alpha"], &[]);
+    assert!(new.ok(), "box new alpha on the remote: {new}");
+    let alpha = remote_machine(r, "alpha").expect("no remote machine for alpha");
+    let marker = write_remote_marker(r, &alpha);
+    let (save, _) = timed(r, &["save", "alpha"], &[]);
+    assert!(save.ok(), "box save alpha: {save}");
+    (alpha, backup_of(r, "alpha"), marker)
+}
+
+/// A `box` run spawned, the connection dropped once the remote runs a call containing
+/// `needle` (made slow so the cut lands inside it), then waited for.
+fn cut_during(r: &Remote, args: &[&str], needle: &str) -> Run {
+    r.set_remote_sim_env(&[
+        ("SMOLVM_SIM_FAIL", &format!("cp:slow@{needle}")),
+        ("SMOLVM_SIM_SLOW_SECS", "20"),
+    ]);
+    let from = r.calls().len();
+    let child = r.world.spawn(args, &[]);
+    let reached = wait_for_remote_call(r, from, "machine cp", 240);
+    // The copy's temp dir is there while it runs (the check below is not vacuous).
+    let start = Instant::now();
+    while reached && remote_temps(r).is_empty() && start.elapsed() < Duration::from_secs(10) {
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let temps_during = remote_temps(r);
+    let killed = r.drop_connection();
+    let run = r.world.finish(args, child, 180);
+    r.set_remote_sim_env(&[]);
+    assert!(
+        reached,
+        "box {} never reached a remote copy: {run}",
+        args.join(" ")
+    );
+    assert!(killed > 0, "nothing to cut");
+    assert!(
+        !temps_during.is_empty(),
+        "no remote temp dir while the copy ran (box {})",
+        args.join(" ")
+    );
+    run
+}
+
+#[test]
+fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    let sampler = r.sample_processes();
+    let (alpha, backup, marker) = remote_box_with_backup(&r);
+    let published = r.world.backups_published();
+
+    // The connection dropped mid-save: an error, nothing published, no temp anywhere, and
+    // the box saves fine afterwards.
+    let run = cut_during(&r, &["save", "alpha"], &alpha);
+    assert!(
+        !run.ok(),
+        "box save reported success over a dropped connection: {run}"
+    );
+    assert_eq!(
+        r.world.backups_published(),
+        published,
+        "a cut save published a backup"
+    );
+    r.world.assert_no_plaintext(&[]);
+    assert_remote_temps_gone(&r, 15, "after a save cut mid-copy");
+    let again = r.world.run(&["save", "alpha"], &[]);
+    assert!(again.ok(), "box save after a dropped connection: {again}");
+    let published = r.world.backups_published();
+
+    // The remote smolvm killed mid-save: the same.
+    r.set_remote_sim_env(&[("SMOLVM_SIM_FAIL", "exec:hang@export")]);
+    let from = r.calls().len();
+    let child = r.world.spawn(&["save", "alpha"], &[]);
+    assert!(
+        wait_for_remote_call(&r, from, "export", 120),
+        "box save never ran hb export on the remote"
+    );
+    let start = Instant::now();
+    while r.kill_remote_smolvm() == 0 {
+        assert!(
+            start.elapsed() < Duration::from_secs(20),
+            "no remote smolvm call to kill"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let run = r.world.finish(&["save", "alpha"], child, 180);
+    r.set_remote_sim_env(&[]);
+    assert!(
+        !run.ok(),
+        "box save reported success with its smolvm killed: {run}"
+    );
+    assert!(
+        run.stderr.contains("smolvm"),
+        "the error does not say smolvm failed: {run}"
+    );
+    assert_eq!(r.world.backups_published(), published);
+    r.world.assert_no_plaintext(&[]);
+    assert_remote_temps_gone(&r, 15, "after a save whose smolvm was killed");
+    let again = r.world.run(&["save", "alpha"], &[]);
+    assert!(again.ok(), "box save after its smolvm was killed: {again}");
+
+    // The connection dropped mid-load: no box, no row, no remote machine, no temp.
+    let backup_arg = backup.display().to_string();
+    let run = cut_during(&r, &["load", &backup_arg, "beta"], "beta");
+    assert!(
+        !run.ok(),
+        "box load reported success over a dropped connection: {run}"
+    );
+    assert!(
+        !r.world.registered("beta"),
+        "a cut load left beta registered: {run}"
+    );
+    assert!(
+        remote_machine(&r, "beta").is_none(),
+        "a cut load left a half-restored machine on the remote: {:?}\n{run}",
+        r.machines()
+    );
+    assert_remote_temps_gone(&r, 15, "after a load cut mid-copy");
+    r.world.assert_no_plaintext(&[]);
+    // alpha is untouched by all this.
+    assert_remote_marker(&r, &alpha, &marker);
+
+    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+}
+
+#[test]
+fn remote_faults_wrong_host_key_refused_and_nothing_made() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let r = Remote::new();
+    // A host key that is not the remote's, as after a reinstall or an attack.
+    let other = r.dir.path().join("other_host_key");
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let good = std::fs::read_to_string(r.known_hosts()).unwrap();
+    let pubkey = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    std::fs::write(r.known_hosts(), format!("{ALIAS} {pubkey}")).unwrap();
+    let new = r.world.run(&["new", "alpha"], &[]);
+    assert!(!new.ok(), "box new went on with a wrong host key: {new}");
+    let all = new.all().to_lowercase();
+    assert!(
+        all.contains("host key"),
+        "the error does not say the host key is wrong: {new}"
+    );
+    assert!(!r.world.registered("alpha"), "a refused new left a row");
+    assert!(
+        r.calls().is_empty(),
+        "smolvm ran on a host whose key is wrong"
+    );
+    assert!(
+        r.world.machines().is_empty(),
+        "a refused remote new made a local machine"
+    );
+    // With the right key back, the same command works (nothing stuck).
+    std::fs::write(r.known_hosts(), good).unwrap();
+    let ls = r.world.run(&["ls"], &[]);
+    assert!(ls.ok(), "{ls}");
+}
+
+/// What `bench` prints: one operation's times (s) and their median.
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(|a, b| a.total_cmp(b));
+    v[v.len() / 2]
+}
+
+/// Heavy: a pristine image on the remote (no host-userland shortcut, no local tools):
+/// provisioning from the real registries there, then save and load back.
+#[test]
+fn remote_heavy_pristine_image_from_the_network() {
+    if !prerequisites() || !heavy() {
+        return;
+    }
+    let _serial = serial();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    // The remote smolvm boots the pristine image and guests get no local tools.
+    r.set_remote_sim_env(&[("SMOLVM_SIM_HOST_USERLAND", "0")]);
+    let ca = Path::new("/etc/ssl/certs/ca-certificates.crt");
+    let cfg = std::fs::read_to_string(r.world.config()).unwrap();
+    std::fs::write(
+        r.world.config(),
+        format!(
+            "{cfg}GUEST_CA_CERTS={}\nBASE_IMAGE=ubuntu:24.04\n",
+            ca.display()
+        ),
+    )
+    .unwrap();
+    let sampler = r.sample_processes();
+    let (new, _) = timed(&r, &["new", "alpha"], &[("BOX_TEST_GUEST_ENV", "")]);
+    assert!(
+        new.ok(),
+        "box new alpha from the network on the remote: {new}"
+    );
+    let alpha = remote_machine(&r, "alpha").expect("remote machine");
+    let marker = write_remote_marker(&r, &alpha);
+    let (save, _) = timed(&r, &["save", "alpha"], &[]);
+    assert!(save.ok(), "{save}");
+    let backup = backup_of(&r, "alpha").display().to_string();
+    let (load, _) = timed(
+        &r,
+        &["load", &backup, "beta"],
+        &[("BOX_TEST_GUEST_ENV", "")],
+    );
+    assert!(load.ok(), "{load}");
+    assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
+    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+}
+
+/// Heavy: a remote box from a base built on the remote (`box base build` with BOX_HOST).
+#[test]
+fn remote_heavy_new_from_a_base() {
+    if !prerequisites() || !heavy() {
+        return;
+    }
+    let _serial = serial();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    let (build, _) = timed(&r, &["base", "build"], &[]);
+    assert!(build.ok(), "box base build on the remote: {build}");
+    let (new, secs) = timed(&r, &["new", "alpha"], &[]);
+    assert!(new.ok(), "box new from the remote's base: {new}");
+    assert!(
+        r.calls().iter().any(|c| c.join(" ").contains("--from")),
+        "box new did not create from the base ({secs:.1} s)"
+    );
+    let alpha = remote_machine(&r, "alpha").expect("remote machine");
+    let marker = write_remote_marker(&r, &alpha);
+    let (save, _) = timed(&r, &["save", "alpha"], &[]);
+    assert!(save.ok(), "{save}");
+    let backup = backup_of(&r, "alpha").display().to_string();
+    let (load, _) = timed(&r, &["load", &backup, "beta"], &[]);
+    assert!(load.ok(), "{load}");
+    assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
+}
+
+/// Heavy: remote vs local `box new`, `box save`, `box load` (medians of 3), printed for
+/// the report, never asserted against a time.
+#[test]
+fn remote_heavy_bench_remote_vs_local() {
+    if !prerequisites() || !heavy() {
+        return;
+    }
+    let _serial = serial();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    let mut rows = Vec::new();
+    for (label, host) in [("local", "local"), ("remote", "")] {
+        let host_args: Vec<&str> = if host.is_empty() {
+            vec![]
+        } else {
+            vec!["--host", host]
+        };
+        let (mut new_t, mut save_t, mut load_t) = (Vec::new(), Vec::new(), Vec::new());
+        for i in 0..3 {
+            let name = format!("{label}{i}");
+            let mut args = host_args.clone();
+            args.extend(["new", name.as_str()]);
+            let (run, s) = timed(&r, &args, &[]);
+            assert!(run.ok(), "{run}");
+            new_t.push(s);
+            let (run, s) = timed(&r, &["save", &name], &[]);
+            assert!(run.ok(), "{run}");
+            save_t.push(s);
+            let backup = backup_of(&r, &name).display().to_string();
+            let loaded = format!("{label}{i}-l");
+            let mut args = host_args.clone();
+            args.extend(["load", backup.as_str(), loaded.as_str()]);
+            let (run, s) = timed(&r, &args, &[]);
+            assert!(run.ok(), "{run}");
+            load_t.push(s);
+            for n in [&name, &loaded] {
+                assert!(r.world.run(&["rm", n, "--force"], &[]).ok());
+            }
+        }
+        rows.push((label, median(new_t), median(save_t), median(load_t)));
+    }
+    for (label, n, s, l) in rows {
+        eprintln!(
+            "remote bench {label}: new {n:.1} s, save {s:.1} s, load {l:.1} s (medians of 3)"
+        );
+    }
+}
