@@ -594,7 +594,10 @@ mod tests {
         env.set("BOX_HOST", "ssh://me@big").unwrap();
         env.set("BOX_SSH_COMMAND", "ssh -F /home/me/cfg").unwrap();
         let text = env.render();
-        assert!(!text.contains("BOX_HOST") && !text.contains("/home/me/cfg"), "{text}");
+        assert!(
+            !text.contains("BOX_HOST") && !text.contains("/home/me/cfg"),
+            "{text}"
+        );
         let back = BoxEnv::parse(&text, std::path::Path::new("x")).unwrap();
         assert_eq!(back, BoxEnv::default());
     }
