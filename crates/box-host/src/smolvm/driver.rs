@@ -697,6 +697,7 @@ impl Smolvm {
             Io {
                 stdin: Feed::File(file),
                 stdout: Sink::Capture,
+                ..Io::default()
             },
         )?;
         if let Some(problem) = copy_problem(&out) {
@@ -747,6 +748,7 @@ impl Smolvm {
                 Io {
                     stdin: Feed::Null,
                     stdout: Sink::File(file),
+                    ..Io::default()
                 },
             )
             .and_then(|(mut out, written)| {

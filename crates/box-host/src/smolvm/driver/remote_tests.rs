@@ -180,6 +180,7 @@ fn a_cut_stream_is_an_error_never_a_short_part() {
             Io {
                 stdin: Feed::File(std::fs::File::open(&local).unwrap()),
                 stdout: Sink::Capture,
+                ..Io::default()
             },
         )
         .unwrap();
