@@ -12,9 +12,11 @@ pub const SHORT_STREAM: i32 = 75;
 /// The prefix of the copy scripts' own stderr lines.
 pub const PREFIX: &str = "box-copy: ";
 
-/// Common head: a private temp dir that the traps remove.
+/// Common head: a private temp dir that the traps remove. The caller's umask is kept in
+/// `$u` and given back to smolvm: only the temp dir and the part are box's to make private
+/// (the simulator, like any program, creates what it makes with the umask it inherits).
 const TEMP_DIR: &str = concat!(
-    r#"umask 077; d=$(mktemp -d "${TMPDIR:-/tmp}/box-part.XXXXXXXX") || { echo "box-copy: cannot make a temp dir" >&2; exit 75; }; "#,
+    r#"u=$(umask); umask 077; d=$(mktemp -d "${TMPDIR:-/tmp}/box-part.XXXXXXXX") || { echo "box-copy: cannot make a temp dir" >&2; exit 75; }; "#,
     r#"trap 'rm -rf "$d"' EXIT; trap 'exit 129' HUP; trap 'exit 130' INT; trap 'exit 143' TERM; trap 'exit 141' PIPE; "#,
 );
 
@@ -27,7 +29,7 @@ pub fn copy_in_script() -> String {
             r#"head -c "$2" > "$d/part" || { echo "box-copy: cannot write the part on the remote host" >&2; exit 75; }; "#,
             r#"g=$(wc -c < "$d/part"); g=$((g)); "#,
             r#"if [ "$g" -ne "$2" ]; then echo "box-copy: the stream ended after $g of $2 bytes" >&2; exit 75; fi; "#,
-            r#""$1" machine cp "$d/part" "$3""#
+            r#"umask "$u"; "$1" machine cp "$d/part" "$3""#
         )
     )
 }
@@ -38,7 +40,7 @@ pub fn copy_out_script() -> String {
     format!(
         "{TEMP_DIR}{}",
         concat!(
-            r#""$1" machine cp "$2" "$d/part" || exit $?; "#,
+            r#"umask "$u"; "$1" machine cp "$2" "$d/part" || exit $?; "#,
             r#"n=$(wc -c < "$d/part") || exit 75; n=$((n)); "#,
             r#"printf 'box-size %s\n' "$n" >&2; cat "$d/part""#
         )
@@ -67,7 +69,10 @@ mod tests {
         let src = dir.join("smolvm.sh");
         std::fs::write(
             &src,
-            "#!/bin/sh\n[ \"$1 $2\" = 'machine cp' ] || exit 9\ncp \"${3#vm:}\" \"${4#vm:}\"\n",
+            format!(
+                "#!/bin/sh\n[ \"$1 $2\" = 'machine cp' ] || exit 9\numask > {}\ncp \"${{3#vm:}}\" \"${{4#vm:}}\"\n",
+                dir.join("umask-seen").display()
+            ),
         )
         .unwrap();
         let ok = Command::new("install")
@@ -86,9 +91,10 @@ mod tests {
         input: &[u8],
         tmp: &std::path::Path,
     ) -> std::process::Output {
+        // 027: the caller's umask, which smolvm must get back.
         let mut child = Command::new("/bin/sh")
             .arg("-c")
-            .arg(script)
+            .arg(format!("umask 027; {script}"))
             .arg("box-call")
             .args(args)
             .env("TMPDIR", tmp)
@@ -117,6 +123,11 @@ mod tests {
         );
         assert!(out.status.success(), "{out:?}");
         assert_eq!(std::fs::read(&dst).unwrap(), b"hello");
+        // smolvm runs with the caller's umask, not the temp dir's 077.
+        assert_eq!(
+            std::fs::read_to_string(dir.path().join("umask-seen")).unwrap(),
+            "0027\n"
+        );
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
     }
 

@@ -350,7 +350,7 @@ impl Session {
         let cmd = self
             .target
             .command(&["-T", "-o", "ControlMaster=no"], Some(&remote));
-        let io = match io.stdin {
+        let mut io = match io.stdin {
             // The wrapper must see EOF only when box is gone.
             Feed::Null => Io {
                 stdin: Feed::Hold,
@@ -358,6 +358,7 @@ impl Session {
             },
             _ => io,
         };
+        io.done_marker = Some(wrapper::marker(&nonce));
         let CallOpts {
             timeout,
             mut on_line,

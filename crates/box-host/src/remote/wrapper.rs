@@ -100,10 +100,15 @@ pub enum Trailer {
     Missing,
 }
 
+/// The start of this call's trailer line.
+pub fn marker(nonce: &str) -> String {
+    format!("\x1ebox-exit {nonce} ")
+}
+
 /// Takes the trailer off the end of `stderr` (it may be glued to a last line that had no
 /// newline). `None` when the stream did not end with this call's trailer.
 pub fn strip_trailer(stderr: &mut String, nonce: &str) -> Option<Trailer> {
-    let marker = format!("\x1ebox-exit {nonce} ");
+    let marker = marker(nonce);
     let body = stderr.strip_suffix('\n').unwrap_or(stderr);
     let at = body.rfind(&marker)?;
     let value = &body[at + marker.len()..];
@@ -121,8 +126,7 @@ pub fn strip_trailer(stderr: &mut String, nonce: &str) -> Option<Trailer> {
 /// Whether a streamed stderr line is (or ends with) the trailer: the callback must not see
 /// it. Returns the text before it, which is the call's own.
 pub fn line_before_trailer<'a>(line: &'a str, nonce: &str) -> Option<&'a str> {
-    let marker = format!("\x1ebox-exit {nonce} ");
-    line.find(&marker).map(|at| &line[..at])
+    line.find(&marker(nonce)).map(|at| &line[..at])
 }
 
 #[cfg(test)]
@@ -143,6 +147,7 @@ mod tests {
             crate::smolvm::runner::Io {
                 stdin: crate::smolvm::runner::Feed::Hold,
                 stdout: crate::smolvm::runner::Sink::Capture,
+                ..crate::smolvm::runner::Io::default()
             },
         )
         .unwrap()

@@ -285,7 +285,16 @@ impl Smolvm {
                     opts,
                     Io::default(),
                 )
-                .map(|(out, _)| out)
+                .map(|(mut out, _)| {
+                    // The wrapper's shell reports a signal death as 128+n. smolvm's own calls
+                    // never exit above 128 by themselves, so that is smolvm killed, which a
+                    // local call reports as no code. exec's status is the guest's.
+                    let is_exec = a.get(1).is_some_and(|v| v == "exec");
+                    if !is_exec && out.code.is_some_and(|c| c > 128) {
+                        out.code = None;
+                    }
+                    out
+                })
             }
             Transport::Broken(e) => Err(e.clone()),
         }
@@ -697,6 +706,7 @@ impl Smolvm {
             Io {
                 stdin: Feed::File(file),
                 stdout: Sink::Capture,
+                ..Io::default()
             },
         )?;
         if let Some(problem) = copy_problem(&out) {
@@ -747,6 +757,7 @@ impl Smolvm {
                 Io {
                     stdin: Feed::Null,
                     stdout: Sink::File(file),
+                    ..Io::default()
                 },
             )
             .and_then(|(mut out, written)| {

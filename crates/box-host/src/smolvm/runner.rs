@@ -188,6 +188,11 @@ pub(crate) enum Sink {
 pub(crate) struct Io {
     pub stdin: Feed,
     pub stdout: Sink,
+    /// A stderr line holding this means the call is over (the remote wrapper's trailer),
+    /// even if the process is still there: ssh waits for every holder of the remote
+    /// session's pipes, and a daemon the call started may hold them for good. Like a local
+    /// grandchild holding a pipe, it gets [`PIPE_GRACE`], then the process is killed.
+    pub done_marker: Option<String>,
 }
 
 /// Runs a prepared command (argv and environment set) in its own process group within the
@@ -201,6 +206,8 @@ pub(crate) fn run_command(
     io: Io,
 ) -> Result<(Output, Option<std::io::Result<u64>>), SmolvmError> {
     let start = Instant::now();
+    let done_marker = io.done_marker;
+    let mut marker_at: Option<Instant> = None;
     cmd.stdin(match io.stdin {
         Feed::Null => Stdio::null(),
         Feed::Hold | Feed::File(_) => Stdio::piped(),
@@ -251,6 +258,12 @@ pub(crate) fn run_command(
     loop {
         match rx.recv_timeout(TICK) {
             Ok(Event::Line(stream, line)) => {
+                if stream == Stream::Stderr
+                    && marker_at.is_none()
+                    && done_marker.as_deref().is_some_and(|m| line.contains(m))
+                {
+                    marker_at = Some(Instant::now());
+                }
                 if let Some(cb) = opts.on_line.as_mut() {
                     cb(stream, line.trim_end_matches(['\n', '\r']));
                 }
@@ -262,6 +275,14 @@ pub(crate) fn run_command(
             Ok(Event::Eof) => open_streams -= 1,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => open_streams = 0,
+        }
+        if exited.is_none()
+            && let Some(at) = marker_at
+            && at.elapsed() > PIPE_GRACE
+        {
+            // The call said it is over; what still holds its pipes is not the call.
+            kill_group(&mut child);
+            exited = Some((None, at));
         }
         if exited.is_none() {
             match child.try_wait() {

@@ -321,3 +321,20 @@ fn box_options_win_over_the_users_ssh_command() {
         "{envs:?}"
     );
 }
+
+/// A call that leaves a daemon holding its output (as a VMM might) still ends: ssh would
+/// wait for that daemon, the runner stops at the trailer.
+#[test]
+fn a_daemon_holding_the_output_does_not_hold_the_call() {
+    let Some(h) = test_host() else { return };
+    let s = session(&h);
+    let start = Instant::now();
+    let out = sh(&s, "sleep 12 & echo done", &[], Duration::from_secs(30)).unwrap();
+    assert_eq!(out.stdout, "done\n");
+    assert_eq!(out.code, Some(0));
+    assert!(
+        start.elapsed() < Duration::from_secs(8),
+        "{:?}",
+        start.elapsed()
+    );
+}

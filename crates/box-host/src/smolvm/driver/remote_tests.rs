@@ -180,6 +180,7 @@ fn a_cut_stream_is_an_error_never_a_short_part() {
             Io {
                 stdin: Feed::File(std::fs::File::open(&local).unwrap()),
                 stdout: Sink::Capture,
+                ..Io::default()
             },
         )
         .unwrap();
@@ -252,4 +253,23 @@ esac"#,
     let err = s.exec_interactive("alpha", &[], &["hang"]).unwrap_err();
     killer.join().unwrap();
     assert!(matches!(err, SmolvmError::ConnectionLost { .. }), "{err:?}");
+}
+
+/// smolvm's own calls never exit above 128 by themselves: there it was killed by a signal,
+/// as a local call's `None` says. exec's status stays the guest's (the shell cannot tell a
+/// guest's 137 from smolvm's death).
+#[test]
+fn a_remote_smolvm_killed_by_a_signal_is_said_as_locally() {
+    let Some(h) = test_host() else { return };
+    let s = remote_fake(
+        &h,
+        r#"case "$*" in *exec*) exit 137;; *) kill -9 $$;; esac"#,
+    );
+    let err = s.stop("alpha").unwrap_err().to_string();
+    assert!(
+        err.starts_with("`smolvm machine stop --name alpha on ssh://boxtest` exited with a signal"),
+        "{err}"
+    );
+    let out = s.exec("alpha", &["true"], ExecOpts::default()).unwrap();
+    assert_eq!(out.code, Some(137));
 }
