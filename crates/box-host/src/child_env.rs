@@ -21,8 +21,13 @@ pub enum ChildKind {
     /// `xdg-open`, `open`, `gio open`, `BOX_BROWSER`: the desktop session.
     Opener,
     /// `box __gateway`: box itself, which reads box.env keys from the environment and runs
-    /// smolvm to read Executor's token.
+    /// smolvm to read Executor's token (over ssh for a box on a remote host, so it gets
+    /// what ssh needs too).
     Gateway,
+    /// `ssh` (the remote transport): what OpenSSH needs to find the user's config, keys and
+    /// agent. Not even the locale: Debian's own `ssh_config` has `SendEnv LANG LC_*`, and
+    /// smolvm on a remote host gets only what the remote account gives it, nothing of box's.
+    Ssh,
 }
 
 /// What every child gets: where it runs, who for, in which language.
@@ -77,6 +82,23 @@ const DESKTOP: &[&str] = &[
     "__CF_USER_TEXT_ENCODING",
 ];
 
+/// Everything ssh gets. `SHELL` runs a `ProxyCommand`; `TERM` goes in `ssh -t`'s pty
+/// request; `SSH_AUTH_SOCK` is the agent (keys stay there, never forwarded:
+/// `ForwardAgent=no`); `KRB5CCNAME` is GSSAPI's ticket cache. No proxy variables: OpenSSH
+/// reads none (a `ProxyCommand` or `ProxyJump` in the user's config says how to get out).
+const SSH: &[&str] = &[
+    "PATH",
+    "HOME",
+    "USER",
+    "LOGNAME",
+    "SHELL",
+    "TERM",
+    "TMPDIR",
+    "XDG_RUNTIME_DIR",
+    "SSH_AUTH_SOCK",
+    "KRB5CCNAME",
+];
+
 /// box's own variables the gateway process reads (the box.env keys come on top).
 const BOX_OWN: &[&str] = &["BOX_HOME", "BOX_CONFIG", "BOX_LOG", "BOX_SMOLVM_TIMEOUT"];
 
@@ -85,14 +107,20 @@ pub fn allowed(kind: ChildKind, name: &str) -> bool {
     if name.starts_with("BOX_PASSPHRASE") {
         return false;
     }
+    if kind == ChildKind::Ssh {
+        return SSH.contains(&name);
+    }
     let smolvm_own = name == "SMOLVM" || name.starts_with("SMOLVM_");
     COMMON.contains(&name)
         || name.starts_with("LC_")
         || match kind {
             ChildKind::Smolvm => smolvm_own || SMOLVM_EXTRA.contains(&name),
             ChildKind::Opener => DESKTOP.contains(&name),
+            ChildKind::Ssh => false,
             ChildKind::Gateway => {
-                smolvm_own
+                // The gateway of a box on a remote host runs ssh (its token read, its forward).
+                SSH.contains(&name)
+                    || smolvm_own
                     || SMOLVM_EXTRA.contains(&name)
                     || BOX_OWN.contains(&name)
                     || box_proto::box_env::KEYS.contains(&name)
@@ -142,7 +170,12 @@ mod tests {
             ("BOX_PASSPHRASE_X", "s"),
             ("PATH", "/bin"),
         ]);
-        for kind in [ChildKind::Smolvm, ChildKind::Opener, ChildKind::Gateway] {
+        for kind in [
+            ChildKind::Smolvm,
+            ChildKind::Opener,
+            ChildKind::Gateway,
+            ChildKind::Ssh,
+        ] {
             assert_eq!(names(kind, &env), ["PATH"], "{kind:?}");
         }
     }
@@ -162,6 +195,14 @@ mod tests {
             ("ANTHROPIC_API_KEY", "x"),
             ("SSH_AUTH_SOCK", "/agent"),
         ]);
+        // ssh: its agent and home, never the locale (Debian's `SendEnv LANG LC_*` would
+        // carry it to the remote), smolvm's knobs, proxies or anything unknown.
+        let mut ssh_env = env.clone();
+        ssh_env.extend(vars(&[("TERM", "xterm"), ("LANG", "de_DE.UTF-8")]));
+        assert_eq!(
+            names(ChildKind::Ssh, &ssh_env),
+            ["HOME", "SSH_AUTH_SOCK", "TERM"]
+        );
         assert_eq!(
             names(ChildKind::Smolvm, &env),
             ["HOME", "LC_ALL", "SMOLVM", "SMOLVM_DATA_DIR"]
@@ -178,7 +219,8 @@ mod tests {
                 "SMOLVM",
                 "SMOLVM_DATA_DIR",
                 "BOX_HOME",
-                "OPEN_IDLE_TIMEOUT"
+                "OPEN_IDLE_TIMEOUT",
+                "SSH_AUTH_SOCK"
             ]
         );
     }

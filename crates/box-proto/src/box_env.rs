@@ -151,6 +151,9 @@ pub const KEYS: &[&str] = &[
     "BOX_SSH_COMMAND",
 ];
 
+/// Keys only `box` on the laptop reads, never written into a box.
+pub const HOST_ONLY_KEYS: &[&str] = &["BOX_HOST", "BOX_REMOTE_SMOLVM", "BOX_SSH_COMMAND"];
+
 fn parse_bool(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
         "1" | "true" | "yes" | "on" => Ok(true),
@@ -394,10 +397,13 @@ impl BoxEnv {
         Ok(())
     }
 
-    /// Renders every key in dotenv form; `parse` reads it back to an equal value.
+    /// Renders every key a box reads in dotenv form (the guest's `/etc/hermes-box.env`);
+    /// `parse` reads it back to an equal value but for [`HOST_ONLY_KEYS`], which stay at
+    /// their defaults: where the box's host is and how to reach it is the laptop's business,
+    /// and an `hb` of an older base refuses keys it does not know.
     pub fn render(&self) -> String {
         let mut out = String::from("# hermes-box-lite effective configuration (written by box)\n");
-        for key in KEYS {
+        for key in KEYS.iter().filter(|k| !HOST_ONLY_KEYS.contains(k)) {
             let value = self.get(key).unwrap_or_default();
             out.push_str(&format!("{key}={}\n", quote(&value)));
         }
@@ -580,5 +586,19 @@ mod tests {
             err,
             "environment: WIRE_EXECUTOR_MCP: 'nah' is not a boolean (use 1 or 0)"
         );
+    }
+
+    #[test]
+    fn the_host_keys_never_reach_a_box() {
+        let mut env = BoxEnv::default();
+        env.set("BOX_HOST", "ssh://me@big").unwrap();
+        env.set("BOX_SSH_COMMAND", "ssh -F /home/me/cfg").unwrap();
+        let text = env.render();
+        assert!(
+            !text.contains("BOX_HOST") && !text.contains("/home/me/cfg"),
+            "{text}"
+        );
+        let back = BoxEnv::parse(&text, std::path::Path::new("x")).unwrap();
+        assert_eq!(back, BoxEnv::default());
     }
 }

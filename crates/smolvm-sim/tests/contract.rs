@@ -1433,6 +1433,32 @@ fn cp_rules() {
     assert_eq!(o.stdout, "", "progress goes to stderr only");
     let o = s.sh(&n, "stat -c '%a %u %g %s' /opt/new/deep/file.bin");
     assert_eq!(o.stdout, format!("644 0 0 {}\n", data.len()));
+    assert_eq!(
+        s.sh(&n, "stat -c %a /opt/new /opt/new/deep").stdout,
+        "755\n755\n"
+    );
+
+    // The guest's agent makes the parents and runs commands with its own umask (022), not
+    // the caller's: a `umask 077` shell (box's remote copy scripts) changes nothing inside.
+    let mut c = s.cmd(&[
+        "machine",
+        "cp",
+        src_s,
+        &format!("{n}:/opt/strict/deep/file.bin"),
+    ]);
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        c.pre_exec(|| {
+            libc::umask(0o077);
+            Ok(())
+        });
+    }
+    assert!(c.status().unwrap().success());
+    assert_eq!(
+        s.sh(&n, "stat -c %a /opt/strict /opt/strict/deep; umask")
+            .stdout,
+        "755\n755\n0022\n"
+    );
     assert!(
         !Path::new("/opt/new/deep/file.bin").exists(),
         "upload must not touch the host"

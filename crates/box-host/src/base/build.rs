@@ -6,7 +6,7 @@
 
 use std::time::Instant;
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Result, anyhow, bail};
 
 use super::guest_prep::{self, BASE_STEPS, BASE_WORKLOAD};
 use super::key::BaseKey;
@@ -57,7 +57,9 @@ pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
     let env = &ctx.config.env;
     let key = BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())?;
     let digest = key.digest();
-    let store = Store::new(&ctx.state);
+    // The base lives where smolvm runs: packs are made and read by that host's smolvm.
+    let smolvm = Smolvm::for_host(ctx.host.as_ref(), env);
+    let store = Store::for_smolvm(&ctx.state, &smolvm)?;
     store.ensure()?;
     let asked = Instant::now();
     let _lock = wait_for_lock(ctx, &format!("box base build ({digest})"))?;
@@ -73,7 +75,7 @@ pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
             human_age(meta.age())
         ));
     }
-    let mut b = Builder::new(ctx, key)?;
+    let mut b = Builder::new(ctx, key, smolvm)?;
     let res = b.run(&store);
     b.cleanup(&store);
     res.map(Built::New)
@@ -91,7 +93,7 @@ struct Builder<'a> {
 }
 
 impl<'a> Builder<'a> {
-    fn new(ctx: &'a Context, key: BaseKey) -> Result<Self> {
+    fn new(ctx: &'a Context, key: BaseKey, smolvm: Smolvm) -> Result<Self> {
         let digest = key.digest();
         let machine = format!("box-base-{}-{}", &digest[..8], std::process::id());
         Ok(Self {
@@ -99,7 +101,7 @@ impl<'a> Builder<'a> {
             transcript: Transcript::create(&ctx.state, &machine, "base-build")?,
             key,
             digest,
-            smolvm: Smolvm::from_env(),
+            smolvm,
             signals: DeferredSignals::install()?,
             machine,
             created: false,
@@ -224,9 +226,7 @@ impl<'a> Builder<'a> {
             Some(&mut on_line),
         )?;
         let sidecar = sidecar_of(&staging);
-        let size = std::fs::metadata(&sidecar)
-            .with_context(|| format!("smolvm wrote no {}", sidecar.display()))?
-            .len();
+        let size = store.file_size(&sidecar)?;
         let pack = store.place_pack(&sidecar, &self.digest)?;
         let warm = self.warm_shared_store(version, &pack, env);
         let meta = BaseMeta {
@@ -256,8 +256,10 @@ impl<'a> Builder<'a> {
         pack: &std::path::Path,
         env: &box_proto::BoxEnv,
     ) -> bool {
+        // A remote host is Linux.
+        let linux = cfg!(target_os = "linux") || self.smolvm.host().is_some();
         if !version.shares_extracted_packs()
-            || !cfg!(target_os = "linux")
+            || !linux
             || std::env::var_os("SMOLVM_DISABLE_SHARED_EXTRACT").is_some()
         {
             return false;
@@ -320,8 +322,8 @@ impl<'a> Builder<'a> {
             ));
         }
         let staging = store.staging_out(&self.digest);
-        let _ = std::fs::remove_file(&staging);
-        let _ = std::fs::remove_file(sidecar_of(&staging));
+        let sidecar = sidecar_of(&staging);
+        store.remove_quietly(&[staging, sidecar]);
     }
 }
 

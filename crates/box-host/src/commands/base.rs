@@ -11,13 +11,6 @@ use crate::cli::BaseCmd;
 use crate::ui;
 
 pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
-    if let Some(host) = &ctx.host {
-        anyhow::bail!(
-            "bases live in this machine's store; building one on {host} is not supported yet \
-             (box new there provisions from the network). Run with --host local, or leave \
-             BOX_HOST empty, for this machine's bases"
-        );
-    }
     match cmd {
         BaseCmd::Build(a) => {
             let t0 = std::time::Instant::now();
@@ -43,7 +36,7 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BaseCmd::Ls(a) => {
-            let bases = Store::new(&ctx.state).list()?;
+            let bases = host_store(ctx)?.list()?;
             if a.json {
                 println!("{}", serde_json::to_string_pretty(&json(&bases, ctx))?);
                 return Ok(ExitCode::SUCCESS);
@@ -81,7 +74,7 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         BaseCmd::Rm(a) => {
-            let store = Store::new(&ctx.state);
+            let store = host_store(ctx)?;
             let _lock = build::wait_for_lock(ctx, "box base rm")?;
             let digests: Vec<String> = if a.all {
                 store.list()?.into_iter().map(|m| m.digest).collect()
@@ -102,6 +95,12 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
     }
+}
+
+/// The store on the selected host (`--host`, `BOX_HOST`): bases live where smolvm runs.
+fn host_store(ctx: &Context) -> Result<Store> {
+    let smolvm = crate::smolvm::Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env);
+    Store::for_smolvm(&ctx.state, &smolvm)
 }
 
 fn json(bases: &[BaseMeta], ctx: &Context) -> serde_json::Value {

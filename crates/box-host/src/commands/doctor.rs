@@ -93,7 +93,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(remote_host_checks(h, &remote_smolvm));
+                checks.extend(crate::remote::doctor::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };
@@ -159,20 +159,6 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
-}
-
-/// The checks of a remote host: reached over ssh, and the smolvm there.
-fn remote_host_checks(host: &RemoteHost, smolvm: &Smolvm) -> Vec<Check> {
-    let scope = format!("{host}");
-    vec![match smolvm.version() {
-        Ok(v) => Check::new(
-            &scope,
-            "smolvm",
-            Status::Ok,
-            format!("reached over ssh; smolvm {v}"),
-        ),
-        Err(e) => Check::new(&scope, "smolvm", Status::Fail, format!("{e}")),
-    }]
 }
 
 /// Why an incomplete box is incomplete, and what to do: kept on purpose after a failed
@@ -400,8 +386,8 @@ fn box_checks(
         }
         Some(port) if executor => {
             let result = guest::read_token(smolvm, &record.machine).and_then(|token| {
-                let reached = smolvm.host_port(port)?;
-                guest::host_handshake(reached, &token, 3, None)
+                let reach = smolvm.reach_port(port)?;
+                guest::host_handshake(reach.local_port(), &token, 3, None)
             });
             match result {
                 Ok(h) => {

@@ -318,16 +318,9 @@ impl NewRun<'_> {
             ui::say("--fresh: provisioning from scratch");
             return None;
         }
-        if let Some(host) = &self.ctx.host {
-            // Bases live in this machine's store; a remote host would need its own.
-            ui::say(format!(
-                "Provisioning on {host} from the network (bases are built per host)"
-            ));
-            return None;
-        }
         let env = &self.ctx.config.env;
         let found = BaseKey::current(env, &test_guest_env::from_env())
-            .and_then(|key| store::Store::new(&self.ctx.state).find(&key));
+            .and_then(|key| store::Store::for_smolvm(&self.ctx.state, &self.smolvm)?.find(&key));
         match found {
             Ok(Some(base)) => {
                 let age = store::human_age(base.age());
@@ -366,7 +359,8 @@ impl NewRun<'_> {
         spec: &CreateSpec,
         base: &crate::base::store::BaseMeta,
     ) -> Result<(), Stop> {
-        let pack = crate::base::store::Store::new(&self.ctx.state).pack_path(&base.digest);
+        let pack = crate::base::store::Store::for_smolvm(&self.ctx.state, &self.smolvm)?
+            .pack_path(&base.digest);
         let from = crate::smolvm::CreateFromSpec {
             name: spec.name.clone(),
             pack,
@@ -390,7 +384,7 @@ impl NewRun<'_> {
             .into());
         }
         let data = self.smolvm.data_dir(&self.machine)?;
-        if !crate::base::layers_present(&data) {
+        if !self.smolvm.layers_present(&data)? {
             return Err(anyhow!(
                 "smolvm removed the base's extracted layers right after creating '{}' (the 1.0.4 pack cache eviction: {} has no .smolvm-extracted); set SMOLVM_PACK_CACHE_MAX_BYTES above the base's size ({} bytes) or run `box new --fresh`",
                 self.machine,

@@ -141,7 +141,8 @@ pub fn run_process(ctx: &Context, name: &str) -> Result<std::process::ExitCode> 
     let smolvm = Smolvm::for_host(record.remote_host()?.as_ref(), &ctx.config.env);
     // A remote box's port is on the remote's loopback: the gateway's upstream is a forward
     // of it over the ssh connection, held as long as this process runs.
-    let upstream_port = smolvm.host_port(web_port)?;
+    let upstream = smolvm.reach_port(web_port)?;
+    let upstream_port = upstream.local_port();
     let probe = Arc::new(VmProbe {
         smolvm,
         machine: record.machine.clone(),

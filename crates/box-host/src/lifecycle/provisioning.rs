@@ -211,7 +211,8 @@ impl Setup<'_> {
         match port {
             Some(port) if self.env.install_executor => {
                 let token = guest::read_token(self.smolvm, self.machine)?;
-                let reached = self.smolvm.host_port(port)?;
+                let reach = self.smolvm.reach_port(port)?;
+                let reached = reach.local_port();
                 let healthy = guest::host_handshake(reached, &token, 30, self.cancel)?;
                 let over = if reached == port {
                     String::new()

@@ -68,7 +68,9 @@ pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> 
     }
     if let Some(port) = record.web_port {
         let token = guest::read_token(smolvm, &record.machine)?;
-        guest::host_handshake(smolvm.host_port(port)?, &token, 30, None)?;
+        // A remote box's port: through a forward, cancelled when `reach` goes.
+        let reach = smolvm.reach_port(port)?;
+        guest::host_handshake(reach.local_port(), &token, 30, None)?;
     }
     Ok(Readiness::Ready)
 }

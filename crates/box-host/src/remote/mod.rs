@@ -4,6 +4,26 @@
 //! Podman name remote engines. The host part may be an alias of the user's own
 //! `~/.ssh/config` (ProxyJump, keys and known hosts apply). The string is kept verbatim in
 //! each box's registry row, so every verb goes to the box's own host.
+//!
+//! The transport, piece by piece:
+//! * [`ssh`]: one ControlMaster per (host, ssh command), shared by box processes and
+//!   closed by the last one; the ssh argv and its allowlisted environment; port forwards.
+//! * [`wrapper`]: the inline sh that runs each call in its own process group on the
+//!   remote, kills it when box goes away, and ends with an exit trailer (a call's own 255
+//!   is told from a dropped connection).
+//! * [`quote`]: every word single-quoted for the remote shell.
+//! * [`copy`]: parts stream over the connection through a private remote temp dir, their
+//!   byte count checked; encryption stays on the laptop.
+//! * [`doctor`]: what `box doctor` says about a remote host.
+//!
+//! `crate::smolvm::Smolvm::for_host` puts it together: every driver method works over ssh
+//! with the same deadlines, cancel flags, line callbacks and error texts.
+
+pub mod copy;
+pub mod doctor;
+pub mod quote;
+pub mod ssh;
+pub mod wrapper;
 
 use std::fmt;
 

@@ -7,14 +7,17 @@
 
 use std::ffi::{OsStr, OsString};
 use std::path::Path;
-use std::sync::OnceLock;
 use std::sync::atomic::AtomicUsize;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
 use super::error::SmolvmError;
 use super::json::{Machine, parse_machine_list};
-use super::runner::{self, CallOpts, LineSink, Output};
+use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
+use crate::remote::RemoteHost;
+use crate::remote::ssh::{Forward, RemoteCall, Session, SshTarget};
+use crate::remote::{copy, wrapper};
 
 /// Deadlines per kind of call. Generous: they exist so that a hung smolvm never hangs box.
 pub mod timeouts {
@@ -86,14 +89,56 @@ pub struct ExecOpts<'a> {
     pub cancel: Option<&'a AtomicUsize>,
 }
 
-/// A handle on the smolvm binary named by `SMOLVM` (default `smolvm`).
+/// A handle on the smolvm binary named by `SMOLVM` (default `smolvm`), or on
+/// `BOX_REMOTE_SMOLVM` on a remote host.
 #[derive(Debug)]
 pub struct Smolvm {
+    /// The binary: a local path or name, or on the remote host the name its shell finds.
     bin: OsString,
     /// A cap on every deadline (`BOX_SMOLVM_TIMEOUT`, seconds), for tests and slow hosts'
     /// opposite: impatient operators.
     cap: Option<Duration>,
-    version: OnceLock<Result<SmolvmVersion, String>>,
+    version: OnceLock<Result<SmolvmVersion, SmolvmError>>,
+    transport: Transport,
+}
+
+/// Where smolvm runs.
+#[derive(Debug)]
+enum Transport {
+    Local,
+    /// On a remote host, through the remote wrapper over the host's shared connection.
+    Ssh(Arc<Session>),
+    /// The remote host's settings cannot be used (an unreadable `BOX_SSH_COMMAND`): every
+    /// call says why.
+    Broken(SmolvmError),
+}
+
+/// How box reaches a TCP port smolvm published on its host's loopback.
+#[derive(Debug)]
+pub enum PortReach {
+    /// smolvm runs here: the port itself.
+    Local(u16),
+    /// smolvm runs on a remote host: a laptop loopback port forwarded over the
+    /// connection (`ssh -O forward`), cancelled when this is dropped.
+    Forwarded(Forward),
+}
+
+impl PortReach {
+    /// The port on this machine's 127.0.0.1 that reaches the published port.
+    pub fn local_port(&self) -> u16 {
+        match self {
+            PortReach::Local(p) => *p,
+            PortReach::Forwarded(f) => f.local_port(),
+        }
+    }
+}
+
+fn cap_from_env() -> Option<Duration> {
+    std::env::var("BOX_SMOLVM_TIMEOUT")
+        .ok()
+        .and_then(|v| v.trim().parse::<f64>().ok())
+        .filter(|s| *s > 0.0)
+        .map(Duration::from_secs_f64)
 }
 
 impl Smolvm {
@@ -102,12 +147,7 @@ impl Smolvm {
         let bin = std::env::var_os("SMOLVM")
             .filter(|v| !v.is_empty())
             .unwrap_or_else(|| OsString::from("smolvm"));
-        let cap = std::env::var("BOX_SMOLVM_TIMEOUT")
-            .ok()
-            .and_then(|v| v.trim().parse::<f64>().ok())
-            .filter(|s| *s > 0.0)
-            .map(Duration::from_secs_f64);
-        Self::with_binary(bin, cap)
+        Self::with_binary(bin, cap_from_env())
     }
 
     /// smolvm for a box on `host`: this machine's ([`Self::from_env`]) for `None`, else
@@ -115,18 +155,149 @@ impl Smolvm {
     pub fn for_host(host: Option<&crate::remote::RemoteHost>, env: &box_proto::BoxEnv) -> Self {
         match host {
             None => Self::from_env(),
-            // The ssh transport lands in its own change; until then nothing selects a host.
-            Some(_) => {
-                let _ = env;
-                Self::from_env()
+            Some(h) => {
+                let state = crate::state::StateDir::resolve().ok();
+                let transport =
+                    match SshTarget::new(h, &env.ssh_command, state.as_ref().map(|s| s.root())) {
+                        Ok(target) => Transport::Ssh(Arc::new(Session::new(target))),
+                        Err(e) => Transport::Broken(e),
+                    };
+                Self {
+                    bin: OsString::from(&env.remote_smolvm),
+                    cap: cap_from_env(),
+                    version: OnceLock::new(),
+                    transport,
+                }
             }
         }
     }
 
-    /// The port on this machine that reaches `port` published on smolvm's host's loopback:
-    /// `port` itself for local smolvm; a forward over the ssh connection for a remote one.
-    pub fn host_port(&self, port: u16) -> Result<u16, SmolvmError> {
-        Ok(port)
+    /// smolvm `bin` on the host of `session` (tests; `for_host` builds the session itself).
+    pub fn over_ssh(session: Arc<Session>, bin: &str, cap: Option<Duration>) -> Self {
+        Self {
+            bin: OsString::from(bin),
+            cap,
+            version: OnceLock::new(),
+            transport: Transport::Ssh(session),
+        }
+    }
+
+    /// The remote host smolvm runs on; `None` for this machine.
+    pub fn host(&self) -> Option<&RemoteHost> {
+        match &self.transport {
+            Transport::Ssh(s) => Some(s.target().host()),
+            Transport::Local | Transport::Broken(_) => None,
+        }
+    }
+
+    /// The shared connection to the remote host, if smolvm runs on one.
+    pub fn session(&self) -> Option<&Arc<Session>> {
+        match &self.transport {
+            Transport::Ssh(s) => Some(s),
+            Transport::Local | Transport::Broken(_) => None,
+        }
+    }
+
+    /// A loopback port on this machine that reaches `port` published on smolvm's host
+    /// loopback: the port itself here, a forward (`127.0.0.1:L` → the remote's
+    /// `127.0.0.1:port`) for a remote host. Nothing listens on any other address.
+    pub fn reach_port(&self, port: u16) -> Result<PortReach, SmolvmError> {
+        match &self.transport {
+            Transport::Local => Ok(PortReach::Local(port)),
+            Transport::Ssh(s) => s.forward_local(port).map(PortReach::Forwarded),
+            Transport::Broken(e) => Err(e.clone()),
+        }
+    }
+
+    /// `sh -c SCRIPT box ARGS…` on the host smolvm runs on (this machine or the remote),
+    /// every argument quoted: what the base store and doctor need of that host's files.
+    pub fn host_shell(
+        &self,
+        script: &str,
+        args: &[String],
+        timeout: Duration,
+    ) -> Result<Output, SmolvmError> {
+        match &self.transport {
+            Transport::Local => {
+                let mut a = vec![
+                    OsString::from("-c"),
+                    OsString::from(script),
+                    OsString::from("box"),
+                ];
+                a.extend(args.iter().map(OsString::from));
+                runner::run(
+                    &OsString::from("/bin/sh"),
+                    &a,
+                    "sh -c …",
+                    CallOpts::with_timeout(self.deadline(timeout)),
+                )
+            }
+            Transport::Ssh(s) => s.shell(script, args, self.deadline(timeout)),
+            Transport::Broken(e) => Err(e.clone()),
+        }
+    }
+
+    /// Whether `path` exists on the host smolvm runs on.
+    pub fn host_path_exists(&self, path: &Path) -> Result<bool, SmolvmError> {
+        if let Transport::Local = self.transport {
+            return Ok(path.exists());
+        }
+        let out = self.host_shell(
+            r#"[ -e "$1" ]"#,
+            &[path.to_string_lossy().into_owned()],
+            timeouts::QUERY,
+        )?;
+        Ok(out.success())
+    }
+
+    /// [`crate::base::layers_present`] on the host smolvm runs on: whether a `--from`
+    /// machine's data dir (`data_dir`) still has its pack's extracted layers.
+    pub fn layers_present(&self, data: &Path) -> Result<bool, SmolvmError> {
+        if let Transport::Local = self.transport {
+            return Ok(crate::base::layers_present(data));
+        }
+        let out = self.host_shell(
+            r#"[ -e "$1/pack/.smolvm-extracted" ] && exit 0; p=$(cat "$1/.pack-shared" 2>/dev/null) || exit 1; p=$(printf %s "$p" | tr -d '\n'); [ -e "$p/.smolvm-extracted" ]"#,
+            &[data.to_string_lossy().into_owned()],
+            timeouts::QUERY,
+        )?;
+        Ok(out.success())
+    }
+
+    /// Runs one smolvm call where smolvm lives.
+    fn run(&self, a: &[OsString], call: &str, opts: CallOpts<'_>) -> Result<Output, SmolvmError> {
+        match &self.transport {
+            Transport::Local => runner::run(&self.bin, a, call, opts),
+            Transport::Ssh(s) => {
+                let inner = if opts.env.is_empty() {
+                    wrapper::PLAIN.to_string()
+                } else {
+                    wrapper::plain_with_env(&opts.env)
+                };
+                s.call(
+                    RemoteCall {
+                        smolvm: &self.bin.to_string_lossy(),
+                        inner_script: &inner,
+                        args: &strings(a),
+                        stdin: wrapper::Stdin::Watch,
+                        call,
+                    },
+                    opts,
+                    Io::default(),
+                )
+                .map(|(mut out, _)| {
+                    // The wrapper's shell reports a signal death as 128+n. smolvm's own calls
+                    // never exit above 128 by themselves, so that is smolvm killed, which a
+                    // local call reports as no code. exec's status is the guest's.
+                    let is_exec = a.get(1).is_some_and(|v| v == "exec");
+                    if !is_exec && out.code.is_some_and(|c| c > 128) {
+                        out.code = None;
+                    }
+                    out
+                })
+            }
+            Transport::Broken(e) => Err(e.clone()),
+        }
     }
 
     pub fn with_binary(bin: impl Into<OsString>, cap: Option<Duration>) -> Self {
@@ -134,6 +305,7 @@ impl Smolvm {
             bin: bin.into(),
             cap,
             version: OnceLock::new(),
+            transport: Transport::Local,
         }
     }
 
@@ -148,43 +320,49 @@ impl Smolvm {
         }
     }
 
-    fn call_name(args: &[OsString]) -> String {
+    fn call_name(&self, args: &[OsString]) -> String {
         let mut s = String::from("smolvm");
         for a in args {
             s.push(' ');
             s.push_str(&a.to_string_lossy());
+        }
+        if let Some(h) = self.host() {
+            s.push_str(" on ");
+            s.push_str(&h.to_string());
         }
         s
     }
 
     /// Runs a call and insists on smolvm's success.
     fn checked(&self, args: Vec<OsString>, timeout: Duration) -> Result<Output, SmolvmError> {
-        let call = Self::call_name(&args);
-        let out = runner::run(
-            &self.bin,
-            &args,
-            &call,
-            CallOpts::with_timeout(self.deadline(timeout)),
-        )?;
+        let call = self.call_name(&args);
+        let out = self.run(&args, &call, CallOpts::with_timeout(self.deadline(timeout)))?;
         check(&call, out)
     }
 
     /// `smolvm --version`, asked once per process.
     pub fn version(&self) -> Result<SmolvmVersion, SmolvmError> {
+        let call = self.call_name(&args(["--version"]));
         let got = self.version.get_or_init(|| {
-            self.checked(args(["--version"]), timeouts::QUERY)
-                .map_err(|e| e.to_string())
-                .and_then(|out| SmolvmVersion::parse(&out.stdout))
+            let out = self.checked(args(["--version"]), timeouts::QUERY);
+            match out {
+                Ok(out) => SmolvmVersion::parse(&out.stdout)
+                    .map_err(|problem| SmolvmError::BadOutput { call, problem }),
+                // Not there, or not reachable: said as such.
+                Err(
+                    e @ (SmolvmError::Missing { .. }
+                    | SmolvmError::RemoteMissing { .. }
+                    | SmolvmError::SshMissing { .. }
+                    | SmolvmError::Connect { .. }
+                    | SmolvmError::ConnectionLost { .. }),
+                ) => Err(e),
+                Err(e) => Err(SmolvmError::BadOutput {
+                    call,
+                    problem: e.to_string(),
+                }),
+            }
         });
-        got.clone().map_err(|problem| match problem {
-            p if p.starts_with("smolvm not found") => SmolvmError::Missing {
-                bin: self.bin.to_string_lossy().into_owned(),
-            },
-            p => SmolvmError::BadOutput {
-                call: "smolvm --version".into(),
-                problem: p,
-            },
-        })
+        got.clone()
     }
 
     /// `machine ls --json`: every machine, sorted by name. box learns states only here and
@@ -192,7 +370,7 @@ impl Smolvm {
     /// before the first start until smolvm #1194/#1197 (2026-09-07).
     pub fn list(&self) -> Result<Vec<Machine>, SmolvmError> {
         let a = args(["machine", "ls", "--json"]);
-        let call = Self::call_name(&a);
+        let call = self.call_name(&a);
         let out = self.checked(a, timeouts::QUERY)?;
         parse_machine_list(&out.stdout).map_err(|problem| SmolvmError::BadOutput { call, problem })
     }
@@ -238,13 +416,12 @@ impl Smolvm {
         ];
         push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
         push_labels(&mut a, &spec.labels);
-        let call = Self::call_name(&a);
+        let call = self.call_name(&a);
         let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
             .ok()
             .and_then(|v| v.trim().parse::<u64>().ok())
             .map_or(PACK_CACHE_MAX_BYTES, |v| v.max(PACK_CACHE_MAX_BYTES));
-        let out = runner::run(
-            &self.bin,
+        let out = self.run(
             &a,
             &call,
             CallOpts {
@@ -258,7 +435,7 @@ impl Smolvm {
     /// `machine data-dir --name N`: the machine's host data directory.
     pub fn data_dir(&self, name: &str) -> Result<std::path::PathBuf, SmolvmError> {
         let a = args(["machine", "data-dir", "--name", name]);
-        let call = Self::call_name(&a);
+        let call = self.call_name(&a);
         let out = self.checked(a, timeouts::QUERY)?;
         let path = out.stdout.trim();
         if path.is_empty() || !path.starts_with('/') {
@@ -296,9 +473,8 @@ impl Smolvm {
             "--mem".into(),
             mem_mib.to_string().into(),
         ];
-        let call = Self::call_name(&a);
-        let res = runner::run(
-            &self.bin,
+        let call = self.call_name(&a);
+        let res = self.run(
             &a,
             &call,
             CallOpts {
@@ -345,9 +521,8 @@ impl Smolvm {
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
         let a = args(["machine", "start", "--name", name]);
-        let call = Self::call_name(&a);
-        let out = runner::run(
-            &self.bin,
+        let call = self.call_name(&a);
+        let out = self.run(
             &a,
             &call,
             CallOpts {
@@ -396,9 +571,8 @@ impl Smolvm {
         }
         a.push("--".into());
         a.extend(argv.iter().map(OsString::from));
-        let call = Self::call_name(&a);
-        let out = runner::run(
-            &self.bin,
+        let call = self.call_name(&a);
+        let out = self.run(
             &a,
             &call,
             CallOpts {
@@ -432,8 +606,12 @@ impl Smolvm {
         }
         a.push("--".into());
         a.extend(argv.iter().map(OsString::from));
-        let call = Self::call_name(&a);
-        runner::run_interactive(&self.bin, &a, &call)
+        let call = self.call_name(&a);
+        match &self.transport {
+            Transport::Local => runner::run_interactive(&self.bin, &a, &call),
+            Transport::Ssh(s) => s.interactive(&self.bin.to_string_lossy(), &strings(&a), &call),
+            Transport::Broken(e) => Err(e.clone()),
+        }
     }
 
     /// `machine cp LOCAL N:/guest/path` (single files only).
@@ -449,6 +627,9 @@ impl Smolvm {
         guest: &str,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
+        if let Transport::Ssh(s) = &self.transport {
+            return self.stream_in(s, local, name, guest, cancel);
+        }
         self.cp(
             local.as_os_str().to_owned(),
             format!("{name}:{guest}").into(),
@@ -470,11 +651,140 @@ impl Smolvm {
         local: &Path,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
+        if let Transport::Ssh(s) = &self.transport {
+            return self.stream_out(s, name, guest, local, cancel);
+        }
         self.cp(
             format!("{name}:{guest}").into(),
             local.as_os_str().to_owned(),
             cancel,
         )
+    }
+
+    /// `copy_in` to a remote host: the file streams over the connection into a private
+    /// remote temp dir (exactly its size, checked there), then `machine cp` (see
+    /// `remote::copy`). The laptop makes no extra copy.
+    fn stream_in(
+        &self,
+        session: &Session,
+        local: &Path,
+        name: &str,
+        guest: &str,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
+        let dest = format!("{name}:{guest}");
+        let call = self.call_name(&[
+            OsString::from("machine"),
+            "cp".into(),
+            local.as_os_str().to_owned(),
+            dest.clone().into(),
+        ]);
+        let transfer = |problem: String| SmolvmError::Transfer {
+            call: call.clone(),
+            problem,
+        };
+        let file = std::fs::File::open(local)
+            .map_err(|e| transfer(format!("cannot read {}: {e}", local.display())))?;
+        let size = file
+            .metadata()
+            .map_err(|e| transfer(format!("cannot read {}: {e}", local.display())))?
+            .len();
+        let (out, _) = session.call(
+            RemoteCall {
+                smolvm: &self.bin.to_string_lossy(),
+                inner_script: &copy::copy_in_script(),
+                args: &[size.to_string(), dest],
+                stdin: wrapper::Stdin::Pass,
+                call: &call,
+            },
+            CallOpts {
+                timeout: self.deadline(timeouts::COPY),
+                on_line: None,
+                cancel,
+                env: Vec::new(),
+            },
+            Io {
+                stdin: Feed::File(file),
+                stdout: Sink::Capture,
+                ..Io::default()
+            },
+        )?;
+        if let Some(problem) = copy_problem(&out) {
+            return Err(transfer(problem));
+        }
+        check(&call, out).map(drop)
+    }
+
+    /// `copy_out` from a remote host: `machine cp` into a private remote temp dir, then the
+    /// bytes stream back into `local`, their count checked against the size the remote
+    /// announced. On any failure `local` is removed: no caller sees a truncated part.
+    fn stream_out(
+        &self,
+        session: &Session,
+        name: &str,
+        guest: &str,
+        local: &Path,
+        cancel: Option<&AtomicUsize>,
+    ) -> Result<(), SmolvmError> {
+        let src = format!("{name}:{guest}");
+        let call = self.call_name(&[
+            OsString::from("machine"),
+            "cp".into(),
+            src.clone().into(),
+            local.as_os_str().to_owned(),
+        ]);
+        let transfer = |problem: String| SmolvmError::Transfer {
+            call: call.clone(),
+            problem,
+        };
+        let file = std::fs::File::create(local)
+            .map_err(|e| transfer(format!("cannot write {}: {e}", local.display())))?;
+        let result = session
+            .call(
+                RemoteCall {
+                    smolvm: &self.bin.to_string_lossy(),
+                    inner_script: &copy::copy_out_script(),
+                    args: &[src],
+                    stdin: wrapper::Stdin::Watch,
+                    call: &call,
+                },
+                CallOpts {
+                    timeout: self.deadline(timeouts::COPY),
+                    on_line: None,
+                    cancel,
+                    env: Vec::new(),
+                },
+                Io {
+                    stdin: Feed::Null,
+                    stdout: Sink::File(file),
+                    ..Io::default()
+                },
+            )
+            .and_then(|(mut out, written)| {
+                if let Some(problem) = copy_problem(&out) {
+                    return Err(transfer(problem));
+                }
+                if !out.success() {
+                    return check(&call, out).map(drop);
+                }
+                let announced = copy::take_size(&mut out.stderr);
+                match (announced, written) {
+                    (Some(n), Some(Ok(got))) if n == got => Ok(()),
+                    (Some(n), Some(Ok(got))) => Err(transfer(format!(
+                        "the stream ended after {got} of {n} bytes"
+                    ))),
+                    (_, Some(Err(e))) => {
+                        Err(transfer(format!("cannot write {}: {e}", local.display())))
+                    }
+                    _ => Err(transfer(
+                        "the remote host did not say the part's size".into(),
+                    )),
+                }
+            });
+        if result.is_err() {
+            let _ = std::fs::remove_file(local);
+        }
+        result
     }
 
     /// `machine cp FROM TO`, either direction, with the copy deadline.
@@ -485,9 +795,8 @@ impl Smolvm {
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
         let a = vec![OsString::from("machine"), "cp".into(), from, to];
-        let call = Self::call_name(&a);
-        let out = runner::run(
-            &self.bin,
+        let call = self.call_name(&a);
+        let out = self.run(
             &a,
             &call,
             CallOpts {
@@ -499,6 +808,23 @@ impl Smolvm {
         )?;
         check(&call, out).map(drop)
     }
+}
+
+/// The copy scripts' own failure (`box-copy: …`, exit 75), if that is what happened.
+fn copy_problem(out: &Output) -> Option<String> {
+    if out.code != Some(copy::SHORT_STREAM) {
+        return None;
+    }
+    out.stderr
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix(copy::PREFIX))
+        .map(str::to_string)
+}
+
+/// Arguments as the remote shell gets them (box's argv is UTF-8: names, paths it made).
+fn strings(a: &[OsString]) -> Vec<String> {
+    a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
 }
 
 fn args<const N: usize>(items: [&str; N]) -> Vec<OsString> {
@@ -564,6 +890,9 @@ fn push_labels(a: &mut Vec<OsString>, labels: &[(String, String)]) {
         a.push(format!("{k}={v}").into());
     }
 }
+
+#[cfg(test)]
+mod remote_tests;
 
 #[cfg(test)]
 mod tests {

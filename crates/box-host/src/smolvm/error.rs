@@ -2,7 +2,7 @@
 
 use std::time::Duration;
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum SmolvmError {
     #[error(
         "smolvm not found ('{bin}'): install smolvm (https://smolmachines.com) or set SMOLVM to its path"
@@ -33,6 +33,35 @@ pub enum SmolvmError {
     /// smolvm's output could not be understood.
     #[error("`{call}` printed output box cannot read: {problem}")]
     BadOutput { call: String, problem: String },
+
+    /// smolvm is not on the remote host (the wrapper's `command -v` found nothing).
+    #[error(
+        "smolvm not found on {host} ('{bin}'): install smolvm there, or set BOX_REMOTE_SMOLVM to its path (non-interactive ssh shells often lack ~/.local/bin on PATH)"
+    )]
+    RemoteMissing { host: String, bin: String },
+
+    /// The ssh client is not installed (or `BOX_SSH_COMMAND` names nothing).
+    #[error(
+        "ssh not found ('{bin}'): install the OpenSSH client, or set BOX_SSH_COMMAND to the ssh command to use"
+    )]
+    SshMissing { bin: String },
+
+    /// ssh could not open the connection (unreachable, refused login, host key).
+    #[error("cannot connect to {host}: {problem}")]
+    Connect { host: String, problem: String },
+
+    /// The connection went away during a call: ssh exited (255) and the remote wrapper's
+    /// trailer never came, so this is not the call's own status.
+    #[error("lost the connection to {host} during `{call}` (ssh said: {ssh_said})")]
+    ConnectionLost {
+        host: String,
+        call: String,
+        ssh_said: String,
+    },
+
+    /// A streamed copy arrived short or could not be written.
+    #[error("`{call}` failed: {problem}")]
+    Transfer { call: String, problem: String },
 
     /// A HUP/INT/TERM arrived while a call that may be cut short was running.
     #[error("`{call}` was interrupted by signal {signal}")]

@@ -133,23 +133,120 @@ pub fn run(
     bin: &OsString,
     args: &[OsString],
     call: &str,
-    mut opts: CallOpts<'_>,
+    opts: CallOpts<'_>,
 ) -> Result<Output, SmolvmError> {
-    let start = Instant::now();
     let mut cmd = Command::new(bin);
     child_env::apply(&mut cmd, ChildKind::Smolvm);
-    cmd.args(args)
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .process_group(0);
+    cmd.args(args);
     for (k, v) in &opts.env {
         cmd.env(k, v);
     }
-    let mut child = spawn(&mut cmd, bin, call)?;
+    let program = Program::Smolvm(bin.to_string_lossy().into_owned());
+    run_command(cmd, &program, call, opts, Io::default()).map(|(out, _)| out)
+}
+
+/// What a spawned program is, for the error when it cannot be found.
+#[derive(Debug, Clone)]
+pub(crate) enum Program {
+    Smolvm(String),
+    Ssh(String),
+}
+
+impl Program {
+    fn missing(&self) -> SmolvmError {
+        match self {
+            Program::Smolvm(bin) => SmolvmError::Missing { bin: bin.clone() },
+            Program::Ssh(bin) => SmolvmError::SshMissing { bin: bin.clone() },
+        }
+    }
+}
+
+/// Where a call's stdin comes from.
+#[derive(Default)]
+pub(crate) enum Feed {
+    /// `/dev/null`.
+    #[default]
+    Null,
+    /// A pipe box keeps open until the call ends: the remote wrapper takes its EOF as
+    /// "box is gone" (see `remote::wrapper`).
+    Hold,
+    /// The file's bytes, then EOF (streamed copies).
+    File(std::fs::File),
+}
+
+/// Where a call's stdout goes.
+#[derive(Default)]
+pub(crate) enum Sink {
+    /// Into `Output::stdout`, line by line.
+    #[default]
+    Capture,
+    /// Byte for byte into the file; the count comes back.
+    File(std::fs::File),
+}
+
+#[derive(Default)]
+pub(crate) struct Io {
+    pub stdin: Feed,
+    pub stdout: Sink,
+    /// A stderr line holding this means the call is over (the remote wrapper's trailer),
+    /// even if the process is still there: ssh waits for every holder of the remote
+    /// session's pipes, and a daemon the call started may hold them for good. Like a local
+    /// grandchild holding a pipe, it gets [`PIPE_GRACE`], then the process is killed.
+    pub done_marker: Option<String>,
+}
+
+/// Runs a prepared command (argv and environment set) in its own process group within the
+/// deadline. With `Sink::File`, the second value is the number of bytes written, or the
+/// write error.
+pub(crate) fn run_command(
+    mut cmd: Command,
+    program: &Program,
+    call: &str,
+    mut opts: CallOpts<'_>,
+    io: Io,
+) -> Result<(Output, Option<std::io::Result<u64>>), SmolvmError> {
+    let start = Instant::now();
+    let done_marker = io.done_marker;
+    let mut marker_at: Option<Instant> = None;
+    cmd.stdin(match io.stdin {
+        Feed::Null => Stdio::null(),
+        Feed::Hold | Feed::File(_) => Stdio::piped(),
+    })
+    .stdout(Stdio::piped())
+    .stderr(Stdio::piped())
+    .process_group(0);
+    let mut child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            program.missing()
+        } else {
+            SmolvmError::Spawn {
+                call: call.to_string(),
+                problem: e.to_string(),
+            }
+        }
+    })?;
+    // Held until this function returns: the pipe's EOF tells the remote wrapper box is gone.
+    let mut _held_stdin = None;
+    match io.stdin {
+        Feed::Null => {}
+        Feed::Hold => _held_stdin = child.stdin.take(),
+        Feed::File(mut file) => {
+            if let Some(mut pipe) = child.stdin.take() {
+                // A write error (the far side stopped reading) is the far side's to report:
+                // it checks the byte count.
+                std::thread::spawn(move || {
+                    let _ = std::io::copy(&mut file, &mut pipe);
+                });
+            }
+        }
+    }
     let (tx, rx) = mpsc::channel();
+    let mut copied = None;
     if let Some(out) = child.stdout.take() {
-        reader(out, Stream::Stdout, tx.clone());
+        match io.stdout {
+            Sink::Capture => reader(out, Stream::Stdout, tx.clone()),
+            Sink::File(file) => copied = Some(file_writer(out, file, tx.clone())),
+        }
     }
     if let Some(err) = child.stderr.take() {
         reader(err, Stream::Stderr, tx);
@@ -161,6 +258,12 @@ pub fn run(
     loop {
         match rx.recv_timeout(TICK) {
             Ok(Event::Line(stream, line)) => {
+                if stream == Stream::Stderr
+                    && marker_at.is_none()
+                    && done_marker.as_deref().is_some_and(|m| line.contains(m))
+                {
+                    marker_at = Some(Instant::now());
+                }
                 if let Some(cb) = opts.on_line.as_mut() {
                     cb(stream, line.trim_end_matches(['\n', '\r']));
                 }
@@ -172,6 +275,14 @@ pub fn run(
             Ok(Event::Eof) => open_streams -= 1,
             Err(mpsc::RecvTimeoutError::Timeout) => {}
             Err(mpsc::RecvTimeoutError::Disconnected) => open_streams = 0,
+        }
+        if exited.is_none()
+            && let Some(at) = marker_at
+            && at.elapsed() > PIPE_GRACE
+        {
+            // The call said it is over; what still holds its pipes is not the call.
+            kill_group(&mut child);
+            exited = Some((None, at));
         }
         if exited.is_none() {
             match child.try_wait() {
@@ -196,12 +307,28 @@ pub fn run(
                     elapsed_ms = start.elapsed().as_secs_f64() * 1000.0,
                     "smolvm call finished"
                 );
-                return Ok(Output {
-                    code,
-                    stdout,
-                    stderr,
-                    elapsed: start.elapsed(),
-                });
+                let written =
+                    copied.map(|handle: std::thread::JoinHandle<std::io::Result<u64>>| {
+                        // After its EOF the writer only returns; past the grace it may be stuck.
+                        if open_streams <= 0 || handle.is_finished() {
+                            handle.join().unwrap_or_else(|_| {
+                                Err(std::io::Error::other("the copying thread panicked"))
+                            })
+                        } else {
+                            Err(std::io::Error::other(
+                                "the output stream was still open after the call ended",
+                            ))
+                        }
+                    });
+                return Ok((
+                    Output {
+                        code,
+                        stdout,
+                        stderr,
+                        elapsed: start.elapsed(),
+                    },
+                    written,
+                ));
             }
             continue;
         }
@@ -231,7 +358,29 @@ pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<
     let mut cmd = Command::new(bin);
     child_env::apply(&mut cmd, ChildKind::Smolvm);
     cmd.args(args);
-    let mut child = spawn(&mut cmd, bin, call)?;
+    run_interactive_command(
+        cmd,
+        &Program::Smolvm(bin.to_string_lossy().into_owned()),
+        call,
+    )
+}
+
+/// [`run_interactive`] for a prepared command (the ssh transport's `ssh -t`).
+pub(crate) fn run_interactive_command(
+    mut cmd: Command,
+    program: &Program,
+    call: &str,
+) -> Result<i32, SmolvmError> {
+    let mut child = cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            program.missing()
+        } else {
+            SmolvmError::Spawn {
+                call: call.to_string(),
+                problem: e.to_string(),
+            }
+        }
+    })?;
     let status = child.wait().map_err(|e| SmolvmError::Spawn {
         call: call.to_string(),
         problem: format!("cannot wait for it: {e}"),
@@ -241,18 +390,16 @@ pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<
     }))
 }
 
-fn spawn(cmd: &mut Command, bin: &OsString, call: &str) -> Result<Child, SmolvmError> {
-    cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            SmolvmError::Missing {
-                bin: bin.to_string_lossy().into_owned(),
-            }
-        } else {
-            SmolvmError::Spawn {
-                call: call.to_string(),
-                problem: e.to_string(),
-            }
-        }
+/// Copies a stream into a file, byte for byte, then says EOF.
+fn file_writer(
+    mut pipe: impl Read + Send + 'static,
+    mut file: std::fs::File,
+    tx: mpsc::Sender<Event>,
+) -> std::thread::JoinHandle<std::io::Result<u64>> {
+    std::thread::spawn(move || {
+        let res = std::io::copy(&mut pipe, &mut file).and_then(|n| file.sync_all().map(|()| n));
+        let _ = tx.send(Event::Eof);
+        res
     })
 }
 

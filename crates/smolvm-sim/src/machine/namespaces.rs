@@ -1,5 +1,10 @@
 //! Creating and joining a machine's mount, PID, UTS and network namespaces.
 
+/// The umask of everything in a guest: smolvm's agent is the guest's init and starts with
+/// the kernel's 022, and `exec` and `cp` run as its children whatever the umask of the
+/// shell that ran smolvm on the host (a caller's `umask 077` never reaches a real guest).
+pub const GUEST_UMASK: libc::mode_t = 0o022;
+
 use std::fs::File;
 use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 

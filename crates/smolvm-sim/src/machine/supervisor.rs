@@ -103,6 +103,7 @@ pub fn launch(r: &Record) -> Result<Launched, SimError> {
     unsafe {
         cmd.pre_exec(move || {
             libc::setsid();
+            libc::umask(super::namespaces::GUEST_UMASK);
             if libc::dup2(wfd, 3) < 0 {
                 return Err(std::io::Error::last_os_error());
             }

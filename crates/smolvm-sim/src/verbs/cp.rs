@@ -82,9 +82,14 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
     Ok(0)
 }
 
+/// Enters the guest's filesystem as its agent would act there: with the guest's umask, so
+/// the parent directories an upload creates get the agent's modes, not the caller's.
 fn join_mnt(ns: &GuestNs) -> Result<(), SimError> {
     namespaces::setns(ns.mnt.as_raw_fd(), libc::CLONE_NEWNS)
-        .map_err(|e| agent("connect", format!("join machine filesystem: {e}")))
+        .map_err(|e| agent("connect", format!("join machine filesystem: {e}")))?;
+    // SAFETY: umask only sets this process's file mode mask.
+    unsafe { libc::umask(namespaces::GUEST_UMASK) };
+    Ok(())
 }
 
 /// Upload and download chunk sizes (smolvm streams 1 MiB up, 16 MiB down).

@@ -233,6 +233,7 @@ fn run_in_guest(
             if libc::chdir(cwd.as_ptr()) != 0 {
                 return Err(std::io::Error::last_os_error());
             }
+            libc::umask(namespaces::GUEST_UMASK);
             libc::setsid();
             if held {
                 // The `exec:held` fault: killed with this client (crate::faults::hold_started).
