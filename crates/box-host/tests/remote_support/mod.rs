@@ -61,6 +61,8 @@ pub fn prerequisites() -> bool {
         "ssh-keygen",
         "ip",
         "ss",
+        "curl",
+        "script",
     ]);
     if !Path::new("/usr/sbin/sshd").is_file() {
         missing.push("/usr/sbin/sshd (apt-get install openssh-server; scripts/setup.sh does, without starting it)".into());
