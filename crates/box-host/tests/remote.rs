@@ -6,7 +6,8 @@
 //!
 //! * `remote_whole_path_new_enter_open_save_load_rm` (CI): `box new` on the remote →
 //!   `box ls` says where it lives → `box enter` lands in its tmux session → `box open`
-//!   signs headless Chromium in to its Executor through the forward → `box save` writes the
+//!   signs headless Chromium in to its Executor through the forward → a base built there
+//!   and a box made from it → `box save` writes the
 //!   backup on the laptop → `box load` into a second remote box and into a local one, each
 //!   with what was saved → `box rm` all three. The remote's process table is sampled all
 //!   along; then no trace of the passphrase in it, in its files, the simulator's raw call
@@ -15,7 +16,7 @@
 //!   smolvm killed mid-save, a wrong host key: nothing published, nothing half-restored,
 //!   the remote temp dir gone, the box still usable.
 //! * Heavier variants (`BOX_TEST_HEAVY=1`): a pristine image provisioned from the real
-//!   registries on the remote, a remote box from a base, and the timing report.
+//!   registries on the remote, and the timing report (remote vs local).
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -344,6 +345,22 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     // open: Chromium through the laptop's forward to the remote's loopback.
     open_in_chromium(&r, "alpha", &token);
 
+    // A base built on the remote; a second box made from it there (`machine create --from`).
+    let (build, _) = timed(&r, &["base", "build"], &[]);
+    assert!(build.ok(), "box base build on the remote: {build}");
+    let from = r.calls().len();
+    let (new, _) = timed(&r, &["new", "delta"], &[]);
+    assert!(new.ok(), "box new delta from the remote's base: {new}");
+    assert!(
+        r.calls()
+            .iter()
+            .skip(from)
+            .any(|c| c.join(" ").contains("create") && c.join(" ").contains("--from")),
+        "box new did not create delta from the base on the remote"
+    );
+    assert!(remote_machine(&r, "delta").is_some());
+    assert!(r.world.run(&["rm", "delta", "--force"], &[]).ok());
+
     // save: the backup is on the laptop; nothing of it stays on the remote.
     let (save, _) = timed(&r, &["save", "alpha"], &[]);
     assert!(save.ok(), "box save alpha: {save}");
@@ -626,33 +643,6 @@ fn remote_heavy_pristine_image_from_the_network() {
     assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
 }
 
-/// Heavy: a remote box from a base built on the remote (`box base build` with BOX_HOST).
-#[test]
-fn remote_heavy_new_from_a_base() {
-    if !prerequisites() || !heavy() {
-        return;
-    }
-    let _serial = serial();
-    let mut r = Remote::new();
-    r.use_passphrase_env();
-    let (build, _) = timed(&r, &["base", "build"], &[]);
-    assert!(build.ok(), "box base build on the remote: {build}");
-    let (new, secs) = timed(&r, &["new", "alpha"], &[]);
-    assert!(new.ok(), "box new from the remote's base: {new}");
-    assert!(
-        r.calls().iter().any(|c| c.join(" ").contains("--from")),
-        "box new did not create from the base ({secs:.1} s)"
-    );
-    let alpha = remote_machine(&r, "alpha").expect("remote machine");
-    let marker = write_remote_marker(&r, &alpha);
-    let (save, _) = timed(&r, &["save", "alpha"], &[]);
-    assert!(save.ok(), "{save}");
-    let backup = backup_of(&r, "alpha").display().to_string();
-    let (load, _) = timed(&r, &["load", &backup, "beta"], &[]);
-    assert!(load.ok(), "{load}");
-    assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
-}
-
 /// A /data like an agent's after some work, about `mb` MiB: many small text files, an
 /// incompressible blob and a long log (the shape of save_load_bench's corpus).
 fn fill_corpus(mb: u64) -> String {
@@ -669,7 +659,7 @@ du -sm /data | cut -f1"#
     )
 }
 
-/// Heavy: remote vs local `box new` (no base: bases on a remote host are refused for now),
+/// Heavy: remote vs local `box new` from a base (one built on each side first),
 /// then `box save` and `box load` of a box with a ~300 MiB /data (`BENCH_MB`), 3 runs each,
 /// medians printed for the report, never asserted against a time.
 #[test]
@@ -695,6 +685,9 @@ fn remote_heavy_bench_remote_vs_local() {
             format!("ssh://root@{ALIAS}")
         };
         let (mut new_t, mut save_t, mut load_t) = (Vec::new(), Vec::new(), Vec::new());
+        let (run, s) = timed(&r, &["--host", &host, "base", "build"], &[]);
+        assert!(run.ok(), "{run}");
+        eprintln!("remote bench {side}: base build {s:.1} s");
         for i in 0..3 {
             let name = format!("{side}{i}");
             let (run, s) = timed(&r, &["--host", &host, "new", &name], &[]);
