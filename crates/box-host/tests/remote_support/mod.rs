@@ -626,6 +626,28 @@ Subsystem sftp internal-sftp
         killed
     }
 
+    /// Pids on this host of what this remote runs here: the namespace's holder and PID 1,
+    /// its slirp4netns, the ProxyCommands (nsenter, sshd) and the ssh clients using its
+    /// config.
+    pub fn host_pids_of_ours(&self) -> Vec<u32> {
+        let mut pids = vec![
+            self.ns.holder.id(),
+            self.ns.pid as u32,
+            self.slirp.child.id(),
+        ];
+        let cfg = self.ssh_config().display().to_string();
+        let sshd_cfg = self.sshd_config().display().to_string();
+        for pid in host_pids() {
+            let args = std::fs::read(format!("/proc/{pid}/cmdline"))
+                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+                .unwrap_or_default();
+            if args.contains(&cfg) || args.contains(&sshd_cfg) {
+                pids.push(pid);
+            }
+        }
+        pids
+    }
+
     /// Kills every smolvm call running on the remote (not the machines' supervisors nor the
     /// simulator's exec watchers: its internals, which a real smolvm has not), as an
     /// OOM kill or an operator would. Returns how many it killed.
