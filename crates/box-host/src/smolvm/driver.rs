@@ -704,7 +704,7 @@ impl Smolvm {
                 env: Vec::new(),
             },
             Io {
-                stdin: Feed::File(file),
+                stdin: Feed::File(file, size),
                 stdout: Sink::Capture,
                 ..Io::default()
             },
