@@ -234,7 +234,29 @@ fn the_fault_and_scan_helpers_see_what_they_should() {
         found.iter().any(|f| f.contains("environment of sleep 0.5")),
         "the process scan missed a secret in a remote environment: {found:?}"
     );
-    assert!(!found.iter().any(|f| f.contains("argv")), "{found:?}");
+    // The laptop sampler sees an ssh client's environment (and nothing else's).
+    let laptop = r.sample_laptop_ssh();
+    let out = Command::new("env")
+        .arg(format!("PROBE={marker}"))
+        .arg("ssh")
+        .arg("-F")
+        .arg(r.ssh_config())
+        .args([
+            ALIAS,
+            &format!("sleep 0.5; {} machine ls", r.smolvm().display()),
+        ])
+        .stdin(Stdio::null())
+        .output()
+        .unwrap();
+    assert!(out.status.success(), "{}", text(&out));
+    let (seen, rounds) = laptop.finish();
+    let found = processes_holding(&seen, rounds, std::slice::from_ref(&marker));
+    assert!(
+        found.iter().any(|f| f.contains("environment of ssh -F")),
+        "the laptop ssh scan missed a secret in ssh's environment: {found:?}"
+    );
+    assert!(seen.iter().all(|(a, _)| a.starts_with("ssh ")), "{seen:?}");
+
     // The file scan sees a secret in the remote's /tmp and /root (a marker no smolvm call
     // saw: the raw call log holds the environment of the call above, PROBE included).
     let found = r.files_holding(std::slice::from_ref(&marker));

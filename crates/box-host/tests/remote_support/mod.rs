@@ -61,6 +61,8 @@ pub fn prerequisites() -> bool {
         "ssh-keygen",
         "ip",
         "ss",
+        "curl",
+        "script",
     ]);
     if !Path::new("/usr/sbin/sshd").is_file() {
         missing.push("/usr/sbin/sshd (apt-get install openssh-server; scripts/setup.sh does, without starting it)".into());
@@ -701,7 +703,20 @@ Subsystem sftp internal-sftp
     /// Starts sampling the remote's process table (argv and environment) until
     /// [`ProcSampler::finish`].
     pub fn sample_processes(&self) -> ProcSampler {
-        ProcSampler::start(self.ns.pid)
+        // Only the remote's /proc is read (through its PID 1's root).
+        let proc = PathBuf::from(format!("/proc/{}/root/proc", self.ns.pid));
+        ProcSampler::start(move || read_procs(&proc, |_| true))
+    }
+
+    /// Starts sampling the laptop's ssh clients of this remote (box's children: its
+    /// ControlMaster and each call), argv and environment: what OpenSSH could send on.
+    pub fn sample_laptop_ssh(&self) -> ProcSampler {
+        let cfg = self.ssh_config().display().to_string();
+        ProcSampler::start(move || {
+            read_procs(Path::new("/proc"), |args| {
+                args.starts_with("ssh ") && args.contains(cfg.as_str())
+            })
+        })
     }
 }
 
@@ -838,17 +853,15 @@ pub struct ProcSampler {
 }
 
 impl ProcSampler {
-    fn start(ns_pid: i32) -> Self {
+    fn start(read: impl Fn() -> Vec<(String, String)> + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let rounds = Arc::new(Mutex::new(0));
         let thread = {
             let (stop, seen, rounds) = (stop.clone(), seen.clone(), rounds.clone());
             std::thread::spawn(move || {
-                // A Namespace view without ownership: only its /proc is read.
-                let proc = PathBuf::from(format!("/proc/{ns_pid}/root/proc"));
                 while !stop.load(Ordering::SeqCst) {
-                    for p in read_procs(&proc) {
+                    for p in read() {
                         seen.lock().unwrap_or_else(|e| e.into_inner()).insert(p);
                     }
                     *rounds.lock().unwrap_or_else(|e| e.into_inner()) += 1;
@@ -882,7 +895,8 @@ impl Drop for ProcSampler {
     }
 }
 
-fn read_procs(proc: &Path) -> Vec<(String, String)> {
+/// `(argv, environ)` of each process under `proc` whose argv `keep` accepts.
+fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
     let Ok(rd) = std::fs::read_dir(proc) else {
         return Vec::new();
     };
@@ -897,8 +911,9 @@ fn read_procs(proc: &Path) -> Vec<(String, String)> {
                 .unwrap_or_default()
         };
         let args = read("cmdline");
-        if !args.is_empty() {
-            out.push((args.trim_end().to_string(), read("environ")));
+        let args = args.trim_end();
+        if !args.is_empty() && keep(args) {
+            out.push((args.to_string(), read("environ")));
         }
     }
     out
@@ -912,10 +927,10 @@ pub fn processes_holding(
     rounds: usize,
     secrets: &[String],
 ) -> Vec<String> {
-    assert!(rounds > 0, "the remote process sampler never ran");
+    assert!(rounds > 0, "the process sampler never ran");
     assert!(
         seen.iter().any(|(a, _)| a.contains("smolvm")),
-        "the sampler saw no smolvm call on the remote ({} processes): it proves nothing",
+        "the sampler saw no smolvm call ({} processes): it proves nothing",
         seen.len()
     );
     let mut found = Vec::new();
