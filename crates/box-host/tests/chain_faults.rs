@@ -161,8 +161,7 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
     let tip = w
         .backups_published()
         .into_iter()
-        .filter(|p| !published.contains(p) && !killed.contains(p))
-        .next()
+        .find(|p| !published.contains(p) && !killed.contains(p))
         .unwrap();
     let moment = tree_listing(&w, "alpha", PROJ);
     let load = w.run(&["load", tip.to_str().unwrap(), "last"], &[]);

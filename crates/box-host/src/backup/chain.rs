@@ -257,12 +257,12 @@ pub fn discover_links(
     }
     // Something is wrong: every file hashed, so the error names the fault exactly.
     let mut links = Vec::new();
-    for i in 0..found.len() {
+    for (i, (path, stamp, parent)) in found.iter().enumerate() {
         links.push(Link {
             digest: digest_of(i)?,
-            path: found[i].0.clone(),
-            stamp: found[i].1.clone(),
-            parent: found[i].2,
+            path: path.clone(),
+            stamp: stamp.clone(),
+            parent: *parent,
         });
     }
     let chain = chain_of(&links[tip], &links)?;
