@@ -81,7 +81,7 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
              printf 'v1\\n' > note.txt; chown -R agent:agent /data/home/agent/workspace"
         ),
     );
-    save(&w, "(full: starts a chain)");
+    let mut tip = save(&w, "(full: starts a chain)");
 
     // Killed before anything was published: the export itself, and the copy-out of its
     // first part (each increment holds 3 MB of new data: several parts).
@@ -112,15 +112,12 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
             snapshot,
             "killed during {needle}: the snapshot the next save compares with did not move"
         );
-        // The next save builds on the newest published backup and holds what the
-        // killed one would have.
-        let tip = save(&w, "(incremental: link");
-        let moment = tree_listing(&w, "alpha", PROJ);
-        let name = format!("after-{round}");
-        let load = w.run(&["load", tip.to_str().unwrap(), &name], &[]);
-        assert!(load.ok(), "box load after a killed save: {}", load.all());
-        assert_eq!(tree_listing(&w, &name, PROJ), moment, "after {needle}");
-        assert!(w.run(&["rm", &name, "--force"], &[]).ok());
+        // The next save builds on the newest published backup (the load at the end
+        // restores every link of the chain, these included).
+        tip = save(
+            &w,
+            &format!("(incremental: link {} of its chain)", round + 2),
+        );
         let leftovers: Vec<PathBuf> = w
             .backups_published()
             .into_iter()
@@ -131,6 +128,14 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
             "temporaries beside the backups: {leftovers:?}"
         );
     }
+
+    // One load of the newest link applies every link saved after a kill.
+    let moment = tree_listing(&w, "alpha", PROJ);
+    let load = w.run(&["load", tip.to_str().unwrap(), "after"], &[]);
+    assert!(load.ok(), "box load after killed saves: {}", load.all());
+    assert!(load.all().contains("link 3 of a chain"), "{}", load.all());
+    assert_eq!(tree_listing(&w, "after", PROJ), moment);
+    assert!(w.run(&["rm", "after", "--force"], &[]).ok());
 
     // Killed while the published link's snapshot is committed: the link is there and
     // whole; the next save builds on it or starts a new chain, never on a wrong parent.
