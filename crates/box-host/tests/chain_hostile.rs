@@ -337,6 +337,18 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
     assert!(r.all().contains("passphrase is needed"), "{}", r.all());
     assert!(w.registered("alpha"));
 
+    // Another passphrase cannot tell: said, not taken for a broken chain.
+    let other = w.dir.path().join("other-passphrase");
+    fs::write(&other, "not the one\n").unwrap();
+    let r = w.run(
+        &["rm", "alpha"],
+        &[("BOX_PASSPHRASE_FILE", other.to_str().unwrap())],
+    );
+    assert!(!r.ok());
+    assert!(r.all().contains("does not open"), "{}", r.all());
+    assert!(!r.all().contains("does not restore"), "{}", r.all());
+    assert!(w.registered("alpha"));
+
     // --force deletes anyway, saying what is lost.
     let r = w.run(&["rm", "alpha", "--force"], &[]);
     assert!(r.ok(), "{}", r.all());

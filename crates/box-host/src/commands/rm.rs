@@ -11,7 +11,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result, bail};
 
 use super::Context;
-use crate::backup::{chain, load, passphrase};
+use crate::backup::{BackupError, chain, load, passphrase};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::smolvm::Smolvm;
@@ -136,6 +136,14 @@ fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
             Newest::Sound
         }
         Ok(_) => Newest::Sound,
+        // Another passphrase says nothing about the chain.
+        Err(e) if matches!(e.downcast_ref(), Some(BackupError::WrongPassphrase)) => {
+            ui::warn(format!(
+                "cannot check that its chain is whole: the passphrase given does not open {}",
+                path.display()
+            ));
+            Newest::Unchecked
+        }
         Err(e) => Newest::Broken(format!("{e:#}")),
     }
 }
