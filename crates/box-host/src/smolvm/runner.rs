@@ -219,16 +219,7 @@ pub(crate) fn run_command(
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            program.missing()
-        } else {
-            SmolvmError::Spawn {
-                call: call.to_string(),
-                problem: e.to_string(),
-            }
-        }
-    })?;
+    let mut child = spawn_program(&mut cmd, program, call)?;
     // Held until this function returns: the pipe's EOF tells the remote wrapper box is gone.
     let held_stdin = std::sync::Arc::new(std::sync::Mutex::new(None));
     match io.stdin {
@@ -386,16 +377,7 @@ pub(crate) fn run_interactive_command(
     program: &Program,
     call: &str,
 ) -> Result<i32, SmolvmError> {
-    let mut child = cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            program.missing()
-        } else {
-            SmolvmError::Spawn {
-                call: call.to_string(),
-                problem: e.to_string(),
-            }
-        }
-    })?;
+    let mut child = spawn_program(&mut cmd, program, call)?;
     let status = child.wait().map_err(|e| SmolvmError::Spawn {
         call: call.to_string(),
         problem: format!("cannot wait for it: {e}"),
@@ -415,6 +397,20 @@ fn file_writer(
         let res = std::io::copy(&mut pipe, &mut file).and_then(|n| file.sync_all().map(|()| n));
         let _ = tx.send(Event::Eof);
         res
+    })
+}
+
+/// Spawns `cmd`; a missing program says how to get it ([`Program::missing`]).
+fn spawn_program(cmd: &mut Command, program: &Program, call: &str) -> Result<Child, SmolvmError> {
+    cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            program.missing()
+        } else {
+            SmolvmError::Spawn {
+                call: call.to_string(),
+                problem: e.to_string(),
+            }
+        }
     })
 }
 
