@@ -308,6 +308,9 @@ pub struct LoadArgs {
     /// Name of the new box
     #[arg(default_value = "restored")]
     pub name: String,
+    /// Where the rest of an incremental backup's chain is (default: beside FILE)
+    #[arg(long, value_name = "DIR")]
+    pub chain_dir: Option<PathBuf>,
     #[command(flatten)]
     pub making: MakeBoxArgs,
 }
@@ -371,6 +374,9 @@ pub struct ExtractArgs {
     pub file: PathBuf,
     /// Target directory (must not exist)
     pub dir: Option<PathBuf>,
+    /// Where the rest of an incremental backup's chain is (default: beside FILE)
+    #[arg(long, value_name = "DIR")]
+    pub chain_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

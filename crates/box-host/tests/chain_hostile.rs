@@ -355,3 +355,44 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
     assert!(r.all().contains("does not restore"), "{}", r.all());
     assert!(!w.registered("alpha"));
 }
+
+/// A link taken away from its chain (mailed, copied to a stick): `box extract` finds the
+/// rest with `--chain-dir`, and without it says the chain is incomplete.
+#[test]
+fn a_link_elsewhere_finds_its_chain_with_chain_dir() {
+    if !save_load_support::prerequisites() || !backup_support::trees::gnu_tar() {
+        return;
+    }
+    let w = World::new();
+    let c = chain(&w);
+    let away = w.dir.path().join("away");
+    fs::create_dir_all(&away).unwrap();
+    let tip = away.join(name_of(&c.links[2].0));
+    fs::rename(&c.links[2].0, &tip).unwrap();
+    let alone = w.dir.path().join("alone");
+    let ex = w.run(
+        &["extract", tip.to_str().unwrap(), alone.to_str().unwrap()],
+        &[],
+    );
+    assert!(!ex.ok(), "a link without its chain extracted: {}", ex.all());
+    assert!(!alone.exists());
+    let target = w.dir.path().join("extracted");
+    let ex = w.run(
+        &[
+            "extract",
+            tip.to_str().unwrap(),
+            target.to_str().unwrap(),
+            "--chain-dir",
+            w.backups().to_str().unwrap(),
+        ],
+        &[],
+    );
+    assert!(ex.ok(), "box extract --chain-dir: {}", ex.all());
+    let ws = target.join("home/agent/workspace");
+    assert_eq!(fs::read_to_string(ws.join("added.txt")).unwrap(), "added\n");
+    assert_eq!(
+        fs::read_to_string(ws.join("probe.txt")).unwrap(),
+        "changed once\n"
+    );
+    drop(c.src);
+}

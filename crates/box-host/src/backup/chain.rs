@@ -123,6 +123,14 @@ pub fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
+/// The (device, inode) of a file: the tip is told among the chain dir's files by what it
+/// is, not only by its name.
+fn file_id(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok((m.dev(), m.ino()))
+}
+
 /// `alpha` and `20261129-120000` of `alpha-20261129-120000.tar.zst.gpg`.
 pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
     let name = file.file_name()?.to_str()?;
@@ -139,9 +147,10 @@ pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
 /// predates chains, a full one).
 pub fn discover(
     file: &Path,
+    chain_dir: Option<&Path>,
     place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
 ) -> Result<Vec<PathBuf>> {
-    Ok(discover_links(file, place)?
+    Ok(discover_links(file, chain_dir, place)?
         .into_iter()
         .map(|l| l.path)
         .collect())
@@ -157,6 +166,7 @@ pub fn discover(
 /// When the walk cannot finish, every file is hashed and [`chain_of`] names the fault.
 pub fn discover_links(
     file: &Path,
+    chain_dir: Option<&Path>,
     place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
 ) -> Result<Vec<Link>> {
     let tip_place = place(file)?;
@@ -172,16 +182,22 @@ pub fn discover_links(
             stamp,
         }]);
     };
-    let Some((box_name, _)) = box_and_stamp(file) else {
+    let Some((box_name, tip_stamp)) = box_and_stamp(file) else {
         bail!(
             "{} is an incremental backup whose name is not <box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg: box finds its chain among backups named so, beside it",
             file.display()
         );
     };
-    let dir = dir_of(file);
-    // (path, stamp, parent) of every backup of the box beside `file`.
-    let mut found: Vec<(PathBuf, String, Option<[u8; 32]>)> = Vec::new();
-    let mut tip = None;
+    // Beside `file`, or where the user said the chain is (`--chain-dir`).
+    let dir = chain_dir.map_or_else(|| dir_of(file), Path::to_path_buf);
+    let tip_id = file_id(file)?;
+    // (path, stamp, parent) of every backup of the box there, the tip first.
+    let mut found: Vec<(PathBuf, String, Option<[u8; 32]>)> = vec![(
+        file.to_path_buf(),
+        tip_stamp,
+        tip_place.and_then(|p| p.parent),
+    )];
+    let tip = 0;
     for entry in
         std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
     {
@@ -194,17 +210,15 @@ pub fn discover_links(
             continue;
         }
         let path = entry.path();
-        let here = if path.file_name() == file.file_name() {
-            tip = Some(found.len());
-            tip_place
-        } else {
-            place(&path)?
-        };
+        // The tip itself, or (with `--chain-dir`) a copy of it: the same backup.
+        if file_id(&path)? == tip_id
+            || (path.file_name() == file.file_name() && file_digest(&path)? == file_digest(file)?)
+        {
+            continue;
+        }
+        let here = place(&path)?;
         found.push((path, stamp.to_string(), here.and_then(|p| p.parent)));
     }
-    let Some(tip) = tip else {
-        bail!("{} is not in {}", file.display(), dir.display());
-    };
     let mut digests: HashMap<usize, [u8; 32]> = HashMap::new();
     let mut digest_of = |i: usize| -> Result<[u8; 32]> {
         if let Some(d) = digests.get(&i) {
@@ -471,18 +485,33 @@ mod tests {
                 },
             ),
         ]);
+        // The newest link taken elsewhere: `--chain-dir` says where the rest is.
+        let away = tempfile::tempdir().unwrap();
+        let moved = away.path().join("alpha-20261201-120000.tar.zst.gpg");
+        std::fs::copy(&tip, &moved).unwrap();
+        let mut places = places;
+        places.insert(moved.clone(), places[&tip]);
         let mut place = |p: &Path| Ok(places.get(p).copied());
         assert_eq!(
-            discover(&tip, &mut place).unwrap(),
+            discover(&tip, None, &mut place).unwrap(),
             [full.clone(), inc.clone(), tip.clone()]
         );
         assert_eq!(
-            discover(&full, &mut place).unwrap(),
+            discover(&moved, Some(d.path()), &mut place).unwrap(),
+            [full.clone(), inc.clone(), moved.clone()],
+            "the tip is the file given, its same-named copy in the chain dir is not a link"
+        );
+        assert!(
+            discover(&moved, None, &mut place).is_err(),
+            "alone, it has no parent"
+        );
+        assert_eq!(
+            discover(&full, None, &mut place).unwrap(),
             std::slice::from_ref(&full)
         );
         // The middle link deleted: refused, naming the link that misses its parent.
         std::fs::remove_file(&inc).unwrap();
-        let e = discover(&tip, &mut place).unwrap_err().to_string();
+        let e = discover(&tip, None, &mut place).unwrap_err().to_string();
         assert!(
             e.contains("alpha-20261201-120000") && e.contains("missing a link"),
             "{e}"
@@ -548,7 +577,7 @@ mod tests {
             }
             Ok(places.get(p).copied().flatten())
         };
-        let links = discover_links(&tip, &mut place).unwrap();
+        let links = discover_links(&tip, None, &mut place).unwrap();
         assert_eq!(
             links.iter().map(|l| l.path.clone()).collect::<Vec<_>>(),
             [full.clone(), tip.clone()]
