@@ -123,8 +123,8 @@ pub enum Command {
         after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
         Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
         After a first save, a save writes only what changed since the newest backup beside it\n\
-        (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, then\n\
-        a full one). box load and box extract of any link restore its whole chain; --full\n\
+        (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, or\n\
+        BACKUP_CHAIN_MAX_AGE_DAYS, default 7, then a full one). box load and box extract of any link restore its whole chain; --full\n\
         starts a new chain; an explicit output file is always a full backup.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
@@ -171,7 +171,9 @@ pub enum Command {
 
     /// Delete a box and its VM (asks for the exact name unless --force)
     #[command(
-        after_long_help = "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first."
+        after_long_help = "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first and checks its chain as box load\n\
+        would (the passphrase is needed for that); a newest backup that would not restore (a\n\
+        link of its chain missing) is refused unless --force."
     )]
     Rm(RmArgs),
 
@@ -306,6 +308,9 @@ pub struct LoadArgs {
     /// Name of the new box
     #[arg(default_value = "restored")]
     pub name: String,
+    /// Where the rest of an incremental backup's chain is (default: beside FILE)
+    #[arg(long, value_name = "DIR")]
+    pub chain_dir: Option<PathBuf>,
     #[command(flatten)]
     pub making: MakeBoxArgs,
 }
@@ -369,6 +374,9 @@ pub struct ExtractArgs {
     pub file: PathBuf,
     /// Target directory (must not exist)
     pub dir: Option<PathBuf>,
+    /// Where the rest of an incremental backup's chain is (default: beside FILE)
+    #[arg(long, value_name = "DIR")]
+    pub chain_dir: Option<PathBuf>,
 }
 
 #[derive(Debug, Args)]

@@ -14,6 +14,7 @@
 
 mod save_load_support;
 
+use std::path::PathBuf;
 use std::process::Command;
 
 use save_load_support::{World, prerequisites, serial, sibling};
@@ -166,4 +167,275 @@ fn bench_save_load_against_the_seed_pipeline() {
         String::from_utf8_lossy(&out.stderr)
     );
     assert!(out.status.success());
+}
+
+/// Issue 23's speed table, through the simulator on the same corpus (BENCH_MB): an
+/// unchanged `/data` re-saved (export..publish, the whole `box save`, the backup's size),
+/// 1 % of the files changed (time and size against a full save), a 10-link chain restored
+/// against a full backup of the same tree (`box extract` on the host, and `box load` with
+/// its new VM), and `box clone` from a base. BENCH_RUNS interleaved rounds (default 3),
+/// medians printed with min-max. Asserts only that everything ran.
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn bench_incremental_chains() {
+    use std::time::Instant;
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    let mb: u64 = std::env::var("BENCH_MB")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(300);
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let base_started = Instant::now();
+    let base = w.run(&["base", "build"], &[]);
+    assert!(base.ok(), "box base build: {}", base.all());
+    eprintln!(
+        "box base build: {:.1} s (once, before the rounds)",
+        base_started.elapsed().as_secs_f64()
+    );
+    assert!(w.run(&["new", "alpha"], &[]).ok());
+    let size = w.sh("alpha", &corpus(mb));
+    eprintln!("corpus: {} MiB of /data in the guest", size.trim());
+    let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average before: {}", loadavg().trim());
+
+    // 1 % of the 20 000 small files, a different slice each time. (Appending keeps each
+    // file's owner; a `chown -R` would set every file's ctime, and every file would be
+    // "changed".)
+    let touch_one_percent = |slice: usize| {
+        w.sh(
+            "alpha",
+            &format!(
+                "cd /data/home/agent/corpus/src && for i in $(seq {} {}); do \
+                 f=$(printf 'd%02d/f%05d.txt' $((i % 100)) $i); echo \"changed $i\" >> $f; done",
+                slice * 200,
+                slice * 200 + 199
+            ),
+        );
+    };
+    let newest_stage_line = || -> f64 {
+        let logs = w.home().join("logs");
+        let mut saves: Vec<_> = std::fs::read_dir(&logs)
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| p.to_string_lossy().contains("alpha-save-"))
+            .collect();
+        saves.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+        let text = std::fs::read_to_string(saves.last().unwrap()).unwrap();
+        let line = text
+            .lines()
+            .rev()
+            .find(|l| l.contains("export..publish"))
+            .unwrap();
+        let at = line.find("export..publish ").unwrap() + "export..publish ".len();
+        line[at..].split('s').next().unwrap().parse().unwrap()
+    };
+    // `box save alpha [--full]`: (whole wall s, export..publish s, bytes, file).
+    let save = |full: bool, words: &str| {
+        let before = w.backups_published();
+        let mut args = vec!["save", "alpha"];
+        if full {
+            args.push("--full");
+        }
+        let t = Instant::now();
+        let r = w.run(&args, &[]);
+        let wall = t.elapsed().as_secs_f64();
+        assert!(r.ok() && r.stdout.contains(words), "{words}: {}", r.all());
+        let file = w
+            .backups_published()
+            .into_iter()
+            .find(|p| !before.contains(p))
+            .unwrap();
+        let bytes = std::fs::metadata(&file).unwrap().len() as f64;
+        // Backups are named by the second.
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        (wall, newest_stage_line(), bytes, file)
+    };
+    let timed = |args: &[&str]| {
+        let t = Instant::now();
+        let r = w.run(args, &[]);
+        assert!(r.ok(), "box {}: {}", args.join(" "), r.all());
+        t.elapsed().as_secs_f64()
+    };
+
+    let mut rows: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
+    let mut slice = 0;
+    for round in 0..runs {
+        eprintln!("round {}: {}", round + 1, loadavg().trim());
+        let (wall, e2p, bytes, full) = save(true, "(full: starts a chain)");
+        rows.entry("a full save: box save s")
+            .or_default()
+            .push(wall);
+        rows.entry("a full save: export..publish s")
+            .or_default()
+            .push(e2p);
+        rows.entry("a full save: backup MiB")
+            .or_default()
+            .push(bytes / 1048576.0);
+        let (wall, e2p, bytes, _) = save(false, "(incremental: link 2");
+        rows.entry("unchanged re-saved: box save s")
+            .or_default()
+            .push(wall);
+        rows.entry("unchanged re-saved: export..publish s")
+            .or_default()
+            .push(e2p);
+        rows.entry("unchanged re-saved: backup KiB")
+            .or_default()
+            .push(bytes / 1024.0);
+        let full_bytes = std::fs::metadata(&full).unwrap().len() as f64;
+        touch_one_percent(slice);
+        slice += 1;
+        let (wall, e2p, bytes, _) = save(false, "(incremental: link 3");
+        rows.entry("1 % changed: box save s")
+            .or_default()
+            .push(wall);
+        rows.entry("1 % changed: export..publish s")
+            .or_default()
+            .push(e2p);
+        rows.entry("1 % changed: backup KiB")
+            .or_default()
+            .push(bytes / 1024.0);
+        rows.entry("1 % changed: size vs a full save %")
+            .or_default()
+            .push(100.0 * bytes / full_bytes);
+        let mut tip = PathBuf::new();
+        for link in 4..=10 {
+            touch_one_percent(slice % 100);
+            slice += 1;
+            tip = save(false, &format!("(incremental: link {link}")).3;
+        }
+        let (_, _, _, same_tree_full) = save(true, "(full: starts a chain)");
+        let x = w.dir.path().join("x");
+        // (wall s, CPU s): extract's wall time is mostly this shared disk's writeback,
+        // its CPU time is what the chain costs.
+        let extract = |file: &PathBuf| {
+            let cpu = children_cpu();
+            let t = timed(&["extract", file.to_str().unwrap(), x.to_str().unwrap()]);
+            let cpu = children_cpu() - cpu;
+            std::fs::remove_dir_all(&x).unwrap();
+            (t, cpu)
+        };
+        // Which goes first alternates by round: the first pays for the writeback the
+        // saves before it left.
+        let (chain_x, full_x) = if round % 2 == 0 {
+            let c = extract(&tip);
+            (c, extract(&same_tree_full))
+        } else {
+            let f = extract(&same_tree_full);
+            (extract(&tip), f)
+        };
+        let ((chain_x, chain_cpu), (full_x, full_cpu)) = (chain_x, full_x);
+        rows.entry("restore, box extract: 10-link chain s")
+            .or_default()
+            .push(chain_x);
+        rows.entry("restore, box extract: full s")
+            .or_default()
+            .push(full_x);
+        rows.entry("restore, box extract: chain / full")
+            .or_default()
+            .push(chain_x / full_x);
+        rows.entry("restore, box extract: 10-link chain cpu s")
+            .or_default()
+            .push(chain_cpu);
+        rows.entry("restore, box extract: full cpu s")
+            .or_default()
+            .push(full_cpu);
+        rows.entry("restore, box extract: chain / full, cpu")
+            .or_default()
+            .push(chain_cpu / full_cpu);
+        let load = |file: &PathBuf, name: &str| {
+            let t = timed(&["load", file.to_str().unwrap(), name]);
+            assert!(w.run(&["rm", name, "--force"], &[]).ok());
+            t
+        };
+        let (chain_l, full_l) = if round % 2 == 0 {
+            let c = load(&tip, "chained");
+            (c, load(&same_tree_full, "whole"))
+        } else {
+            let f = load(&same_tree_full, "whole");
+            (load(&tip, "chained"), f)
+        };
+        rows.entry("restore, box load: 10-link chain s")
+            .or_default()
+            .push(chain_l);
+        rows.entry("restore, box load: full s")
+            .or_default()
+            .push(full_l);
+        rows.entry("restore, box load: chain / full")
+            .or_default()
+            .push(chain_l / full_l);
+        let clone = timed(&["clone", "alpha", "twin"]);
+        assert!(w.run(&["rm", "twin", "--force"], &[]).ok());
+        rows.entry("box clone alpha (from a base) s")
+            .or_default()
+            .push(clone);
+        // Each round starts from an empty backup dir: chains of its own.
+        for p in w.backups_published() {
+            std::fs::remove_file(p).unwrap();
+        }
+    }
+    eprintln!("load average after: {}", loadavg().trim());
+    eprintln!(
+        "\n{} round(s), interleaved; median (min-max). A shared, noisy machine: read ratios.",
+        runs
+    );
+    eprintln!("| row | median | min-max | each round |\n|---|---|---|---|");
+    let mut medians = std::collections::BTreeMap::new();
+    for (k, v) in rows {
+        let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        medians.insert(k, median);
+        eprintln!(
+            "| {k} | {median:.2} | {:.2}-{:.2} | {} |",
+            sorted[0],
+            sorted[sorted.len() - 1],
+            each.join(", ")
+        );
+    }
+    // Ratios of the medians too: a median of per-round ratios mixes in rounds where a
+    // burst of other work slowed one side only.
+    let ratio = |a: &str, b: &str| medians.get(a).zip(medians.get(b)).map(|(a, b)| a / b);
+    for (what, chain, full) in [
+        (
+            "box extract, CPU",
+            "restore, box extract: 10-link chain cpu s",
+            "restore, box extract: full cpu s",
+        ),
+        (
+            "box extract",
+            "restore, box extract: 10-link chain s",
+            "restore, box extract: full s",
+        ),
+        (
+            "box load",
+            "restore, box load: 10-link chain s",
+            "restore, box load: full s",
+        ),
+    ] {
+        if let Some(r) = ratio(chain, full) {
+            eprintln!("{what}, 10-link chain / full (ratio of medians): {r:.2} (goal <= 1.3)");
+        }
+    }
+}
+
+/// User + system CPU seconds of this process's waited-for children so far (the `box`
+/// runs and what they waited for), from /proc/self/stat's cutime and cstime.
+fn children_cpu() -> f64 {
+    let stat = std::fs::read_to_string("/proc/self/stat").unwrap();
+    // Fields after the command's closing parenthesis start at field 3 (state).
+    let rest = &stat[stat.rfind(')').unwrap() + 2..];
+    let fields: Vec<&str> = rest.split(' ').collect();
+    let ticks: f64 = fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap();
+    // CLK_TCK: 100 on every Linux this runs on.
+    ticks / 100.0
 }

@@ -77,6 +77,10 @@ pub struct BoxEnv {
     /// `BACKUP_CHAIN_MAX`: `box save` writes an incremental backup on the newest one until
     /// a chain has this many links, then a full one (1: every save is full).
     pub backup_chain_max: u32,
+    /// `BACKUP_CHAIN_MAX_AGE_DAYS`: a chain whose full backup is older than this many days
+    /// is closed: the next `box save` starts a new one (a restore never walks a week of
+    /// links, and a prune can drop the old chain whole).
+    pub backup_chain_max_age_days: u32,
     /// `BOX_HOST`: where new boxes live: empty for this machine, or `ssh://user@host[:port]`
     /// (smolvm on a remote Linux host, driven over OpenSSH). Existing boxes remember theirs.
     pub host: String,
@@ -114,6 +118,7 @@ impl Default for BoxEnv {
             open_session_idle_timeout_secs: 12 * 3600,
             open_session_max_age_secs: 7 * 86400,
             backup_chain_max: 24,
+            backup_chain_max_age_days: 7,
             host: String::new(),
             remote_smolvm: "smolvm".into(),
             ssh_command: "ssh".into(),
@@ -146,6 +151,7 @@ pub const KEYS: &[&str] = &[
     "OPEN_SESSION_IDLE_TIMEOUT",
     "OPEN_SESSION_MAX_AGE",
     "BACKUP_CHAIN_MAX",
+    "BACKUP_CHAIN_MAX_AGE_DAYS",
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
@@ -255,6 +261,9 @@ impl BoxEnv {
                 self.open_session_max_age_secs = parse_in(value, 1, 365 * 86400, "seconds")?
             }
             "BACKUP_CHAIN_MAX" => self.backup_chain_max = parse_in(value, 1, 1000, "links")?,
+            "BACKUP_CHAIN_MAX_AGE_DAYS" => {
+                self.backup_chain_max_age_days = parse_in(value, 1, 3650, "days")?
+            }
             "BOX_HOST" => self.host = parse_text(value)?.trim().to_string(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm = parse_word(value)?,
             "BOX_SSH_COMMAND" => {
@@ -303,6 +312,7 @@ impl BoxEnv {
             "OPEN_SESSION_IDLE_TIMEOUT" => self.open_session_idle_timeout_secs.to_string(),
             "OPEN_SESSION_MAX_AGE" => self.open_session_max_age_secs.to_string(),
             "BACKUP_CHAIN_MAX" => self.backup_chain_max.to_string(),
+            "BACKUP_CHAIN_MAX_AGE_DAYS" => self.backup_chain_max_age_days.to_string(),
             "BOX_HOST" => self.host.clone(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm.clone(),
             "BOX_SSH_COMMAND" => self.ssh_command.clone(),

@@ -123,6 +123,14 @@ pub fn dir_of(path: &Path) -> PathBuf {
     }
 }
 
+/// The (device, inode) of a file: the tip is told among the chain dir's files by what it
+/// is, not only by its name.
+fn file_id(path: &Path) -> Result<(u64, u64)> {
+    use std::os::unix::fs::MetadataExt;
+    let m = std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+    Ok((m.dev(), m.ino()))
+}
+
 /// `alpha` and `20261129-120000` of `alpha-20261129-120000.tar.zst.gpg`.
 pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
     let name = file.file_name()?.to_str()?;
@@ -139,23 +147,57 @@ pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
 /// predates chains, a full one).
 pub fn discover(
     file: &Path,
+    chain_dir: Option<&Path>,
     place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
 ) -> Result<Vec<PathBuf>> {
+    Ok(discover_links(file, chain_dir, place)?
+        .into_iter()
+        .map(|l| l.path)
+        .collect())
+}
+
+/// [`discover`], with each link's digest.
+///
+/// Every backup of the box in the directory is read as far as its place (so two links
+/// claiming one parent are seen), but only the files the walk needs are hashed: a
+/// parent is looked for among the older backups, newest first, so a sound chain costs
+/// one hash per link, not one per backup in the directory (a box with many full
+/// backups of 500 MiB each would otherwise hash them all on every save and `box rm`).
+/// When the walk cannot finish, every file is hashed and [`chain_of`] names the fault.
+pub fn discover_links(
+    file: &Path,
+    chain_dir: Option<&Path>,
+    place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
+) -> Result<Vec<Link>> {
+    let tip_place = place(file)?;
     let Some(Place {
         parent: Some(_), ..
-    }) = place(file)?
+    }) = tip_place
     else {
-        return Ok(vec![file.to_path_buf()]);
+        let stamp = box_and_stamp(file).map(|(_, s)| s).unwrap_or_default();
+        return Ok(vec![Link {
+            path: file.to_path_buf(),
+            digest: file_digest(file)?,
+            parent: None,
+            stamp,
+        }]);
     };
-    let Some((box_name, _)) = box_and_stamp(file) else {
+    let Some((box_name, tip_stamp)) = box_and_stamp(file) else {
         bail!(
             "{} is an incremental backup whose name is not <box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg: box finds its chain among backups named so, beside it",
             file.display()
         );
     };
-    let dir = dir_of(file);
-    let mut links = Vec::new();
-    let mut tip = None;
+    // Beside `file`, or where the user said the chain is (`--chain-dir`).
+    let dir = chain_dir.map_or_else(|| dir_of(file), Path::to_path_buf);
+    let tip_id = file_id(file)?;
+    // (path, stamp, parent) of every backup of the box there, the tip first.
+    let mut found: Vec<(PathBuf, String, Option<[u8; 32]>)> = vec![(
+        file.to_path_buf(),
+        tip_stamp,
+        tip_place.and_then(|p| p.parent),
+    )];
+    let tip = 0;
     for entry in
         std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
     {
@@ -168,24 +210,117 @@ pub fn discover(
             continue;
         }
         let path = entry.path();
-        let here = place(&path)?;
-        if path.file_name() == file.file_name() {
-            tip = Some(links.len());
+        // The tip itself, or (with `--chain-dir`) a copy of it: the same backup.
+        if file_id(&path)? == tip_id
+            || (path.file_name() == file.file_name() && file_digest(&path)? == file_digest(file)?)
+        {
+            continue;
         }
+        let here = place(&path)?;
+        found.push((path, stamp.to_string(), here.and_then(|p| p.parent)));
+    }
+    let mut digests: HashMap<usize, [u8; 32]> = HashMap::new();
+    let mut digest_of = |i: usize| -> Result<[u8; 32]> {
+        if let Some(d) = digests.get(&i) {
+            return Ok(*d);
+        }
+        let d = file_digest(&found[i].0)?;
+        digests.insert(i, d);
+        Ok(d)
+    };
+    let mut walk = vec![tip];
+    let mut at = tip;
+    let mut complete = true;
+    while let Some(parent) = found[at].2 {
+        let mut older: Vec<usize> = (0..found.len())
+            .filter(|&i| found[i].1 < found[at].1)
+            .collect();
+        older.sort_by(|&a, &b| found[b].1.cmp(&found[a].1));
+        let mut hit = None;
+        for i in older {
+            if digest_of(i)? == parent {
+                hit = Some(i);
+                break;
+            }
+        }
+        let Some(hit) = hit else {
+            complete = false;
+            break;
+        };
+        let claims = found.iter().filter(|f| f.2 == Some(parent)).count();
+        if claims > 1 {
+            complete = false;
+            break;
+        }
+        walk.push(hit);
+        at = hit;
+    }
+    if complete {
+        walk.reverse();
+        return walk
+            .into_iter()
+            .map(|i| {
+                Ok(Link {
+                    digest: digest_of(i)?,
+                    path: found[i].0.clone(),
+                    stamp: found[i].1.clone(),
+                    parent: found[i].2,
+                })
+            })
+            .collect();
+    }
+    // Something is wrong: every file hashed, so the error names the fault exactly.
+    let mut links = Vec::new();
+    for (i, (path, stamp, parent)) in found.iter().enumerate() {
         links.push(Link {
-            digest: file_digest(&path)?,
-            parent: here.and_then(|p| p.parent),
-            stamp: stamp.to_string(),
-            path,
+            digest: digest_of(i)?,
+            path: path.clone(),
+            stamp: stamp.clone(),
+            parent: *parent,
         });
     }
-    let Some(tip) = tip else {
-        bail!("{} is not in {}", file.display(), dir.display());
+    let chain = chain_of(&links[tip], &links)?;
+    bail!(
+        "{}: its chain could not be followed (the walk over {} backup(s) stopped early)",
+        chain.last().map_or_else(String::new, |l| l.shown()),
+        links.len()
+    )
+}
+
+/// How long ago, in whole days, a chain whose full backup is stamped `full_stamp`
+/// (`YYYYmmdd-HHMMSS`, UTC, as [`crate::transfer::stamp`] names backups) was started, when
+/// that is more than `max_days` days: the next save starts a new chain, so a restore never
+/// walks links older than that. A stamp that is no time at all counts as too old.
+pub fn too_old(
+    full_stamp: &str,
+    now: chrono::DateTime<chrono::Utc>,
+    max_days: u32,
+) -> Option<ChainAge> {
+    let Ok(started) = chrono::NaiveDateTime::parse_from_str(full_stamp, "%Y%m%d-%H%M%S") else {
+        return Some(ChainAge::Unknown);
     };
-    Ok(chain_of(&links[tip], &links)?
-        .into_iter()
-        .map(|l| l.path.clone())
-        .collect())
+    let age = now.naive_utc() - started;
+    (age > chrono::Duration::days(i64::from(max_days)))
+        .then(|| ChainAge::Days(age.num_days().unsigned_abs()))
+}
+
+/// Why a chain is too old to build on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum ChainAge {
+    /// Started this many whole days ago.
+    Days(u64),
+    /// Its full backup's name carries no readable time.
+    Unknown,
+}
+
+impl std::fmt::Display for ChainAge {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            ChainAge::Days(1) => write!(f, "chain started 1 day ago"),
+            ChainAge::Days(d) => write!(f, "chain started {d} days ago"),
+            ChainAge::Unknown => write!(f, "chain's start cannot be read from its name"),
+        }
+    }
 }
 
 /// What `box backups prune` keeps and removes.
@@ -350,22 +485,104 @@ mod tests {
                 },
             ),
         ]);
+        // The newest link taken elsewhere: `--chain-dir` says where the rest is.
+        let away = tempfile::tempdir().unwrap();
+        let moved = away.path().join("alpha-20261201-120000.tar.zst.gpg");
+        std::fs::copy(&tip, &moved).unwrap();
+        let mut places = places;
+        places.insert(moved.clone(), places[&tip]);
         let mut place = |p: &Path| Ok(places.get(p).copied());
         assert_eq!(
-            discover(&tip, &mut place).unwrap(),
+            discover(&tip, None, &mut place).unwrap(),
             [full.clone(), inc.clone(), tip.clone()]
         );
         assert_eq!(
-            discover(&full, &mut place).unwrap(),
+            discover(&moved, Some(d.path()), &mut place).unwrap(),
+            [full.clone(), inc.clone(), moved.clone()],
+            "the tip is the file given, its same-named copy in the chain dir is not a link"
+        );
+        assert!(
+            discover(&moved, None, &mut place).is_err(),
+            "alone, it has no parent"
+        );
+        assert_eq!(
+            discover(&full, None, &mut place).unwrap(),
             std::slice::from_ref(&full)
         );
         // The middle link deleted: refused, naming the link that misses its parent.
         std::fs::remove_file(&inc).unwrap();
-        let e = discover(&tip, &mut place).unwrap_err().to_string();
+        let e = discover(&tip, None, &mut place).unwrap_err().to_string();
         assert!(
             e.contains("alpha-20261201-120000") && e.contains("missing a link"),
             "{e}"
         );
+    }
+
+    #[test]
+    fn a_chain_older_than_its_max_age_is_closed() {
+        use chrono::TimeZone;
+        let now = chrono::Utc
+            .with_ymd_and_hms(2026, 12, 9, 12, 0, 0)
+            .single()
+            .unwrap();
+        // Started 8 days ago, 7 allowed: a new chain, and the days are said.
+        assert_eq!(too_old("20261201-115959", now, 7), Some(ChainAge::Days(8)));
+        assert_eq!(
+            too_old("20261201-115959", now, 7).unwrap().to_string(),
+            "chain started 8 days ago"
+        );
+        // Exactly 7 days is not more than 7; a second more is.
+        assert_eq!(too_old("20261202-120000", now, 7), None);
+        assert_eq!(too_old("20261202-115959", now, 7), Some(ChainAge::Days(7)));
+        // Today's chain, and a stamp from the future (a clock set back), are kept.
+        assert_eq!(too_old("20261209-110000", now, 1), None);
+        assert_eq!(too_old("20261210-110000", now, 1), None);
+        // A name that is no time: not built on.
+        assert_eq!(too_old("20261399-000000", now, 7), Some(ChainAge::Unknown));
+    }
+
+    #[test]
+    fn discover_hashes_only_the_chain() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            (p.clone(), file_digest(&p).unwrap())
+        };
+        let (old, _) = write("alpha-20261130-100000.tar.zst.gpg", "an older full backup");
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (tip, _) = write("alpha-20261201-110000.tar.zst.gpg", "tip");
+        let places = HashMap::from([
+            (old.clone(), None),
+            (
+                full.clone(),
+                Some(Place {
+                    link: 0,
+                    parent: None,
+                }),
+            ),
+            (
+                tip.clone(),
+                Some(Place {
+                    link: 1,
+                    parent: Some(full_d),
+                }),
+            ),
+        ]);
+        // The older full backup is gone once its place was read: a walk that hashed it
+        // would fail.
+        let mut place = |p: &Path| {
+            if p == old {
+                std::fs::remove_file(p).unwrap();
+            }
+            Ok(places.get(p).copied().flatten())
+        };
+        let links = discover_links(&tip, None, &mut place).unwrap();
+        assert_eq!(
+            links.iter().map(|l| l.path.clone()).collect::<Vec<_>>(),
+            [full.clone(), tip.clone()]
+        );
+        assert_eq!(links[0].digest, full_d);
     }
 
     #[test]

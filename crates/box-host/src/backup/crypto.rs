@@ -193,9 +193,15 @@ impl DecryptionHelper for Helper {
         decrypt: &mut dyn FnMut(Option<SymmetricAlgorithm>, &SessionKey) -> bool,
     ) -> openpgp::Result<Option<openpgp::Cert>> {
         for skesk in skesks {
-            if let Ok((algo, key)) = skesk.decrypt(&self.password)
+            let cached = session_keys::lookup(skesk, &self.password);
+            let derived = match cached {
+                Some(hit) => Ok(hit),
+                None => skesk.decrypt(&self.password),
+            };
+            if let Ok((algo, key)) = derived
                 && decrypt(algo, &key)
             {
+                session_keys::remember(skesk, &self.password, algo, &key);
                 // Checked only once the key proved right: a wrong passphrase decrypts an
                 // encrypted session key to a random cipher id. (A cipher the key packet
                 // names openly was refused before, by envelope::inspect.)
@@ -208,6 +214,72 @@ impl DecryptionHelper for Helper {
             }
         }
         Err(WrongPassphrase.into())
+    }
+}
+
+/// Session keys this process already derived from the passphrase, by key packet.
+///
+/// The S2K derivation is deliberately slow (GnuPG's default iterates SHA-256 over tens of
+/// MiB), and one `box extract` or `box load` of a chain opens each link up to three times
+/// (find its place, validate, extract): a 10-link chain cost 30 derivations against a full
+/// backup's 3. A key is remembered only after it opened its message, keyed by a digest of
+/// the key packet *and* the passphrase (another passphrase never finds it), in memory for
+/// this process only.
+mod session_keys {
+    use std::sync::Mutex;
+
+    use openpgp::crypto::{Password, SessionKey};
+    use openpgp::packet::SKESK;
+    use openpgp::serialize::MarshalInto;
+    use openpgp::types::SymmetricAlgorithm;
+    use sequoia_openpgp as openpgp;
+    use sha2::{Digest, Sha256};
+
+    /// Enough for the longest chain (`BACKUP_CHAIN_MAX` ≤ 1000 is allowed, 24 by default);
+    /// the oldest entry goes first beyond it.
+    const KEEP: usize = 1024;
+
+    type Entry = ([u8; 32], Option<SymmetricAlgorithm>, SessionKey);
+
+    static KEYS: Mutex<Vec<Entry>> = Mutex::new(Vec::new());
+
+    fn id(skesk: &SKESK, password: &Password) -> Option<[u8; 32]> {
+        let packet = skesk.to_vec().ok()?;
+        let mut h = Sha256::new();
+        h.update((packet.len() as u64).to_be_bytes());
+        h.update(&packet);
+        password.map(|p| h.update(p));
+        Some(h.finalize().into())
+    }
+
+    pub(super) fn lookup(
+        skesk: &SKESK,
+        password: &Password,
+    ) -> Option<(Option<SymmetricAlgorithm>, SessionKey)> {
+        let id = id(skesk, password)?;
+        let keys = KEYS.lock().unwrap_or_else(|e| e.into_inner());
+        keys.iter()
+            .find(|(k, _, _)| *k == id)
+            .map(|(_, algo, key)| (*algo, key.clone()))
+    }
+
+    pub(super) fn remember(
+        skesk: &SKESK,
+        password: &Password,
+        algo: Option<SymmetricAlgorithm>,
+        key: &SessionKey,
+    ) {
+        let Some(id) = id(skesk, password) else {
+            return;
+        };
+        let mut keys = KEYS.lock().unwrap_or_else(|e| e.into_inner());
+        if keys.iter().any(|(k, _, _)| *k == id) {
+            return;
+        }
+        if keys.len() >= KEEP {
+            keys.remove(0);
+        }
+        keys.push((id, algo, key.clone()));
     }
 }
 

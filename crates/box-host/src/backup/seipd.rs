@@ -792,6 +792,24 @@ mod tests {
     }
 
     #[test]
+    fn a_remembered_session_key_opens_its_file_for_its_passphrase_only() {
+        let dir = tempfile::tempdir().unwrap();
+        let path = encrypt(dir.path(), b"twice", &[5]);
+        // Derived once, remembered; the second open must still be exact and authenticated.
+        assert_eq!(sequoia_decrypt(&path, PASS).unwrap(), b"twice");
+        assert_eq!(sequoia_decrypt(&path, PASS).unwrap(), b"twice");
+        assert!(matches!(
+            sequoia_decrypt(&path, "not it"),
+            Err(BackupError::WrongPassphrase)
+        ));
+        // Another file under the same passphrase has its own key packet (salt): no reuse.
+        let sub = dir.path().join("o");
+        std::fs::create_dir(&sub).unwrap();
+        let other = encrypt(&sub, b"other", &[5]);
+        assert_eq!(sequoia_decrypt(&other, PASS).unwrap(), b"other");
+    }
+
+    #[test]
     fn the_bulk_reader_reads_what_sequoias_own_writer_wrote() {
         // The same format both ways: sequoia's writer's output passes the bulk reader.
         let dir = tempfile::tempdir().unwrap();

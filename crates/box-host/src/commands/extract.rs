@@ -40,7 +40,9 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     // An incremental backup restores with the links before it: found beside it by digest,
     // each validated after the ones before, before anything is written.
-    let links = chain::discover(&args.file, &mut |p| load::peek_place(p, &pass))?;
+    let links = chain::discover(&args.file, args.chain_dir.as_deref(), &mut |p| {
+        load::peek_place(p, &pass)
+    })?;
     if links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; applying, oldest first: {}",

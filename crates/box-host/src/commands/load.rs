@@ -65,7 +65,9 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
-    let links = match chain::discover(&args.file, &mut |p| load::peek_place(p, &pass)) {
+    let links = match chain::discover(&args.file, args.chain_dir.as_deref(), &mut |p| {
+        load::peek_place(p, &pass)
+    }) {
         Ok(links) => links,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),

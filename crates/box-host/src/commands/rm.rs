@@ -1,5 +1,7 @@
-//! `box rm <name> [--force]`: show the newest backup, ask for the exact name on the
-//! terminal unless `--force`, then under the box lock stop, `delete -f`, verify the machine
+//! `box rm <name> [--force]`: show the newest backup and check that it restores (its whole
+//! chain present and in order, as `box load` checks before any VM; refused without
+//! `--force` when it does not), ask for the exact name on the terminal unless `--force`,
+//! then under the box lock stop, `delete -f`, verify the machine
 //! is gone, and drop the row under the registry lock.
 
 use std::io::{BufRead, BufReader, Write};
@@ -9,6 +11,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result, bail};
 
 use super::Context;
+use crate::backup::{BackupError, chain, load, passphrase};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::state::{LockKey, Registry, locks};
@@ -17,7 +20,17 @@ use crate::ui;
 pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     let name = record.name.clone();
-    show_newest_backup(ctx, name.as_str());
+    match check_newest_backup(ctx, name.as_str()) {
+        Newest::Broken(why) if !args.force => bail!(
+            "the latest backup of '{name}' does not restore: {why}\n\
+             its state is not saved anywhere a load could use; save it first (box save {name} --full), \
+             or delete it anyway: box rm {name} --force"
+        ),
+        Newest::Broken(why) => ui::warn(format!(
+            "the latest backup of '{name}' does not restore ({why}); deleting anyway (--force)"
+        )),
+        Newest::None | Newest::Sound | Newest::Unchecked => {}
+    }
     if !args.force && !confirm(name.as_str())? {
         ui::error("deletion cancelled");
         return Ok(ExitCode::FAILURE);
@@ -67,20 +80,70 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     Ok(ExitCode::SUCCESS)
 }
 
-fn show_newest_backup(ctx: &Context, name: &str) {
+/// What the newest backup of a box is worth as the box's last state.
+enum Newest {
+    None,
+    /// Restores: a full backup, or a link whose whole chain is present and names each
+    /// parent by its digest.
+    Sound,
+    /// Could not be checked (no passphrase, unreadable dir): said, not refused.
+    Unchecked,
+    /// A link whose chain is broken: no restore would use it.
+    Broken(String),
+}
+
+/// Shows the newest backup and checks its chain as `box load` does before any VM:
+/// every link present, each naming its parent's digest, in order. Reads each backup of
+/// the box only as far as its manifest (no MDC, no validation: those need the whole
+/// file, and a load runs them anyway).
+fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
     let dir = ctx.config.backup_dir();
-    match box_proto::archive::naming::newest_backup(&dir, name) {
-        Ok(Some(path)) => {
-            let age = std::fs::metadata(&path)
-                .and_then(|m| m.modified())
-                .ok()
-                .and_then(|t| SystemTime::now().duration_since(t).ok())
-                .map(|d| format!(" ({} old)", human_age(d.as_secs())))
-                .unwrap_or_default();
-            ui::say(format!("latest backup: {}{age}", path.display()));
+    let path = match box_proto::archive::naming::newest_backup(&dir, name) {
+        Ok(Some(path)) => path,
+        Ok(None) => {
+            ui::warn(format!("no backup found for '{name}' in {}", dir.display()));
+            return Newest::None;
         }
-        Ok(None) => ui::warn(format!("no backup found for '{name}' in {}", dir.display())),
-        Err(e) => ui::warn(format!("cannot look for backups in {}: {e}", dir.display())),
+        Err(e) => {
+            ui::warn(format!("cannot look for backups in {}: {e}", dir.display()));
+            return Newest::Unchecked;
+        }
+    };
+    let age = std::fs::metadata(&path)
+        .and_then(|m| m.modified())
+        .ok()
+        .and_then(|t| SystemTime::now().duration_since(t).ok())
+        .map(|d| format!(" ({} old)", human_age(d.as_secs())))
+        .unwrap_or_default();
+    ui::say(format!("latest backup: {}{age}", path.display()));
+    // Which backup a link builds on is written inside it: the passphrase is needed.
+    let pass = match passphrase::resolve(passphrase::Purpose::Decrypt) {
+        Ok(p) => p,
+        Err(e) => {
+            ui::warn(format!(
+                "cannot check that its chain is whole: the backup passphrase is needed ({e:#})"
+            ));
+            return Newest::Unchecked;
+        }
+    };
+    match chain::discover(&path, None, &mut |p| load::peek_place(p, &pass)) {
+        Ok(links) if links.len() > 1 => {
+            ui::say(format!(
+                "it is link {} of a chain; every link is there and names the one before it",
+                links.len()
+            ));
+            Newest::Sound
+        }
+        Ok(_) => Newest::Sound,
+        // Another passphrase says nothing about the chain.
+        Err(e) if matches!(e.downcast_ref(), Some(BackupError::WrongPassphrase)) => {
+            ui::warn(format!(
+                "cannot check that its chain is whole: the passphrase given does not open {}",
+                path.display()
+            ));
+            Newest::Unchecked
+        }
+        Err(e) => Newest::Broken(format!("{e:#}")),
     }
 }
 

@@ -31,7 +31,7 @@ use crate::backup::chain;
 use crate::backup::hex_sha;
 use crate::backup::progress::human;
 use crate::backup::save::{self, Pipeline, Published};
-use crate::backup::{cleanup, passphrase};
+use crate::backup::{cleanup, load, passphrase};
 use crate::lifecycle::boxes;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
@@ -232,7 +232,12 @@ impl<'a> SaveRun<'a> {
     /// (so a later save can build on it) when the box's `hb` knows it, with the newest
     /// backup beside `out` as the parent when `on_newest`. `hb` decides in the end: it
     /// writes a full backup when its snapshot is not of that parent or the chain is full.
-    fn chain_flags(&mut self, out: &Path, on_newest: bool) -> Result<Vec<String>> {
+    fn chain_flags(
+        &mut self,
+        out: &Path,
+        on_newest: bool,
+        pass: &SecretString,
+    ) -> Result<Vec<String>> {
         // `commit-snapshot` came with chain mode: an hb that knows it exports chains. (Not
         // `hb export --help`: nothing but the export itself runs as `hb export`.)
         let knows = self
@@ -258,8 +263,8 @@ impl<'a> SaveRun<'a> {
         let dir = chain::dir_of(out);
         if let Some(parent) = newest_backup(&dir, self.record.name.as_str())
             .with_context(|| format!("cannot list {}", dir.display()))?
+            && let Some(digest) = self.parent_to_build_on(&parent, pass)
         {
-            let digest = chain::file_digest(&parent)?;
             self.transcript.line(&format!(
                 "parent candidate {} ({})",
                 parent.display(),
@@ -268,6 +273,32 @@ impl<'a> SaveRun<'a> {
             flags.extend(["--parent".to_string(), hex_sha(&digest)]);
         }
         Ok(flags)
+    }
+
+    /// The digest of `newest` when the next link may build on it: its whole chain is
+    /// there and checks out (the same discovery `box load` runs), and the chain is not
+    /// older than BACKUP_CHAIN_MAX_AGE_DAYS. Otherwise says why and returns `None`: the
+    /// save starts a new chain rather than adding to one no restore could use.
+    fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<[u8; 32]> {
+        let name = self.record.name.clone();
+        let links = match chain::discover_links(newest, None, &mut |p| load::peek_place(p, pass)) {
+            Ok(links) => links,
+            Err(e) => {
+                ui::warn(format!(
+                    "box '{name}': the chain of its newest backup does not check out ({e:#}); starting a new one"
+                ));
+                return None;
+            }
+        };
+        let (first, tip) = (links.first()?, links.last()?);
+        let max_days = self.ctx.config.env.backup_chain_max_age_days;
+        if let Some(age) = chain::too_old(&first.stamp, chrono::Utc::now(), max_days) {
+            ui::say(format!(
+                "box '{name}': {age} (BACKUP_CHAIN_MAX_AGE_DAYS={max_days}); starting a new one"
+            ));
+            return None;
+        }
+        Some(tip.digest)
     }
 
     /// After publishing a chain-mode backup: the box's snapshot becomes the one the next
@@ -297,7 +328,7 @@ impl<'a> SaveRun<'a> {
         let part_size = transfer::part_size()?;
         let pending = transfer::stream_pending()?;
         // Before the pause: hashing the newest backup takes a moment.
-        let flags = self.chain_flags(out, on_newest)?;
+        let flags = self.chain_flags(out, on_newest, pass)?;
         let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);

@@ -21,7 +21,10 @@ const TEMP_DIR: &str = concat!(
 );
 
 /// `$1` smolvm, `$2` the byte count, `$3` `NAME:/guest/path`. Reads exactly `$2` bytes of
-/// stdin into the temp dir, then `machine cp`s them in.
+/// stdin into the temp dir, then `machine cp`s them in. box keeps the stream open after the
+/// bytes until the call ends, so its EOF while `machine cp` runs means the connection (or
+/// box) is gone: the copy is killed and the part removed at once, not left on the remote
+/// disk for as long as the copy would have taken.
 pub fn copy_in_script() -> String {
     format!(
         "{TEMP_DIR}{}",
@@ -29,7 +32,10 @@ pub fn copy_in_script() -> String {
             r#"head -c "$2" > "$d/part" || { echo "box-copy: cannot write the part on the remote host" >&2; exit 75; }; "#,
             r#"g=$(wc -c < "$d/part"); g=$((g)); "#,
             r#"if [ "$g" -ne "$2" ]; then echo "box-copy: the stream ended after $g of $2 bytes" >&2; exit 75; fi; "#,
-            r#"umask "$u"; "$1" machine cp "$d/part" "$3""#
+            // A background list's stdin is /dev/null unless redirected: fd 4 is the stream.
+            r#"umask "$u"; exec 4<&0; "$1" machine cp "$d/part" "$3" & c=$!; "#,
+            r#"{ cat >/dev/null 2>&1; kill -TERM $c 2>/dev/null; } <&4 >/dev/null 2>&1 & w=$!; exec 4<&-; "#,
+            r#"wait $c; r=$?; kill -KILL $w 2>/dev/null; exit $r"#
         )
     )
 }
@@ -85,11 +91,25 @@ mod tests {
         path
     }
 
+    /// Runs a copy script with `input` on stdin, which then stays open until the script
+    /// ends, as box's runner holds it (`Feed::File`).
     fn run(
         script: &str,
         args: &[&str],
         input: &[u8],
         tmp: &std::path::Path,
+    ) -> std::process::Output {
+        run_then(script, args, input, tmp, true)
+    }
+
+    /// [`run`], or with stdin closed right after `input` when `hold` is false: what a
+    /// dropped connection looks like from the remote side.
+    fn run_then(
+        script: &str,
+        args: &[&str],
+        input: &[u8],
+        tmp: &std::path::Path,
+        hold: bool,
     ) -> std::process::Output {
         // 027: the caller's umask, which smolvm must get back.
         let mut child = Command::new("/bin/sh")
@@ -105,8 +125,13 @@ mod tests {
             .unwrap();
         let mut stdin = child.stdin.take().unwrap();
         let _ = stdin.write_all(input);
+        if !hold {
+            drop(stdin);
+            return child.wait_with_output().unwrap();
+        }
+        let out = child.wait_with_output().unwrap();
         drop(stdin);
-        child.wait_with_output().unwrap()
+        out
     }
 
     #[test]
@@ -137,7 +162,7 @@ mod tests {
         let tmp = tempfile::tempdir().unwrap();
         let bin = fake_cp(dir.path());
         let dst = dir.path().join("in-guest");
-        let out = run(
+        let out = run_then(
             &copy_in_script(),
             &[
                 bin.to_str().unwrap(),
@@ -146,6 +171,7 @@ mod tests {
             ],
             b"hello",
             tmp.path(),
+            false,
         );
         assert_eq!(out.status.code(), Some(SHORT_STREAM));
         assert_eq!(
@@ -186,5 +212,43 @@ mod tests {
         let mut err = String::from_utf8_lossy(&out.stderr).into_owned();
         assert_eq!(take_size(&mut err), None);
         assert_eq!(std::fs::read_dir(tmp.path()).unwrap().count(), 0);
+    }
+
+    #[test]
+    fn a_connection_lost_while_smolvm_copies_kills_the_copy_and_removes_the_part() {
+        let dir = tempfile::tempdir().unwrap();
+        let tmp = tempfile::tempdir().unwrap();
+        // A `machine cp` that takes its time (one process, as smolvm's is).
+        let slow = dir.path().join("smolvm");
+        std::fs::write(dir.path().join("slow.sh"), "#!/bin/sh\nexec sleep 30\n").unwrap();
+        assert!(
+            Command::new("install")
+                .args(["-m", "755"])
+                .arg(dir.path().join("slow.sh"))
+                .arg(&slow)
+                .status()
+                .unwrap()
+                .success()
+        );
+        let started = std::time::Instant::now();
+        // The part arrives whole, then the stream ends: box (or its connection) is gone.
+        let out = run_then(
+            &copy_in_script(),
+            &[slow.to_str().unwrap(), "5", "vm:/x"],
+            b"hello",
+            tmp.path(),
+            false,
+        );
+        assert!(!out.status.success(), "{out:?}");
+        assert!(
+            started.elapsed() < std::time::Duration::from_secs(10),
+            "the copy ran on for {:?} after the connection went",
+            started.elapsed()
+        );
+        assert_eq!(
+            std::fs::read_dir(tmp.path()).unwrap().count(),
+            0,
+            "the part (plaintext of /data on a load) outlived the connection"
+        );
     }
 }

@@ -673,16 +673,8 @@ impl Smolvm {
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
         let dest = format!("{name}:{guest}");
-        let call = self.call_name(&[
-            OsString::from("machine"),
-            "cp".into(),
-            local.as_os_str().to_owned(),
-            dest.clone().into(),
-        ]);
-        let transfer = |problem: String| SmolvmError::Transfer {
-            call: call.clone(),
-            problem,
-        };
+        let call = self.call_name(&Self::cp_args(local.into(), dest.clone().into()));
+        let transfer = transfer_error(&call);
         let file = std::fs::File::open(local)
             .map_err(|e| transfer(format!("cannot read {}: {e}", local.display())))?;
         let size = file
@@ -704,7 +696,7 @@ impl Smolvm {
                 env: Vec::new(),
             },
             Io {
-                stdin: Feed::File(file),
+                stdin: Feed::File(file, size),
                 stdout: Sink::Capture,
                 ..Io::default()
             },
@@ -727,16 +719,8 @@ impl Smolvm {
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
         let src = format!("{name}:{guest}");
-        let call = self.call_name(&[
-            OsString::from("machine"),
-            "cp".into(),
-            src.clone().into(),
-            local.as_os_str().to_owned(),
-        ]);
-        let transfer = |problem: String| SmolvmError::Transfer {
-            call: call.clone(),
-            problem,
-        };
+        let call = self.call_name(&Self::cp_args(src.clone().into(), local.into()));
+        let transfer = transfer_error(&call);
         let file = std::fs::File::create(local)
             .map_err(|e| transfer(format!("cannot write {}: {e}", local.display())))?;
         let result = session
@@ -787,6 +771,11 @@ impl Smolvm {
         result
     }
 
+    /// smolvm's arguments of `machine cp FROM TO`.
+    fn cp_args(from: OsString, to: OsString) -> Vec<OsString> {
+        vec![OsString::from("machine"), "cp".into(), from, to]
+    }
+
     /// `machine cp FROM TO`, either direction, with the copy deadline.
     fn cp(
         &self,
@@ -794,7 +783,7 @@ impl Smolvm {
         to: OsString,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
-        let a = vec![OsString::from("machine"), "cp".into(), from, to];
+        let a = Self::cp_args(from, to);
         let call = self.call_name(&a);
         let out = self.run(
             &a,
@@ -825,6 +814,14 @@ fn copy_problem(out: &Output) -> Option<String> {
 /// Arguments as the remote shell gets them (box's argv is UTF-8: names, paths it made).
 fn strings(a: &[OsString]) -> Vec<String> {
     a.iter().map(|s| s.to_string_lossy().into_owned()).collect()
+}
+
+/// A streamed copy's own failure (short stream, unwritable file), named by its call.
+fn transfer_error(call: &str) -> impl Fn(String) -> SmolvmError + '_ {
+    move |problem| SmolvmError::Transfer {
+        call: call.to_string(),
+        problem,
+    }
 }
 
 fn args<const N: usize>(items: [&str; N]) -> Vec<OsString> {

@@ -170,8 +170,12 @@ pub(crate) enum Feed {
     /// A pipe box keeps open until the call ends: the remote wrapper takes its EOF as
     /// "box is gone" (see `remote::wrapper`).
     Hold,
-    /// The file's bytes, then EOF (streamed copies).
-    File(std::fs::File),
+    /// The file's bytes, as many as announced to the far side (the second field); then the
+    /// pipe is held open like [`Feed::Hold`] until the call ends, so the remote copy script
+    /// can tell a lost connection while smolvm copies the part in (see `remote::copy`). A
+    /// file that gave fewer bytes than announced closes the pipe at once: the far side
+    /// must see a short stream then, not wait for the rest until the deadline.
+    File(std::fs::File, u64),
 }
 
 /// Where a call's stdout goes.
@@ -210,32 +214,34 @@ pub(crate) fn run_command(
     let mut marker_at: Option<Instant> = None;
     cmd.stdin(match io.stdin {
         Feed::Null => Stdio::null(),
-        Feed::Hold | Feed::File(_) => Stdio::piped(),
+        Feed::Hold | Feed::File(..) => Stdio::piped(),
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
     .process_group(0);
-    let mut child = cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            program.missing()
-        } else {
-            SmolvmError::Spawn {
-                call: call.to_string(),
-                problem: e.to_string(),
-            }
-        }
-    })?;
+    let mut child = spawn_program(&mut cmd, program, call)?;
     // Held until this function returns: the pipe's EOF tells the remote wrapper box is gone.
-    let mut _held_stdin = None;
+    let held_stdin = std::sync::Arc::new(std::sync::Mutex::new(None));
     match io.stdin {
         Feed::Null => {}
-        Feed::Hold => _held_stdin = child.stdin.take(),
-        Feed::File(mut file) => {
+        Feed::Hold => {
+            if let Ok(mut held) = held_stdin.lock() {
+                *held = child.stdin.take();
+            }
+        }
+        Feed::File(mut file, announced) => {
             if let Some(mut pipe) = child.stdin.take() {
+                let held = std::sync::Arc::clone(&held_stdin);
                 // A write error (the far side stopped reading) is the far side's to report:
-                // it checks the byte count.
+                // it checks the byte count. After the bytes, the pipe is handed back to be
+                // held; it closes when this call returns and the last holder lets go.
                 std::thread::spawn(move || {
-                    let _ = std::io::copy(&mut file, &mut pipe);
+                    let sent = std::io::copy(&mut file, &mut pipe);
+                    if matches!(sent, Ok(n) if n == announced)
+                        && let Ok(mut slot) = held.lock()
+                    {
+                        *slot = Some(pipe);
+                    }
                 });
             }
         }
@@ -371,16 +377,7 @@ pub(crate) fn run_interactive_command(
     program: &Program,
     call: &str,
 ) -> Result<i32, SmolvmError> {
-    let mut child = cmd.spawn().map_err(|e| {
-        if e.kind() == std::io::ErrorKind::NotFound {
-            program.missing()
-        } else {
-            SmolvmError::Spawn {
-                call: call.to_string(),
-                problem: e.to_string(),
-            }
-        }
-    })?;
+    let mut child = spawn_program(&mut cmd, program, call)?;
     let status = child.wait().map_err(|e| SmolvmError::Spawn {
         call: call.to_string(),
         problem: format!("cannot wait for it: {e}"),
@@ -400,6 +397,20 @@ fn file_writer(
         let res = std::io::copy(&mut pipe, &mut file).and_then(|n| file.sync_all().map(|()| n));
         let _ = tx.send(Event::Eof);
         res
+    })
+}
+
+/// Spawns `cmd`; a missing program says how to get it ([`Program::missing`]).
+fn spawn_program(cmd: &mut Command, program: &Program, call: &str) -> Result<Child, SmolvmError> {
+    cmd.spawn().map_err(|e| {
+        if e.kind() == std::io::ErrorKind::NotFound {
+            program.missing()
+        } else {
+            SmolvmError::Spawn {
+                call: call.to_string(),
+                problem: e.to_string(),
+            }
+        }
     })
 }
 

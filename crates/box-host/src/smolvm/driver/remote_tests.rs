@@ -178,7 +178,7 @@ fn a_cut_stream_is_an_error_never_a_short_part() {
             },
             CallOpts::with_timeout(Duration::from_secs(30)),
             Io {
-                stdin: Feed::File(std::fs::File::open(&local).unwrap()),
+                stdin: Feed::File(std::fs::File::open(&local).unwrap(), 10),
                 stdout: Sink::Capture,
                 ..Io::default()
             },
