@@ -13,7 +13,8 @@
 //!   along; then no trace of the passphrase in it, in its files, the simulator's raw call
 //!   log or sshd's log.
 //! * `remote_faults_*` (CI): the connection dropped mid-save and mid-load, the remote
-//!   smolvm killed mid-save, a wrong host key: nothing published, nothing half-restored,
+//!   smolvm killed mid-save, a wrong host key (for a new box and for an existing one's
+//!   save): nothing published, nothing half-restored,
 //!   the remote temp dir gone, the box still usable.
 //! * Heavier variants (`BOX_TEST_HEAVY=1`): a pristine image provisioned from the real
 //!   registries on the remote, and the timing report (remote vs local).
@@ -546,6 +547,34 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     r.world.assert_no_plaintext(&[]);
     // alpha is untouched by all this.
     assert_remote_marker(&r, &alpha, &marker);
+
+    // A wrong host key for an existing box: save refuses, says why, publishes nothing.
+    let good = std::fs::read_to_string(r.known_hosts()).unwrap();
+    let other = r.dir.path().join("other_host_key");
+    let st = Command::new("ssh-keygen")
+        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+        .arg(&other)
+        .status()
+        .unwrap();
+    assert!(st.success());
+    let pubkey = std::fs::read_to_string(other.with_extension("pub")).unwrap();
+    std::fs::write(r.known_hosts(), format!("{ALIAS} {pubkey}")).unwrap();
+    let published = r.world.backups_published();
+    let calls = r.calls().len();
+    let save = r.world.run(&["save", "alpha"], &[]);
+    std::fs::write(r.known_hosts(), good).unwrap();
+    assert!(!save.ok(), "box save went on with a wrong host key: {save}");
+    assert!(
+        save.all().to_lowercase().contains("host key"),
+        "the error does not say the host key is wrong: {save}"
+    );
+    assert_eq!(r.world.backups_published(), published);
+    assert_eq!(
+        r.calls().len(),
+        calls,
+        "smolvm ran on a host whose key is wrong"
+    );
+    r.world.assert_no_plaintext(&[]);
 
     assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
     // Last, so the checks above run whatever this says: the part streamed in for the cut
