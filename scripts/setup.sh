@@ -216,8 +216,6 @@ fi
 as_root bash "$(dirname "$0")/gpg24-chroot.sh" /var/cache/hermes-box-tests/gpg24 | sed 's/^/    /'
 # --- end gpg 2.4 (issue 21) ---
 
-log "setup complete"
-
 # --- remote hosts (issue 24) ---
 # tests/remote*.rs run a real OpenSSH server per connection (`sshd -i` as ssh's
 # ProxyCommand, inside a network namespace the test makes): nothing may listen on this host.
@@ -254,3 +252,5 @@ fi
 # read the DOM Executor's SPA built.
 apt_ensure "box open's browser test" chromium
 # --- end box open gateway (issue 12) ---
+
+log "setup complete"
