@@ -788,3 +788,59 @@ fn remote_guest_files_keep_the_modes_a_local_box_has() {
         "modes in the remote box (left) differ from a local box's (right)"
     );
 }
+
+/// The verbs the whole path does not take, on a remote box: stop and start (readiness
+/// through the forward), doctor (the remote host's own lines: ssh, smolvm, KVM, logind,
+/// disk and memory there), repair in place, and clone (a branch on the same remote host).
+#[test]
+fn remote_stop_start_doctor_repair_clone() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let mut r = Remote::new();
+    r.use_passphrase_env();
+    let host = format!("ssh://root@{ALIAS}");
+    let (new, _) = timed(&r, &["new", "alpha"], &[]);
+    assert!(new.ok(), "box new alpha on the remote: {new}");
+    let alpha = remote_machine(&r, "alpha").expect("alpha on the remote");
+    let marker = write_remote_marker(&r, &alpha);
+
+    let stop = r.world.run(&["stop", "alpha"], &[]);
+    assert!(stop.ok(), "box stop alpha: {stop}");
+    assert!(
+        r.machines()
+            .contains(&(alpha.clone(), "stopped".to_string())),
+        "{:?}",
+        r.machines()
+    );
+    let start = r.world.run(&["start", "alpha"], &[]);
+    assert!(
+        start.ok() && start.stdout.contains("running and healthy"),
+        "box start alpha: {start}"
+    );
+
+    let doctor = r.world.run(&["doctor", "alpha"], &[]);
+    assert!(
+        doctor.all().contains(&format!("host {host}"))
+            && doctor.all().contains("reachable over ssh")
+            && doctor.all().contains("host Executor MCP: healthy"),
+        "box doctor alpha says nothing of its remote host or its MCP endpoint: {doctor}"
+    );
+
+    let repair = r.world.run(&["repair", "alpha"], &[]);
+    assert!(repair.ok(), "box repair alpha: {repair}");
+    assert_remote_marker(&r, &alpha, &marker);
+
+    let (clone, _) = timed(&r, &["clone", "alpha", "beta"], &[]);
+    assert!(clone.ok(), "box clone alpha beta: {clone}");
+    let beta = remote_machine(&r, "beta").expect("the clone on the remote");
+    assert!(r.world.machines().is_empty(), "a local machine appeared");
+    assert_remote_marker(&r, &beta, &marker);
+    assert_remote_temps_gone(&r, 10, "after box clone");
+    r.world.assert_no_plaintext(&[]);
+    for name in ["alpha", "beta"] {
+        assert!(r.world.run(&["rm", name, "--force"], &[]).ok());
+    }
+    assert!(r.machines().is_empty(), "{:?}", r.machines());
+}
