@@ -12,6 +12,7 @@ Examples:
   box load backups/alpha-20261129-120000.tar.zst.gpg beta
   box clone alpha beta          branch alpha's /data into a new box
   box doctor                    check the host and every box
+  box --host ssh://me@big new x a box on a remote Linux host (smolvm there, over ssh)
 
 Environment:
   BOX_CONFIG           config file (box.env) when --config is not given
@@ -23,6 +24,9 @@ Environment:
   BOX_HB_BINARY        the guest helper to copy into new boxes (default: beside box)
   BOX_PROVISION_DIR    the provision/ directory to copy into new boxes
   SMOLVM               the smolvm binary to drive (default: smolvm)
+  BOX_HOST             where new boxes go: ssh://[user@]host[:port] (default: here)
+  BOX_REMOTE_SMOLVM    smolvm on the remote host (default: smolvm)
+  BOX_SSH_COMMAND      the ssh command, as GIT_SSH_COMMAND (e.g. ssh -F ./ssh_config)
   BOX_SMOLVM_TIMEOUT   cap, in seconds, on every smolvm call's deadline
   BOX_LOG              log filter, e.g. box_host=debug";
 
