@@ -20,6 +20,11 @@ use std::process::Command;
 use save_load_support::{World, prerequisites, serial, sibling};
 
 /// An agent-like home: many small text files, one large incompressible file, one large log.
+/// `sync`: what earlier steps wrote reaches the disk before the next timed one starts.
+fn settle_disk() {
+    let _ = Command::new("sync").status();
+}
+
 fn corpus(mb: u64) -> String {
     let small_files = 20_000;
     let random_mb = mb / 2;
@@ -245,6 +250,7 @@ fn bench_incremental_chains() {
         if full {
             args.push("--full");
         }
+        settle_disk();
         let t = Instant::now();
         let r = w.run(&args, &[]);
         let wall = t.elapsed().as_secs_f64();
@@ -260,6 +266,10 @@ fn bench_incremental_chains() {
         (wall, newest_stage_line(), bytes, file)
     };
     let timed = |args: &[&str]| {
+        // Each timed command starts on a settled disk: otherwise it pays for the writeback
+        // the steps before it left (this host's disk took 4 to 24 s for the same extract,
+        // and a clone right after two loads 25 s against 7 s on a settled one).
+        settle_disk();
         let t = Instant::now();
         let r = w.run(args, &[]);
         assert!(r.ok(), "box {}: {}", args.join(" "), r.all());
@@ -317,6 +327,8 @@ fn bench_incremental_chains() {
         // (wall s, CPU s): extract's wall time is mostly this shared disk's writeback,
         // its CPU time is what the chain costs.
         let extract = |file: &PathBuf| {
+            // Settled before the CPU count starts: sync's own flushing is not extract's.
+            settle_disk();
             let cpu = children_cpu();
             let t = timed(&["extract", file.to_str().unwrap(), x.to_str().unwrap()]);
             let cpu = children_cpu() - cpu;
