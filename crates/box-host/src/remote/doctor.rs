@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use crate::lifecycle::host_checks::{Check, Status};
 use crate::lifecycle::kvm::{DevNode, KvmFacts};
-use crate::smolvm::{Smolvm, SmolvmError};
+use crate::smolvm::Smolvm;
 
 /// Below this much free disk where smolvm keeps its machines, doctor warns (each machine's
 /// storage disk is 20 GiB sparse and grows as the box is used).
@@ -315,12 +315,6 @@ pub fn judge(scope: &str, f: &Facts) -> Vec<Check> {
         ),
     });
     out
-}
-
-/// What `checks` says when the connection itself fails, for callers that only have the
-/// error (e.g. `box ls` marking a host's boxes unreachable).
-pub fn unreachable_line(host: &str, e: &SmolvmError) -> Check {
-    Check::new(&format!("host {host}"), "ssh", Status::Fail, e.to_string())
 }
 
 #[cfg(test)]
