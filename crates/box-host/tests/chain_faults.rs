@@ -21,22 +21,6 @@ const PROJ: &str = "/data/home/agent/workspace/proj";
 const PART: (&str, &str) = ("BOX_PART_SIZE", "1048576");
 const SNAPSHOT: &str = "/data/.hb-backup-snapshot/current";
 
-/// `box save alpha`, which must say `words`; returns the published file.
-fn save(w: &World, words: &str) -> PathBuf {
-    let before = w.backups_published();
-    let r = w.run(&["save", "alpha"], &[PART]);
-    assert!(r.ok(), "box save: {}", r.all());
-    assert!(r.stdout.contains(words), "{words:?} in {}", r.all());
-    let new: Vec<_> = w
-        .backups_published()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert_eq!(new.len(), 1, "{new:?}");
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    new[0].clone()
-}
-
 fn snapshot_digest(w: &World) -> String {
     w.sh("alpha", &format!("sha256sum {SNAPSHOT}"))
 }
@@ -81,7 +65,7 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
              printf 'v1\\n' > note.txt; chown -R agent:agent /data/home/agent/workspace"
         ),
     );
-    let mut tip = save(&w, "(full: starts a chain)");
+    let mut tip = w.save_alpha("(full: starts a chain)");
 
     // Killed before anything was published: the export itself, and the copy-out of its
     // first part (each increment holds 3 MB of new data: several parts).
@@ -114,10 +98,7 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
         );
         // The next save builds on the newest published backup (the load at the end
         // restores every link of the chain, these included).
-        tip = save(
-            &w,
-            &format!("(incremental: link {} of its chain)", round + 2),
-        );
+        tip = w.save_alpha(&format!("(incremental: link {} of its chain)", round + 2));
         let leftovers: Vec<PathBuf> = w
             .backups_published()
             .into_iter()

@@ -13,24 +13,6 @@ use save_load_support::{World, prerequisites, serial, tree_listing};
 
 const PROJ: &str = "/data/home/agent/workspace/proj";
 
-/// `box save alpha`; returns the published file.
-fn save(w: &World, words: &str) -> std::path::PathBuf {
-    let before = w.backups_published();
-    let r = w.run(&["save", "alpha"], &[("BOX_PART_SIZE", "1048576")]);
-    assert!(r.ok(), "box save: {}", r.all());
-    assert!(r.stdout.contains(words), "{words:?} in {}", r.stdout);
-    let after = w.backups_published();
-    let new: Vec<_> = after
-        .iter()
-        .filter(|p| !before.contains(p))
-        .cloned()
-        .collect();
-    assert_eq!(new.len(), 1, "{new:?}");
-    // Backups are named by the second: the next save must not share one.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    new[0].clone()
-}
-
 #[test]
 fn incremental_saves_load_and_extract_each_moment() {
     if !prerequisites() || !backup_support::trees::gnu_tar() {
@@ -48,7 +30,7 @@ fn incremental_saves_load_and_extract_each_moment() {
          head -c 2500000 /dev/urandom > big.bin
          chown -R agent:agent /data/home/agent/workspace",
     );
-    let full = save(&w, "(full: starts a chain)");
+    let full = w.save_alpha("(full: starts a chain)");
     w.sh(
         "alpha",
         "set -e; cd /data/home/agent/workspace/proj
@@ -58,7 +40,7 @@ fn incremental_saves_load_and_extract_each_moment() {
          # Only what changed: a chown sets the ctime even to the same owner.
          chown agent:agent edit.txt new-name f2d f2d/inner added.txt; chown -h agent:agent d2l",
     );
-    let second = save(&w, "(incremental: link 2 of its chain)");
+    let second = w.save_alpha("(incremental: link 2 of its chain)");
     let (full_size, second_size) = (
         std::fs::metadata(&full).unwrap().len(),
         std::fs::metadata(&second).unwrap().len(),
@@ -71,7 +53,7 @@ fn incremental_saves_load_and_extract_each_moment() {
         "alpha",
         "cd /data/home/agent/workspace/proj && printf 'v3\\n' > added.txt && rm big.bin",
     );
-    let third = save(&w, "(incremental: link 3 of its chain)");
+    let third = w.save_alpha("(incremental: link 3 of its chain)");
     let moment = tree_listing(&w, "alpha", PROJ);
 
     // box load of the newest link: that moment, exactly.

@@ -11,28 +11,10 @@
 mod save_load_support;
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::path::PathBuf;
 
 use save_load_support::{World, prerequisites, serial, tree_listing};
 
 const PROJ: &str = "/data/home/agent/workspace/proj";
-
-/// `box save alpha`; returns the published file.
-fn save(w: &World, words: &str) -> PathBuf {
-    let before = w.backups_published();
-    let r = w.run(&["save", "alpha"], &[("BOX_PART_SIZE", "1048576")]);
-    assert!(r.ok(), "box save: {}", r.all());
-    assert!(r.stdout.contains(words), "{words:?} in {}", r.all());
-    let new: Vec<_> = w
-        .backups_published()
-        .into_iter()
-        .filter(|p| !before.contains(p))
-        .collect();
-    assert_eq!(new.len(), 1, "{new:?}");
-    // Backups are named by the second: the next save must not share one.
-    std::thread::sleep(std::time::Duration::from_millis(1100));
-    new[0].clone()
-}
 
 /// What `tree_listing` does not show: which files are one inode (as groups of paths,
 /// inode numbers differ between boxes), and each file's allocated 512-byte blocks.
@@ -130,7 +112,7 @@ fn each_link_loads_to_its_moment() {
         sparse_blocks * 512 < 1 << 20,
         "the source image is sparse ({sparse_blocks} blocks)"
     );
-    let full = save(&w, "(full: starts a chain)");
+    let full = w.save_alpha("(full: starts a chain)");
 
     // The image grows (a hole, then data at 100 MiB), a third name for a.txt, an old
     // file re-dated to another old time.
@@ -145,7 +127,7 @@ fn each_link_loads_to_its_moment() {
         ),
     );
     let at_second = moment(&w, "alpha");
-    let second = save(&w, "(incremental: link 2 of its chain)");
+    let second = w.save_alpha("(incremental: link 2 of its chain)");
 
     // It grows again and ends in a hole; a hard link broken, a new pair made.
     w.sh(
@@ -159,7 +141,7 @@ fn each_link_loads_to_its_moment() {
         ),
     );
     let at_third = moment(&w, "alpha");
-    let third = save(&w, "(incremental: link 3 of its chain)");
+    let third = w.save_alpha("(incremental: link 3 of its chain)");
     // The moments differ where the test means them to.
     let groups = |m: &Moment| -> Vec<Vec<String>> { m.shape.hard_links.iter().cloned().collect() };
     assert_eq!(groups(&at_full), [["./a-hard.txt", "./a.txt"]]);
@@ -216,7 +198,7 @@ fn each_link_loads_to_its_moment() {
         .backups()
         .join(format!("alpha-{eight_days_ago}.tar.zst.gpg"));
     std::fs::rename(&full, &aged).unwrap();
-    let fourth = save(&w, "(full: starts a chain)");
+    let fourth = w.save_alpha("(full: starts a chain)");
     let said = w.transcript.borrow().clone();
     assert!(
         said.contains("chain started 8 days ago") && said.contains("starting a new one"),
@@ -227,7 +209,7 @@ fn each_link_loads_to_its_moment() {
         "a full backup"
     );
     // A fresh chain is built on again.
-    save(&w, "(incremental: link 2 of its chain)");
+    w.save_alpha("(incremental: link 2 of its chain)");
     w.assert_no_plaintext(&["alpha"]);
     w.scan_secrets();
 }

@@ -280,23 +280,9 @@ fn assert_remote_marker(r: &Remote, machine: &str, content: &str) {
     remote_support::sim_support::assert_marker(&|a| r.sim(a), machine, content);
 }
 
-/// Executor's token in a remote guest (the guest's own secret: it may live there, but no
-/// log or call line may carry it).
+/// Executor's token in a remote guest.
 fn remote_token(r: &Remote, machine: &str) -> String {
-    let out = r.sim(&[
-        "machine",
-        "exec",
-        "--name",
-        machine,
-        "--",
-        "/usr/local/bin/hb",
-        "token",
-    ]);
-    assert!(out.status.success(), "hb token in {machine}");
-    let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
-    assert!(t.len() >= 16, "implausible token");
-    r.world.secrets.borrow_mut().push(t.clone());
-    t
+    r.world.token_in(&|a| r.sim(a), machine)
 }
 
 #[test]

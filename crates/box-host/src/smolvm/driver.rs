@@ -689,12 +689,7 @@ impl Smolvm {
                 stdin: wrapper::Stdin::Pass,
                 call: &call,
             },
-            CallOpts {
-                timeout: self.deadline(timeouts::COPY),
-                on_line: None,
-                cancel,
-                env: Vec::new(),
-            },
+            self.copy_opts(cancel),
             Io {
                 stdin: Feed::File(file, size),
                 stdout: Sink::Capture,
@@ -732,12 +727,7 @@ impl Smolvm {
                     stdin: wrapper::Stdin::Watch,
                     call: &call,
                 },
-                CallOpts {
-                    timeout: self.deadline(timeouts::COPY),
-                    on_line: None,
-                    cancel,
-                    env: Vec::new(),
-                },
+                self.copy_opts(cancel),
                 Io {
                     stdin: Feed::Null,
                     stdout: Sink::File(file),
@@ -771,6 +761,14 @@ impl Smolvm {
         result
     }
 
+    /// A copy's options: the copy deadline, cut short by `cancel`.
+    fn copy_opts<'a>(&self, cancel: Option<&'a AtomicUsize>) -> CallOpts<'a> {
+        CallOpts {
+            cancel,
+            ..CallOpts::with_timeout(self.deadline(timeouts::COPY))
+        }
+    }
+
     /// smolvm's arguments of `machine cp FROM TO`.
     fn cp_args(from: OsString, to: OsString) -> Vec<OsString> {
         vec![OsString::from("machine"), "cp".into(), from, to]
@@ -785,16 +783,7 @@ impl Smolvm {
     ) -> Result<(), SmolvmError> {
         let a = Self::cp_args(from, to);
         let call = self.call_name(&a);
-        let out = self.run(
-            &a,
-            &call,
-            CallOpts {
-                timeout: self.deadline(timeouts::COPY),
-                on_line: None,
-                cancel,
-                env: Vec::new(),
-            },
-        )?;
+        let out = self.run(&a, &call, self.copy_opts(cancel))?;
         check(&call, out).map(drop)
     }
 }

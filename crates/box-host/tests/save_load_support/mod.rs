@@ -299,7 +299,13 @@ impl World {
 
     /// Executor's token in `machine` (kept as a secret to scan for).
     pub fn token(&self, machine: &str) -> String {
-        let out = self.sim(&[
+        self.token_in(&|a| self.sim(a), machine)
+    }
+
+    /// [`World::token`] through another smolvm (a remote host's): the guest's own secret,
+    /// which may live there but no log or call line may carry.
+    pub fn token_in(&self, sim: &dyn Fn(&[&str]) -> Output, machine: &str) -> String {
+        let out = sim(&[
             "machine",
             "exec",
             "--name",
@@ -310,7 +316,7 @@ impl World {
         ]);
         assert!(out.status.success(), "hb token in {machine}");
         let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
-        assert!(!t.is_empty());
+        assert!(t.len() >= 16, "implausible token");
         self.secrets.borrow_mut().push(t.clone());
         t
     }
@@ -407,6 +413,24 @@ tar -cf /tmp/stray-tar -C /etc hostname",
     }
 
     /// Published backups in the backup dir.
+    /// `box save alpha` with 1 MiB parts, which must succeed and say `words` (e.g. "(full:
+    /// starts a chain)"); returns the one file it published. Waits past the second after it:
+    /// backups are named by the second, and the next save must not share one.
+    pub fn save_alpha(&self, words: &str) -> PathBuf {
+        let before = self.backups_published();
+        let r = self.run(&["save", "alpha"], &[("BOX_PART_SIZE", "1048576")]);
+        assert!(r.ok(), "box save: {}", r.all());
+        assert!(r.stdout.contains(words), "{words:?} in {}", r.all());
+        let new: Vec<_> = self
+            .backups_published()
+            .into_iter()
+            .filter(|p| !before.contains(p))
+            .collect();
+        assert_eq!(new.len(), 1, "{new:?}");
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        new[0].clone()
+    }
+
     pub fn backups_published(&self) -> Vec<PathBuf> {
         let mut v: Vec<PathBuf> = std::fs::read_dir(self.backups())
             .unwrap()
