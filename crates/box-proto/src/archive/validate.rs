@@ -345,15 +345,19 @@ impl Validator {
     /// earlier backup; in a chain, each kept (`N`) entry must be in the tree the earlier
     /// links built, and is then part of this link's tree with its kind there.
     fn listing(&mut self, key: &[u8], listing: &Dumpdir) -> Result<(), ArchiveError> {
+        // One buffer for every entry's path: a link lists every entry of every directory,
+        // and most of them only need a lookup.
+        let mut path = key.to_vec();
+        if !path.is_empty() {
+            path.push(b'/');
+        }
+        let dir_len = path.len();
         for (code, name) in listing.entries() {
-            let mut path = key.to_vec();
-            if !path.is_empty() {
-                path.push(b'/');
-            }
+            path.truncate(dir_len);
             path.extend_from_slice(name);
             match code {
                 Code::Directory => {
-                    self.listed_dirs.insert(path);
+                    self.listed_dirs.insert(path.clone());
                 }
                 Code::Included => {}
                 Code::Unchanged => {
@@ -365,10 +369,10 @@ impl Validator {
                     };
                     match prior.kinds.get(&path) {
                         Some(kind) if *kind != Kind::Dir => {
-                            self.kept.insert(path, kind.clone());
+                            self.kept.insert(path.clone(), kind.clone());
                         }
                         None if prior.trust_kept => {
-                            self.kept.insert(path, Kind::File);
+                            self.kept.insert(path.clone(), Kind::File);
                         }
                         _ => {
                             return Err(ArchiveError::unsafe_(
@@ -386,9 +390,11 @@ impl Validator {
         Ok(())
     }
 
-    /// The tree after this link: its members and what it kept.
-    pub fn state(&self) -> ChainState {
-        let mut kinds: HashMap<Vec<u8>, Kind> = self.kept.clone();
+    /// The tree after this link: its members and what it kept (moved, not copied: it is
+    /// most of the tree).
+    pub fn into_state(self) -> ChainState {
+        let mut kinds = self.kept;
+        kinds.reserve(self.order.len());
         for (key, kind) in &self.order {
             kinds.insert(key.to_vec(), kind.clone());
         }
@@ -532,7 +538,16 @@ impl Validator {
         }
         // A kept entry survives only if every directory above it is kept too: a directory
         // its parent's dumpdir leaves out is deleted, with all in it, before it is made again.
+        // A link keeps most of the tree, in a few directories: each directory's ancestry
+        // is checked once.
+        let mut kept_dirs: HashSet<&[u8]> = HashSet::new();
         for key in self.kept.keys() {
+            let Some(cut) = key.iter().rposition(|b| *b == b'/') else {
+                continue;
+            };
+            if kept_dirs.contains(&key[..cut]) {
+                continue;
+            }
             let comps: Vec<&[u8]> = parts(key).collect();
             for n in 1..comps.len() {
                 let dir = join(comps[..n].iter().copied());
@@ -547,6 +562,7 @@ impl Validator {
                     ));
                 }
             }
+            kept_dirs.insert(&key[..cut]);
         }
         // Rule 8.
         if self.kind(b"home") != Some(&Kind::Dir) {
@@ -1046,23 +1062,21 @@ where
         }
     }
     validator.finish()?;
+    let report = Report {
+        compression,
+        members: validator.members(),
+        files: validator.files(),
+        compressed_bytes: meter.compressed.get(),
+        tar_bytes: meter.decompressed.get(),
+        manifest: None,
+    };
     let state = if validator.prior.is_some() || !validator.listed_dirs.is_empty() {
-        validator.state()
+        validator.into_state()
     } else {
         // Not a chain-mode archive: no next link can build on it.
         ChainState::default()
     };
-    Ok((
-        Report {
-            compression,
-            members: validator.members(),
-            files: validator.files(),
-            compressed_bytes: meter.compressed.get(),
-            tar_bytes: meter.decompressed.get(),
-            manifest: None,
-        },
-        state,
-    ))
+    Ok((report, state))
 }
 
 /// Most bytes of one dumpdir read into memory (a directory of a million entries).
