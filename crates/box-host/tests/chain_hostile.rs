@@ -396,3 +396,32 @@ fn a_link_elsewhere_finds_its_chain_with_chain_dir() {
     );
     drop(c.src);
 }
+
+/// A link rewritten between finding the chain (its digest taken) and validating it, even
+/// byte for byte the same: the restore says it changed and restores nothing, rather than
+/// trust a digest of a file that is no longer the one read.
+#[test]
+fn a_link_that_changes_after_it_was_hashed_is_refused() {
+    let w = World::new();
+    let c = chain(&w);
+    let pass = backup_support::secret(&w.passphrase);
+    let tip = &c.links[2].0;
+    let links = box_host::backup::chain::discover_links(tip, None, &|p| {
+        box_host::backup::load::peek_place(p, &pass)
+    })
+    .unwrap();
+    assert_eq!(links.len(), 3);
+    // Unchanged: the chain validates.
+    assert!(box_host::backup::load::validate_chain(&links, &pass).is_ok());
+    let middle = &c.links[1].0;
+    let bytes = fs::read(middle).unwrap();
+    std::thread::sleep(std::time::Duration::from_millis(20));
+    fs::write(middle, &bytes).unwrap();
+    let e = box_host::backup::load::validate_chain(&links, &pass)
+        .unwrap_err()
+        .to_string();
+    assert!(
+        e.contains(&name_of(middle)) && e.contains("changed while the chain was read"),
+        "{e}"
+    );
+}

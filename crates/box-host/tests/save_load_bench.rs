@@ -267,8 +267,7 @@ fn bench_incremental_chains() {
     };
     let timed = |args: &[&str]| {
         // Each timed command starts on a settled disk: otherwise it pays for the writeback
-        // the steps before it left (this host's disk took 4 to 24 s for the same extract,
-        // and a clone right after two loads 25 s against 7 s on a settled one).
+        // the steps before it left.
         settle_disk();
         let t = Instant::now();
         let r = w.run(args, &[]);
@@ -276,6 +275,13 @@ fn bench_incremental_chains() {
         t.elapsed().as_secs_f64()
     };
 
+    // Nothing the rounds make is deleted before the last timed step. This host's disk is
+    // ext4 without a journal, which, creating a file, steps over each inode deleted in the
+    // last minute (five while its table block is dirty): extracting or importing 20 000
+    // files right after 20 000 were deleted took 4 to 24 s instead of 2. The simulator's
+    // guests keep `/data` on the host's disk, so every `box rm` deleted a box's files
+    // under the next box's feet; a real box's `/data` is on its own disk.
+    let leftovers: std::cell::RefCell<Vec<Leftover>> = Default::default();
     let mut rows: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut slice = 0;
     for round in 0..runs {
@@ -323,16 +329,19 @@ fn bench_incremental_chains() {
             tip = save(false, &format!("(incremental: link {link}")).3;
         }
         let (_, _, _, same_tree_full) = save(true, "(full: starts a chain)");
-        let x = w.dir.path().join("x");
-        // (wall s, CPU s): extract's wall time is mostly this shared disk's writeback,
-        // its CPU time is what the chain costs.
+        // (wall s, CPU s). Into a new directory each time, all removed at the end (see
+        // `leftovers`).
         let extract = |file: &PathBuf| {
+            let x = w.dir.path().join(format!(
+                "x-{round}-{}",
+                file.file_name().unwrap().to_string_lossy()
+            ));
             // Settled before the CPU count starts: sync's own flushing is not extract's.
             settle_disk();
             let cpu = children_cpu();
             let t = timed(&["extract", file.to_str().unwrap(), x.to_str().unwrap()]);
             let cpu = children_cpu() - cpu;
-            std::fs::remove_dir_all(&x).unwrap();
+            leftovers.borrow_mut().push(Leftover::Dir(x));
             (t, cpu)
         };
         // Which goes first alternates by round: the first pays for the writeback the
@@ -363,17 +372,20 @@ fn bench_incremental_chains() {
         rows.entry("restore, box extract: chain / full, cpu")
             .or_default()
             .push(chain_cpu / full_cpu);
+        // Stopped, not removed, until the end (see `leftovers`).
         let load = |file: &PathBuf, name: &str| {
             let t = timed(&["load", file.to_str().unwrap(), name]);
-            assert!(w.run(&["rm", name, "--force"], &[]).ok());
+            assert!(w.run(&["stop", name], &[]).ok());
+            leftovers.borrow_mut().push(Leftover::Box(name.to_string()));
             t
         };
+        let (chained, whole) = (format!("chained{round}"), format!("whole{round}"));
         let (chain_l, full_l) = if round % 2 == 0 {
-            let c = load(&tip, "chained");
-            (c, load(&same_tree_full, "whole"))
+            let c = load(&tip, &chained);
+            (c, load(&same_tree_full, &whole))
         } else {
-            let f = load(&same_tree_full, "whole");
-            (load(&tip, "chained"), f)
+            let f = load(&same_tree_full, &whole);
+            (load(&tip, &chained), f)
         };
         rows.entry("restore, box load: 10-link chain s")
             .or_default()
@@ -384,8 +396,10 @@ fn bench_incremental_chains() {
         rows.entry("restore, box load: chain / full")
             .or_default()
             .push(chain_l / full_l);
-        let clone = timed(&["clone", "alpha", "twin"]);
-        assert!(w.run(&["rm", "twin", "--force"], &[]).ok());
+        let twin = format!("twin{round}");
+        let clone = timed(&["clone", "alpha", &twin]);
+        assert!(w.run(&["stop", &twin], &[]).ok());
+        leftovers.borrow_mut().push(Leftover::Box(twin));
         rows.entry("box clone alpha (from a base) s")
             .or_default()
             .push(clone);
@@ -395,6 +409,12 @@ fn bench_incremental_chains() {
         }
     }
     eprintln!("load average after: {}", loadavg().trim());
+    for left in leftovers.into_inner() {
+        match left {
+            Leftover::Dir(d) => std::fs::remove_dir_all(d).unwrap(),
+            Leftover::Box(name) => assert!(w.run(&["rm", &name, "--force"], &[]).ok()),
+        }
+    }
     eprintln!(
         "\n{} round(s), interleaved; median (min-max). A shared, noisy machine: read ratios.",
         runs
@@ -438,6 +458,12 @@ fn bench_incremental_chains() {
             eprintln!("{what}, 10-link chain / full (ratio of medians): {r:.2} (goal <= 1.3)");
         }
     }
+}
+
+/// What a round of [`bench_incremental_chains`] made, removed after the last one.
+enum Leftover {
+    Dir(PathBuf),
+    Box(String),
 }
 
 /// User + system CPU seconds of this process's waited-for children so far (the `box`

@@ -35,6 +35,40 @@ pub struct Link {
     pub parent: Option<[u8; 32]>,
     /// `YYYYmmdd-HHMMSS` from its name: the order of saves.
     pub stamp: String,
+    /// The file as it was when hashed, when that was recorded: a restore checks the file
+    /// it validated is still that one, without hashing it again.
+    pub hashed: Option<FileState>,
+}
+
+/// What tells one version of a file from another without reading it: which file it is,
+/// its length, and its modification and change times (the kernel sets the change time on
+/// every write, and nobody can set it back).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FileState {
+    dev: u64,
+    ino: u64,
+    len: u64,
+    mtime: (i64, i64),
+    ctime: (i64, i64),
+}
+
+impl FileState {
+    pub fn of(meta: &std::fs::Metadata) -> Self {
+        use std::os::unix::fs::MetadataExt;
+        FileState {
+            dev: meta.dev(),
+            ino: meta.ino(),
+            len: meta.len(),
+            mtime: (meta.mtime(), meta.mtime_nsec()),
+            ctime: (meta.ctime(), meta.ctime_nsec()),
+        }
+    }
+
+    pub fn at(path: &Path) -> Result<Self> {
+        let meta =
+            std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
+        Ok(Self::of(&meta))
+    }
 }
 
 impl Link {
@@ -107,12 +141,139 @@ pub struct Place {
 
 /// SHA-256 of a backup file, as `sha256sum` prints it.
 pub fn file_digest(path: &Path) -> Result<[u8; 32]> {
+    hash_file(path).map(|(digest, _)| digest)
+}
+
+/// [`file_digest`], and the file's state before it was read.
+fn hash_file(path: &Path) -> Result<([u8; 32], FileState)> {
     let mut file =
         std::fs::File::open(path).with_context(|| format!("cannot read {}", path.display()))?;
+    let state = FileState::of(
+        &file
+            .metadata()
+            .with_context(|| format!("cannot read {}", path.display()))?,
+    );
     let mut hasher = Sha256::new();
     std::io::copy(&mut file, &mut hasher)
         .with_context(|| format!("cannot read {}", path.display()))?;
-    Ok(hasher.finalize().into())
+    Ok((hasher.finalize().into(), state))
+}
+
+/// `f` of each of `items`, in their order, on as many threads as there are cores: reading
+/// a backup's place derives a key from the passphrase (deliberately slow, and once per
+/// file, since each file has its own salt), and a directory of a few chains holds dozens.
+/// The first error, in `items`' order, is returned.
+fn par_map<T: Sync, R: Send>(items: &[T], f: &(dyn Fn(&T) -> Result<R> + Sync)) -> Result<Vec<R>> {
+    use std::sync::Mutex;
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    let workers = std::thread::available_parallelism()
+        .map_or(1, |n| n.get())
+        .min(items.len());
+    if workers <= 1 {
+        return items.iter().map(f).collect();
+    }
+    let next = AtomicUsize::new(0);
+    let done: Mutex<Vec<Option<Result<R>>>> = Mutex::new(items.iter().map(|_| None).collect());
+    std::thread::scope(|s| {
+        for _ in 0..workers {
+            s.spawn(|| {
+                loop {
+                    let i = next.fetch_add(1, Ordering::Relaxed);
+                    let Some(item) = items.get(i) else { break };
+                    let r = f(item);
+                    done.lock().unwrap_or_else(|e| e.into_inner())[i] = Some(r);
+                }
+            });
+        }
+    });
+    done.into_inner()
+        .unwrap_or_else(|e| e.into_inner())
+        .into_iter()
+        .map(|r| r.unwrap_or_else(|| bail!("a reader thread died")))
+        .collect()
+}
+
+/// `place` of each of `paths`, in their order, on every core ([`par_map`]).
+pub fn places_of(paths: &[&Path], place: &PlaceOf<'_>) -> Result<Vec<Option<Place>>> {
+    par_map(paths, &|p| place(p))
+}
+
+/// What reads a backup's [`Place`] (`None`: a backup from before chains, a full one).
+/// Shared by threads: see [`par_map`].
+pub type PlaceOf<'a> = dyn Fn(&Path) -> Result<Option<Place>> + Sync + 'a;
+
+/// The backups of one box in a directory, as [`discover_links`] reads them: each one's
+/// parent once its place was read, its digest once hashed (`None` until then).
+struct Found {
+    paths: Vec<PathBuf>,
+    stamps: Vec<String>,
+    parents: Vec<Option<Option<[u8; 32]>>>,
+    digests: Vec<Option<([u8; 32], FileState)>>,
+}
+
+impl Found {
+    /// Reads the places of `places` and hashes `hashes`, those not done yet, together.
+    fn read(&mut self, places: &[usize], hashes: &[usize], place: &PlaceOf<'_>) -> Result<()> {
+        // (index, read its place, hash it)
+        let mut work: Vec<(usize, bool, bool)> = Vec::new();
+        for i in places.iter().chain(hashes).copied() {
+            let read = places.contains(&i) && self.parents[i].is_none();
+            let hash = hashes.contains(&i) && self.digests[i].is_none();
+            if (read || hash) && !work.iter().any(|w| w.0 == i) {
+                work.push((i, read, hash));
+            }
+        }
+        let done = par_map(&work, &|&(i, read, hash)| {
+            let path = self.paths[i].as_path();
+            let parent = if read {
+                Some(place(path)?.and_then(|p| p.parent))
+            } else {
+                None
+            };
+            let digest = if hash { Some(hash_file(path)?) } else { None };
+            Ok((parent, digest))
+        })?;
+        for ((i, _, _), (parent, digest)) in work.into_iter().zip(done) {
+            if parent.is_some() {
+                self.parents[i] = parent;
+            }
+            if digest.is_some() {
+                self.digests[i] = digest;
+            }
+        }
+        Ok(())
+    }
+
+    /// The parent `i` names (`None` for a full backup, or one not read).
+    fn parent(&self, i: usize) -> Option<[u8; 32]> {
+        self.parents[i].flatten()
+    }
+
+    /// The digest of `i`, hashed now if it was not.
+    fn digest(&mut self, i: usize) -> Result<[u8; 32]> {
+        Ok(self.hashed(i)?.0)
+    }
+
+    /// The digest of `i` and the file's state when hashed, hashed now if it was not.
+    fn hashed(&mut self, i: usize) -> Result<([u8; 32], FileState)> {
+        if let Some(d) = self.digests[i] {
+            return Ok(d);
+        }
+        let d = hash_file(&self.paths[i])?;
+        self.digests[i] = Some(d);
+        Ok(d)
+    }
+
+    fn link(&mut self, i: usize) -> Result<Link> {
+        let (digest, state) = self.hashed(i)?;
+        Ok(Link {
+            digest,
+            path: self.paths[i].clone(),
+            stamp: self.stamps[i].clone(),
+            parent: self.parent(i),
+            hashed: Some(state),
+        })
+    }
 }
 
 /// The directory `path` is in (`.` for a bare name).
@@ -148,7 +309,7 @@ pub fn box_and_stamp(file: &Path) -> Option<(String, String)> {
 pub fn discover(
     file: &Path,
     chain_dir: Option<&Path>,
-    place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
+    place: &PlaceOf<'_>,
 ) -> Result<Vec<PathBuf>> {
     Ok(discover_links(file, chain_dir, place)?
         .into_iter()
@@ -158,28 +319,39 @@ pub fn discover(
 
 /// [`discover`], with each link's digest.
 ///
-/// Every backup of the box in the directory is read as far as its place (so two links
-/// claiming one parent are seen), but only the files the walk needs are hashed: a
-/// parent is looked for among the older backups, newest first, so a sound chain costs
-/// one hash per link, not one per backup in the directory (a box with many full
-/// backups of 500 MiB each would otherwise hash them all on every save and `box rm`).
-/// When the walk cannot finish, every file is hashed and [`chain_of`] names the fault.
+/// Reading a backup's place costs a key derivation, so only the backups that can matter
+/// are read:
+/// * the links of the chain, found by digest: a parent is looked for among the older
+///   backups, newest first, so a sound chain costs one hash per link, not one per backup
+///   in the directory (a box with many full backups of 500 MiB each would otherwise hash
+///   them all on every save and `box rm`). The tip says how many links come before it,
+///   and the backups that many places older are read together, on every core;
+/// * every backup newer than the chain's full backup, so a second link claiming a parent
+///   in the chain (a fork) is seen. One named older than the parent it claims is no save
+///   of this chain (a save's parent is older than it), and an older chain of the box is
+///   not read at all.
+///
+/// When the walk cannot finish, every file is read and hashed and [`chain_of`] names the
+/// fault.
 pub fn discover_links(
     file: &Path,
     chain_dir: Option<&Path>,
-    place: &mut dyn FnMut(&Path) -> Result<Option<Place>>,
+    place: &PlaceOf<'_>,
 ) -> Result<Vec<Link>> {
     let tip_place = place(file)?;
     let Some(Place {
-        parent: Some(_), ..
+        parent: Some(_),
+        link: tip_link,
     }) = tip_place
     else {
         let stamp = box_and_stamp(file).map(|(_, s)| s).unwrap_or_default();
+        let (digest, state) = hash_file(file)?;
         return Ok(vec![Link {
             path: file.to_path_buf(),
-            digest: file_digest(file)?,
+            digest,
             parent: None,
             stamp,
+            hashed: Some(state),
         }]);
     };
     let Some((box_name, tip_stamp)) = box_and_stamp(file) else {
@@ -191,12 +363,12 @@ pub fn discover_links(
     // Beside `file`, or where the user said the chain is (`--chain-dir`).
     let dir = chain_dir.map_or_else(|| dir_of(file), Path::to_path_buf);
     let tip_id = file_id(file)?;
-    // (path, stamp, parent) of every backup of the box there, the tip first.
-    let mut found: Vec<(PathBuf, String, Option<[u8; 32]>)> = vec![(
-        file.to_path_buf(),
-        tip_stamp,
-        tip_place.and_then(|p| p.parent),
-    )];
+    let mut found = Found {
+        paths: vec![file.to_path_buf()],
+        stamps: vec![tip_stamp],
+        parents: vec![Some(tip_place.and_then(|p| p.parent))],
+        digests: vec![None],
+    };
     let tip = 0;
     for entry in
         std::fs::read_dir(&dir).with_context(|| format!("cannot list {}", dir.display()))?
@@ -216,29 +388,39 @@ pub fn discover_links(
         {
             continue;
         }
-        let here = place(&path)?;
-        found.push((path, stamp.to_string(), here.and_then(|p| p.parent)));
+        found.paths.push(path);
+        found.stamps.push(stamp.to_string());
+        found.parents.push(None);
+        found.digests.push(None);
     }
-    let mut digests: HashMap<usize, [u8; 32]> = HashMap::new();
-    let mut digest_of = |i: usize| -> Result<[u8; 32]> {
-        if let Some(d) = digests.get(&i) {
-            return Ok(*d);
-        }
-        let d = file_digest(&found[i].0)?;
-        digests.insert(i, d);
-        Ok(d)
+    // Newest first, the backups older than `i`.
+    let older_than = |found: &Found, i: usize| -> Vec<usize> {
+        let mut older: Vec<usize> = (0..found.paths.len())
+            .filter(|&j| found.stamps[j] < found.stamps[i])
+            .collect();
+        older.sort_by(|&a, &b| found.stamps[b].cmp(&found.stamps[a]));
+        older
     };
+    // Read and hashed together, with the backups newer than the tip (read for forks).
+    let likely_links: Vec<usize> = older_than(&found, tip)
+        .into_iter()
+        .take(tip_link as usize)
+        .collect();
+    let newer_than_tip: Vec<usize> = (0..found.paths.len())
+        .filter(|&i| found.stamps[i] > found.stamps[tip])
+        .collect();
+    found.read(
+        &[likely_links.as_slice(), &newer_than_tip].concat(),
+        &likely_links,
+        place,
+    )?;
     let mut walk = vec![tip];
     let mut at = tip;
     let mut complete = true;
-    while let Some(parent) = found[at].2 {
-        let mut older: Vec<usize> = (0..found.len())
-            .filter(|&i| found[i].1 < found[at].1)
-            .collect();
-        older.sort_by(|&a, &b| found[b].1.cmp(&found[a].1));
+    while let Some(parent) = found.parent(at) {
         let mut hit = None;
-        for i in older {
-            if digest_of(i)? == parent {
+        for i in older_than(&found, at) {
+            if found.digest(i)? == parent {
                 hit = Some(i);
                 break;
             }
@@ -247,38 +429,40 @@ pub fn discover_links(
             complete = false;
             break;
         };
-        let claims = found.iter().filter(|f| f.2 == Some(parent)).count();
-        if claims > 1 {
-            complete = false;
-            break;
-        }
+        found.read(&[hit], &[], place)?;
         walk.push(hit);
         at = hit;
     }
     if complete {
-        walk.reverse();
-        return walk
-            .into_iter()
-            .map(|i| {
-                Ok(Link {
-                    digest: digest_of(i)?,
-                    path: found[i].0.clone(),
-                    stamp: found[i].1.clone(),
-                    parent: found[i].2,
-                })
-            })
+        // A fork: another backup newer than the chain's start claiming one of its links.
+        let start = &found.stamps[at];
+        let newer: Vec<usize> = (0..found.paths.len())
+            .filter(|&i| found.stamps[i] > *start)
             .collect();
+        found.read(&newer, &[], place)?;
+        for pair in walk.windows(2) {
+            let parent = found.digest(pair[1])?;
+            let claims = newer
+                .iter()
+                .filter(|&&i| found.parent(i) == Some(parent))
+                .count();
+            if claims > 1 {
+                complete = false;
+            }
+        }
     }
-    // Something is wrong: every file hashed, so the error names the fault exactly.
-    let mut links = Vec::new();
-    for (i, (path, stamp, parent)) in found.iter().enumerate() {
-        links.push(Link {
-            digest: digest_of(i)?,
-            path: path.clone(),
-            stamp: stamp.clone(),
-            parent: *parent,
-        });
+    if complete {
+        walk.reverse();
+        return walk.into_iter().map(|i| found.link(i)).collect();
     }
+    // Something is wrong: every file read and hashed, so the error names the fault
+    // exactly.
+    let all: Vec<usize> = (0..found.paths.len()).collect();
+    found.read(&all, &all, place)?;
+    let links = all
+        .into_iter()
+        .map(|i| found.link(i))
+        .collect::<Result<Vec<_>>>()?;
     let chain = chain_of(&links[tip], &links)?;
     bail!(
         "{}: its chain could not be followed (the walk over {} backup(s) stopped early)",
@@ -383,6 +567,7 @@ mod tests {
             digest: [n; 32],
             parent: parent.map(|p| [p; 32]),
             stamp: stamp.to_string(),
+            hashed: None,
         }
     }
 
@@ -491,27 +676,27 @@ mod tests {
         std::fs::copy(&tip, &moved).unwrap();
         let mut places = places;
         places.insert(moved.clone(), places[&tip]);
-        let mut place = |p: &Path| Ok(places.get(p).copied());
+        let place = |p: &Path| Ok(places.get(p).copied());
         assert_eq!(
-            discover(&tip, None, &mut place).unwrap(),
+            discover(&tip, None, &place).unwrap(),
             [full.clone(), inc.clone(), tip.clone()]
         );
         assert_eq!(
-            discover(&moved, Some(d.path()), &mut place).unwrap(),
+            discover(&moved, Some(d.path()), &place).unwrap(),
             [full.clone(), inc.clone(), moved.clone()],
             "the tip is the file given, its same-named copy in the chain dir is not a link"
         );
         assert!(
-            discover(&moved, None, &mut place).is_err(),
+            discover(&moved, None, &place).is_err(),
             "alone, it has no parent"
         );
         assert_eq!(
-            discover(&full, None, &mut place).unwrap(),
+            discover(&full, None, &place).unwrap(),
             std::slice::from_ref(&full)
         );
         // The middle link deleted: refused, naming the link that misses its parent.
         std::fs::remove_file(&inc).unwrap();
-        let e = discover(&tip, None, &mut place).unwrap_err().to_string();
+        let e = discover(&tip, None, &place).unwrap_err().to_string();
         assert!(
             e.contains("alpha-20261201-120000") && e.contains("missing a link"),
             "{e}"
@@ -571,18 +756,65 @@ mod tests {
         ]);
         // The older full backup is gone once its place was read: a walk that hashed it
         // would fail.
-        let mut place = |p: &Path| {
+        let place = |p: &Path| {
             if p == old {
                 std::fs::remove_file(p).unwrap();
             }
             Ok(places.get(p).copied().flatten())
         };
-        let links = discover_links(&tip, None, &mut place).unwrap();
+        let links = discover_links(&tip, None, &place).unwrap();
         assert_eq!(
             links.iter().map(|l| l.path.clone()).collect::<Vec<_>>(),
             [full.clone(), tip.clone()]
         );
         assert_eq!(links[0].digest, full_d);
+    }
+
+    /// A restore reads the places (a key derivation each) of its chain's links and of the
+    /// backups newer than its full one, not of the box's older chains; a fork among the
+    /// newer ones is still refused.
+    #[test]
+    fn discover_reads_only_what_can_be_in_the_chain() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| {
+            let p = d.path().join(name);
+            std::fs::write(&p, body).unwrap();
+            (p.clone(), file_digest(&p).unwrap())
+        };
+        let (old_full, old_full_d) = write("alpha-20261130-090000.tar.zst.gpg", "old full");
+        let (old_inc, _) = write("alpha-20261130-100000.tar.zst.gpg", "old inc");
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (inc, inc_d) = write("alpha-20261201-110000.tar.zst.gpg", "inc");
+        let (tip, _) = write("alpha-20261201-120000.tar.zst.gpg", "tip");
+        // Named before the full backup it claims: no save of this chain.
+        let (stray, _) = write("alpha-20261130-110000.tar.zst.gpg", "stray");
+        let at = |link, parent| Some(Place { link, parent });
+        let mut places = HashMap::from([
+            (old_full.clone(), at(0, None)),
+            (old_inc.clone(), at(1, Some(old_full_d))),
+            (stray.clone(), at(1, Some(full_d))),
+            (full.clone(), at(0, None)),
+            (inc.clone(), at(1, Some(full_d))),
+            (tip.clone(), at(2, Some(inc_d))),
+        ]);
+        let read = std::sync::Mutex::new(Vec::new());
+        let place = |p: &Path| {
+            read.lock().unwrap().push(p.to_path_buf());
+            Ok(places.get(p).copied().flatten())
+        };
+        assert_eq!(
+            discover(&tip, None, &place).unwrap(),
+            [full.clone(), inc.clone(), tip.clone()]
+        );
+        let mut seen = read.lock().unwrap().clone();
+        seen.sort();
+        assert_eq!(seen, [full.clone(), inc.clone(), tip.clone()]);
+        // A second link on `full`, newer than it: a fork, refused.
+        let (fork, _) = write("alpha-20261201-113000.tar.zst.gpg", "fork");
+        places.insert(fork.clone(), at(1, Some(full_d)));
+        let place = |p: &Path| Ok(places.get(p).copied().flatten());
+        let e = discover(&tip, None, &place).unwrap_err().to_string();
+        assert!(e.contains("both claim"), "{e}");
     }
 
     #[test]
@@ -635,6 +867,7 @@ mod tests {
                     digest,
                     parent,
                     stamp,
+                    hashed: None,
                 });
             }
             links

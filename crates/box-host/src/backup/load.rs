@@ -19,7 +19,7 @@ use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
-use super::chain::Place;
+use super::chain::{FileState, Link, Place};
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
@@ -157,17 +157,20 @@ fn place_in(manifest: &RuntimeManifest) -> Option<Place> {
     Some(Place { link, parent })
 }
 
-/// Pass 1 over a chain (oldest first, as [`super::chain::discover`] gives it): each link
-/// decrypted and validated after the tree the links before it built, and its manifest's
-/// parent equal to the digest of the link before it. Nothing is written.
+/// Pass 1 over a chain (oldest first, as [`super::chain::discover_links`] gives it): each
+/// link decrypted and validated after the tree the links before it built, its manifest's
+/// parent equal to the digest of the link before it, and each file still the one that was
+/// hashed (not hashed again: the file's identity, length and times tell). Nothing is
+/// written.
 pub fn validate_chain(
-    links: &[std::path::PathBuf],
+    links: &[Link],
     passphrase: &SecretString,
 ) -> Result<Vec<(ValidatedBackup, Option<Rc<ChainState>>)>> {
     let mut out = Vec::new();
     let mut prior: Option<Rc<ChainState>> = None;
     let mut parent: Option<[u8; 32]> = None;
-    for (i, path) in links.iter().enumerate() {
+    for (i, link) in links.iter().enumerate() {
+        let path = &link.path;
         let file_size = std::fs::metadata(path)
             .with_context(|| format!("no such backup: {}", path.display()))?
             .len();
@@ -184,38 +187,55 @@ pub fn validate_chain(
                 )));
             }
         };
-        let (manifest, manifest_error) =
-            match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
-                Some(Ok(m)) => (Some(m), None),
-                Some(Err(e)) => (None, Some(e.to_string())),
-                None => (None, None),
-            };
-        let says = manifest.as_ref().and_then(place_in).and_then(|p| p.parent);
+        let validated = validated_backup(path, file_size, sha256, plaintext_size, report);
+        let says = validated
+            .manifest
+            .as_ref()
+            .and_then(place_in)
+            .and_then(|p| p.parent);
+        let changed = link
+            .hashed
+            .is_some_and(|hashed| FileState::at(path).ok() != Some(hashed));
+        if changed {
+            bail!("{} changed while the chain was read; retry", path.display());
+        }
         if links.len() > 1 && says != parent {
             bail!(
                 "{} does not name the link before it in the chain as its parent: the chain changed while it was read; retry",
                 path.display()
             );
         }
-        if i + 1 < links.len() {
-            // What the next link must name as its parent.
-            parent = Some(super::chain::file_digest(path)?);
-        }
-        out.push((
-            ValidatedBackup {
-                path: path.clone(),
-                sha256,
-                plaintext_size,
-                file_size,
-                report,
-                manifest,
-                manifest_error,
-            },
-            prior.take(),
-        ));
+        // What the next link must name as its parent.
+        parent = Some(link.digest);
+        out.push((validated, prior.take()));
         prior = Some(Rc::new(state));
     }
     Ok(out)
+}
+
+/// What pass 1 learned, with the runtime manifest parsed.
+fn validated_backup(
+    path: &Path,
+    file_size: u64,
+    sha256: [u8; 32],
+    plaintext_size: u64,
+    report: Report,
+) -> ValidatedBackup {
+    let (manifest, manifest_error) =
+        match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
+            Some(Ok(m)) => (Some(m), None),
+            Some(Err(e)) => (None, Some(e.to_string())),
+            None => (None, None),
+        };
+    ValidatedBackup {
+        path: path.to_path_buf(),
+        sha256,
+        plaintext_size,
+        file_size,
+        report,
+        manifest,
+        manifest_error,
+    }
 }
 
 /// After a walk over a tapped stream: the SHA-256 and size of the whole plaintext, once
@@ -240,13 +260,19 @@ fn finish_tap(
     }
 }
 
-/// Pass 1 of a load or an extract: decrypt, validate, hash. Writes nothing.
+/// Pass 1 of a load or an extract of one backup: decrypt, validate, hash. Writes nothing.
 pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<ValidatedBackup> {
-    let mut one = validate_chain(&[path.to_path_buf()], passphrase)?;
-    match one.pop() {
-        Some((validated, _)) => Ok(validated),
-        None => bail!("nothing validated in {}", path.display()),
-    }
+    let file_size = std::fs::metadata(path)
+        .with_context(|| format!("no such backup: {}", path.display()))?
+        .len();
+    let (sha256, plaintext_size, report) = decrypt_validate(path, passphrase, "decrypting")?;
+    Ok(validated_backup(
+        path,
+        file_size,
+        sha256,
+        plaintext_size,
+        report,
+    ))
 }
 
 /// Pass 2 of a load: decrypts `path` again into part files of `part_size` bytes in `dir`

@@ -54,9 +54,11 @@ fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>>
     let mut out = BTreeMap::new();
     for (name, paths) in files {
         let mut links = Vec::new();
-        for path in paths {
-            let place = load::peek_place(&path, &pass)
-                .with_context(|| format!("cannot read {}", path.display()))?;
+        let places = chain::places_of(
+            &paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
+            &|p| load::peek_place(p, &pass).with_context(|| format!("cannot read {}", p.display())),
+        )?;
+        for (path, place) in paths.into_iter().zip(places) {
             let stamp = chain::box_and_stamp(&path)
                 .map(|(_, s)| s)
                 .unwrap_or_default();
@@ -65,6 +67,7 @@ fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>>
                 parent: place.and_then(|p| p.parent),
                 stamp,
                 path,
+                hashed: None,
             });
         }
         let mut listed: Vec<Listed> = links

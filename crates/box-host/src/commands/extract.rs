@@ -40,7 +40,7 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     // An incremental backup restores with the links before it: found beside it by digest,
     // each validated after the ones before, before anything is written.
-    let links = chain::discover(&args.file, args.chain_dir.as_deref(), &mut |p| {
+    let links = chain::discover_links(&args.file, args.chain_dir.as_deref(), &|p| {
         load::peek_place(p, &pass)
     })?;
     if links.len() > 1 {
@@ -51,6 +51,7 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
             links
                 .iter()
                 .map(|l| l
+                    .path
                     .file_name()
                     .map_or_else(String::new, |n| n.to_string_lossy().into_owned()))
                 .collect::<Vec<_>>()

@@ -65,7 +65,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
-    let links = match chain::discover(&args.file, args.chain_dir.as_deref(), &mut |p| {
+    let links = match chain::discover_links(&args.file, args.chain_dir.as_deref(), &|p| {
         load::peek_place(p, &pass)
     }) {
         Ok(links) => links,

@@ -126,7 +126,7 @@ fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
             return Newest::Unchecked;
         }
     };
-    match chain::discover(&path, None, &mut |p| load::peek_place(p, &pass)) {
+    match chain::discover(&path, None, &|p| load::peek_place(p, &pass)) {
         Ok(links) if links.len() > 1 => {
             ui::say(format!(
                 "it is link {} of a chain; every link is there and names the one before it",

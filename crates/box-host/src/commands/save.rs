@@ -281,7 +281,7 @@ impl<'a> SaveRun<'a> {
     /// save starts a new chain rather than adding to one no restore could use.
     fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<[u8; 32]> {
         let name = self.record.name.clone();
-        let links = match chain::discover_links(newest, None, &mut |p| load::peek_place(p, pass)) {
+        let links = match chain::discover_links(newest, None, &|p| load::peek_place(p, pass)) {
             Ok(links) => links,
             Err(e) => {
                 ui::warn(format!(
