@@ -608,6 +608,66 @@ fn remote_faults_wrong_host_key_refused_and_nothing_made() {
     assert!(ls.ok(), "{ls}");
 }
 
+/// A box's web port is published on the remote's loopback, so the remote decides whether
+/// it is free: a port something listens on there (another laptop's box, any service) is
+/// not picked, though it is free on this machine, and with no other port in the range
+/// `box new` says so before any machine exists.
+#[test]
+fn remote_new_does_not_pick_a_port_taken_on_the_remote() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let r = Remote::new();
+    let mut listener =
+        r.ns.enter("python3")
+            .args([
+                "-c",
+                "import socket, time\n\
+             s = socket.socket(); s.bind(('127.0.0.1', 0)); s.listen()\n\
+             print(s.getsockname()[1], flush=True); time.sleep(600)",
+            ])
+            .stdout(std::process::Stdio::piped())
+            .spawn()
+            .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(listener.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let port: u16 = line.trim().parse().unwrap();
+    assert!(
+        box_host::lifecycle::ports::is_bindable(port),
+        "port {port} is taken on this machine too: the test proves nothing"
+    );
+    let p = port.to_string();
+    let new = r.world.run(
+        &["new", "alpha"],
+        &[
+            ("EXECUTOR_PORT_LO", p.as_str()),
+            ("EXECUTOR_PORT_HI", p.as_str()),
+        ],
+    );
+    let _ = listener.kill();
+    let _ = listener.wait();
+    assert!(
+        !new.ok(),
+        "box new took port {port}, taken on the remote: {new}"
+    );
+    assert!(
+        new.all()
+            .contains(&format!("no free host port in {port}-{port} on ssh://")),
+        "{new}"
+    );
+    assert!(!r.world.registered("alpha"), "a refused new left a row");
+    assert!(
+        !r.calls().iter().any(|c| c.iter().any(|a| a == "create")),
+        "a machine was created: {:?}",
+        r.calls()
+    );
+}
+
 /// The median of three or more timings.
 fn median(mut v: Vec<f64>) -> f64 {
     v.sort_by(|a, b| a.total_cmp(b));

@@ -212,7 +212,15 @@ impl NewRun<'_> {
                 .iter()
                 .filter_map(|r| r.web_port)
                 .collect();
-            let port = ports::pick(env.web_ports(), &held)?;
+            let port = match self.smolvm.host() {
+                None => ports::pick(env.web_ports(), &held)?,
+                Some(host) => ports::pick_on(
+                    env.web_ports(),
+                    &held,
+                    &ports::listening_on(&self.smolvm)?,
+                    host,
+                )?,
+            };
             ports_spec.push((port, port));
             create_env.push(("HB_WEB_PORT".to_string(), port.to_string()));
             self.port = Some(port);
