@@ -421,7 +421,7 @@ fn a_link_that_changes_after_it_was_hashed_is_refused() {
         .unwrap_err()
         .to_string();
     assert!(
-        e.contains(&name_of(middle)) && e.contains("changed while the chain was read"),
+        e.contains(&name_of(middle)) && e.contains("changed while it was being read"),
         "{e}"
     );
 }

@@ -197,7 +197,7 @@ pub fn validate_chain(
             .hashed
             .is_some_and(|hashed| FileState::at(path).ok() != Some(hashed));
         if changed {
-            bail!("{} changed while the chain was read; retry", path.display());
+            bail!("{} changed while it was being read; retry", path.display());
         }
         if links.len() > 1 && says != parent {
             bail!(
