@@ -571,6 +571,14 @@ mod tests {
         }
     }
 
+    /// A file `name` holding `body` in `dir`, and its digest.
+    fn write_backup(dir: &Path, name: &str, body: &str) -> (PathBuf, [u8; 32]) {
+        let p = dir.join(name);
+        std::fs::write(&p, body).unwrap();
+        let digest = file_digest(&p).unwrap();
+        (p, digest)
+    }
+
     fn names(chain: &[&Link]) -> Vec<u8> {
         chain.iter().map(|l| l.digest[0]).collect()
     }
@@ -630,11 +638,7 @@ mod tests {
     #[test]
     fn discover_finds_the_chain_beside_a_link_by_digest() {
         let d = tempfile::tempdir().unwrap();
-        let write = |name: &str, body: &str| {
-            let p = d.path().join(name);
-            std::fs::write(&p, body).unwrap();
-            (p.clone(), file_digest(&p).unwrap())
-        };
+        let write = |name: &str, body: &str| write_backup(d.path(), name, body);
         let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
         let (inc, inc_d) = write("alpha-20261201-110000.tar.zst.gpg", "inc");
         let (tip, _) = write("alpha-20261201-120000.tar.zst.gpg", "tip");
@@ -729,11 +733,7 @@ mod tests {
     #[test]
     fn discover_hashes_only_the_chain() {
         let d = tempfile::tempdir().unwrap();
-        let write = |name: &str, body: &str| {
-            let p = d.path().join(name);
-            std::fs::write(&p, body).unwrap();
-            (p.clone(), file_digest(&p).unwrap())
-        };
+        let write = |name: &str, body: &str| write_backup(d.path(), name, body);
         let (old, _) = write("alpha-20261130-100000.tar.zst.gpg", "an older full backup");
         let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
         let (tip, _) = write("alpha-20261201-110000.tar.zst.gpg", "tip");
@@ -776,11 +776,7 @@ mod tests {
     #[test]
     fn discover_reads_only_what_can_be_in_the_chain() {
         let d = tempfile::tempdir().unwrap();
-        let write = |name: &str, body: &str| {
-            let p = d.path().join(name);
-            std::fs::write(&p, body).unwrap();
-            (p.clone(), file_digest(&p).unwrap())
-        };
+        let write = |name: &str, body: &str| write_backup(d.path(), name, body);
         let (old_full, old_full_d) = write("alpha-20261130-090000.tar.zst.gpg", "old full");
         let (old_inc, _) = write("alpha-20261130-100000.tar.zst.gpg", "old inc");
         let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");

@@ -673,6 +673,32 @@ mod tests {
         out
     }
 
+    /// Applies `links` in order into `root`, as a restore of a chain does; `between(i)`
+    /// runs before link `i` (from 1).
+    fn apply_chain(
+        root: &Path,
+        links: &[&[u8]],
+        between: &mut dyn FnMut(usize),
+    ) -> Result<(), String> {
+        use crate::archive::validate::{WalkError, walk_link};
+        let limits = Limits::default();
+        let mut u = Unpacker::new(root);
+        let mut prior = None;
+        for (i, link) in links.iter().enumerate() {
+            if i > 0 {
+                between(i);
+                u.next_link();
+            }
+            let (_, state) = walk_link(*link, &limits, prior.take(), |e, k| u.unpack(e, k))
+                .map_err(|e| match e {
+                    WalkError::Callback(e) => e.to_string(),
+                    WalkError::Archive(e) => e.to_string(),
+                })?;
+            prior = Some(std::rc::Rc::new(state));
+        }
+        u.finish().map_err(|e| e.to_string())
+    }
+
     #[test]
     fn a_chain_applies_link_by_link_as_gnu_tar_g_does() {
         let full = link_tar(&[
@@ -703,22 +729,7 @@ mod tests {
             ("./home/agent/new", b'0', "n"),
         ]);
         let dir = tempfile::tempdir().unwrap();
-        let limits = Limits::default();
-        let mut u = Unpacker::new(dir.path());
-        let (_, state) =
-            crate::archive::validate::walk_link(full.as_slice(), &limits, None, |e, k| {
-                u.unpack(e, k)
-            })
-            .unwrap();
-        u.next_link();
-        crate::archive::validate::walk_link(
-            inc.as_slice(),
-            &limits,
-            Some(std::rc::Rc::new(state)),
-            |e, k| u.unpack(e, k),
-        )
-        .unwrap();
-        u.finish().unwrap();
+        apply_chain(dir.path(), &[&full, &inc], &mut |_| {}).unwrap();
         assert_eq!(
             listing(dir.path()),
             [
@@ -776,29 +787,12 @@ mod tests {
             ("./home/", b'D', "Dagent\0\0"),
             ("./home/agent/", b'D', "Nkeep\0Nlost\0\0"),
         ]);
-        let limits = Limits::default();
         let apply = |remove: Option<&str>| {
             let dir = tempfile::tempdir().unwrap();
-            let mut u = Unpacker::new(dir.path());
-            let (_, state) =
-                crate::archive::validate::walk_link(full.as_slice(), &limits, None, |e, k| {
-                    u.unpack(e, k)
-                })
-                .unwrap();
-            if let Some(name) = remove {
-                fs::remove_file(dir.path().join(name)).unwrap();
-            }
-            u.next_link();
-            crate::archive::validate::walk_link(
-                inc.as_slice(),
-                &limits,
-                Some(std::rc::Rc::new(state)),
-                |e, k| u.unpack(e, k),
-            )
-            .map(drop)
-            .map_err(|e| match e {
-                crate::archive::validate::WalkError::Callback(e) => e.to_string(),
-                crate::archive::validate::WalkError::Archive(e) => e.to_string(),
+            apply_chain(dir.path(), &[&full, &inc], &mut |_| {
+                if let Some(name) = remove {
+                    fs::remove_file(dir.path().join(name)).unwrap();
+                }
             })
         };
         assert_eq!(apply(None), Ok(()));
