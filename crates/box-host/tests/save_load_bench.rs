@@ -290,11 +290,11 @@ fn bench_incremental_chains() {
     };
 
     // Nothing the rounds make is deleted before the last timed step. This host's disk is
-    // ext4 without a journal, which, creating a file, steps over each inode deleted in the
-    // last minute (five while its table block is dirty): extracting or importing 20 000
-    // files right after 20 000 were deleted took 4 to 24 s instead of 2. The simulator's
-    // guests keep `/data` on the host's disk, so every `box rm` deleted a box's files
-    // under the next box's feet; a real box's `/data` is on its own disk.
+    // ext4 without a journal, which, creating a file, steps over each recently deleted
+    // inode (about the last minute; longer while its table block is dirty): extracting or
+    // importing 20 000 files right after 20 000 were deleted took 4 to 24 s, not 2. The
+    // simulator's guests keep `/data` on the host's disk, so every `box rm` deleted a
+    // box's files under the next box's feet; a real box's `/data` is on its own disk.
     let leftovers: std::cell::RefCell<Vec<Leftover>> = Default::default();
     let mut rows: std::collections::BTreeMap<&str, Vec<f64>> = Default::default();
     let mut slice = 0;
