@@ -127,7 +127,7 @@ impl<'a> SaveRun<'a> {
         verb: &str,
     ) -> Result<Self> {
         let transcript = Transcript::create(&ctx.state, record.name.as_str(), verb)?;
-        let smolvm = Smolvm::for_host(record.remote_host()?.as_ref(), &ctx.config.env);
+        let smolvm = boxes::smolvm(ctx, &record)?;
         Ok(SaveRun {
             ctx,
             record,

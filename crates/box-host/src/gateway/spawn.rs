@@ -138,7 +138,7 @@ pub fn run_process(ctx: &Context, name: &str) -> Result<std::process::ExitCode> 
     let Some(web_port) = record.web_port else {
         bail!("'{name}' has no exposed Executor host port");
     };
-    let smolvm = Smolvm::for_host(record.remote_host()?.as_ref(), &ctx.config.env);
+    let smolvm = crate::lifecycle::boxes::smolvm(ctx, &record)?;
     // A remote box's port is on the remote's loopback: the gateway's upstream is a forward
     // of it over the ssh connection, held as long as this process runs.
     let upstream = smolvm.reach_port(web_port)?;
