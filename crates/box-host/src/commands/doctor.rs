@@ -11,11 +11,11 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::gateway;
+use crate::lifecycle::boxes;
 use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
 use crate::lifecycle::host_checks::{self, Check, Status};
 use crate::lifecycle::listeners;
-use crate::remote::RemoteHost;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
@@ -63,22 +63,15 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
         anyhow::bail!("no box named '{n}' (see box ls)");
     }
     // Each host a box lives on is asked once: this machine, then every remote host.
-    let mut hosts: Vec<Option<RemoteHost>> = vec![None];
-    for r in &listing.records {
-        match r.remote_host() {
-            Ok(h) if !hosts.contains(&h) => hosts.push(h),
-            Ok(_) => {}
-            Err(e) => checks.push(Check::new(
-                "registry",
-                "host",
-                Status::Fail,
-                format!("{e:#}"),
-            )),
-        }
-    }
-    if only.is_none() && ctx.host.is_some() && !hosts.contains(&ctx.host) {
-        hosts.push(ctx.host.clone());
-    }
+    let also = ctx.host.as_ref().filter(|_| only.is_none());
+    let hosts = boxes::hosts(&listing.records, also, &mut |e| {
+        checks.push(Check::new(
+            "registry",
+            "host",
+            Status::Fail,
+            format!("{e:#}"),
+        ))
+    });
     for host in &hosts {
         let on_host: Vec<&BoxRecord> = records
             .iter()
@@ -120,11 +113,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
         };
         if only.is_none() {
             for m in &machines {
-                let ours = listing
-                    .records
-                    .iter()
-                    .any(|r| r.machine == m.name && r.remote_host().ok().flatten() == *host);
-                if !ours {
+                if !boxes::is_managed(&listing.records, host, &m.name) {
                     checks.push(Check::new(
                         "registry",
                         "unmanaged",

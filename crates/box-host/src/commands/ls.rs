@@ -8,6 +8,7 @@ use serde::Serialize;
 
 use super::Context;
 use crate::gateway;
+use crate::lifecycle::boxes;
 use crate::remote::RemoteHost;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::Registry;
@@ -41,17 +42,9 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
     }
     // Every host a box lives on (this machine always: `--all` shows its other machines),
     // asked once each; a host that cannot be reached leaves its boxes `unknown`.
-    let mut hosts: Vec<Option<RemoteHost>> = vec![None];
-    for r in &listing.records {
-        match r.remote_host() {
-            Ok(h) if !hosts.contains(&h) => hosts.push(h),
-            Ok(_) => {}
-            Err(e) => ui::warn(format!("{e:#}")),
-        }
-    }
-    if ctx.host.is_some() && !hosts.contains(&ctx.host) {
-        hosts.push(ctx.host.clone());
-    }
+    let hosts = boxes::hosts(&listing.records, ctx.host.as_ref(), &mut |e| {
+        ui::warn(format!("{e:#}"))
+    });
     let mut all_answered = true;
     let machines: Vec<(Option<RemoteHost>, Option<Vec<Machine>>)> = hosts
         .into_iter()
@@ -108,11 +101,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LsArgs) -> Result<ExitCode> {
         for (host, list) in &machines {
             let Some(list) = list else { continue };
             for m in list {
-                let ours = listing
-                    .records
-                    .iter()
-                    .any(|r| r.machine == m.name && r.remote_host().ok().flatten() == *host);
-                if !ours {
+                if !boxes::is_managed(&listing.records, host, &m.name) {
                     rows.push(Row {
                         name: m.name.clone(),
                         host: shown(host),

@@ -4,6 +4,7 @@ use anyhow::{Result, bail};
 use box_proto::BoxName;
 
 use crate::commands::Context;
+use crate::remote::RemoteHost;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 
@@ -23,6 +24,37 @@ pub fn smolvm(ctx: &Context, record: &BoxRecord) -> Result<Smolvm> {
         record.remote_host()?.as_ref(),
         &ctx.config.env,
     ))
+}
+
+/// Every host the boxes of `records` live on, each once: this machine first (always),
+/// then each remote host, then `also` (the host the user selected) if it is not one of
+/// them. A row whose host cannot be read goes to `unreadable`.
+pub fn hosts(
+    records: &[BoxRecord],
+    also: Option<&RemoteHost>,
+    unreadable: &mut dyn FnMut(anyhow::Error),
+) -> Vec<Option<RemoteHost>> {
+    let mut hosts: Vec<Option<RemoteHost>> = vec![None];
+    for r in records {
+        match r.remote_host() {
+            Ok(h) if !hosts.contains(&h) => hosts.push(h),
+            Ok(_) => {}
+            Err(e) => unreadable(e),
+        }
+    }
+    if let Some(h) = also.cloned().map(Some)
+        && !hosts.contains(&h)
+    {
+        hosts.push(h);
+    }
+    hosts
+}
+
+/// Whether smolvm machine `machine` on `host` is one of `records`' boxes.
+pub fn is_managed(records: &[BoxRecord], host: &Option<RemoteHost>, machine: &str) -> bool {
+    records
+        .iter()
+        .any(|r| r.machine == machine && r.remote_host().ok().flatten() == *host)
 }
 
 /// The per-box lock for `operation` (e.g. `box stop alpha`).
