@@ -535,16 +535,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     assert_remote_marker(&r, &alpha, &marker);
 
     // A wrong host key for an existing box: save refuses, says why, publishes nothing.
-    let good = std::fs::read_to_string(r.known_hosts()).unwrap();
-    let other = r.dir.path().join("other_host_key");
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let pubkey = std::fs::read_to_string(other.with_extension("pub")).unwrap();
-    std::fs::write(r.known_hosts(), format!("{ALIAS} {pubkey}")).unwrap();
+    let good = r.trust_a_wrong_host_key();
     let published = r.world.backups_published();
     let calls = r.calls().len();
     let save = r.world.run(&["save", "alpha"], &[]);
@@ -575,17 +566,7 @@ fn remote_faults_wrong_host_key_refused_and_nothing_made() {
     }
     let _serial = serial();
     let r = Remote::new();
-    // A host key that is not the remote's, as after a reinstall or an attack.
-    let other = r.dir.path().join("other_host_key");
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let good = std::fs::read_to_string(r.known_hosts()).unwrap();
-    let pubkey = std::fs::read_to_string(other.with_extension("pub")).unwrap();
-    std::fs::write(r.known_hosts(), format!("{ALIAS} {pubkey}")).unwrap();
+    let good = r.trust_a_wrong_host_key();
     let new = r.world.run(&["new", "alpha"], &[]);
     assert!(!new.ok(), "box new went on with a wrong host key: {new}");
     let all = new.all().to_lowercase();

@@ -163,15 +163,7 @@ fn a_wrong_host_key_stops_ssh() {
     }
     let r = Remote::new();
     assert!(r.ssh(&["true"]).status.success());
-    let other = r.dir.path().join("other_host_key");
-    let st = Command::new("ssh-keygen")
-        .args(["-q", "-t", "ed25519", "-N", "", "-f"])
-        .arg(&other)
-        .status()
-        .unwrap();
-    assert!(st.success());
-    let pubkey = std::fs::read_to_string(other.with_extension("pub")).unwrap();
-    std::fs::write(r.known_hosts(), format!("{ALIAS} {pubkey}")).unwrap();
+    r.trust_a_wrong_host_key();
     let out = r.ssh(&["echo SHOULD-NOT-RUN"]);
     assert_eq!(out.status.code(), Some(255), "{}", text(&out));
     assert!(!String::from_utf8_lossy(&out.stdout).contains("SHOULD-NOT-RUN"));

@@ -14,7 +14,7 @@ use std::path::Path;
 use std::process::Command;
 
 use box_proto::archive::validate::{ChainState, Report, Rule, validate_link};
-use export_import_support::{backdate, set_mtime_nofollow, snapshot as tree};
+use export_import_support::{backdate, data_root, set_mtime_nofollow, snapshot as tree};
 use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
 use hb_guest::archive::import::import_chain;
 use hb_guest::archive::incremental::{self, next_path};
@@ -99,12 +99,7 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     let src = t.path().join("src");
     let out = t.path().join("out");
     fs::create_dir_all(&out).unwrap();
-    fs::create_dir_all(src.join("logs")).unwrap();
-    let hb_config = src.join("home/agent/.config/hermes-box");
-    fs::create_dir_all(&hb_config).unwrap();
-    fs::write(hb_config.join("runtime-manifest"), "box=test\n").unwrap();
-    let w = src.join("home/agent/workspace");
-    fs::create_dir_all(&w).unwrap();
+    let w = data_root(&src);
     sh(
         &w,
         "printf 'edit me\\n' > edit.txt && printf 'bye\\n' > del.txt && printf 'r\\n' > ren-old.txt \

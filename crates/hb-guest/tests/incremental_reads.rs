@@ -7,10 +7,13 @@
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
+mod export_import_support;
+
 use std::fs;
 use std::io::Write;
 use std::path::Path;
 
+use export_import_support::data_root;
 use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
 use hb_guest::archive::incremental::{self, next_path};
 
@@ -48,12 +51,7 @@ fn an_incremental_export_does_not_read_unchanged_files() {
     const BIG: u64 = 100 << 20;
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
-    fs::create_dir_all(src.join("logs")).unwrap();
-    let hb_config = src.join("home/agent/.config/hermes-box");
-    fs::create_dir_all(&hb_config).unwrap();
-    fs::write(hb_config.join("runtime-manifest"), "box=test\n").unwrap();
-    let w = src.join("home/agent/workspace");
-    fs::create_dir_all(&w).unwrap();
+    let w = data_root(&src);
     {
         // Written data (no holes to skip), quick to compress.
         let mut f = fs::File::create(w.join("big.bin")).unwrap();

@@ -608,13 +608,17 @@ Subsystem sftp internal-sftp
                 killed += kill_remote_pid(&self.ns, p.pid);
             }
         }
+        killed + self.kill_ssh_clients()
+    }
+
+    /// Kills every ssh client on this host that uses this remote's config (a
+    /// ControlMaster included); returns how many.
+    fn kill_ssh_clients(&self) -> usize {
         let cfg = self.ssh_config().display().to_string();
+        let mut killed = 0;
         for pid in host_pids() {
             let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            let args = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-                .unwrap_or_default();
-            if comm.trim() == "ssh" && args.contains(&cfg) {
+            if comm.trim() == "ssh" && cmdline(pid).contains(&cfg) {
                 // SAFETY: kill(2) on an ssh client of this test's remote (comm and config
                 // checked just above).
                 unsafe {
@@ -624,6 +628,24 @@ Subsystem sftp internal-sftp
             }
         }
         killed
+    }
+
+    /// Puts a host key that is not the remote's into the known hosts, as after a
+    /// reinstall or an attack; returns the known hosts as they were, to put back.
+    pub fn trust_a_wrong_host_key(&self) -> String {
+        let other = self.dir.path().join("other_host_key");
+        if !other.exists() {
+            let st = Command::new("ssh-keygen")
+                .args(["-q", "-t", "ed25519", "-N", "", "-f"])
+                .arg(&other)
+                .status()
+                .expect("ssh-keygen");
+            assert!(st.success());
+        }
+        let good = std::fs::read_to_string(self.known_hosts()).expect("known_hosts");
+        let pubkey = std::fs::read_to_string(other.with_extension("pub")).expect("the key");
+        std::fs::write(self.known_hosts(), format!("{ALIAS} {pubkey}")).expect("known_hosts");
+        good
     }
 
     /// Pids on this host of what this remote runs here: the namespace's holder and PID 1,
@@ -638,9 +660,7 @@ Subsystem sftp internal-sftp
         let cfg = self.ssh_config().display().to_string();
         let sshd_cfg = self.sshd_config().display().to_string();
         for pid in host_pids() {
-            let args = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-                .unwrap_or_default();
+            let args = cmdline(pid);
             if args.contains(&cfg) || args.contains(&sshd_cfg) {
                 pids.push(pid);
             }
@@ -769,19 +789,7 @@ impl Drop for Remote {
         self.slirp.stop();
         // ssh clients (a ControlMaster box left behind) lose their peer with the namespace;
         // any still here are this remote's and go too.
-        let cfg = self.ssh_config().display().to_string();
-        for pid in host_pids() {
-            let comm = std::fs::read_to_string(format!("/proc/{pid}/comm")).unwrap_or_default();
-            let args = std::fs::read(format!("/proc/{pid}/cmdline"))
-                .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
-                .unwrap_or_default();
-            if comm.trim() == "ssh" && args.contains(&cfg) {
-                // SAFETY: kill(2) on an ssh client of this test's remote (checked above).
-                unsafe {
-                    libc::kill(pid as i32, libc::SIGKILL);
-                }
-            }
-        }
+        self.kill_ssh_clients();
     }
 }
 
@@ -814,6 +822,13 @@ fn kill_remote_pid(ns: &Namespace, pid: u32) -> usize {
         .stderr(Stdio::null())
         .status();
     usize::from(st.is_ok_and(|s| s.success()))
+}
+
+/// The argv of this host's process `pid`, joined with spaces ("" once it is gone).
+fn cmdline(pid: u32) -> String {
+    std::fs::read(format!("/proc/{pid}/cmdline"))
+        .map(|b| String::from_utf8_lossy(&b).replace('\0', " "))
+        .unwrap_or_default()
 }
 
 fn host_pids() -> Vec<u32> {

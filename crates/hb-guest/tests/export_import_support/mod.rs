@@ -4,7 +4,7 @@
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::{MetadataExt, PermissionsExt};
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 use proptest::prelude::*;
 
@@ -229,4 +229,16 @@ pub fn tar_g_apply(compressed: &[u8], target: &Path) {
         .unwrap();
     tar.stdin.take().unwrap().write_all(compressed).unwrap();
     assert!(tar.wait().unwrap().success(), "stock tools refused a link");
+}
+
+/// The least a data root an export accepts holds under `root`: `logs/`, the runtime
+/// manifest, and `home/agent/workspace`, which is returned.
+pub fn data_root(root: &Path) -> PathBuf {
+    fs::create_dir_all(root.join("logs")).unwrap();
+    let hb_config = root.join("home/agent/.config/hermes-box");
+    fs::create_dir_all(&hb_config).unwrap();
+    fs::write(hb_config.join("runtime-manifest"), "box=test\n").unwrap();
+    let workspace = root.join("home/agent/workspace");
+    fs::create_dir_all(&workspace).unwrap();
+    workspace
 }
