@@ -58,7 +58,7 @@ pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
     let key = BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())?;
     let digest = key.digest();
     // The base lives where smolvm runs: packs are made and read by that host's smolvm.
-    let smolvm = Smolvm::for_host(ctx.host.as_ref(), env);
+    let smolvm = ctx.selected_smolvm();
     let store = Store::for_smolvm(&ctx.state, &smolvm)?;
     store.ensure()?;
     let asked = Instant::now();

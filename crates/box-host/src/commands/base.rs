@@ -99,7 +99,7 @@ pub fn run(ctx: &Context, cmd: &BaseCmd) -> Result<ExitCode> {
 
 /// The store on the selected host (`--host`, `BOX_HOST`): bases live where smolvm runs.
 fn host_store(ctx: &Context) -> Result<Store> {
-    let smolvm = crate::smolvm::Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env);
+    let smolvm = ctx.selected_smolvm();
     Store::for_smolvm(&ctx.state, &smolvm)
 }
 

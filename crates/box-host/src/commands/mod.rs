@@ -31,3 +31,11 @@ pub struct Context {
     /// Where new boxes go (`--host`, `BOX_HOST`); `None`: this machine.
     pub host: Option<crate::remote::RemoteHost>,
 }
+
+impl Context {
+    /// smolvm on the selected host ([`Context::host`]): where new boxes and bases go. A
+    /// box that exists already is reached through `lifecycle::boxes::smolvm`.
+    pub fn selected_smolvm(&self) -> crate::smolvm::Smolvm {
+        crate::smolvm::Smolvm::for_host(self.host.as_ref(), &self.config.env)
+    }
+}

@@ -88,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let transcript = Transcript::create(&ctx.state, name.as_str(), "new")?;
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
+        smolvm: ctx.selected_smolvm(),
         signals,
         machine: machine_name(ctx, &name)?,
         name,
@@ -530,7 +530,7 @@ pub fn create_and_provision(
     };
     let mut run = NewRun {
         ctx,
-        smolvm: Smolvm::for_host(ctx.host.as_ref(), &ctx.config.env),
+        smolvm: ctx.selected_smolvm(),
         signals,
         machine,
         name: name.clone(),
