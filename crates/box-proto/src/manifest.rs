@@ -148,6 +148,13 @@ impl RuntimeManifest {
         }
     }
 
+    /// Removes a key; whether it was there.
+    pub fn remove(&mut self, key: &str) -> bool {
+        let before = self.entries.len();
+        self.entries.retain(|(k, _)| k != key);
+        self.entries.len() != before
+    }
+
     pub fn entries(&self) -> impl Iterator<Item = (&str, &str)> {
         self.entries.iter().map(|(k, v)| (k.as_str(), v.as_str()))
     }
@@ -193,9 +200,11 @@ mod tests {
     #[test]
     fn keeps_unknown_keys_in_order() {
         let text = "created_at=x\nvp=0.1.0\nfuture.key=yes\n";
-        let m = RuntimeManifest::parse(text).unwrap();
+        let mut m = RuntimeManifest::parse(text).unwrap();
         assert_eq!(m.get("vp"), Some("0.1.0"));
         assert_eq!(m.render(), text);
+        assert!(m.remove("vp") && !m.remove("vp"));
+        assert_eq!(m.render(), "created_at=x\nfuture.key=yes\n");
     }
 
     #[test]

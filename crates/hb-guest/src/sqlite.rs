@@ -26,9 +26,17 @@ const SQLITE_MAGIC: &[u8; 16] = b"SQLite format 3\0";
 /// directly in Executor's data dir (its `data.db`), the Hermes home (`state.db` and any
 /// other) and each Hermes profile, and Codex's home. A file counts by its header, not its
 /// name; sidecars (`-wal`, `-shm`, `-journal`) are not databases of their own.
+///
+/// Only real directories are looked in, every step from the data root checked without
+/// following a link: a restored backup may hold a link where such a directory was (a
+/// symlink is data), and nothing after a restore follows one.
 pub fn databases(paths: &Paths) -> Vec<PathBuf> {
+    let real_dir = |dir: &Path| real_dir_under(&paths.data, dir);
     let mut dirs = vec![paths.executor_data(), paths.hermes_home()];
-    if let Ok(entries) = std::fs::read_dir(paths.hermes_home().join("profiles")) {
+    let profiles_dir = paths.hermes_home().join("profiles");
+    if real_dir(&profiles_dir)
+        && let Ok(entries) = std::fs::read_dir(&profiles_dir)
+    {
         let mut profiles: Vec<PathBuf> = entries.flatten().map(|e| e.path()).collect();
         profiles.sort();
         dirs.extend(profiles);
@@ -36,6 +44,9 @@ pub fn databases(paths: &Paths) -> Vec<PathBuf> {
     dirs.push(paths.codex_home());
     let mut out = Vec::new();
     for dir in dirs {
+        if !real_dir(&dir) {
+            continue;
+        }
         let Ok(entries) = std::fs::read_dir(&dir) else {
             continue;
         };
@@ -58,6 +69,22 @@ pub fn quiesced_databases(paths: &Paths) -> Vec<PathBuf> {
         .into_iter()
         .filter(|p| !p.starts_with(&codex))
         .collect()
+}
+
+/// Whether `dir` is a directory reached from `root` through directories only (no link on
+/// the way, none at the end).
+fn real_dir_under(root: &Path, dir: &Path) -> bool {
+    let Ok(rel) = dir.strip_prefix(root) else {
+        return false;
+    };
+    let mut at = root.to_path_buf();
+    for part in rel.components() {
+        at.push(part);
+        if !std::fs::symlink_metadata(&at).is_ok_and(|m| m.is_dir()) {
+            return false;
+        }
+    }
+    true
 }
 
 fn is_database(path: &Path) -> bool {

@@ -251,7 +251,14 @@ fn unsafe_data_is_refused_before_the_root_is_touched() {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Symlink);
         h.set_size(0);
-        tar.append_link(&mut h, "./home/agent/escape", "/etc/passwd")
+        tar.append_link(&mut h, "./home/agent/escape", "/etc")
+            .unwrap();
+        // Written through the link, this would land in /etc.
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o644);
+        h.set_size(0);
+        tar.append_data(&mut h, "./home/agent/escape/passwd", std::io::empty())
             .unwrap();
         let encoder = tar.into_inner().unwrap();
         encoder
@@ -266,8 +273,8 @@ fn unsafe_data_is_refused_before_the_root_is_touched() {
     let before = snapshot(&dst);
     let e = format!("{:#}", import(&dst, &p).unwrap_err());
     assert!(
-        e.contains("unsafe archive: archive link target is absolute:")
-            && e.contains("home/agent/escape"),
+        e.contains("unsafe archive: archive member is nested beneath a link:")
+            && e.contains("home/agent/escape/passwd"),
         "{e}"
     );
     assert_eq!(snapshot(&dst), before);
@@ -320,26 +327,18 @@ proptest! {
         backdate(&src);
         let p = t.path().join("p");
         let warnings = do_export(&src, &p, 777);
-        // Export leaves out, by name, the links a restore would refuse...
-        let skipped: Vec<String> = warnings
-            .iter()
-            .filter_map(|w| w.strip_prefix("skipping symlink ./"))
-            .filter_map(|rest| rest.split(" -> ").next())
-            .map(String::from)
-            .collect();
+        // Symlinks are data, wherever they point: export skips none of them...
+        prop_assert!(warnings.is_empty(), "{:?}", warnings);
         let dst = t.path().join("dst");
         fs::create_dir(&dst).unwrap();
-        // ...so whatever it writes imports, and brings back everything else.
+        // ...and import brings back everything.
         let imported = import(&dst, &p);
         prop_assert!(imported.is_ok(), "export wrote what import refuses: {:?}", imported.err());
         let mut got = snapshot(&dst);
         got.remove("home/agent/.config/hermes-box/quiesced");
         got.remove("home/agent/.config/hermes-box");
         got.remove("home/agent/.config");
-        let mut want = snapshot(&src);
-        for path in &skipped {
-            prop_assert!(want.remove(path).is_some(), "skipped {} is not in the tree", path);
-        }
+        let want = snapshot(&src);
         let got = without_mode_of(got, &["home"]);
         let want = without_mode_of(want, &["home"]);
         // Re-arming the pause marker creates .config/hermes-box when the tree had no
@@ -370,39 +369,87 @@ fn an_output_dir_inside_the_root_is_not_archived() {
     assert!(!dst.join("home/agent/.export-tmp").exists());
 }
 
-/// A live /data may hold links a restore refuses (absolute, dangling, escaping, looping).
-/// Export keeps everything else, names each skipped link, and its output imports.
+/// A live /data holds links of every kind: a venv's absolute `python`, an editor's dangling
+/// lock link, one that climbs out, a loop. Each is data: exported as it is, with no warning,
+/// and imported with the very same target (issue 30).
 #[test]
-fn links_a_restore_would_refuse_are_skipped_by_name_and_the_rest_imports() {
+fn every_symlink_comes_back_with_its_target() {
     let t = tempfile::tempdir().unwrap();
     let src = t.path().join("src");
     sample(&src);
     let ws = src.join("home/agent/workspace");
-    std::os::unix::fs::symlink("/usr/bin/python3", ws.join("python")).unwrap();
-    std::os::unix::fs::symlink("gone.txt", ws.join("dangling")).unwrap();
-    std::os::unix::fs::symlink("../../../../etc", ws.join("escape")).unwrap();
+    let links = [
+        ("python", "/usr/bin/python3"),
+        (".#notes.md", "agent@box.4242:1764000000"),
+        ("escape", "../../../../etc"),
+        ("loop-a", "loop-b"),
+        ("loop-b", "loop-a"),
+    ];
+    for (name, target) in links {
+        std::os::unix::fs::symlink(target, ws.join(name)).unwrap();
+    }
     let parts = t.path().join("parts");
-    let mut warnings = do_export(&src, &parts, 1 << 20);
-    warnings.sort();
-    assert_eq!(warnings.len(), 3, "{warnings:#?}");
-    assert!(
-        warnings[0].starts_with(
-            "skipping symlink ./home/agent/workspace/dangling -> gone.txt: it dangles"
-        )
-    );
-    assert!(warnings[1].starts_with("skipping symlink ./home/agent/workspace/escape -> ../../../../etc: its target ../../../../etc climbs out"));
-    assert!(warnings[2].starts_with("skipping symlink ./home/agent/workspace/python -> /usr/bin/python3: its target /usr/bin/python3 is absolute"));
+    let warnings = do_export(&src, &parts, 1 << 20);
+    assert!(warnings.is_empty(), "{warnings:#?}");
     let dst = t.path().join("dst");
     fs::create_dir_all(&dst).unwrap();
     import(&dst, &parts).unwrap();
     let ws = dst.join("home/agent/workspace");
+    for (name, target) in links {
+        assert_eq!(
+            fs::read_link(ws.join(name)).unwrap(),
+            Path::new(target),
+            "{name}"
+        );
+    }
     assert_eq!(
         fs::read_link(ws.join("a-link")).unwrap(),
         Path::new("a.txt")
     );
-    for skipped in ["python", "dangling", "escape"] {
-        assert!(fs::symlink_metadata(ws.join(skipped)).is_err(), "{skipped}");
-    }
+}
+
+/// A hostile backup's link to a file outside the data root: the import makes the link and
+/// nothing after it (modes, owners, the database check) follows it.
+#[test]
+fn an_import_never_follows_a_restored_link() {
+    use std::os::unix::fs::MetadataExt;
+    let t = tempfile::tempdir().unwrap();
+    let victim = t.path().join("victim");
+    fs::write(&victim, "secret").unwrap();
+    fs::set_permissions(&victim, fs::Permissions::from_mode(0o640)).unwrap();
+    let victim_dir = t.path().join("victim-dir");
+    fs::create_dir(&victim_dir).unwrap();
+    fs::set_permissions(&victim_dir, fs::Permissions::from_mode(0o750)).unwrap();
+    let before = |p: &Path| {
+        let m = fs::metadata(p).unwrap();
+        (m.mode(), m.uid(), m.gid(), m.mtime())
+    };
+    let src = t.path().join("src");
+    sample(&src);
+    let home = src.join("home/agent");
+    std::os::unix::fs::symlink(&victim, home.join("x")).unwrap();
+    // Where the box's own databases and logs live: links, not directories. A "database"
+    // there that an integrity check would refuse, if it went through the link.
+    fs::write(
+        victim_dir.join("state.db"),
+        b"SQLite format 3\0 but nothing after the header",
+    )
+    .unwrap();
+    fs::remove_dir_all(home.join(".hermes")).unwrap();
+    std::os::unix::fs::symlink(&victim_dir, home.join(".hermes")).unwrap();
+    fs::remove_dir_all(src.join("logs")).unwrap();
+    std::os::unix::fs::symlink(&victim_dir, src.join("logs")).unwrap();
+    let parts = t.path().join("parts");
+    do_export(&src, &parts, 1 << 20);
+    let (file_was, dir_was) = (before(&victim), before(&victim_dir));
+    let dst = t.path().join("dst");
+    fs::create_dir_all(&dst).unwrap();
+    import(&dst, &parts).unwrap();
+    assert_eq!(fs::read_link(dst.join("home/agent/x")).unwrap(), victim);
+    assert_eq!(fs::read_link(dst.join("logs")).unwrap(), victim_dir);
+    assert_eq!(before(&victim), file_was);
+    assert_eq!(before(&victim_dir), dir_was);
+    assert_eq!(fs::read_to_string(&victim).unwrap(), "secret");
 }
 
 /// Issue 13: a sparse file comes back from `hb export` → `hb import` sparse (same size and

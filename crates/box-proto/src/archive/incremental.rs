@@ -177,6 +177,19 @@ impl Dumpdir {
         &self.entries
     }
 
+    /// The same listing without the entries named in `names`.
+    pub fn without(&self, names: &[Vec<u8>]) -> Dumpdir {
+        let names: std::collections::HashSet<&[u8]> = names.iter().map(Vec::as_slice).collect();
+        Dumpdir {
+            entries: self
+                .entries
+                .iter()
+                .filter(|(_, n)| !names.contains(n.as_slice()))
+                .cloned()
+                .collect(),
+        }
+    }
+
     /// What the dumpdir says of `name`, if it lists it.
     pub fn lookup(&self, name: &[u8]) -> Option<Code> {
         self.entries

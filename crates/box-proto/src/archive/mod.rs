@@ -5,7 +5,8 @@
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
 //! * [`parts`]: the part index `hb export` writes beside its parts (size + SHA-256 each).
 //! * [`incremental`]: GNU tar's dumpdirs, which make a chain of backups restorable with
-//!   stock `tar -x -g /dev/null`.
+//!   stock `tar -x -g /dev/null`; [`chain_state`]: the tree a chain built, which the next
+//!   link is validated against.
 //! * [`naming`]: backup file names and finding a box's newest backup.
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
@@ -13,6 +14,7 @@
 //! Compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
 //! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
 
+pub mod chain_state;
 pub mod excludes;
 pub mod holes;
 pub mod incremental;

@@ -2,18 +2,23 @@
 //! output is deterministic) into a tar rooted at `./` (`./`, `./home/`, `./home/agent/...`,
 //! `./logs/...`), compressed with multithreaded zstd, cut into parts with an index.
 //!
-//! Kept: regular files, directories, symlinks (as links), hardlinks (as hardlinks to the
-//! first path seen), modes, uid/gid with user and group names, mtimes. Skipped with a
-//! warning naming them: sockets, FIFOs, block and character devices, and symlinks a
-//! restore would refuse (see `links`). Left out: the seed's excludes
-//! (box_proto::archive::excludes).
+//! Kept: regular files, directories, symlinks (as links, whatever their target: absolute,
+//! dangling, a venv's `python -> /usr/bin/python3`; a restore never follows one), hardlinks
+//! (as hardlinks to the first path seen), modes, uid/gid with user and group names, mtimes.
+//! Skipped with a warning naming them: sockets, FIFOs, block and character devices. Left
+//! out: the seed's excludes (box_proto::archive::excludes).
+//!
+//! Each directory is scanned once before its member is written: links read, changed files
+//! opened, so the member's listing (chain mode) names exactly what follows it, and a file
+//! deleted during the save is left out rather than listed and missing.
 //!
 //! Member names are written byte for byte (GNU format, `././@LongLink` records for names
 //! over 100 bytes), because the tar crate's `set_path` would drop the leading `./`.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
+use std::os::fd::AsRawFd;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
@@ -26,7 +31,6 @@ use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
 use super::incremental::{Snapshot, Stamp};
-use super::links;
 use super::parts::{Announce, PartWriter};
 use super::sparse;
 
@@ -109,11 +113,96 @@ struct Child {
     meta: fs::Metadata,
     /// Its dumpdir code in chain mode (a directory, unchanged, or in this archive).
     code: Code,
+    what: What,
+}
+
+/// What an entry that goes into the archive is written as.
+enum What {
+    Dir,
+    /// A symlink, its target read when the directory was scanned.
+    Symlink(PathBuf),
+    /// Another name of a file already in this archive or kept by it: a hard link member.
+    Hardlink(Vec<u8>),
+    /// A regular file, opened when the directory was scanned (`None`: past the budget of
+    /// open files, opened when written).
+    File(Option<File>),
+    /// Kept from the parent (`N`): nothing is written.
+    Kept,
+}
+
+/// Whether an error means the entry is no longer what the scan saw (gone, or replaced by
+/// another kind: a symlink where a file was, a file where a link was).
+fn changed_under_us(e: &io::Error) -> bool {
+    e.kind() == io::ErrorKind::NotFound
+        || matches!(
+            e.raw_os_error(),
+            Some(libc::ELOOP) | Some(libc::EINVAL) | Some(libc::ENOTDIR)
+        )
+}
+
+/// How many files one directory's scan may hold open: what the process may open, less
+/// room for everything else. A directory with more changed files than this has the rest
+/// opened when they are written.
+fn open_budget() -> usize {
+    let mut limit = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: a valid rlimit to fill and then to set.
+    unsafe {
+        if libc::getrlimit(libc::RLIMIT_NOFILE, &mut limit) != 0 {
+            return 256;
+        }
+        // The soft limit (often 1024) up to the hard one: scans hold files open.
+        let wanted = limit.rlim_max.min(1 << 20);
+        if limit.rlim_cur < wanted {
+            let raised = libc::rlimit {
+                rlim_cur: wanted,
+                rlim_max: limit.rlim_max,
+            };
+            if libc::setrlimit(libc::RLIMIT_NOFILE, &raised) == 0 {
+                limit.rlim_cur = wanted;
+            }
+        }
+    }
+    (limit.rlim_cur as usize).saturating_sub(256).max(64)
+}
+
+/// Opens a file the scan saw as regular, without following a link or blocking on a FIFO
+/// put in its place; `None` when it is no longer a regular file there.
+fn open_regular(path: &Path) -> io::Result<Option<(File, fs::Metadata)>> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let file = match fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)
+    {
+        Ok(f) => f,
+        Err(e) if changed_under_us(&e) => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let meta = file.metadata()?;
+    if !meta.is_file() {
+        return Ok(None);
+    }
+    // Reads of a regular file never block; the flag only guarded the open.
+    // SAFETY: a valid descriptor; F_SETFL with the flags it has, less O_NONBLOCK.
+    unsafe {
+        let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
+        if flags >= 0 {
+            libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
+        }
+    }
+    Ok(Some((file, meta)))
 }
 
 struct Walker<W: Write> {
     builder: tar::Builder<W>,
+    /// (device, inode) of each file with more names than one that this link has, and the
+    /// member name later names link to: the first written, or one kept from the parent.
     hardlinks: HashMap<(u64, u64), Vec<u8>>,
+    /// Of those, the inodes whose name there is kept (`N`), not written.
+    kept_inodes: HashSet<(u64, u64)>,
     users: HashMap<u32, Option<String>>,
     groups: HashMap<u32, Option<String>>,
     members: u64,
@@ -122,8 +211,8 @@ struct Walker<W: Write> {
     /// The export's own output directory (device, inode), never archived even when it
     /// sits inside the data root.
     out_id: Option<(u64, u64)>,
-    /// The data root with every link in its path resolved, to judge where links lead.
-    canonical_root: PathBuf,
+    /// How many files one directory's scan may hold open ([`open_budget`]).
+    open_budget: usize,
     /// One buffer for every member's data (see [`Walker::append_data`]).
     copy_buf: Vec<u8>,
     chain: Option<Chain>,
@@ -264,17 +353,28 @@ impl<W: Write> Walker<W> {
         dst.write_all(&[0u8; 512][..pad as usize])
     }
 
-    /// The entries of the directory `abs` (key `rel`) worth looking at, sorted by name,
-    /// with their dumpdir codes: what is excluded, vanished, or the export's own output
-    /// is left out here.
-    fn scan_dir(&mut self, abs: &Path, rel: &[u8]) -> Result<Vec<Child>> {
-        let mut names: Vec<std::ffi::OsString> = fs::read_dir(abs)
-            .with_context(|| format!("cannot list {}", abs.display()))?
+    /// The names in the directory `abs`, sorted (so the output is deterministic).
+    fn list_dir(abs: &Path) -> io::Result<Vec<std::ffi::OsString>> {
+        let mut names: Vec<std::ffi::OsString> = fs::read_dir(abs)?
             .map(|e| e.map(|e| e.file_name()))
-            .collect::<io::Result<_>>()
-            .with_context(|| format!("cannot list {}", abs.display()))?;
+            .collect::<io::Result<_>>()?;
         names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        Ok(names)
+    }
+
+    /// The entries of the directory `abs` (key `rel`) that go into the archive, with their
+    /// dumpdir codes, and what each is written as. Each is looked at once for all: a
+    /// symlink's target is read and a changed file opened here, before the directory's
+    /// listing is written, so the listing never names what is gone by the time it would be
+    /// read (a file deleted meanwhile is simply not listed, as if the scan came after).
+    fn scan_dir(
+        &mut self,
+        abs: &Path,
+        rel: &[u8],
+        names: Vec<std::ffi::OsString>,
+    ) -> Result<Vec<Child>> {
         let mut children = Vec::with_capacity(names.len());
+        let mut opened = 0usize;
         for name in names {
             let mut key = rel.to_vec();
             if !key.is_empty() {
@@ -285,42 +385,135 @@ impl<W: Write> Walker<W> {
                 continue;
             }
             let path = abs.join(&name);
-            let meta = match fs::symlink_metadata(&path) {
-                Ok(m) => m,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
-            };
-            let ft = meta.file_type();
-            if ft.is_dir() && self.out_id == Some((meta.dev(), meta.ino())) {
-                continue;
-            }
-            let code = if ft.is_dir() {
-                Code::Directory
-            } else if (ft.is_file() || ft.is_symlink())
-                && let Some(chain) = self.chain.as_mut()
-            {
-                let stamp = Stamp::of(&meta);
-                chain.next.entries.insert(key.clone(), stamp);
-                match &chain.parent {
-                    Some(parent) if parent.unchanged(&key, &stamp) => Code::Unchanged,
-                    _ => Code::Included,
+            // An entry replaced between two looks (a file by a link, a link by a file) is
+            // looked at again; one that keeps changing is left out, like one deleted.
+            let mut looked = None;
+            for _ in 0..3 {
+                match self.look_at(&path, &key, &mut opened)? {
+                    Look::Changed => continue,
+                    Look::Gone => break,
+                    Look::Entry(entry) => {
+                        looked = Some(*entry);
+                        break;
+                    }
                 }
-            } else {
-                Code::Included
-            };
-            children.push(Child {
-                name,
-                key,
-                path,
-                meta,
-                code,
-            });
+            }
+            if let Some((meta, code, what)) = looked {
+                children.push(Child {
+                    name,
+                    key,
+                    path,
+                    meta,
+                    code,
+                    what,
+                });
+            }
         }
         Ok(children)
     }
 
+    /// One entry of a directory being scanned (see [`Walker::scan_dir`]).
+    fn look_at(&mut self, path: &Path, key: &[u8], opened: &mut usize) -> Result<Look> {
+        let meta = match fs::symlink_metadata(path) {
+            Ok(m) => m,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Look::Gone),
+            Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
+        };
+        let ft = meta.file_type();
+        if ft.is_dir() {
+            if self.out_id == Some((meta.dev(), meta.ino())) {
+                return Ok(Look::Gone);
+            }
+            return Ok(Look::Entry(Box::new((meta, Code::Directory, What::Dir))));
+        }
+        if !(ft.is_file() || ft.is_symlink()) {
+            let what = if ft.is_socket() {
+                "socket"
+            } else if ft.is_fifo() {
+                "FIFO"
+            } else if ft.is_block_device() {
+                "block device"
+            } else if ft.is_char_device() {
+                "character device"
+            } else {
+                "special file"
+            };
+            let msg = format!("skipping {what} ./{}", String::from_utf8_lossy(key));
+            (self.warn)(&msg);
+            self.skipped.push(msg);
+            return Ok(Look::Gone);
+        }
+        let unchanged = self.chain.as_ref().is_some_and(|chain| {
+            chain
+                .parent
+                .as_ref()
+                .is_some_and(|p| p.unchanged(key, &Stamp::of(&meta)))
+        });
+        let mut member = b"./".to_vec();
+        member.extend_from_slice(key);
+        let (meta, what) = if ft.is_symlink() {
+            if unchanged {
+                (meta, What::Kept)
+            } else {
+                match fs::read_link(path) {
+                    Ok(target) => (meta, What::Symlink(target)),
+                    Err(e) if changed_under_us(&e) => return Ok(Look::Changed),
+                    Err(e) => {
+                        return Err(e)
+                            .with_context(|| format!("cannot read link {}", path.display()));
+                    }
+                }
+            }
+        } else {
+            let inode = (meta.dev(), meta.ino());
+            match self.hardlinks.get(&inode) {
+                // Another name of an inode this link already has: kept with it when both
+                // names are unchanged, else a hard link to the name it has, so a name that
+                // moved never splits the inode in two (a kept name restores as it was).
+                Some(_) if unchanged && self.kept_inodes.contains(&inode) => (meta, What::Kept),
+                Some(first) => {
+                    let first = first.clone();
+                    (meta, What::Hardlink(first))
+                }
+                None if unchanged => {
+                    if meta.nlink() > 1 {
+                        self.hardlinks.insert(inode, member);
+                        self.kept_inodes.insert(inode);
+                    }
+                    (meta, What::Kept)
+                }
+                None if *opened < self.open_budget => match open_regular(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?
+                {
+                    None => return Ok(Look::Changed),
+                    Some((file, meta)) => {
+                        *opened += 1;
+                        if meta.nlink() > 1 {
+                            self.hardlinks.insert((meta.dev(), meta.ino()), member);
+                        }
+                        (meta, What::File(Some(file)))
+                    }
+                },
+                None => {
+                    if meta.nlink() > 1 {
+                        self.hardlinks.insert(inode, member);
+                    }
+                    (meta, What::File(None))
+                }
+            }
+        };
+        let code = match what {
+            What::Kept => Code::Unchanged,
+            _ => Code::Included,
+        };
+        if let Some(chain) = self.chain.as_mut() {
+            chain.next.entries.insert(key.to_vec(), Stamp::of(&meta));
+        }
+        Ok(Look::Entry(Box::new((meta, code, what))))
+    }
+
     /// Writes the directory's own member (`member`, `./…/`): a plain directory, or in
-    /// chain mode its dumpdir listing every child that may be in the archive.
+    /// chain mode its dumpdir listing every child that is in the archive or kept.
     fn append_dir(&mut self, member: &[u8], meta: &fs::Metadata, children: &[Child]) -> Result<()> {
         let shown = String::from_utf8_lossy(member).into_owned();
         let dumpdir = match self.chain {
@@ -328,7 +521,6 @@ impl<W: Write> Walker<W> {
                 Dumpdir::new(
                     children
                         .iter()
-                        .filter(|c| !self.never_archived(c))
                         .map(|c| (c.code, c.name.as_bytes().to_vec())),
                 )
                 .with_context(|| format!("cannot list {shown}"))?
@@ -344,12 +536,9 @@ impl<W: Write> Walker<W> {
             .with_context(|| format!("cannot archive {shown}"))
     }
 
-    /// Sockets, FIFOs and devices: skipped with a warning, so not in a dumpdir either.
-    fn never_archived(&self, child: &Child) -> bool {
-        let ft = child.meta.file_type();
-        !(ft.is_dir() || ft.is_file() || ft.is_symlink())
-    }
-
+    /// A directory: its member (with its dumpdir in chain mode), then the files and links
+    /// in it, then each subdirectory in turn. Files before subdirectories: the files a scan
+    /// opened stay open only until their own directory is written.
     fn walk_dir(
         &mut self,
         abs: &Path,
@@ -357,117 +546,146 @@ impl<W: Write> Walker<W> {
         member: &[u8],
         meta: &fs::Metadata,
     ) -> Result<()> {
-        let children = self.scan_dir(abs, rel)?;
-        self.append_dir(member, meta, &children)?;
-        for Child {
-            name: _,
-            key,
-            path,
-            meta,
-            code,
-        } in children
-        {
-            if code == Code::Unchanged {
-                if let Some(chain) = self.chain.as_mut() {
-                    chain.unchanged += 1;
-                }
-                continue;
-            }
-            let mut member = b"./".to_vec();
-            member.extend_from_slice(&key);
-            let ft = meta.file_type();
-            let shown = String::from_utf8_lossy(&member).into_owned();
-            if ft.is_dir() {
-                member.push(b'/');
-                self.walk_dir(&path, &key, &member, &meta)?;
-            } else if ft.is_symlink() {
-                let target = fs::read_link(&path)
-                    .with_context(|| format!("cannot read link {}", path.display()))?;
-                let key_text = String::from_utf8_lossy(&key);
-                if let Some(why) = links::rejection(&self.canonical_root, &path, &key_text, &target)
-                {
-                    let msg = format!("skipping symlink {shown} -> {}: {why}", target.display());
-                    (self.warn)(&msg);
-                    self.skipped.push(msg);
-                    continue;
-                }
-                self.append(
-                    &member,
-                    &meta,
-                    tar::EntryType::Symlink,
-                    Some(target.as_os_str().as_bytes()),
-                    Payload::None,
-                )
-                .with_context(|| format!("cannot archive {shown}"))?;
-            } else if ft.is_file() {
-                if meta.nlink() > 1 {
-                    if let Some(first) = self.hardlinks.get(&(meta.dev(), meta.ino())).cloned() {
-                        self.append(
-                            &member,
-                            &meta,
-                            tar::EntryType::Link,
-                            Some(&first),
-                            Payload::None,
-                        )
-                        .with_context(|| format!("cannot archive {shown}"))?;
-                        continue;
-                    }
-                    self.hardlinks
-                        .insert((meta.dev(), meta.ino()), member.clone());
-                }
-                let mut file = match File::open(&path) {
-                    Ok(f) => f,
-                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                    Err(e) => {
-                        return Err(e).with_context(|| format!("cannot read {}", path.display()));
-                    }
-                };
-                let appended = match sparse::data_map(&file, meta.len()) {
-                    Some(map) => {
-                        let prefix = sparse::extension_blocks(&map, meta.len());
-                        let mut payload = sparse::Payload::new(&file, prefix, &map);
-                        self.append(
-                            &member,
-                            &meta,
-                            tar::EntryType::GNUSparse,
-                            None,
-                            Payload::Sparse(&mut payload, &map),
-                        )
-                    }
-                    None => self.append(
-                        &member,
-                        &meta,
-                        tar::EntryType::Regular,
-                        None,
-                        Payload::Data(&mut file),
-                    ),
-                };
-                appended.with_context(|| format!("cannot archive {shown}"))?;
-            } else {
-                let what = if ft.is_socket() {
-                    "socket"
-                } else if ft.is_fifo() {
-                    "FIFO"
-                } else if ft.is_block_device() {
-                    "block device"
-                } else if ft.is_char_device() {
-                    "character device"
-                } else {
-                    "special file"
-                };
-                let msg = format!("skipping {what} {shown}");
+        let names = match Self::list_dir(abs) {
+            Ok(names) => names,
+            // Listed by its parent, gone (or replaced) since: saved as it was found, empty.
+            Err(e) if !rel.is_empty() && changed_under_us(&e) => {
+                let msg = format!(
+                    "{} went away while the save ran; it is saved as an empty directory",
+                    String::from_utf8_lossy(member)
+                );
                 (self.warn)(&msg);
-                self.skipped.push(msg);
+                Vec::new()
             }
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", abs.display())),
+        };
+        let children = self.scan_dir(abs, rel, names)?;
+        self.append_dir(member, meta, &children)?;
+        let mut dirs = Vec::new();
+        for child in children {
+            match child.what {
+                What::Dir => dirs.push(child),
+                What::Kept => {
+                    if let Some(chain) = self.chain.as_mut() {
+                        chain.unchanged += 1;
+                    }
+                }
+                _ => self.append_entry(child)?,
+            }
+        }
+        for dir in dirs {
+            let mut member = b"./".to_vec();
+            member.extend_from_slice(&dir.key);
+            member.push(b'/');
+            self.walk_dir(&dir.path, &dir.key, &member, &dir.meta)?;
         }
         Ok(())
     }
+
+    /// A file, symlink or hard link a scan found.
+    fn append_entry(&mut self, child: Child) -> Result<()> {
+        let Child {
+            key,
+            path,
+            meta,
+            what,
+            ..
+        } = child;
+        let mut member = b"./".to_vec();
+        member.extend_from_slice(&key);
+        let shown = String::from_utf8_lossy(&member).into_owned();
+        let appended = match what {
+            What::Symlink(target) => self.append(
+                &member,
+                &meta,
+                tar::EntryType::Symlink,
+                Some(target.as_os_str().as_bytes()),
+                Payload::None,
+            ),
+            What::Hardlink(first) => self.append(
+                &member,
+                &meta,
+                tar::EntryType::Link,
+                Some(&first),
+                Payload::None,
+            ),
+            What::File(opened) => {
+                let file = match opened {
+                    Some(file) => Some(file),
+                    None => open_regular(&path)
+                        .with_context(|| format!("cannot read {}", path.display()))?
+                        .map(|(file, _)| file),
+                };
+                match file {
+                    Some(file) => self.append_file(&member, &meta, file),
+                    None => {
+                        // Past the open-file budget and gone before its turn: the listing
+                        // already names it, so it must be a member (else a restore keeps
+                        // the parent's version); it is one of zeros, and said.
+                        let msg = format!(
+                            "{shown} went away while the save ran; the backup holds zeros in its place"
+                        );
+                        (self.warn)(&msg);
+                        self.skipped.push(msg);
+                        self.append(
+                            &member,
+                            &meta,
+                            tar::EntryType::Regular,
+                            None,
+                            Payload::Data(&mut io::empty()),
+                        )
+                    }
+                }
+            }
+            What::Dir | What::Kept => Ok(()),
+        };
+        appended.with_context(|| format!("cannot archive {shown}"))
+    }
+
+    /// A regular file's member: an old GNU sparse member when it has holes.
+    fn append_file(&mut self, member: &[u8], meta: &fs::Metadata, file: File) -> io::Result<()> {
+        match sparse::data_map(&file, meta.len()) {
+            Some(map) => {
+                let prefix = sparse::extension_blocks(&map, meta.len());
+                let mut payload = sparse::Payload::new(&file, prefix, &map);
+                self.append(
+                    member,
+                    meta,
+                    tar::EntryType::GNUSparse,
+                    None,
+                    Payload::Sparse(&mut payload, &map),
+                )
+            }
+            None => {
+                let mut file = file;
+                self.append(
+                    member,
+                    meta,
+                    tar::EntryType::Regular,
+                    None,
+                    Payload::Data(&mut file),
+                )
+            }
+        }
+    }
+}
+
+/// What a look at one directory entry found.
+enum Look {
+    /// Gone, or never archived (a socket, the export's own output).
+    Gone,
+    /// Replaced between two looks: look again.
+    Changed,
+    Entry(Box<(fs::Metadata, Code, What)>),
 }
 
 /// Writes this export's place in its chain into the runtime manifest it archives (its
 /// position, and the digest of the backup it builds on): how a restore finds the parent,
-/// inside the encrypted file. The manifest keeps its owner.
-fn record_chain(root: &Path, chain: &ChainOptions) -> Result<()> {
+/// inside the encrypted file. An export outside a chain (`None`) takes the keys out: a
+/// manifest that still named the last chain's parent would make this backup claim it too.
+/// The manifest keeps its owner. (The agent can write this file: box compares what the
+/// published backup says with the parent it asked for.)
+fn record_chain(root: &Path, chain: Option<&ChainOptions>) -> Result<()> {
     use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, RuntimeManifest};
     let path = crate::paths::Paths::new(root).manifest();
     let (mut manifest, owner) = match fs::read_to_string(&path) {
@@ -481,22 +699,34 @@ fn record_chain(root: &Path, chain: &ChainOptions) -> Result<()> {
                 .with_context(|| format!("cannot add the chain to {}", path.display()))?;
             (manifest, Some(owner))
         }
+        Err(e) if e.kind() == io::ErrorKind::NotFound && chain.is_none() => return Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (RuntimeManifest::new(), None),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
     };
-    let (link, parent) = match &chain.parent {
-        Some(p) => (p.link + 1, p.backup.clone().unwrap_or_default()),
-        None => (0, String::new()),
-    };
-    manifest.set(CHAIN_LINK_KEY, &link.to_string());
-    manifest.set(CHAIN_PARENT_KEY, &parent);
+    match chain {
+        Some(chain) => {
+            let (link, parent) = match &chain.parent {
+                Some(p) => (p.link + 1, p.backup.clone().unwrap_or_default()),
+                None => (0, String::new()),
+            };
+            manifest.set(CHAIN_LINK_KEY, &link.to_string());
+            manifest.set(CHAIN_PARENT_KEY, &parent);
+        }
+        None => {
+            let had = manifest.remove(CHAIN_LINK_KEY) | manifest.remove(CHAIN_PARENT_KEY);
+            if !had {
+                return Ok(());
+            }
+        }
+    }
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
     crate::fsutil::write_private(&path, manifest.render().as_bytes(), 0o600, owner)
 }
 
-/// Runs an export. `warn` receives one line per skipped special file or symlink.
+/// Runs an export. `warn` receives one line per skipped special file, and per entry that
+/// went away while it ran.
 pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<ExportSummary> {
     export_announcing(opts, warn, None)
 }
@@ -512,9 +742,7 @@ pub fn export_announcing(
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
     }
-    if let Some(chain) = &opts.chain {
-        record_chain(&opts.root, chain)?;
-    }
+    record_chain(&opts.root, opts.chain.as_ref())?;
     let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
     if let Some(announce) = announce {
         parts = parts.announcing(announce);
@@ -541,14 +769,14 @@ pub fn export_announcing(
     let mut walker = Walker {
         builder,
         hardlinks: HashMap::new(),
+        kept_inodes: HashSet::new(),
         users: HashMap::new(),
         groups: HashMap::new(),
         members: 0,
         skipped: Vec::new(),
         warn,
         out_id,
-        canonical_root: fs::canonicalize(&opts.root)
-            .with_context(|| format!("cannot resolve the data root {}", opts.root.display()))?,
+        open_budget: open_budget(),
         copy_buf: vec![0u8; COPY_BUF],
         chain: opts.chain.as_ref().map(|c| Chain {
             next: Snapshot {

@@ -5,6 +5,5 @@
 pub mod export;
 pub mod import;
 pub mod incremental;
-pub mod links;
 pub mod parts;
 pub mod sparse;
