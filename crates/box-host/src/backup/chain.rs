@@ -515,9 +515,13 @@ pub struct Plan {
 }
 
 /// Keeps the newest `keep_last` links, the newest link of each of the `keep_daily` most
-/// recent days that have one, and every link those need (their whole chains); removes the
-/// rest. A link whose chain is broken (see [`chain_of`]) is kept as it is: prune never
-/// decides about what it cannot read.
+/// recent days that have one, and every backup those stand on; removes the rest.
+///
+/// What a link stands on is followed by digest, parent after parent, as far as the files
+/// go, whether or not its chain checks out: a fork (a copied link under another name), a
+/// missing middle link or a parent of another box never make prune drop an ancestor. A
+/// link whose chain does not check out ([`chain_of`]) cannot be judged, so it is kept too,
+/// with everything it stands on: prune never decides about what it cannot read.
 pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
     let mut order: Vec<&Link> = links.iter().collect();
     order.sort_by(|a, b| b.stamp.cmp(&a.stamp).then(a.path.cmp(&b.path)));
@@ -530,19 +534,20 @@ pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
             chosen.push(l);
         }
     }
-    let mut keep: HashSet<&PathBuf> = HashSet::new();
-    for l in chosen {
-        match chain_of(l, links) {
-            Ok(chain) => keep.extend(chain.iter().map(|c| &c.path)),
-            Err(_) => {
-                keep.insert(&l.path);
-            }
-        }
-    }
-    // A broken chain's links are kept whole: what depends on what is unknown.
+    chosen.extend(links.iter().filter(|l| chain_of(l, links).is_err()));
+    // Copies of one file share a digest: a parent is every file with its digest.
+    let mut by_digest: HashMap<[u8; 32], Vec<&Link>> = HashMap::new();
     for l in links {
-        if chain_of(l, links).is_err() {
-            keep.insert(&l.path);
+        by_digest.entry(l.digest).or_default().push(l);
+    }
+    let mut keep: HashSet<&PathBuf> = HashSet::new();
+    let mut pending = chosen;
+    while let Some(l) = pending.pop() {
+        if !keep.insert(&l.path) {
+            continue;
+        }
+        if let Some(parents) = l.parent.and_then(|p| by_digest.get(&p)) {
+            pending.extend(parents.iter().copied());
         }
     }
     let mut plan = Plan::default();
@@ -842,22 +847,46 @@ mod tests {
         );
     }
 
-    /// Random forests of chains: full backups and increments on the newest link of a chain.
-    fn forests() -> impl Strategy<Value = Vec<Link>> {
-        proptest::collection::vec((any::<bool>(), 0usize..4), 1..30).prop_map(|steps| {
+    /// Random sets of backups as a backup dir may hold them: full backups, increments on
+    /// the newest link of a chain, and the faults prune must survive: forks (a second child
+    /// of a link, as a copied link under a later name makes), copies (the same file under
+    /// two names), increments whose parent is missing (a middle link deleted by hand), and
+    /// foreign links (a parent of another box's).
+    fn backup_dirs() -> impl Strategy<Value = Vec<Link>> {
+        proptest::collection::vec((0u8..8, 0usize..8), 1..30).prop_map(|steps| {
             let mut links: Vec<Link> = Vec::new();
             let mut tips: Vec<[u8; 32]> = Vec::new();
-            for (i, (full, which)) in steps.into_iter().enumerate() {
+            for (i, (kind, which)) in steps.into_iter().enumerate() {
                 let mut digest = [0u8; 32];
                 digest[..8].copy_from_slice(&(i as u64 + 1).to_be_bytes());
-                let parent = if full || tips.is_empty() {
-                    None
-                } else {
-                    let t = which % tips.len();
-                    Some(tips.remove(t))
+                let any_earlier = |which: usize| links[which % links.len()].clone();
+                let stamp = format!("202612{:02}-{:06}", 1 + i / 5, i * 100);
+                let parent = match kind {
+                    _ if links.is_empty() => None,
+                    0 => None,
+                    // A fork: a child of any earlier backup.
+                    1 => Some(any_earlier(which).digest),
+                    // A copy of an earlier backup under this later name.
+                    2 => {
+                        let copy = any_earlier(which);
+                        links.push(Link {
+                            path: PathBuf::from(format!("alpha-{stamp}.tar.zst.gpg")),
+                            stamp,
+                            ..copy
+                        });
+                        continue;
+                    }
+                    // A parent that is not there (deleted), or another box's.
+                    3 => Some([0xee; 32]),
+                    4 => {
+                        let mut foreign = [0xf0; 32];
+                        foreign[31] = which as u8;
+                        Some(foreign)
+                    }
+                    _ if tips.is_empty() => None,
+                    _ => Some(tips.remove(which % tips.len())),
                 };
                 tips.push(digest);
-                let stamp = format!("202612{:02}-{:06}", 1 + i / 5, i * 100);
                 links.push(Link {
                     path: PathBuf::from(format!("alpha-{stamp}.tar.zst.gpg")),
                     digest,
@@ -870,23 +899,63 @@ mod tests {
         })
     }
 
+    #[test]
+    fn prune_keeps_the_full_backup_under_a_fork() {
+        // Issue 30: link 2 copied under a later name; keep-last 1 keeps the copy, whose
+        // chain is a fork, and must keep what it stands on.
+        let links = vec![
+            link(1, None, "20261129-100000"),
+            link(2, Some(1), "20261129-110000"),
+            link(3, Some(2), "20261129-120000"),
+            Link {
+                path: PathBuf::from("alpha-20261129-130000.tar.zst.gpg"),
+                ..link(2, Some(1), "20261129-130000")
+            },
+        ];
+        let plan = prune(&links, 1, 0);
+        assert!(plan.remove.is_empty(), "{plan:?}");
+        // A missing middle link: the tip cannot be judged, and its full backup stays.
+        let links = vec![
+            link(1, None, "20261129-100000"),
+            link(3, Some(2), "20261129-120000"),
+            link(4, None, "20261130-100000"),
+        ];
+        let plan = prune(&links, 1, 0);
+        assert_eq!(
+            plan.remove,
+            [PathBuf::from("alpha-20261129-100000.tar.zst.gpg")],
+            "the lone full backup nothing stands on goes; the unjudged link stays: {plan:?}"
+        );
+    }
+
     proptest! {
         #[test]
-        fn prune_never_leaves_a_kept_backup_unrestorable(
-            links in forests(),
+        fn prune_never_removes_what_a_kept_or_unjudged_backup_stands_on(
+            links in backup_dirs(),
             keep_last in 0usize..6,
             keep_daily in 0usize..4,
         ) {
             let plan = prune(&links, keep_last, keep_daily);
             prop_assert_eq!(plan.keep.len() + plan.remove.len(), links.len());
-            let remaining: Vec<Link> = links
-                .iter()
-                .filter(|l| plan.keep.contains(&l.path))
-                .cloned()
-                .collect();
+            let kept = |l: &Link| plan.keep.contains(&l.path);
+            for l in &links {
+                // A backup whose chain does not check out is never judged, so never removed.
+                if chain_of(l, &links).is_err() {
+                    prop_assert!(kept(l), "{:?} could not be judged and was removed", l.path);
+                }
+                // Whatever a kept backup names as its parent stays, every copy of it.
+                if kept(l) && let Some(parent) = l.parent {
+                    for p in links.iter().filter(|p| p.digest == parent) {
+                        prop_assert!(kept(p), "{:?} needs {:?}, removed", l.path, p.path);
+                    }
+                }
+            }
+            let remaining: Vec<Link> = links.iter().filter(|l| kept(l)).cloned().collect();
             for l in &remaining {
-                // Every kept backup still restores from what is left.
-                prop_assert!(chain_of(l, &remaining).is_ok(), "{:?} lost its chain", l.path);
+                // A kept backup whose chain was sound still restores from what is left.
+                if chain_of(l, &links).is_ok() {
+                    prop_assert!(chain_of(l, &remaining).is_ok(), "{:?} lost its chain", l.path);
+                }
             }
             let mut newest: Vec<&Link> = links.iter().collect();
             newest.sort_by(|a, b| b.stamp.cmp(&a.stamp));

@@ -162,10 +162,7 @@ fn place_in(manifest: &RuntimeManifest) -> Option<Place> {
 /// parent equal to the digest of the link before it, and each file still the one that was
 /// hashed (not hashed again: the file's identity, length and times tell). Nothing is
 /// written.
-pub fn validate_chain(
-    links: &[Link],
-    passphrase: &SecretString,
-) -> Result<Vec<(ValidatedBackup, Option<Rc<ChainState>>)>> {
+pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<ValidatedChain> {
     let mut out = Vec::new();
     let mut prior: Option<Rc<ChainState>> = None;
     let mut parent: Option<[u8; 32]> = None;
@@ -210,7 +207,35 @@ pub fn validate_chain(
         out.push((validated, prior.take()));
         prior = Some(Rc::new(state));
     }
-    Ok(out)
+    let tree = prior
+        .map(|p| Rc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
+        .unwrap_or_default();
+    Ok(ValidatedChain { links: out, tree })
+}
+
+/// A chain that passed pass 1 ([`validate_chain`]).
+#[derive(Debug)]
+pub struct ValidatedChain {
+    /// Each link, oldest first, with the tree the links before it built.
+    pub links: Vec<(ValidatedBackup, Option<Rc<ChainState>>)>,
+    /// The tree a restore of the whole chain builds.
+    pub tree: ChainState,
+}
+
+impl ValidatedChain {
+    /// What a restore of the chain leaves out, a sentence per link that keeps entries the
+    /// links before it lack (written by a box that skipped some symlinks).
+    pub fn warnings(&self) -> Vec<String> {
+        self.links
+            .iter()
+            .filter_map(|(v, _)| {
+                v.report
+                    .kept_missing
+                    .sentence()
+                    .map(|s| format!("{}: {s}", v.path.display()))
+            })
+            .collect()
+    }
 }
 
 /// What pass 1 learned, with the runtime manifest parsed.

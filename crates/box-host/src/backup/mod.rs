@@ -34,6 +34,7 @@ pub mod publish;
 pub mod save;
 pub mod segments;
 pub mod seipd;
+pub mod tree_cache;
 mod writeback;
 
 use box_proto::archive::ArchiveError;

@@ -31,6 +31,25 @@ pub fn resolve(purpose: Purpose) -> Result<SecretString> {
     resolve_with(purpose, &|key| std::env::var_os(key), &mut TtyPrompt)
 }
 
+/// The passphrase from `BOX_PASSPHRASE_FILE` or `BOX_PASSPHRASE` only, never a prompt
+/// (`None` when neither is set): for work that must not stop to ask (`box rm --force`).
+pub fn from_environment(purpose: Purpose) -> Option<Result<SecretString>> {
+    let env = |key: &str| std::env::var_os(key);
+    if env("BOX_PASSPHRASE_FILE").is_none_or(|v| v.is_empty()) && env("BOX_PASSPHRASE").is_none() {
+        return None;
+    }
+    Some(resolve_with(purpose, &env, &mut NoPrompt))
+}
+
+/// A prompt with no terminal behind it.
+struct NoPrompt;
+
+impl Prompt for NoPrompt {
+    fn ask(&mut self, _prompt: &str) -> Result<Option<SecretString>> {
+        Ok(None)
+    }
+}
+
 /// [`resolve`] with the environment and the prompt supplied (for tests).
 pub fn resolve_with(
     purpose: Purpose,

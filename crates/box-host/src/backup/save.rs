@@ -24,7 +24,7 @@ use std::thread::JoinHandle;
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
-use box_proto::archive::validate::{self, Limits, Report};
+use box_proto::archive::validate::{self, ChainState, Limits, Report};
 use secrecy::SecretString;
 
 use super::channel::{ChannelReader, HashingReader};
@@ -62,8 +62,35 @@ pub struct Pipeline {
     progress: Progress,
 }
 
-/// What the validator thread found.
-type ValidatorResult = Result<Report, ArchiveError>;
+/// What the validator thread found: the report, and the tree a restore of this backup
+/// builds (what the next link of its chain is checked against).
+type ValidatorResult = Result<(Report, ChainState), ArchiveError>;
+
+/// The archive a save produced breaks a rule a restore holds it to: nothing is published.
+/// A caller tells a link that does not fit its chain ([`GeneratedInvalid::misfits_chain`])
+/// from the rest.
+#[derive(Debug)]
+pub struct GeneratedInvalid(pub ArchiveError);
+
+impl std::fmt::Display for GeneratedInvalid {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "generated archive failed validation: {}", self.0)
+    }
+}
+
+impl std::error::Error for GeneratedInvalid {}
+
+impl GeneratedInvalid {
+    /// Whether the archive is an incremental link that does not fit the tree of the
+    /// backup it builds on (a restore would refuse it): a full save would not have this.
+    pub fn misfits_chain(e: &anyhow::Error) -> bool {
+        e.chain().any(|cause| {
+            cause
+                .downcast_ref::<GeneratedInvalid>()
+                .is_some_and(|g| g.0.rule() == Some(validate::Rule::IncrementalLink))
+        })
+    }
+}
 
 /// What the verifier thread found: the MDC's digest and the plaintext's size, and what it
 /// read of the encrypted file.
@@ -83,6 +110,8 @@ pub struct Sealed {
     /// The MDC digest the writer sealed the file with.
     mdc: MdcDigest,
     pub report: Report,
+    /// The tree a restore of this backup builds (empty for one outside a chain).
+    pub tree: ChainState,
     verifier: VerifierState,
 }
 
@@ -104,6 +133,8 @@ pub struct Published {
     /// Size of the encrypted file.
     pub size: u64,
     pub report: Report,
+    /// The tree a restore of it builds.
+    pub tree: ChainState,
 }
 
 impl Pipeline {
@@ -111,13 +142,25 @@ impl Pipeline {
     /// 0600 temp beside it, and starts the encryptor and the validator. The plaintext is
     /// hashed as one stream.
     pub fn begin(out: &Path, passphrase: &SecretString) -> Result<Self> {
-        Self::begin_with_limits(out, passphrase, Limits::default(), u64::MAX)
+        Self::begin_with_limits(out, passphrase, Limits::default(), u64::MAX, None)
     }
 
     /// [`Self::begin`] for plaintext fed in parts of `part_size` bytes (all but the last):
     /// each part is checked with the same hash pass the verification uses.
     pub fn begin_in_parts(out: &Path, passphrase: &SecretString, part_size: u64) -> Result<Self> {
-        Self::begin_with_limits(out, passphrase, Limits::default(), part_size)
+        Self::begin_with_limits(out, passphrase, Limits::default(), part_size, None)
+    }
+
+    /// [`Self::begin_in_parts`] for a backup that may be an incremental link on the backup
+    /// whose tree is `prior`: validated against that tree as every restore will validate
+    /// it, so a link a restore would refuse is never published.
+    pub fn begin_link(
+        out: &Path,
+        passphrase: &SecretString,
+        part_size: u64,
+        prior: Option<ChainState>,
+    ) -> Result<Self> {
+        Self::begin_with_limits(out, passphrase, Limits::default(), part_size, prior)
     }
 
     pub fn begin_with_limits(
@@ -125,6 +168,7 @@ impl Pipeline {
         passphrase: &SecretString,
         limits: Limits,
         segment_size: u64,
+        prior: Option<ChainState>,
     ) -> Result<Self> {
         check_destination(out)?;
         let dir = match out.parent() {
@@ -150,15 +194,15 @@ impl Pipeline {
             .name("box-validate".into())
             .spawn(move || {
                 let mut reader = ChannelReader::new(rx, false);
-                // An incremental link keeps files of the backups before it: this side has
-                // only the guest's word for them (every restore checks the real chain).
-                let trusting = Some(std::rc::Rc::new(validate::ChainState::trusting()));
-                let (report, _) = validate::validate_link(&mut reader, &limits, trusting)?;
+                // An incremental link keeps files of the backups before it: checked against
+                // the tree they build, strictly (a restore would refuse what it lacks).
+                let prior = prior.map(|p| std::rc::Rc::new(p.strict()));
+                let found = validate::validate_link(&mut reader, &limits, prior)?;
                 // The validator stops at the end of the archive; take what follows too, so
                 // the encrypting side never waits on a full channel.
                 io::copy(&mut reader, &mut io::sink())
                     .map_err(|e| ArchiveError::Invalid(format!("cannot read the stream: {e}")))?;
-                Ok(report)
+                Ok(found)
             })
             .context("cannot start the validator thread")?;
         Ok(Pipeline {
@@ -179,7 +223,7 @@ impl Pipeline {
     fn validator_error(&mut self) -> anyhow::Error {
         self.tx.take();
         match self.validator.take().map(|h| h.join()) {
-            Some(Ok(Err(e))) => anyhow!("generated archive failed validation: {e}"),
+            Some(Ok(Err(e))) => anyhow::Error::new(GeneratedInvalid(e)),
             Some(Ok(Ok(_))) => anyhow!("the validator stopped early"),
             Some(Err(_)) => anyhow!("the validator thread panicked"),
             None => anyhow!("the validator already stopped"),
@@ -265,9 +309,9 @@ impl Pipeline {
     /// Ends encryption (fsync) and validation; returns the sealed temp file.
     pub fn finish(mut self) -> Result<Sealed> {
         self.tx.take();
-        let report = match self.validator.take().map(|h| h.join()) {
+        let (report, tree) = match self.validator.take().map(|h| h.join()) {
             Some(Ok(Ok(found))) => found,
-            Some(Ok(Err(e))) => bail!("generated archive failed validation: {e}"),
+            Some(Ok(Err(e))) => return Err(anyhow::Error::new(GeneratedInvalid(e))),
             _ => bail!("the validator thread failed"),
         };
         self.progress.done();
@@ -283,6 +327,7 @@ impl Pipeline {
             plaintext_size: self.bytes,
             mdc,
             report,
+            tree,
             verifier: VerifierState::Running(self.verifier),
         })
     }
@@ -409,7 +454,11 @@ impl Verified {
     /// Links the verified temp to its destination (never replacing), then removes the temp.
     pub fn publish(self) -> Result<Published> {
         let Sealed {
-            out, temp, report, ..
+            out,
+            temp,
+            report,
+            tree,
+            ..
         } = self.sealed;
         let size = std::fs::metadata(temp.path())?.len();
         let linked = cleanup::with_lock(|reg| -> io::Result<()> {
@@ -432,6 +481,7 @@ impl Verified {
             path: out,
             size,
             report,
+            tree,
         })
     }
 }

@@ -29,8 +29,8 @@ struct Listed {
     age_secs: u64,
 }
 
-/// Every backup in `dir` of `only` (or of every box), by box.
-fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
+/// The backup files in `dir` of `only` (or of every box), by box: names only, nothing read.
+fn files_by_box(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -46,17 +46,31 @@ fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>>
             files.entry(name).or_default().push(path);
         }
     }
+    Ok(files)
+}
+
+/// Every backup in `dir` of `only` (or of every box), by box.
+fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
+    let files = files_by_box(dir, only)?;
     if files.is_empty() {
         return Ok(BTreeMap::new());
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
+    read_boxes(files, &pass)
+}
+
+/// The listing of each box's `paths`.
+fn read_boxes(
+    files: BTreeMap<String, Vec<PathBuf>>,
+    pass: &secrecy::SecretString,
+) -> Result<BTreeMap<String, Vec<Listed>>> {
     let now = SystemTime::now();
     let mut out = BTreeMap::new();
     for (name, paths) in files {
         let mut links = Vec::new();
         let places = chain::places_of(
             &paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
-            &|p| load::peek_place(p, &pass).with_context(|| format!("cannot read {}", p.display())),
+            &|p| load::peek_place(p, pass).with_context(|| format!("cannot read {}", p.display())),
         )?;
         for (path, place) in paths.into_iter().zip(places) {
             let stamp = chain::box_and_stamp(&path)
@@ -174,10 +188,16 @@ pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
 
 fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
     let dir = ctx.config.backup_dir();
-    let boxes = read(&dir, args.name.as_deref())?;
+    let boxes = files_by_box(&dir, args.name.as_deref())?;
+    let pass = if boxes.is_empty() {
+        None
+    } else {
+        Some(passphrase::resolve(passphrase::Purpose::Decrypt)?)
+    };
     let mut removed = 0usize;
-    for (name, listed) in &boxes {
-        // No save of this box may publish while its backups are being pruned.
+    for name in boxes.keys() {
+        // No save of this box may publish while its backups are read and pruned: the
+        // lock first, then the listing the plan is made from.
         let _lock = match BoxName::parse(name) {
             Ok(b) => Some(locks::try_acquire(
                 &ctx.state,
@@ -185,6 +205,14 @@ fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
                 &format!("box backups prune {name}"),
             )?),
             Err(_) => None,
+        };
+        let Some(pass) = &pass else {
+            break;
+        };
+        let files = files_by_box(&dir, Some(name))?;
+        let read = read_boxes(files, pass)?;
+        let Some(listed) = read.get(name) else {
+            continue;
         };
         let links: Vec<Link> = listed.iter().map(|l| l.link.clone()).collect();
         let plan = chain::prune(&links, args.keep_last, args.keep_daily);

@@ -60,6 +60,10 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     }
     ui::say(format!("Decrypting and validating {}", args.file.display()));
     let chain = load::validate_chain(&links, &pass)?;
+    for warning in chain.warnings() {
+        ui::warn(warning);
+    }
+    let chain = chain.links;
     let Some((validated, _)) = chain.last() else {
         bail!("nothing to extract from {}", args.file.display());
     };

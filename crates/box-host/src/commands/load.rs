@@ -88,6 +88,10 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         Err(e) if matches!(e.downcast_ref(), Some(BackupError::Unsupported(_))) => return Err(e),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
     };
+    for warning in chain.warnings() {
+        ui::warn(warning);
+    }
+    let chain = chain.links;
     let Some((validated, _)) = chain.last() else {
         bail!(
             "archive is invalid or unsafe: nothing in {}",

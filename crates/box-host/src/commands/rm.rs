@@ -1,8 +1,10 @@
-//! `box rm <name> [--force]`: show the newest backup and check that it restores (its whole
-//! chain present and in order, as `box load` checks before any VM; refused without
-//! `--force` when it does not), ask for the exact name on the terminal unless `--force`,
-//! then under the box lock stop, `delete -f`, verify the machine
-//! is gone, and drop the row under the registry lock.
+//! `box rm <name> [--force]`: show the newest backup and check that it restores the way
+//! `box load` checks it before any VM (its whole chain found, each link decrypted and
+//! validated on the tree the links before it build; refused without `--force` when it
+//! does not), ask for the exact name on the terminal unless `--force`, then under the box
+//! lock stop, `delete -f`, verify the machine is gone, and drop the row under the registry
+//! lock. `--force` never asks anything: it checks the backup only with a passphrase the
+//! environment holds, and deletes whatever the check says (saying it).
 
 use std::io::{BufRead, BufReader, Write};
 use std::process::ExitCode;
@@ -11,7 +13,7 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result, bail};
 
 use super::Context;
-use crate::backup::{BackupError, chain, load, passphrase};
+use crate::backup::{BackupError, chain, load, passphrase, tree_cache};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::state::{LockKey, Registry, locks};
@@ -20,7 +22,7 @@ use crate::ui;
 pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     let name = record.name.clone();
-    match check_newest_backup(ctx, name.as_str()) {
+    match check_newest_backup(ctx, name.as_str(), args.force) {
         Newest::Broken(why) if !args.force => bail!(
             "the latest backup of '{name}' does not restore: {why}\n\
              its state is not saved anywhere a load could use; save it first (box save {name} --full), \
@@ -76,6 +78,7 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     }
     let _reg = locks::try_acquire(&ctx.state, LockKey::Registry, &format!("box rm {name}"))?;
     Registry::new(&ctx.state).remove(&name)?;
+    tree_cache::forget(&ctx.state, &name);
     ui::say(format!("deleted '{name}'"));
     Ok(ExitCode::SUCCESS)
 }
@@ -92,11 +95,11 @@ enum Newest {
     Broken(String),
 }
 
-/// Shows the newest backup and checks its chain as `box load` does before any VM:
-/// every link present, each naming its parent's digest, in order. Reads each backup of
-/// the box only as far as its manifest (no MDC, no validation: those need the whole
-/// file, and a load runs them anyway).
-fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
+/// Shows the newest backup and checks it as `box load` does before any VM: every link of
+/// its chain present, each naming its parent's digest, in order, and each decrypted (MDC
+/// checked) and validated on the tree the links before it build. `force`: only with a
+/// passphrase from the environment, never a prompt.
+fn check_newest_backup(ctx: &Context, name: &str, force: bool) -> Newest {
     let dir = ctx.config.backup_dir();
     let path = match box_proto::archive::naming::newest_backup(&dir, name) {
         Ok(Some(path)) => path,
@@ -117,7 +120,20 @@ fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
         .unwrap_or_default();
     ui::say(format!("latest backup: {}{age}", path.display()));
     // Which backup a link builds on is written inside it: the passphrase is needed.
-    let pass = match passphrase::resolve(passphrase::Purpose::Decrypt) {
+    let resolved = if force {
+        match passphrase::from_environment(passphrase::Purpose::Decrypt) {
+            Some(resolved) => resolved,
+            None => {
+                ui::say(
+                    "not checking that it restores (--force, and no BOX_PASSPHRASE or BOX_PASSPHRASE_FILE to check it with)",
+                );
+                return Newest::Unchecked;
+            }
+        }
+    } else {
+        passphrase::resolve(passphrase::Purpose::Decrypt)
+    };
+    let pass = match resolved {
         Ok(p) => p,
         Err(e) => {
             ui::warn(format!(
@@ -126,15 +142,25 @@ fn check_newest_backup(ctx: &Context, name: &str) -> Newest {
             return Newest::Unchecked;
         }
     };
-    match chain::discover(&path, None, &|p| load::peek_place(p, &pass)) {
-        Ok(links) if links.len() > 1 => {
-            ui::say(format!(
-                "it is link {} of a chain; every link is there and names the one before it",
-                links.len()
-            ));
+    let checked =
+        chain::discover_links(&path, None, &|p| load::peek_place(p, &pass)).and_then(|links| {
+            ui::say("checking that it restores (decrypting and validating it, as box load would)");
+            load::validate_chain(&links, &pass).map(|v| (links.len(), v))
+        });
+    match checked {
+        Ok((links, validated)) => {
+            for warning in validated.warnings() {
+                ui::warn(warning);
+            }
+            if links > 1 {
+                ui::say(format!(
+                    "it is link {links} of a chain; every link is there, names the one before it and restores"
+                ));
+            } else {
+                ui::say("it restores");
+            }
             Newest::Sound
         }
-        Ok(_) => Newest::Sound,
         // Another passphrase says nothing about the chain.
         Err(e) if matches!(e.downcast_ref(), Some(BackupError::WrongPassphrase)) => {
             ui::warn(format!(

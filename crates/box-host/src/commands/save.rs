@@ -23,16 +23,18 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
 use box_proto::archive::naming::newest_backup;
-use box_proto::manifest::{CHAIN_LINK_KEY, SQLITE_DAMAGED_LINE};
+use box_proto::archive::validate::Report;
+use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, SQLITE_DAMAGED_LINE};
 use secrecy::SecretString;
 
 use super::Context;
 use crate::backup::chain;
 use crate::backup::hex_sha;
 use crate::backup::progress::human;
-use crate::backup::save::{self, Pipeline, Published};
-use crate::backup::{cleanup, load, passphrase};
+use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, Sealed};
+use crate::backup::{cleanup, load, passphrase, tree_cache};
 use crate::lifecycle::boxes;
+use crate::lifecycle::guest::HB_PATH;
 use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
@@ -43,12 +45,112 @@ use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
 
-/// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`.
+/// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`, named for now, or for a second
+/// after the newest backup of the box there when the clock reads earlier than that: the
+/// names are the order of saves (the newest backup is the one a restore and the next save
+/// take, and a link's parent must be older than it), so a clock set back never makes a
+/// backup that sorts before its parent.
 pub fn default_out(backup_dir: &Path, name: &BoxName) -> Result<PathBuf> {
-    let stamp = transfer::stamp();
+    let now = transfer::stamp();
+    let newest = newest_backup(backup_dir, name.as_str())
+        .with_context(|| format!("cannot list {}", backup_dir.display()))?
+        .and_then(|p| chain::box_and_stamp(&p).map(|(_, stamp)| stamp));
+    let stamp = match newest.as_deref().and_then(|n| stamp_after(n, &now)) {
+        Some(later) => {
+            ui::warn(format!(
+                "the clock reads {now} UTC, not later than the newest backup of '{name}' ({}): naming this one {later} so the backups stay in the order they were made",
+                newest.unwrap_or_default()
+            ));
+            later
+        }
+        None => now,
+    };
     match backup_file_name(name.as_str(), &stamp) {
         Some(file) => Ok(backup_dir.join(file)),
         None => bail!("cannot name a backup of '{name}' at {stamp}"),
+    }
+}
+
+/// A second after `newest` (a `YYYYmmdd-HHMMSS` stamp) when `now` is not later than it.
+fn stamp_after(newest: &str, now: &str) -> Option<String> {
+    if now > newest {
+        return None;
+    }
+    let at = chrono::NaiveDateTime::parse_from_str(newest, "%Y%m%d-%H%M%S").ok()?;
+    Some(
+        (at + chrono::Duration::seconds(1))
+            .format("%Y%m%d-%H%M%S")
+            .to_string(),
+    )
+}
+
+/// How a save joins a chain ([`SaveRun::plan_chain`]).
+#[derive(Default)]
+struct ChainPlan {
+    /// `hb export`'s chain flags (none: an hb without chain mode).
+    flags: Vec<String>,
+    /// The backup it builds on, when it may.
+    parent: Option<Parent>,
+}
+
+/// The newest backup as the parent of the next link.
+struct Parent {
+    digest: [u8; 32],
+    /// Its position in its chain (0: the full backup).
+    position: u32,
+    stamp: String,
+    /// The tree a restore of its chain builds: the new link is validated against it.
+    tree: box_proto::archive::validate::ChainState,
+}
+
+impl ChainPlan {
+    /// The same save as a full one, starting a chain.
+    fn without_parent(&self) -> ChainPlan {
+        let mut flags = self.flags.clone();
+        if let Some(at) = flags.iter().position(|f| f == "--parent") {
+            flags.drain(at..(at + 2).min(flags.len()));
+        }
+        ChainPlan {
+            flags,
+            parent: None,
+        }
+    }
+
+    /// What the backup says of its place (its manifest, which the agent can write) must be
+    /// what this save asked for: a full backup, or the next link on exactly this parent.
+    /// Anything else would claim a parent nobody chose, and two links of one parent make a
+    /// fork no restore takes.
+    fn check_place(&self, report: &Report) -> Result<()> {
+        let manifest = report
+            .manifest
+            .as_deref()
+            .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok());
+        let get = |key| manifest.as_ref().and_then(|m| m.get(key)).unwrap_or("");
+        let (link, parent) = (get(CHAIN_LINK_KEY), get(CHAIN_PARENT_KEY));
+        let fits = match (&self.parent, link, parent) {
+            // Outside a chain, or a full one: no parent named.
+            (_, "" | "0", "") => self.flags.is_empty() == link.is_empty(),
+            (Some(p), link, parent) => {
+                parent.eq_ignore_ascii_case(&hex_sha(&p.digest))
+                    && link.parse::<u32>().ok() == Some(p.position + 1)
+            }
+            (None, _, _) => false,
+        };
+        if !fits {
+            bail!(
+                "the backup's manifest says it is link {link:?} on parent {parent:?}, which is not what this save asked for{}; nothing was published, retry the save",
+                match &self.parent {
+                    Some(p) => format!(
+                        " (a full backup, or link {} on {} of {})",
+                        p.position + 1,
+                        hex_sha(&p.digest),
+                        p.stamp
+                    ),
+                    None => " (a full backup)".to_string(),
+                }
+            );
+        }
+        Ok(())
     }
 }
 
@@ -76,17 +178,15 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     cleanup::set_deferred(true);
     let signals = DeferredSignals::install()?;
     let _lock = boxes::lock(ctx, &record, &format!("box save {}", record.name))?;
-    let out = match &args.out {
-        Some(out) => out.clone(),
-        None => default_out(&ctx.config.backup_dir(), &record.name)?,
-    };
-    save::check_destination(&out)?;
+    if let Some(out) = &args.out {
+        save::check_destination(out)?;
+    }
     let pass = passphrase::resolve(passphrase::Purpose::Encrypt)?;
     let mut run = SaveRun::new(ctx, record, signals, "save")?;
     // Incremental on the newest backup beside it, unless asked for a full one or written
     // somewhere of the user's choosing (a chain is found by name, beside its links).
     let chain_on_newest = !args.full && args.out.is_none();
-    let result = run.steps(&out, &pass, chain_on_newest);
+    let result = run.steps(args.out.as_deref(), &pass, chain_on_newest);
     let failed = result.as_ref().err().map(|e| run.report(e));
     run.cleanup();
     let resumed = match run.take_resume_error() {
@@ -228,58 +328,94 @@ impl<'a> SaveRun<'a> {
         Ok(exported)
     }
 
-    /// The `hb export` flags that make this save a link of a chain: always chain mode
-    /// (so a later save can build on it) when the box's `hb` knows it, with the newest
-    /// backup beside `out` as the parent when `on_newest`. `hb` decides in the end: it
-    /// writes a full backup when its snapshot is not of that parent or the chain is full.
-    fn chain_flags(
+    /// How this save joins a chain: always chain mode (so a later save can build on it)
+    /// when the box's `hb` knows it, on the newest backup in `dir` when `on_newest` and its
+    /// chain checks out. `hb` decides in the end: it writes a full backup when its snapshot
+    /// is not of that parent or the chain is full.
+    fn plan_chain(
         &mut self,
-        out: &Path,
+        dir: &Path,
         on_newest: bool,
         pass: &SecretString,
-    ) -> Result<Vec<String>> {
-        // `commit-snapshot` came with chain mode: an hb that knows it exports chains. (Not
-        // `hb export --help`: nothing but the export itself runs as `hb export`.)
-        let knows = self
-            .guest()
-            .hb(&["commit-snapshot", "--help"], timeouts::SHORT, true)
-            .is_ok_and(|out| out.stdout.contains("--digest"));
-        self.checkpoint()?;
-        if !knows {
+    ) -> Result<ChainPlan> {
+        if !self.hb_knows_chains()? {
             ui::say(format!(
                 "box '{}' has an hb without incremental saves: a full backup (box repair {0} updates it)",
                 self.record.name
             ));
-            return Ok(Vec::new());
+            return Ok(ChainPlan::default());
         }
-        let mut flags = vec![
-            "--listed-incremental".to_string(),
-            "--chain-max".to_string(),
-            self.ctx.config.env.backup_chain_max.to_string(),
-        ];
+        let mut plan = ChainPlan {
+            flags: vec![
+                "--listed-incremental".to_string(),
+                "--chain-max".to_string(),
+                self.ctx.config.env.backup_chain_max.to_string(),
+            ],
+            parent: None,
+        };
         if !on_newest {
-            return Ok(flags);
+            return Ok(plan);
         }
-        let dir = chain::dir_of(out);
-        if let Some(parent) = newest_backup(&dir, self.record.name.as_str())
+        if let Some(newest) = newest_backup(dir, self.record.name.as_str())
             .with_context(|| format!("cannot list {}", dir.display()))?
-            && let Some(digest) = self.parent_to_build_on(&parent, pass)
+            && let Some(parent) = self.parent_to_build_on(&newest, pass)
         {
             self.transcript.line(&format!(
                 "parent candidate {} ({})",
-                parent.display(),
-                hex_sha(&digest)
+                newest.display(),
+                hex_sha(&parent.digest)
             ));
-            flags.extend(["--parent".to_string(), hex_sha(&digest)]);
+            plan.flags
+                .extend(["--parent".to_string(), hex_sha(&parent.digest)]);
+            plan.parent = Some(parent);
         }
-        Ok(flags)
+        Ok(plan)
     }
 
-    /// The digest of `newest` when the next link may build on it: its whole chain is
-    /// there and checks out (the same discovery `box load` runs), and the chain is not
-    /// older than BACKUP_CHAIN_MAX_AGE_DAYS. Otherwise says why and returns `None`: the
-    /// save starts a new chain rather than adding to one no restore could use.
-    fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<[u8; 32]> {
+    /// Whether the box's `hb` makes chain-mode exports: `commit-snapshot` came with them.
+    /// (Not `hb export --help`: nothing but the export itself runs as `hb export`.) Only
+    /// hb's own answer that it has no such verb means an older hb; a call that fails for
+    /// any other reason (a busy VM, a dropped connection) is asked again, then fails the
+    /// save: guessing "older hb" on a failure would write a backup outside the chain.
+    fn hb_knows_chains(&mut self) -> Result<bool> {
+        let argv = [HB_PATH, "commit-snapshot", "--help"];
+        let mut last = None;
+        for attempt in 0..3 {
+            if attempt > 0 {
+                std::thread::sleep(std::time::Duration::from_secs(attempt));
+            }
+            self.checkpoint()?;
+            match self.guest().exec(&argv, timeouts::SHORT, true) {
+                Ok(out) if out.success() && out.stdout.contains("--digest") => return Ok(true),
+                Ok(out)
+                    if out.code == Some(2) && out.stderr.contains("unrecognized subcommand") =>
+                {
+                    return Ok(false);
+                }
+                Ok(out) => {
+                    last = Some(format!(
+                        "it answered {}{}",
+                        crate::lifecycle::guest::status(&out),
+                        crate::lifecycle::guest::last_lines(&out.stderr, &out.stdout)
+                    ));
+                }
+                Err(e) => last = Some(format!("{e:#}")),
+            }
+        }
+        bail!(
+            "cannot tell whether the hb in box '{}' makes incremental saves ({}); nothing was saved, retry the save",
+            self.record.name,
+            last.unwrap_or_default()
+        )
+    }
+
+    /// The backup `newest` as the parent of the next link, when the next link may build
+    /// on it: its whole chain is there and checks out (the same discovery `box load` runs),
+    /// the chain is not older than BACKUP_CHAIN_MAX_AGE_DAYS, and the tree it restores to is
+    /// known (kept from the save that made it, or found by validating the chain as a load
+    /// would). Otherwise says why and returns `None`: the save starts a new chain rather
+    /// than adding to one no restore could use.
+    fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<Parent> {
         let name = self.record.name.clone();
         let links = match chain::discover_links(newest, None, &|p| load::peek_place(p, pass)) {
             Ok(links) => links,
@@ -298,14 +434,40 @@ impl<'a> SaveRun<'a> {
             ));
             return None;
         }
-        Some(tip.digest)
+        let tree = match tree_cache::load(&self.ctx.state, &name, &tip.digest) {
+            Some(tree) => tree,
+            None => {
+                ui::say(format!(
+                    "box '{name}': checking that the chain of {} restores before adding to it (once: the next save remembers it)",
+                    newest.display()
+                ));
+                match load::validate_chain(&links, pass) {
+                    Ok(checked) => checked.tree.strict(),
+                    Err(e) => {
+                        ui::warn(format!(
+                            "box '{name}': the chain of its newest backup does not restore ({e:#}); starting a new one"
+                        ));
+                        return None;
+                    }
+                }
+            }
+        };
+        Some(Parent {
+            digest: tip.digest,
+            position: (links.len() - 1) as u32,
+            stamp: tip.stamp.clone(),
+            tree,
+        })
     }
 
     /// After publishing a chain-mode backup: the box's snapshot becomes the one the next
-    /// save compares with, named by this file's digest. If that fails, the next save is a
-    /// full one (it never builds on a parent that is not there), so it is only said.
-    fn commit_snapshot(&mut self, published: &Path) {
-        let committed = chain::file_digest(published).and_then(|digest| {
+    /// save compares with, named by this file's digest, and the tree it restores to is kept
+    /// for the next save's check. If that fails, the next save is a full one (it never
+    /// builds on a parent that is not there), so it is only said.
+    fn commit_snapshot(&mut self, published: &Published) {
+        let name = self.record.name.clone();
+        let committed = chain::file_digest(&published.path).and_then(|digest| {
+            tree_cache::store(&self.ctx.state, &name, &digest, &published.tree)?;
             self.guest()
                 .hb(
                     &["commit-snapshot", "--digest", &hex_sha(&digest)],
@@ -316,20 +478,75 @@ impl<'a> SaveRun<'a> {
         });
         if let Err(e) = committed {
             ui::warn(format!(
-                "box '{}': the next save will be a full one (cannot record this backup as its parent: {e:#})",
-                self.record.name
+                "box '{name}': the next save will be a full one (cannot record this backup as its parent: {e:#})"
             ));
         }
     }
 
-    fn steps(&mut self, out: &Path, pass: &SecretString, on_newest: bool) -> Result<Published> {
+    /// Export, copy out, encrypt and validate into a sealed temp beside `out`, as `plan`
+    /// says (the guest scratch removed either way before this returns).
+    fn seal(
+        &mut self,
+        out: &Path,
+        pass: &SecretString,
+        part_size: u64,
+        pending: Option<u16>,
+        plan: &ChainPlan,
+    ) -> Result<(Sealed, String)> {
+        let flags: Vec<&str> = plan.flags.iter().map(String::as_str).collect();
+        let prior = plan.parent.as_ref().map(|p| p.tree.clone());
+        let pipeline = Pipeline::begin_link(out, pass, part_size, prior)?;
+        let exported = match self.export_into(pipeline, part_size, pending, &flags) {
+            Ok(exported) => exported,
+            Err(e) => {
+                self.remove_guest_scratch();
+                return Err(e);
+            }
+        };
+        let sealed = exported.sink.finish()?;
+        sealed.matches_index(&exported.index)?;
+        plan.check_place(&sealed.report)?;
+        let mut timings = format!(
+            "stages: export {:.2}s (in the guest)",
+            exported.export_wall.as_secs_f64()
+        );
+        match &exported.stages {
+            Some(stages) => timings.push_str(&format!(
+                ", overlapped with the host's {}",
+                stages.summary()
+            )),
+            None => timings.push_str(", then copied out and encrypted (sequential)"),
+        }
+        Ok((sealed, timings))
+    }
+
+    /// The guest scratch dir, if a failed export left it (plaintext: before anything else).
+    fn remove_guest_scratch(&mut self) {
+        if let Some(scratch) = self.guest_dir.take()
+            && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
+        {
+            guest_dir::warn_left(&self.record.machine, &scratch, &e);
+        }
+    }
+
+    fn steps(
+        &mut self,
+        explicit_out: Option<&Path>,
+        pass: &SecretString,
+        on_newest: bool,
+    ) -> Result<Published> {
         let name = self.record.name.clone();
         self.check_running()?;
         let part_size = transfer::part_size()?;
         let pending = transfer::stream_pending()?;
+        let dir = explicit_out.map_or_else(|| self.ctx.config.backup_dir(), chain::dir_of);
         // Before the pause: hashing the newest backup takes a moment.
-        let flags = self.chain_flags(out, on_newest, pass)?;
-        let flags: Vec<&str> = flags.iter().map(String::as_str).collect();
+        let plan = self.plan_chain(&dir, on_newest, pass)?;
+        let out = match explicit_out {
+            Some(out) => out.to_path_buf(),
+            None => default_out(&dir, &name)?,
+        };
+        save::check_destination(&out)?;
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         self.quiesce()?;
@@ -344,23 +561,21 @@ impl<'a> SaveRun<'a> {
         // export → copy → encrypt → verify → publish, quiesce and resume left out: the
         // stages `just bench` compares with the seed's same steps.
         let started = Instant::now();
-        let pipeline = Pipeline::begin_in_parts(out, pass, part_size)?;
-        let exported = self.export_into(pipeline, part_size, pending, &flags)?;
-        let sealed = exported.sink.finish()?;
-        sealed.matches_index(&exported.index)?;
+        let (sealed, mut timings) = match self.seal(&out, pass, part_size, pending, &plan) {
+            Err(e) if plan.parent.is_some() && GeneratedInvalid::misfits_chain(&e) => {
+                // What the guest kept from its last save is not what that backup restores
+                // to (a box whose older hb left some links out): the link would not
+                // restore, so a full backup instead.
+                ui::warn(format!(
+                    "box '{name}': an incremental link would not restore on the chain of its newest backup ({e:#}); saving a full backup instead, which starts a new chain"
+                ));
+                self.checkpoint()?;
+                self.seal(&out, pass, part_size, pending, &plan.without_parent())?
+            }
+            sealed => sealed?,
+        };
         self.transcript
             .line(&format!("{} members", sealed.report.members));
-        let mut timings = format!(
-            "stages: export {:.2}s (in the guest)",
-            exported.export_wall.as_secs_f64()
-        );
-        match &exported.stages {
-            Some(stages) => timings.push_str(&format!(
-                ", overlapped with the host's {}",
-                stages.summary()
-            )),
-            None => timings.push_str(", then copied out and encrypted (sequential)"),
-        }
 
         let before_resume = started.elapsed();
         self.resume();
@@ -383,8 +598,8 @@ impl<'a> SaveRun<'a> {
         tracing::info!("{timings}");
         self.transcript
             .line(&format!("published {}", published.path.display()));
-        if !flags.is_empty() {
-            self.commit_snapshot(&published.path);
+        if !plan.flags.is_empty() {
+            self.commit_snapshot(&published);
         }
         Ok(published)
     }
@@ -404,11 +619,7 @@ impl<'a> SaveRun<'a> {
     /// The seed's cleanup order: guest scratch, host temporaries (already dropped with
     /// `steps`), resume.
     pub(super) fn cleanup(&mut self) {
-        if let Some(scratch) = self.guest_dir.take()
-            && let Err(e) = guest_dir::remove(&mut self.guest(), &scratch)
-        {
-            guest_dir::warn_left(&self.record.machine, &scratch, &e);
-        }
+        self.remove_guest_scratch();
         self.resume();
     }
 
