@@ -17,6 +17,11 @@ pub enum Node {
     Dir,
     File,
     Symlink,
+    /// A name a link's listing has (`Y`, or kept `N`) with nothing restored under it: what
+    /// box before issue 30 wrote for a symlink it skipped. Nothing is there on disk; a
+    /// later link that keeps it restores without it (and says so), where a name no listing
+    /// ever had is refused.
+    Ghost,
 }
 
 impl Node {
@@ -25,6 +30,7 @@ impl Node {
             Node::Dir => b'd',
             Node::File => b'f',
             Node::Symlink => b'l',
+            Node::Ghost => b'g',
         }
     }
 
@@ -33,6 +39,7 @@ impl Node {
             b'd' => Some(Node::Dir),
             b'f' => Some(Node::File),
             b'l' => Some(Node::Symlink),
+            b'g' => Some(Node::Ghost),
             _ => None,
         }
     }

@@ -340,7 +340,10 @@ pub struct Validator {
     listed_dirs: HashSet<Vec<u8>>,
     /// Whether the root's member is a dumpdir (a link after the first must be one).
     root_listed: bool,
-    /// Kept entries `prior` lacks (a restore goes on without them; see [`ChainState`]).
+    /// Names listed `Y` (in this archive): one without a member is a ghost after it.
+    included: Vec<Vec<u8>>,
+    /// Kept entries that are ghosts in `prior` (a restore goes on without them; see
+    /// [`Node::Ghost`]).
     kept_missing: KeptMissing,
 }
 
@@ -356,6 +359,7 @@ impl Validator {
             kept: HashMap::new(),
             listed_dirs: HashSet::new(),
             root_listed: false,
+            included: Vec::new(),
             kept_missing: KeptMissing::default(),
         }
     }
@@ -370,7 +374,8 @@ impl Validator {
     /// A dumpdir of the directory at `key`: standalone, nothing may be kept from an
     /// earlier backup; in a chain, each kept (`N`) entry must be a file or symlink of the
     /// tree the earlier links built, and is then part of this link's tree. Returns the
-    /// kept names that tree lacks, which a restore leaves out (a strict prior refuses them).
+    /// kept names that are ghosts there, which a restore leaves out (a strict prior refuses
+    /// them); a name the tree never had is refused.
     fn listing(&mut self, key: &[u8], listing: &Dumpdir) -> Result<Vec<Vec<u8>>, ArchiveError> {
         if key.is_empty() {
             self.root_listed = true;
@@ -390,7 +395,7 @@ impl Validator {
                 Code::Directory => {
                     self.listed_dirs.insert(path.clone());
                 }
-                Code::Included => {}
+                Code::Included => self.included.push(path.clone()),
                 Code::Unchanged => {
                     if self.index.contains_key(path.as_slice()) {
                         return Err(ArchiveError::unsafe_(Rule::Duplicate, shown_key(&path)));
@@ -411,10 +416,25 @@ impl Validator {
                                 ),
                             ));
                         }
+                        Some(Node::Ghost) if prior.is_strict() => {
+                            return Err(ArchiveError::unsafe_(
+                                Rule::IncrementalLink,
+                                format!(
+                                    "{} is kept from the backup before, which lists it but does not hold it",
+                                    shown_key(&path)
+                                ),
+                            ));
+                        }
+                        Some(Node::Ghost) => {
+                            // Still a ghost after this link: a later one may keep it too.
+                            self.kept.insert(path.clone(), Node::Ghost);
+                            self.kept_missing.add(&path);
+                            missing.push(name.clone());
+                        }
                         Some(node) => {
                             self.kept.insert(path.clone(), node);
                         }
-                        None if prior.is_strict() => {
+                        None => {
                             return Err(ArchiveError::unsafe_(
                                 Rule::IncrementalLink,
                                 format!(
@@ -422,10 +442,6 @@ impl Validator {
                                     shown_key(&path)
                                 ),
                             ));
-                        }
-                        None => {
-                            self.kept_missing.add(&path);
-                            missing.push(name.clone());
                         }
                     }
                 }
@@ -435,12 +451,19 @@ impl Validator {
     }
 
     /// The tree after this link: its members and what it kept (moved, not copied: it is
-    /// most of the tree).
+    /// most of the tree), and a ghost for each name it lists as in it without holding it
+    /// (a restore keeps what an earlier link left there, as GNU tar does).
     pub fn into_state(self) -> ChainState {
         let mut paths = self.kept;
         paths.reserve(self.order.len());
         for (key, kind) in &self.order {
             paths.insert(key.to_vec(), kind.node());
+        }
+        for key in self.included {
+            if !self.index.contains_key(key.as_slice()) {
+                let before = self.prior.as_ref().and_then(|p| p.get(&key));
+                paths.entry(key).or_insert(before.unwrap_or(Node::Ghost));
+            }
         }
         ChainState::plain(paths)
     }
@@ -678,6 +701,7 @@ impl Validator {
         self.member(key)
             .map(Kind::node)
             .or_else(|| self.kept.get(key).copied())
+            .filter(|n| *n != Node::Ghost)
     }
 
     pub fn members(&self) -> u64 {
@@ -1182,23 +1206,43 @@ mod tests {
                 .contains("home/agent/ghost is kept from the backup before"),
             "{e}"
         );
-        // …a restore goes on without it and says so (GNU tar's loop restores it too).
+        // …and so does every restore: no listing before ever had it.
         let mut m = top(b"Nghost\0Na\0Dsub\0\0");
         m.push((b"./home/agent/sub/", b'D', b"Nb\0\0"));
-        let (report, after) =
-            validate_link(link_tar(&m).as_slice(), &limits, Some(prior.clone())).unwrap();
-        assert_eq!(report.kept_missing.count, 1);
-        assert!(
-            report
-                .kept_missing
-                .sentence()
-                .unwrap()
-                .contains("home/agent/ghost"),
-            "{:?}",
-            report.kept_missing
-        );
-        assert_eq!(after.get(b"home/agent/ghost"), None);
-        assert_eq!(after.get(b"home/agent/a"), Some(Node::File));
+        let e = validate_link(link_tar(&m).as_slice(), &limits, Some(prior.clone())).unwrap_err();
+        assert!(e.to_string().contains("which has no such file"), "{e}");
+        // A name a listing had without holding it (what box wrote for a symlink it skipped
+        // before issue 30) is a ghost: kept again by the next links, which restore without
+        // it and say so, while the side writing a link refuses it.
+        let mut skipped = top(b"Ya\0Ypython\0\0");
+        skipped.push((b"./home/agent/a", b'0', b"a"));
+        let (_, with_ghost) = validate_link(link_tar(&skipped).as_slice(), &limits, None).unwrap();
+        assert_eq!(with_ghost.get(b"home/agent/python"), Some(Node::Ghost));
+        let mut ghost = Rc::new(with_ghost);
+        for _ in 0..2 {
+            let keeps = link_tar(&top(b"Na\0Npython\0\0"));
+            let (report, after) =
+                validate_link(keeps.as_slice(), &limits, Some(ghost.clone())).unwrap();
+            assert_eq!(report.kept_missing.count, 1);
+            assert!(
+                report
+                    .kept_missing
+                    .sentence()
+                    .unwrap()
+                    .contains("home/agent/python"),
+                "{:?}",
+                report.kept_missing
+            );
+            assert_eq!(after.get(b"home/agent/python"), Some(Node::Ghost));
+            assert_eq!(after.get(b"home/agent/a"), Some(Node::File));
+            let strict = Rc::new((*ghost).clone().strict());
+            let e = validate_link(keeps.as_slice(), &limits, Some(strict)).unwrap_err();
+            assert!(
+                e.to_string().contains("lists it but does not hold it"),
+                "{e}"
+            );
+            ghost = Rc::new(after);
+        }
         // Keeps a file inside a directory it deletes (sub not listed by its parent).
         let mut m = top(b"Na\0\0");
         m.push((b"./home/agent/sub/", b'D', b"Nb\0\0"));
