@@ -512,6 +512,8 @@ impl std::fmt::Display for ChainAge {
 pub struct Plan {
     pub keep: Vec<PathBuf>,
     pub remove: Vec<PathBuf>,
+    /// Kept because their chain does not check out (with why): prune cannot judge them.
+    pub unjudged: Vec<(PathBuf, String)>,
 }
 
 /// Keeps the newest `keep_last` links, the newest link of each of the `keep_daily` most
@@ -534,7 +536,13 @@ pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
             chosen.push(l);
         }
     }
-    chosen.extend(links.iter().filter(|l| chain_of(l, links).is_err()));
+    let mut unjudged = Vec::new();
+    for l in links {
+        if let Err(e) = chain_of(l, links) {
+            unjudged.push((l.path.clone(), format!("{e:#}")));
+            chosen.push(l);
+        }
+    }
     // Copies of one file share a digest: a parent is every file with its digest.
     let mut by_digest: HashMap<[u8; 32], Vec<&Link>> = HashMap::new();
     for l in links {
@@ -550,7 +558,10 @@ pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
             pending.extend(parents.iter().copied());
         }
     }
-    let mut plan = Plan::default();
+    let mut plan = Plan {
+        unjudged,
+        ..Plan::default()
+    };
     for l in &order {
         if keep.contains(&l.path) {
             plan.keep.push(l.path.clone());

@@ -216,6 +216,12 @@ fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
         };
         let links: Vec<Link> = listed.iter().map(|l| l.link.clone()).collect();
         let plan = chain::prune(&links, args.keep_last, args.keep_daily);
+        for (path, why) in &plan.unjudged {
+            ui::warn(format!(
+                "keeping {} and every backup it stands on: prune cannot judge it ({why})",
+                file_name(path)
+            ));
+        }
         for path in &plan.remove {
             if args.dry_run {
                 println!("would remove {}", path.display());
