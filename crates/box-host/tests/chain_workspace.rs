@@ -34,10 +34,17 @@ fn in_guest(w: &World, machine: &str) -> String {
 fn on_host(root: &Path) -> String {
     let out = Command::new("sh")
         .arg("-c")
-        .arg(format!("cd '{}' && {LISTING}", root.join(W30_REL).display()))
+        .arg(format!(
+            "cd '{}' && {LISTING}",
+            root.join(W30_REL).display()
+        ))
         .output()
         .unwrap();
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
     String::from_utf8(out.stdout).unwrap()
 }
 
@@ -74,7 +81,11 @@ fn every_link_of_a_workspace_chain_restores_its_moment() {
         ),
     );
     let mut moments = vec![in_guest(&w, "alpha")];
-    assert!(moments[0].contains("./env/bin/python l /usr/bin/python3 1"), "{}", moments[0]);
+    assert!(
+        moments[0].contains("./env/bin/python l /usr/bin/python3 1"),
+        "{}",
+        moments[0]
+    );
     let mut links = vec![w.save_alpha("(full: starts a chain)")];
 
     // A file replaced by a symlink, a directory renamed (x.txt's name moves, keep-x.txt's
@@ -122,11 +133,17 @@ fn every_link_of_a_workspace_chain_restores_its_moment() {
     );
     assert!(!failed.ok(), "{}", failed.all());
     assert!(
-        failed.all().contains("cannot tell whether the hb in box 'alpha' makes incremental saves"),
+        failed
+            .all()
+            .contains("cannot tell whether the hb in box 'alpha' makes incremental saves"),
         "{}",
         failed.all()
     );
-    assert_eq!(w.backups_published(), before, "a failed probe published something");
+    assert_eq!(
+        w.backups_published(),
+        before,
+        "a failed probe published something"
+    );
     // Once: asked again, and the save is the next link.
     std::fs::remove_dir_all(w.sim_home().join("faults")).ok();
     let r = w.run(
@@ -137,7 +154,11 @@ fn every_link_of_a_workspace_chain_restores_its_moment() {
         ],
     );
     assert!(r.ok(), "{}", r.all());
-    assert!(r.stdout.contains("(incremental: link 3 of its chain)"), "{}", r.all());
+    assert!(
+        r.stdout.contains("(incremental: link 3 of its chain)"),
+        "{}",
+        r.all()
+    );
     assert!(r.all().contains("the clock reads"), "{}", r.all());
     let third: Vec<PathBuf> = w
         .backups_published()
@@ -157,7 +178,12 @@ fn every_link_of_a_workspace_chain_restores_its_moment() {
     // Every link extracts to its moment; the tip loads to the last.
     for (i, (link, moment)) in links.iter().zip(&moments).enumerate() {
         let into = w.dir.path().join(format!("extract-{i}"));
-        assert_eq!(&extract(&w, link, &into), moment, "box extract of link {}", i + 1);
+        assert_eq!(
+            &extract(&w, link, &into),
+            moment,
+            "box extract of link {}",
+            i + 1
+        );
     }
     let load = w.run(&["load", links[2].to_str().unwrap(), "beta"], &[]);
     assert!(load.ok(), "box load: {}", load.all());
@@ -182,7 +208,12 @@ fn every_link_of_a_workspace_chain_restores_its_moment() {
     let prune = w.run(&["backups", "prune", "alpha", "--keep-last", "1"], &[]);
     assert!(prune.ok(), "{}", prune.all());
     for kept in links.iter().chain([&copy]) {
-        assert!(kept.exists(), "prune removed {}: {}", kept.display(), prune.all());
+        assert!(
+            kept.exists(),
+            "prune removed {}: {}",
+            kept.display(),
+            prune.all()
+        );
     }
     assert!(prune.all().contains("cannot judge"), "{}", prune.all());
     std::fs::remove_file(&copy).unwrap();

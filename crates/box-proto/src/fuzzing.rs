@@ -21,6 +21,7 @@ pub type Target = fn(&[u8]);
 pub const TARGETS: &[(&str, Target)] = &[
     ("archive_validate", archive_validate),
     ("archive_tar", archive_tar),
+    ("archive_chain", archive_chain),
     ("mcp_reply", mcp_reply),
     ("manifest", manifest),
     ("part_index", part_index),
@@ -85,6 +86,122 @@ pub fn archive_tar(data: &[u8]) {
     };
     let limits = limits();
     check_validation(validate::validate(compressed.as_slice(), &limits), &limits);
+}
+
+/// `archive_chain`: two links of a chain, each described as [`archive_tar`]'s input, the
+/// second after a line `#link`: dumpdir members (type `D`, data `<code><name>\0…\0`) over
+/// the tree the first built. What a chain's validation promises:
+///
+/// * it never panics, and its messages are what [`check_validation`] asks;
+/// * a link the writer's strict check accepts, every restore accepts, and keeps nothing it
+///   leaves out; the tree kept between saves (hashed, [`ChainState::encode`]) gives the
+///   same verdict as the plain one;
+/// * a chain validation accepts unpacks: both links applied by the unpacker (as `box
+///   extract` and `hb import` apply them) into a private directory without an error, and
+///   nothing written outside it (every path made is under it, no link followed).
+pub fn archive_chain(data: &[u8]) {
+    use crate::archive::unpack::Unpacker;
+    use crate::archive::validate::{ChainState, WalkError, validate_link, walk_link};
+    use std::rc::Rc;
+    let Some(at) = find(data, b"\n#link\n") else {
+        return;
+    };
+    let (first, second) = (&data[..at], &data[at + 7..]);
+    let (Some(first), Some(second)) = (build_tar(first), build_tar(second)) else {
+        return;
+    };
+    let limits = limits();
+    let prior = match validate_link(first.as_slice(), &limits, None) {
+        Ok((report, prior)) => {
+            check_validation(Ok(report), &limits);
+            prior
+        }
+        Err(e) => return check_validation(Err(e), &limits),
+    };
+    let lenient = validate_link(second.as_slice(), &limits, Some(Rc::new(prior.clone())));
+    let strict = validate_link(
+        second.as_slice(),
+        &limits,
+        Some(Rc::new(prior.clone().strict())),
+    );
+    let kept = ChainState::decode(&prior.encode([3; 16])).map(ChainState::strict);
+    let Ok(kept) = kept else {
+        panic!("a tree's encoding does not decode");
+    };
+    let hashed = validate_link(second.as_slice(), &limits, Some(Rc::new(kept)));
+    assert_eq!(
+        strict
+            .as_ref()
+            .map(|(r, _)| r.members)
+            .map_err(ToString::to_string),
+        hashed
+            .as_ref()
+            .map(|(r, _)| r.members)
+            .map_err(ToString::to_string),
+        "the kept (hashed) tree and the plain one disagree"
+    );
+    if let Ok((report, _)) = &strict {
+        let Ok((again, _)) = &lenient else {
+            panic!("the writer's check accepted a link a restore refuses");
+        };
+        assert_eq!(again.members, report.members);
+        assert_eq!(report.kept_missing.count, 0);
+    }
+    match lenient {
+        Ok((report, _)) => check_validation(Ok(report), &limits),
+        Err(e) => return check_validation(Err(e), &limits),
+    }
+    // Both links through the unpacker, into a private directory.
+    let Ok(dir) = tempfile_dir() else {
+        return;
+    };
+    let root = dir.join("root");
+    if std::fs::create_dir(&root).is_err() {
+        return;
+    }
+    let mut unpacker = Unpacker::new(&root);
+    let mut before: Option<Rc<ChainState>> = None;
+    for (i, link) in [first, second].iter().enumerate() {
+        if i > 0 {
+            unpacker.next_link();
+        }
+        match walk_link(link.as_slice(), &limits, before.take(), |e, k| {
+            unpacker.unpack(e, k)
+        }) {
+            Ok((_, state)) => before = Some(Rc::new(state)),
+            Err(WalkError::Callback(e)) => {
+                panic!("a chain validation accepted does not unpack: {e}")
+            }
+            Err(WalkError::Archive(e)) => panic!("the second pass refused it: {e}"),
+        }
+    }
+    if let Err(e) = unpacker.finish() {
+        panic!("a validated chain's directories cannot be finished: {e}");
+    }
+    // Nothing beside the root: no write went through a link out of it.
+    let beside: Vec<_> = std::fs::read_dir(&dir)
+        .map(|rd| rd.flatten().map(|e| e.file_name()).collect())
+        .unwrap_or_default();
+    assert_eq!(
+        beside,
+        [std::ffi::OsString::from("root")],
+        "written outside the root"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// A fresh private directory for one input (removed by the caller).
+fn tempfile_dir() -> std::io::Result<std::path::PathBuf> {
+    use std::sync::atomic::{AtomicU64, Ordering};
+    static NEXT: AtomicU64 = AtomicU64::new(0);
+    let dir = std::env::temp_dir().join(format!(
+        "box-fuzz-chain-{}-{}",
+        std::process::id(),
+        NEXT.fetch_add(1, Ordering::Relaxed)
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir(&dir)?;
+    Ok(dir)
 }
 
 /// Builds a compressed tar from a line description. Lines (split on `\n`):
@@ -302,6 +419,27 @@ mod tests {
         assert_eq!(report.members, 7);
         assert_eq!(report.manifest.as_deref(), Some(&b"box=0.1.0"[..]));
         assert!(layout::RUNTIME_MANIFEST.starts_with(layout::HOME));
+    }
+
+    #[test]
+    fn the_chain_seeds_reach_the_unpacker() {
+        use crate::archive::validate::validate_link;
+        use std::rc::Rc;
+        let seed = std::fs::read(
+            std::path::Path::new(env!("CARGO_MANIFEST_DIR"))
+                .join("../../fuzz/corpus/archive_chain/kept-links-and-hardlink-to-kept"),
+        )
+        .unwrap();
+        let at = find(&seed, b"\n#link\n").unwrap();
+        let first = build_tar(&seed[..at]).unwrap();
+        let second = build_tar(&seed[at + 7..]).unwrap();
+        let (_, prior) = validate_link(first.as_slice(), &limits(), None).unwrap();
+        let (report, after) =
+            validate_link(second.as_slice(), &limits(), Some(Rc::new(prior.strict()))).unwrap();
+        assert_eq!(report.members, 5);
+        assert!(after.get(b"home/agent/py").is_some());
+        // And the whole body, unpack included, holds for it.
+        archive_chain(&seed);
     }
 
     #[test]

@@ -618,9 +618,16 @@ fn a_damaged_service_database_stops_the_import_and_changes_nothing() {
     let users = src.join("home/agent/workspace/mine.db");
     make_db(&users, 500);
     damage_db(&users);
+    // Codex's database is the agent's data too (Codex may write through a save): damaged,
+    // it is restored as it is, said, and never stops the import.
+    let codex = src.join("home/agent/.codex/logs.db");
+    fs::create_dir_all(codex.parent().unwrap()).unwrap();
+    make_db(&codex, 500);
+    damage_db(&codex);
     let parts = t.path().join("parts");
     do_export(&src, &parts, 64 << 20);
-    // Healthy service database, damaged user database: restored, the rows all there.
+    // Healthy service database, damaged user and Codex databases: restored, the rows all
+    // there.
     let dst = t.path().join("dst");
     fs::create_dir_all(&dst).unwrap();
     import(&dst, &parts).unwrap();
@@ -632,6 +639,10 @@ fn a_damaged_service_database_stops_the_import_and_changes_nothing() {
     assert_eq!(
         fs::read(dst.join("home/agent/workspace/mine.db")).unwrap(),
         fs::read(&users).unwrap()
+    );
+    assert_eq!(
+        fs::read(dst.join("home/agent/.codex/logs.db")).unwrap(),
+        fs::read(&codex).unwrap()
     );
 
     damage_db(&state);

@@ -167,13 +167,23 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
 
 /// SQLite's integrity check of the restored databases the box's software keeps (see
 /// [`crate::sqlite::databases`]), run on the staged tree before the swap: a damaged one
-/// aborts the import with the box's current `/data` untouched, naming the database.
+/// of the box's services (Executor's, Hermes's) aborts the import with the box's current
+/// `/data` untouched, naming the database. Codex's are the agent's own data, written by a
+/// Codex that may have been running through the save: a damaged one is restored as it is
+/// and said, never a reason to refuse the whole box.
 pub fn verify_restored_databases(stage: &Path) -> Result<()> {
     let restored = crate::paths::Paths::new(stage);
+    let codex = restored.codex_home();
     let mut damaged = Vec::new();
     for db in crate::sqlite::databases(&restored) {
         if let Err(why) = crate::sqlite::integrity_check(&db) {
             let shown = db.strip_prefix(stage).unwrap_or(&db).display().to_string();
+            if db.starts_with(&codex) {
+                eprintln!(
+                    "hb: warning: Codex's database {shown} fails SQLite's integrity check ({why}); restored as it is"
+                );
+                continue;
+            }
             damaged.push(format!("{shown} ({why})"));
         }
     }
