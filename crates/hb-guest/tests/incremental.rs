@@ -189,3 +189,90 @@ fn a_chain_applied_with_stock_tar_is_each_moment_exactly() {
     assert_eq!(again.link, Some(0), "a stale parent starts a new chain");
     let _ = d2;
 }
+
+/// Entries deleted, created and replaced (a file by a link, a link by a file) while
+/// exports run: every link lists exactly what it holds or keeps, never a name it then
+/// leaves out (which a restore would fill with the parent's old file), and each link
+/// validates strictly on the tree the one before it built.
+#[test]
+fn a_tree_changing_under_an_export_never_lists_what_it_leaves_out() {
+    use std::sync::atomic::{AtomicBool, Ordering};
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    let w = data_root(&src);
+    let churn = w.join("churn");
+    fs::create_dir_all(&churn).unwrap();
+    for i in 0..400 {
+        fs::write(churn.join(format!("f{i}")), format!("{i}\n")).unwrap();
+    }
+    let stop = std::sync::Arc::new(AtomicBool::new(false));
+    let worker = {
+        let (stop, churn) = (stop.clone(), churn.clone());
+        std::thread::spawn(move || {
+            let mut n = 0u64;
+            while !stop.load(Ordering::Relaxed) {
+                let p = churn.join(format!("f{}", n % 400));
+                match n % 3 {
+                    0 => drop(fs::remove_file(&p)),
+                    1 => {
+                        let _ = fs::remove_file(&p);
+                        let _ = std::os::unix::fs::symlink("/usr/bin/python3", &p);
+                    }
+                    _ => {
+                        let _ = fs::remove_file(&p);
+                        let _ = fs::write(&p, n.to_string());
+                    }
+                }
+                n += 1;
+            }
+        })
+    };
+    let mut prior: Option<ChainState> = None;
+    let mut parent: Option<String> = None;
+    for i in 0..6 {
+        let out = t.path().join(format!("l{i}"));
+        let (summary, digest) = link(&src, &out, parent.as_deref());
+        // Every name a listing says is in this link (`Y`) is a member of it.
+        let mut all = Vec::new();
+        for part in &summary.index.parts {
+            all.extend(fs::read(out.join(&part.name)).unwrap());
+        }
+        let (mut members, mut listed) = (std::collections::HashSet::new(), Vec::new());
+        box_proto::archive::validate::walk_link(
+            all.as_slice(),
+            &Default::default(),
+            prior.clone().map(std::rc::Rc::new),
+            |entry, key| -> Result<(), std::io::Error> {
+                members.insert(key.to_vec());
+                if let Some(d) = entry.dumpdir {
+                    for (code, name) in d.entries() {
+                        if *code == box_proto::archive::incremental::Code::Included {
+                            let mut k = key.to_vec();
+                            if !k.is_empty() {
+                                k.push(b'/');
+                            }
+                            k.extend_from_slice(name);
+                            listed.push(k);
+                        }
+                    }
+                }
+                Ok(())
+            },
+        )
+        .unwrap_or_else(|e| panic!("link {i}: {e:?}"));
+        for key in &listed {
+            assert!(
+                members.contains(key),
+                "link {i} lists {} as in it, without it",
+                String::from_utf8_lossy(key)
+            );
+        }
+        let strict = prior.clone().map(ChainState::strict);
+        let (_, after) = validated(&out, &summary, strict.as_ref())
+            .unwrap_or_else(|e| panic!("link {i} does not fit its chain: {e}"));
+        prior = Some(after);
+        parent = Some(digest);
+    }
+    stop.store(true, Ordering::Relaxed);
+    worker.join().unwrap();
+}
