@@ -28,14 +28,12 @@ pub const CHAIN_LINK_KEY: &str = "chain_link";
 /// one. Inside the encrypted backup, so a restore trusts it only as far as the file.
 pub const CHAIN_PARENT_KEY: &str = "chain_parent";
 
-/// The result of the SQLite integrity check `hb quiesce` runs before a save: `ok`, or
-/// `damaged <path> <path>…` (data-root-relative). Not one of [`KNOWN_KEYS`]: those are what
-/// `hb write-manifest` writes; quiesce writes this one.
+/// What the check of the databases' copies found when `hb export` made them: `ok`, or
+/// `damaged <path> <path>…` (data-root-relative), then how many were checked and how many
+/// were unchanged since the last save (not read again). Not one of [`KNOWN_KEYS`]: those
+/// are what `hb write-manifest` writes; the export writes this one. (`hb quiesce` wrote
+/// it, with the same values, before exports copied live databases.)
 pub const SQLITE_CHECK_KEY: &str = "sqlite_check";
-
-/// How `hb quiesce` names a damaged database on its output (`<prefix><path>: <why>`), so
-/// `box save` can warn about it.
-pub const SQLITE_DAMAGED_LINE: &str = "sqlite: DAMAGED ";
 
 /// The path of the manifest relative to the durable data root (`/data`).
 pub const MANIFEST_PATH_IN_DATA: &str = "home/agent/.config/hermes-box/runtime-manifest";

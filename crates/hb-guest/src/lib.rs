@@ -10,7 +10,6 @@ pub mod fsutil;
 pub mod netenv;
 pub mod paths;
 pub mod pause;
-pub mod procs;
 pub mod sqlite;
 pub mod token;
 pub mod tools;

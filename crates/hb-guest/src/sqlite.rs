@@ -1,12 +1,12 @@
 //! The SQLite databases the box's services and agents keep, made self-contained for a
 //! backup and checked on both ends of one.
 //!
-//! * [`checkpoint`]: after their writers stopped, `PRAGMA wal_checkpoint(TRUNCATE)` moves
-//!   every committed page from the `-wal` file into the main file (Executor's data.db
-//!   keeps most of its data in the WAL right after start).
 //! * [`integrity_check`]: `PRAGMA integrity_check`, with the `-wal` as SQLite itself reads
-//!   it. `hb quiesce` runs it and warns (a backup of a damaged box beats none); `hb import`
-//!   runs it on the restored tree before the swap and refuses a damaged one.
+//!   it. `hb import` runs it on the restored tree before the swap and refuses a damaged one
+//!   of the box's services (Codex's are restored as they are, and said).
+//! * [`snapshot`]: a consistent copy of a database while its writers go on (SQLite's online
+//!   backup), which `hb export` archives in place of the live file; [`quick_check`] runs on
+//!   that copy (a save checks what changed; a restore checks everything, fully).
 //!
 //! Only the databases the box's software owns are checked: a `*.db` in a workspace is the
 //! user's data, restored as it is.
@@ -59,16 +59,6 @@ pub fn databases(paths: &Paths) -> Vec<PathBuf> {
         out.extend(found);
     }
     out
-}
-
-/// The databases whose writers `hb quiesce` stops (Executor's, Hermes's): the ones it
-/// checkpoints. Codex may be running in the agent's shell; its databases are only checked.
-pub fn quiesced_databases(paths: &Paths) -> Vec<PathBuf> {
-    let codex = paths.codex_home();
-    databases(paths)
-        .into_iter()
-        .filter(|p| !p.starts_with(&codex))
-        .collect()
 }
 
 /// Whether `dir` is a directory reached from `root` through directories only (no link on
@@ -135,58 +125,78 @@ pub fn integrity_check(path: &Path) -> Result<(), String> {
     Err(shown.join("; "))
 }
 
-/// Whether a checkpoint failed because the file is damaged (a warning at save time), not
-/// because a writer still holds it (which must stop the save).
-pub fn is_damage(e: &anyhow::Error) -> bool {
-    e.chain().any(|cause| {
-        cause
-            .downcast_ref::<rusqlite::Error>()
-            .and_then(rusqlite::Error::sqlite_error_code)
-            .is_some_and(|code| {
-                matches!(
-                    code,
-                    rusqlite::ErrorCode::DatabaseCorrupt | rusqlite::ErrorCode::NotADatabase
-                )
-            })
-    })
-}
-
-/// Outcome for one database.
-#[derive(Debug)]
-pub struct Checked {
-    pub path: PathBuf,
-    /// Frames that were in the WAL.
-    pub wal_frames: i64,
-}
-
-/// Checkpoints (TRUNCATE) one database.
-pub fn checkpoint(path: &Path) -> Result<Checked> {
+/// `PRAGMA quick_check` of a database no one else has open (a [`snapshot`]): the checks of
+/// [`integrity_check`] less the index contents, in one pass over the pages.
+pub fn quick_check(path: &Path) -> Result<(), String> {
     let conn = Connection::open_with_flags(
         path,
-        OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .with_context(|| format!("cannot open {}", path.display()))?;
-    conn.busy_timeout(Duration::from_secs(10))?;
-    // Frames waiting in the WAL before the checkpoint (TRUNCATE reports 0 afterwards).
-    let page_size: i64 = conn.query_row("PRAGMA page_size", [], |r| r.get(0))?;
-    let mut wal = path.as_os_str().to_owned();
-    wal.push("-wal");
-    let wal_frames = std::fs::metadata(&wal)
-        .map(|m| (m.len() as i64 - 32).max(0) / (page_size + 24))
-        .unwrap_or(0);
-    let (busy, _log, _done): (i64, i64, i64) = conn
-        .query_row("PRAGMA wal_checkpoint(TRUNCATE)", [], |r| {
-            Ok((r.get(0)?, r.get(1)?, r.get(2)?))
+    .map_err(|e| format!("cannot open it: {e}"))?;
+    let rows: Vec<String> = conn
+        .prepare("PRAGMA quick_check(20)")
+        .and_then(|mut stmt| {
+            stmt.query_map([], |r| r.get::<_, String>(0))
+                .and_then(|rows| rows.collect())
         })
-        .with_context(|| format!("wal_checkpoint failed on {}", path.display()))?;
-    if busy != 0 {
-        bail!(
-            "{}: the checkpoint could not finish because another process still uses the database; stop its writer and retry",
-            path.display()
-        );
+        .map_err(|e| e.to_string())?;
+    if rows.len() == 1 && rows[0] == "ok" {
+        return Ok(());
     }
-    Ok(Checked {
-        path: path.to_path_buf(),
-        wal_frames,
-    })
+    Err(rows.into_iter().take(3).collect::<Vec<_>>().join("; "))
+}
+
+/// The sidecars SQLite keeps beside a database.
+pub const SIDECARS: [&str; 3] = ["-wal", "-shm", "-journal"];
+
+/// `path` with `suffix` after its file name (`state.db` → `state.db-wal`).
+pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
+    let mut name = path.as_os_str().to_owned();
+    name.push(suffix);
+    PathBuf::from(name)
+}
+
+/// A consistent copy of the database at `from`, as of now, written to `to` (a new file):
+/// SQLite's online backup in one step, so inside one read transaction. A writer in WAL mode
+/// (Hermes, Codex) goes on writing while it runs, and the copy holds exactly the
+/// transactions committed when it began, never a torn page; a writer of a rollback-journal
+/// database makes it wait (10 s at most). The sidecars our connection may create (`-wal`,
+/// `-shm`) are given the database's owner, so its own software can still open it.
+pub fn snapshot(from: &Path, to: &Path) -> Result<()> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(from)
+        .with_context(|| format!("cannot read {}", from.display()))?;
+    let before: Vec<bool> = SIDECARS[..2]
+        .iter()
+        .map(|s| sidecar(from, s).exists())
+        .collect();
+    let copied = (|| -> Result<()> {
+        let src = Connection::open_with_flags(
+            from,
+            OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+        )
+        .with_context(|| format!("cannot open {}", from.display()))?;
+        src.busy_timeout(Duration::from_secs(10))?;
+        let mut dst =
+            Connection::open(to).with_context(|| format!("cannot create {}", to.display()))?;
+        let backup = rusqlite::backup::Backup::new(&src, &mut dst)?;
+        let started = std::time::Instant::now();
+        loop {
+            match backup.step(-1)? {
+                rusqlite::backup::StepResult::Done => return Ok(()),
+                _ if started.elapsed() > Duration::from_secs(10) => {
+                    bail!("{} stayed locked by a writer for 10 s", from.display())
+                }
+                _ => std::thread::sleep(Duration::from_millis(50)),
+            }
+        }
+    })()
+    .with_context(|| format!("cannot copy the database {}", from.display()));
+    for (suffix, existed) in SIDECARS[..2].iter().zip(before) {
+        let side = sidecar(from, suffix);
+        if !existed && std::fs::symlink_metadata(&side).is_ok() {
+            let _ = std::os::unix::fs::lchown(&side, Some(owner.uid()), Some(owner.gid()));
+        }
+    }
+    copied
 }

@@ -24,7 +24,7 @@ use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
 use box_proto::archive::naming::newest_backup;
 use box_proto::archive::validate::Report;
-use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, SQLITE_DAMAGED_LINE};
+use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, SQLITE_CHECK_KEY};
 use secrecy::SecretString;
 
 use super::Context;
@@ -266,31 +266,20 @@ impl<'a> SaveRun<'a> {
         Ok(())
     }
 
-    /// Leftovers of a killed run swept (we hold the box lock), then `hb quiesce`: writers
-    /// stopped durably, SQLite checkpointed; a damaged database is said, not fatal.
+    /// Leftovers of a killed run swept (we hold the box lock), then `hb quiesce`: Executor
+    /// paused durably. The agents go on; the export copies their live databases.
     pub(super) fn quiesce(&mut self) -> Result<()> {
         let name = self.record.name.clone();
         self.checkpoint()?;
         host_dir::sweep_stale(&self.ctx.state);
         guest_dir::sweep_stale(&mut self.guest())?;
 
-        ui::say(format!("Quiescing Hermes and Executor inside '{name}'"));
+        ui::say(format!(
+            "Pausing Executor inside '{name}' (the agents and their chats go on)"
+        ));
         // Before the call: a pause can take effect and still report failure.
         self.paused = true;
-        let quiesced = self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
-        // A damaged database is saved as it is (a backup of a damaged box beats none),
-        // and said: its restore will stop at the integrity check.
-        for line in quiesced.stdout.lines() {
-            if let Some(what) = line.strip_prefix(SQLITE_DAMAGED_LINE) {
-                let (db, why) = what.split_once(": ").unwrap_or((what, "damaged"));
-                let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
-                ui::warn(format!(
-                    "box '{name}': the database {} fails SQLite's integrity check ({}); it is saved as it is, and `box load` of this backup will stop at it (`box extract` still takes the files out)",
-                    shown(db),
-                    shown(why)
-                ));
-            }
-        }
+        self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
         self.checkpoint()
     }
 
@@ -576,6 +565,7 @@ impl<'a> SaveRun<'a> {
         };
         self.transcript
             .line(&format!("{} members", sealed.report.members));
+        warn_damaged_databases(&name, &sealed.report);
 
         let before_resume = started.elapsed();
         self.resume();
@@ -645,6 +635,34 @@ impl<'a> SaveRun<'a> {
         };
         self.transcript.line(&format!("failed: {e:#}"));
         code
+    }
+}
+
+/// A damaged database is saved as it is (a backup of a damaged box beats none), and said,
+/// from what the backup's own manifest records of the check (`sqlite_check`).
+fn warn_damaged_databases(name: &BoxName, report: &Report) {
+    let manifest = report
+        .manifest
+        .as_deref()
+        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok());
+    let Some(damaged) = manifest
+        .as_ref()
+        .and_then(|m| m.get(SQLITE_CHECK_KEY))
+        .and_then(|v| v.strip_prefix("damaged "))
+    else {
+        return;
+    };
+    let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
+    for db in damaged.split(" (").next().unwrap_or("").split_whitespace() {
+        let then = if db.contains("/.codex/") {
+            "a restore keeps it as it is"
+        } else {
+            "`box load` of this backup will stop at it (`box extract` still takes the files out)"
+        };
+        ui::warn(format!(
+            "box '{name}': the database {} fails SQLite's check; it is saved as it is, and {then}",
+            shown(db)
+        ));
     }
 }
 

@@ -31,6 +31,7 @@ use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
 use super::incremental::{Snapshot, Stamp};
+use super::live_db::{Archive, LiveDatabases};
 use super::parts::{Announce, PartWriter};
 use super::sparse;
 
@@ -92,6 +93,8 @@ enum Payload<'a> {
     None,
     /// Exactly the header's size, read from a file (zeros if it shrank meanwhile).
     Data(&'a mut dyn Read),
+    /// A regular file's data of this size, whatever the metadata says (a database's copy).
+    Sized(&'a mut dyn Read, u64),
     /// An old GNU sparse member: its map and the runs of data.
     Sparse(&'a mut dyn Read, &'a [(u64, u64)]),
     /// A directory's dumpdir (its member is type `D`).
@@ -126,6 +129,9 @@ enum What {
     /// A regular file, opened when the directory was scanned (`None`: past the budget of
     /// open files, opened when written).
     File(Option<File>),
+    /// A database of the box's software: the consistent copy made before the walk, under
+    /// the database's own name and metadata.
+    LiveCopy(File),
     /// Kept from the parent (`N`): nothing is written.
     Kept,
 }
@@ -213,6 +219,8 @@ struct Walker<W: Write> {
     out_id: Option<(u64, u64)>,
     /// How many files one directory's scan may hold open ([`open_budget`]).
     open_budget: usize,
+    /// The box's databases, archived as consistent copies ([`LiveDatabases`]).
+    live: LiveDatabases,
     /// One buffer for every member's data (see [`Walker::append_data`]).
     copy_buf: Vec<u8>,
     chain: Option<Chain>,
@@ -283,6 +291,7 @@ impl<W: Write> Walker<W> {
         h.set_mtime(meta.mtime().max(0) as u64);
         let size = match payload {
             Payload::Dumpdir(d) => d.len() as u64,
+            Payload::Sized(_, len) => len,
             _ if kind == tar::EntryType::Regular => meta.len(),
             _ => 0,
         };
@@ -329,7 +338,7 @@ impl<W: Write> Walker<W> {
                 // The payload is exact by construction (extension blocks, padded runs).
                 self.append_data(&h, reader)?;
             }
-            Payload::Data(reader) => {
+            Payload::Data(reader) | Payload::Sized(reader, _) => {
                 // Exactly `size` bytes even if the file changed while we read it.
                 let mut exact = reader.take(size).chain(io::repeat(0)).take(size);
                 self.append_data(&h, &mut exact)?;
@@ -425,6 +434,31 @@ impl<W: Write> Walker<W> {
                 return Ok(Look::Gone);
             }
             return Ok(Look::Entry(Box::new((meta, Code::Directory, What::Dir))));
+        }
+        if ft.is_file() {
+            if let Some(db) = self.live.get(path) {
+                // Its stamps were taken before its copy (the snapshot has them).
+                return Ok(match &db.archive {
+                    Archive::Kept => Look::Entry(Box::new((meta, Code::Unchanged, What::Kept))),
+                    Archive::Copy(copy) => {
+                        let file = File::open(copy)
+                            .with_context(|| format!("cannot read {}", copy.display()))?;
+                        Look::Entry(Box::new((meta, Code::Included, What::LiveCopy(file))))
+                    }
+                    // A damaged one as it is, the way every file goes.
+                    Archive::AsIs => match open_regular(path)
+                        .with_context(|| format!("cannot read {}", path.display()))?
+                    {
+                        Some((file, meta)) => {
+                            Look::Entry(Box::new((meta, Code::Included, What::File(Some(file)))))
+                        }
+                        None => Look::Changed,
+                    },
+                });
+            }
+            if self.live.is_sidecar(path) {
+                return Ok(Look::Gone);
+            }
         }
         if !(ft.is_file() || ft.is_symlink()) {
             let what = if ft.is_socket() {
@@ -637,6 +671,17 @@ impl<W: Write> Walker<W> {
                     }
                 }
             }
+            What::LiveCopy(file) => {
+                let len = file.metadata()?.len();
+                let mut file = file;
+                self.append(
+                    &member,
+                    &meta,
+                    tar::EntryType::Regular,
+                    None,
+                    Payload::Sized(&mut file, len),
+                )
+            }
             What::Dir | What::Kept => Ok(()),
         };
         appended.with_context(|| format!("cannot archive {shown}"))
@@ -683,10 +728,13 @@ enum Look {
 /// position, and the digest of the backup it builds on): how a restore finds the parent,
 /// inside the encrypted file. An export outside a chain (`None`) takes the keys out: a
 /// manifest that still named the last chain's parent would make this backup claim it too.
+/// With it, what the check of the databases' copies found (`sqlite_check`).
 /// The manifest keeps its owner. (The agent can write this file: box compares what the
 /// published backup says with the parent it asked for.)
-fn record_chain(root: &Path, chain: Option<&ChainOptions>) -> Result<()> {
-    use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, RuntimeManifest};
+fn record_manifest(root: &Path, chain: Option<&ChainOptions>, sqlite_check: &str) -> Result<()> {
+    use box_proto::manifest::{
+        CHAIN_LINK_KEY, CHAIN_PARENT_KEY, RuntimeManifest, SQLITE_CHECK_KEY,
+    };
     let path = crate::paths::Paths::new(root).manifest();
     let (mut manifest, owner) = match fs::read_to_string(&path) {
         Ok(text) => {
@@ -699,6 +747,7 @@ fn record_chain(root: &Path, chain: Option<&ChainOptions>) -> Result<()> {
                 .with_context(|| format!("cannot add the chain to {}", path.display()))?;
             (manifest, Some(owner))
         }
+        // Outside a chain, a tree without a manifest gets none (a box always has one).
         Err(e) if e.kind() == io::ErrorKind::NotFound && chain.is_none() => return Ok(()),
         Err(e) if e.kind() == io::ErrorKind::NotFound => (RuntimeManifest::new(), None),
         Err(e) => return Err(e).with_context(|| format!("cannot read {}", path.display())),
@@ -713,12 +762,11 @@ fn record_chain(root: &Path, chain: Option<&ChainOptions>) -> Result<()> {
             manifest.set(CHAIN_PARENT_KEY, &parent);
         }
         None => {
-            let had = manifest.remove(CHAIN_LINK_KEY) | manifest.remove(CHAIN_PARENT_KEY);
-            if !had {
-                return Ok(());
-            }
+            manifest.remove(CHAIN_LINK_KEY);
+            manifest.remove(CHAIN_PARENT_KEY);
         }
     }
+    manifest.set(SQLITE_CHECK_KEY, sqlite_check);
     if let Some(dir) = path.parent() {
         fs::create_dir_all(dir).with_context(|| format!("cannot create {}", dir.display()))?;
     }
@@ -734,7 +782,7 @@ pub fn export(opts: &ExportOptions, warn: Box<dyn FnMut(&str)>) -> Result<Export
 /// [`export`], announcing each finished part to a reader as [`Announce`] says.
 pub fn export_announcing(
     opts: &ExportOptions,
-    warn: Box<dyn FnMut(&str)>,
+    mut warn: Box<dyn FnMut(&str)>,
     announce: Option<Announce>,
 ) -> Result<ExportSummary> {
     let root_meta = fs::metadata(&opts.root)
@@ -742,12 +790,21 @@ pub fn export_announcing(
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
     }
-    record_chain(&opts.root, opts.chain.as_ref())?;
     let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
     if let Some(announce) = announce {
         parts = parts.announcing(announce);
     }
     let out_id = fs::metadata(&opts.out).ok().map(|m| (m.dev(), m.ino()));
+    // The live databases first: their copies are what the walk archives, and what they
+    // say goes into the manifest the walk archives too.
+    let parent = opts.chain.as_ref().and_then(|c| c.parent.as_ref());
+    let live = LiveDatabases::prepare(&opts.root, &opts.out, parent)?;
+    for (db, why) in &live.damaged {
+        warn(&format!(
+            "the database {db} fails SQLite's quick_check ({why}); it is saved as it is"
+        ));
+    }
+    record_manifest(&opts.root, opts.chain.as_ref(), &live.verdict())?;
     let mut encoder =
         zstd::stream::write::Encoder::new(parts, opts.level).context("cannot start zstd")?;
     encoder
@@ -782,13 +839,15 @@ pub fn export_announcing(
             next: Snapshot {
                 backup: None,
                 link: c.parent.as_ref().map_or(0, |p| p.link + 1),
-                entries: HashMap::new(),
+                entries: live.stamps.iter().cloned().collect(),
             },
             parent: c.parent.clone(),
             unchanged: 0,
         }),
+        live,
     };
     walker.walk_dir(&opts.root, b"", b"./", &root_meta)?;
+    let _ = fs::remove_dir_all(opts.out.join("live-db"));
     let encoder = walker
         .builder
         .into_inner()

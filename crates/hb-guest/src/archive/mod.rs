@@ -5,5 +5,6 @@
 pub mod export;
 pub mod import;
 pub mod incremental;
+pub mod live_db;
 pub mod parts;
 pub mod sparse;

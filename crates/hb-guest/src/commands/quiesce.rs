@@ -1,28 +1,29 @@
 //! `hb quiesce`: what `box save`/`load` call before touching /data. Pauses Executor
-//! durably and stops Hermes writers, waits until Executor's port is closed, checkpoints
-//! the SQLite databases so each `.db` alone holds every committed row, and writes the
-//! runtime manifest. What it changed is recorded, so `hb resume` undoes only that.
+//! durably, waits until its port is closed, and writes the runtime manifest. What it
+//! changed is recorded, so `hb resume` undoes only that.
+//!
+//! Nothing else stops: the agents (a Hermes chat in `box enter`, a Codex run) go on
+//! through a save, and `hb export` archives consistent copies of their live databases
+//! ([`crate::archive::live_db`]). (hb before that stopped every Hermes process; a record
+//! it wrote still names the gateways `hb resume` starts again.)
 
 use std::process::ExitCode;
-use std::time::{Duration, Instant};
 
-use anyhow::{Context as _, Result, bail};
-use nix::sys::signal::{Signal, kill};
-use nix::unistd::Pid;
+use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
 use super::Context;
 use crate::fsutil::{read_optional, write_private};
 use crate::paths::Paths;
-use crate::{account, config, pause, procs, sqlite};
-use box_proto::manifest::{SQLITE_CHECK_KEY, SQLITE_DAMAGED_LINE};
+use crate::{account, config, pause};
 
 /// What a quiesce changed.
 #[derive(Debug, Default, Serialize, Deserialize)]
 pub struct Record {
     /// The pause marker did not exist before: resume removes it.
     pub created_marker: bool,
-    /// argv of Hermes gateways that were running: resume starts them again.
+    /// argv of Hermes gateways an older hb stopped: resume starts them again.
+    #[serde(default)]
     pub stopped_gateways: Vec<Vec<String>>,
 }
 
@@ -38,39 +39,6 @@ impl Record {
             }),
         }
     }
-}
-
-/// Stops every Hermes process of the agent (SIGTERM, then SIGKILL after 10 s); returns
-/// the gateways' argv.
-fn stop_hermes(agent_uid: Option<u32>) -> Result<Vec<Vec<String>>> {
-    let me = std::process::id();
-    let victims: Vec<procs::Proc> = procs::all()
-        .into_iter()
-        .filter(|p| p.pid != me && procs::is_hermes(p))
-        .filter(|p| agent_uid.is_none() || p.uid == agent_uid)
-        .collect();
-    let gateways = victims
-        .iter()
-        .filter(|p| procs::is_hermes_gateway(p))
-        .map(|p| p.argv.clone())
-        .collect();
-    for p in &victims {
-        println!("hermes: stopping pid {} ({})", p.pid, p.argv.join(" "));
-        let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGTERM);
-    }
-    let start = Instant::now();
-    let alive = |p: &procs::Proc| crate::workload::state::pid_alive(p.pid);
-    while victims.iter().any(alive) && start.elapsed() < Duration::from_secs(10) {
-        std::thread::sleep(Duration::from_millis(100));
-    }
-    for p in victims.iter().filter(|p| alive(p)) {
-        let _ = kill(Pid::from_raw(p.pid as i32), Signal::SIGKILL);
-    }
-    std::thread::sleep(Duration::from_millis(100));
-    if let Some(p) = victims.iter().find(|p| alive(p)) {
-        bail!("Hermes process {} did not stop; stop it and retry", p.pid);
-    }
-    Ok(gateways)
 }
 
 pub fn run(ctx: &Context) -> Result<ExitCode> {
@@ -97,70 +65,12 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     save(&record)?;
     println!("executor: paused (durable)");
 
-    let gateways = stop_hermes(agent.as_ref().map(|a| a.uid.as_raw()))?;
-    for g in gateways {
-        if !record.stopped_gateways.contains(&g) {
-            record.stopped_gateways.push(g);
-        }
-    }
-    save(&record)?;
-
     pause::wait_stopped(cfg.executor_port)?;
     println!("executor: port {} closed", cfg.executor_port);
 
-    let damaged = check_databases(&paths)?;
-    let verdict = if damaged.is_empty() {
-        "ok".to_string()
-    } else {
-        format!("damaged {}", damaged.join(" "))
-    };
-    let written = super::write_manifest::build(&paths, &cfg).and_then(|mut m| {
-        m.set(SQLITE_CHECK_KEY, &verdict);
-        write_private(&paths.manifest(), m.render().as_bytes(), 0o600, owner)
-    });
-    if let Err(e) = written {
+    if let Err(e) = super::write_manifest::write(&paths, &cfg, owner) {
         eprintln!("hb: warning: runtime manifest not written: {e:#}");
     }
-    println!("quiesced: Executor and Hermes writers stopped, databases checkpointed");
+    println!("quiesced: Executor paused; agents and their databases go on (exports copy them)");
     Ok(ExitCode::SUCCESS)
-}
-
-/// Checkpoints the databases whose writers were stopped, then checks every database the
-/// box's software keeps. A damaged one is a warning (the save goes on: a backup of a
-/// damaged box beats none); a checkpoint a writer still blocks is an error. Returns the
-/// damaged ones, relative to the data root.
-fn check_databases(paths: &Paths) -> Result<Vec<String>> {
-    let mut damaged = Vec::new();
-    let shown = |db: &std::path::Path| {
-        db.strip_prefix(&paths.data)
-            .unwrap_or(db)
-            .display()
-            .to_string()
-    };
-    let quiesced = sqlite::quiesced_databases(paths);
-    for db in sqlite::databases(paths) {
-        if quiesced.contains(&db) {
-            match sqlite::checkpoint(&db) {
-                Ok(c) => println!(
-                    "sqlite: {} checkpointed ({} WAL frames)",
-                    c.path.display(),
-                    c.wal_frames
-                ),
-                Err(e) if sqlite::is_damage(&e) => {}
-                Err(e) => return Err(e),
-            }
-        }
-        match sqlite::integrity_check(&db) {
-            Ok(()) => println!("sqlite: {} integrity_check ok", db.display()),
-            Err(why) => {
-                println!("{SQLITE_DAMAGED_LINE}{}: {why}", shown(&db));
-                eprintln!(
-                    "hb: warning: {} failed SQLite's integrity check ({why}); it is saved as it is",
-                    db.display()
-                );
-                damaged.push(shown(&db));
-            }
-        }
-    }
-    Ok(damaged)
 }
