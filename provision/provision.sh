@@ -109,7 +109,7 @@ NODE_MAJOR=22
 CLAUDE_CODE_VERSION=latest
 CODEX_VERSION=latest
 EXECUTOR_VERSION=latest
-HERMES_INSTALL_ARGS=--skip-browser
+HERMES_INSTALL_ARGS="--skip-browser --skip-computer-use"
 
 read_config() {
   [ -r "$CONFIG" ] || { say "no $CONFIG; using defaults"; return 0; }

@@ -443,3 +443,58 @@ fn hermes_step_installs_from_pypi_when_the_installer_is_unreachable() {
         "{second}"
     );
 }
+
+/// The official installer gets the original recipe's headless flags (no browser, no
+/// computer-use driver) whether the box's config is the shipped box.env or missing, then
+/// provision.sh's own protected flags. The "installer" is a script served from a file://
+/// URL that records its arguments: the real one needs the network.
+#[test]
+fn hermes_installer_gets_the_recipe_flags_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let installer = dir.path().join("install.sh");
+    let args_file = dir.path().join("args");
+    std::fs::write(
+        &installer,
+        format!("printf '%s\\n' \"$*\" > '{}'\n", args_file.display()),
+    )
+    .unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../box.env");
+    for config in [shipped, dir.path().join("no-such-box.env")] {
+        let _ = std::fs::remove_file(&args_file);
+        let prefix = dir.path().join("prefix");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let out = Command::new("bash")
+            .arg(provision_dir().join("provision.sh"))
+            .env_clear()
+            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+            .env("HOME", dir.path())
+            .env("HB_CONFIG", &config)
+            .env("HB_DATA", dir.path().join("data"))
+            .env("HB_TOOL_PREFIX", &prefix)
+            .env("PROVISION_STEPS", "config hermes")
+            .env(
+                "HERMES_INSTALLER_URL",
+                format!("file://{}", installer.display()),
+            )
+            .output()
+            .unwrap();
+        let text = format!(
+            "{}{}",
+            String::from_utf8_lossy(&out.stdout),
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(out.status.success(), "provision.sh failed:\n{text}");
+        assert!(
+            text.contains("hermes from the official installer"),
+            "{}:\n{text}",
+            config.display()
+        );
+        let args = std::fs::read_to_string(&args_file).unwrap();
+        assert_eq!(
+            args.trim(),
+            "--skip-browser --skip-computer-use --skip-setup --non-interactive",
+            "with {}",
+            config.display()
+        );
+    }
+}
