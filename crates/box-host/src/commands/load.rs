@@ -310,8 +310,7 @@ impl LoadRun<'_> {
         }
         self.checkpoint()?;
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
-        self.guest()
-            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.guest().write_manifest()?;
         self.checkpoint()?;
 
         ui::say(format!("Starting the restored services in '{name}'"));

@@ -333,8 +333,7 @@ impl<'a> SaveRun<'a> {
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         self.quiesce()?;
-        self.guest()
-            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.guest().write_manifest()?;
         self.checkpoint()?;
 
         ui::say(format!(

@@ -88,4 +88,21 @@ impl Guest<'_> {
             cancellable,
         )
     }
+
+    /// `hb write-manifest` with this `box`'s version and the version of the smolvm that
+    /// runs the box: the manifest a backup carries names what made it.
+    pub fn write_manifest(&mut self) -> Result<Output> {
+        let smolvm = self.smolvm.version()?.to_string();
+        self.hb(
+            &[
+                "write-manifest",
+                "--box-version",
+                crate::version::LONG,
+                "--smolvm-version",
+                &smolvm,
+            ],
+            timeouts::SHORT,
+            true,
+        )
+    }
 }
