@@ -8,6 +8,8 @@ const AFTER_HELP: &str = "\
 Examples:
   box new alpha                 create and provision a box
   box enter alpha               attach its tmux session as 'agent'
+  box exec alpha -- make test   run one command in it (stdio and exit code passed through)
+  box logs alpha executor -f    follow a service's log
   box save alpha                encrypted, verified backup into backups/
   box load backups/alpha-20261129-120000.tar.zst.gpg beta
   box clone alpha beta          branch alpha's /data into a new box
@@ -78,6 +80,29 @@ pub enum Command {
         after_long_help = "Example:\n  box enter alpha"
     )]
     Enter(NameArg),
+
+    /// Run a command in a running box as 'agent' (or root), its stdio and exit code as box's
+    #[command(
+        after_long_help = "Examples:\n  box exec alpha -- git -C workspace/proj status\n  \
+        box exec alpha -- sh -c 'cd workspace && make test'\n  \
+        tar c proj | box exec alpha -- tar x -C workspace\n  \
+        box exec alpha --root -- apt-get install -y ripgrep\n\n\
+        The command runs in the account's login environment, as box enter has it (PATH, the\n\
+        box's proxy and CA settings; agent starts in ~/workspace); its words are passed as they\n\
+        are, never re-read by a shell. stdin, stdout and stderr are box's own, and box exits with the command's\n\
+        exit code (smolvm's own failures also exit 1, with its message on stderr). A terminal\n\
+        (a pty) only when stdin and stdout both are one, so pipes get raw bytes.\n\
+        The box must be running (box start NAME)."
+    )]
+    Exec(ExecArgs),
+
+    /// Show a service's log (executor, workload, provision, hermes); -f follows it
+    #[command(
+        after_long_help = "Examples:\n  box logs alpha executor\n  box logs alpha executor -f -n 50\n  box logs alpha provision -n 1000\n\n\
+        The logs live in the box under /data/logs (hb logs reads them there). -f keeps printing\n\
+        as the log grows, across rotations, until Ctrl-C. The box must be running."
+    )]
+    Logs(LogsArgs),
 
     /// List boxes with their state and Executor web port
     #[command(
@@ -253,6 +278,37 @@ pub struct BaseRmArgs {
 pub struct NameArg {
     /// Box name: lowercase letters, digits and '-', 1-63 characters
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Box name
+    pub name: String,
+    /// Run as root instead of 'agent'
+    #[arg(long)]
+    pub root: bool,
+    /// The command and its arguments (after `--`, so its own options stay its own)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Box name
+    pub name: String,
+    /// Service: executor, workload, provision or hermes
+    pub service: String,
+    /// Keep printing as the log grows (until Ctrl-C)
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Lines of the end of the log to show first
+    #[arg(short = 'n', long, default_value_t = 200, value_name = "N")]
+    pub lines: usize,
 }
 
 #[derive(Debug, Args)]
@@ -455,6 +511,11 @@ mod tests {
             &["box", "extract", "f.gpg", "/tmp/d"],
             &["box", "rm", "alpha"],
             &["box", "rm", "alpha", "--force"],
+            &["box", "exec", "alpha", "--", "ls", "-la"],
+            &["box", "exec", "alpha", "--root", "--", "id", "-u"],
+            &["box", "exec", "alpha", "git", "--version"],
+            &["box", "logs", "alpha", "executor"],
+            &["box", "logs", "alpha", "executor", "-f", "-n", "5"],
             &["box", "completions", "zsh"],
             &["box", "man"],
             &["box", "-vv", "--config", "/x/box.env", "ls"],
@@ -470,9 +531,27 @@ mod tests {
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],
             &["box", "open", "alpha", "--print-url", "--stop"],
+            &["box", "exec", "alpha"],
+            &["box", "exec", "alpha", "--"],
+            &["box", "logs", "alpha"],
+            &["box", "logs", "alpha", "executor", "-n", "many"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(*argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn exec_keeps_the_commands_own_options() {
+        let cli =
+            Cli::try_parse_from(["box", "exec", "alpha", "--", "ls", "--root", "-q"]).unwrap();
+        match cli.command {
+            Command::Exec(args) => {
+                assert!(!args.root);
+                assert!(!cli.quiet);
+                assert_eq!(args.command, ["ls", "--root", "-q"]);
+            }
+            other => panic!("{other:?}"),
         }
     }
 
