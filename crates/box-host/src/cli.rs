@@ -30,7 +30,8 @@ Environment:
   BOX_REMOTE_SMOLVM    smolvm on the remote host (default: smolvm)
   BOX_SSH_COMMAND      the ssh command, as GIT_SSH_COMMAND (e.g. ssh -F ./ssh_config)
   BOX_SMOLVM_TIMEOUT   cap, in seconds, on every smolvm call's deadline
-  BOX_LOG              log filter, e.g. box_host=debug";
+  BOX_LOG              log filter, e.g. box_host=debug
+  BOX_NO_PROGRESS      set: no progress display (as --progress=none) unless --progress says";
 
 /// Isolated smolvm VMs for coding agents, with encrypted, verified backups.
 #[derive(Debug, Parser)]
@@ -50,6 +51,17 @@ pub struct Cli {
     /// Only errors and results; no progress
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Progress of long work (save, load, clone, extract, base build) on stderr: auto is a
+    /// bar on a terminal, else a plain line every 10 s; json is one object a line
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORM",
+        value_enum,
+        conflicts_with = "quiet"
+    )]
+    pub progress: Option<crate::ui::progress::Choice>,
 
     /// Config file in box.env form (default: $BOX_CONFIG, then the user config dir)
     #[arg(long, global = true, value_name = "FILE")]
@@ -229,6 +241,35 @@ pub enum Command {
     /// Internal: run a box's UI gateway (started by box open)
     #[command(name = "__gateway", hide = true)]
     Gateway(NameArg),
+}
+
+impl Command {
+    /// The verb as the user typed it, for progress lines (`box save: …`).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Command::New(_) => "new",
+            Command::Enter(_) => "enter",
+            Command::Exec(_) => "exec",
+            Command::Logs(_) => "logs",
+            Command::Ls(_) => "ls",
+            Command::Open(_) => "open",
+            Command::Doctor(_) => "doctor",
+            Command::Repair(_) => "repair",
+            Command::Stop(_) => "stop",
+            Command::Start(_) => "start",
+            Command::Save(_) => "save",
+            Command::Load(_) => "load",
+            Command::Clone(_) => "clone",
+            Command::Extract(_) => "extract",
+            Command::Backups(_) => "backups",
+            Command::Rm(_) => "rm",
+            Command::Base(BaseCmd::Build(_)) => "base build",
+            Command::Base(_) => "base",
+            Command::Completions(_) => "completions",
+            Command::Man => "man",
+            Command::Gateway(_) => "gateway",
+        }
+    }
 }
 
 #[derive(Debug, Args)]
@@ -520,6 +561,9 @@ mod tests {
             &["box", "man"],
             &["box", "-vv", "--config", "/x/box.env", "ls"],
             &["box", "ls", "-q"],
+            &["box", "save", "alpha", "--progress", "json"],
+            &["box", "--progress=plain", "load", "f.gpg"],
+            &["box", "extract", "f.gpg", "--progress=none"],
         ];
         for argv in ok {
             Cli::try_parse_from(*argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
@@ -531,6 +575,8 @@ mod tests {
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],
             &["box", "open", "alpha", "--print-url", "--stop"],
+            &["box", "save", "alpha", "--progress", "bogus"],
+            &["box", "save", "alpha", "-q", "--progress", "json"],
             &["box", "exec", "alpha"],
             &["box", "exec", "alpha", "--"],
             &["box", "logs", "alpha"],

@@ -68,6 +68,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     ui::set_quiet(cli.quiet);
+    ui::progress::configure(
+        cli.progress,
+        cli.quiet,
+        &format!("box {}", cli.command.verb()),
+    );
     init_logging(cli.verbose, cli.quiet);
     match run(cli) {
         Ok(code) => code,

@@ -6,6 +6,10 @@
 //!   default and root with `--root`, a pty only on a terminal; a stopped or unknown box
 //!   and a missing command are clear errors;
 //! * `box logs`: a service's log, `-n`, and `-f` following it as it grows;
+//! * progress: `--progress=json` of a real save and load parsed as a wrapper would, plain
+//!   lines without a terminal (`BOX_TEST_PROGRESS_INTERVAL_MS`, a test hook, shortens their
+//!   10 s), nothing with `-q`;
+//! * the runtime manifest in a backup names the `box`, `hb` and smolvm that made it.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -189,9 +193,83 @@ fn exec_and_logs_on_a_running_box() {
     }
 }
 
-/// The backup a save writes names the `box`, `hb` and smolvm that made it.
+/// One `--progress=json` line as a wrapper reads it.
+#[derive(Debug)]
+struct ProgressLine {
+    verb: String,
+    phase: String,
+    done: u64,
+    total: Option<u64>,
+    eta: Option<u64>,
+    finished: bool,
+}
+
+/// Every JSON line of `stderr`, each checked for the documented fields and types; the other
+/// lines (box's warnings) are not JSON and are left alone.
+fn progress_lines(stderr: &str) -> Vec<ProgressLine> {
+    stderr
+        .lines()
+        .filter(|l| l.starts_with('{'))
+        .map(|l| {
+            let v: serde_json::Value =
+                serde_json::from_str(l).unwrap_or_else(|e| panic!("not JSON ({e}): {l}"));
+            assert_eq!(v["type"], "progress", "{l}");
+            assert!(v["rate_bps"].is_u64(), "{l}");
+            assert!(v["elapsed_s"].is_number(), "{l}");
+            let opt = |k: &str| {
+                assert!(v[k].is_u64() || v[k].is_null(), "{k} in {l}");
+                v[k].as_u64()
+            };
+            ProgressLine {
+                verb: v["verb"].as_str().unwrap().to_string(),
+                phase: v["phase"].as_str().unwrap().to_string(),
+                done: v["bytes_done"].as_u64().unwrap(),
+                total: opt("bytes_total"),
+                eta: opt("eta_s"),
+                finished: v["finished"].as_bool().unwrap(),
+            }
+        })
+        .collect()
+}
+
+/// Per phase, in order of first appearance: its byte counts never go back, it ends with
+/// exactly one `finished` line (its last) whose total is what was done. Returns each
+/// phase's name and bytes done, in order.
+fn phases_in_order(lines: &[ProgressLine], verb: &str) -> Vec<(String, u64)> {
+    let mut out: Vec<(String, u64)> = Vec::new();
+    let mut open: Vec<(String, u64)> = Vec::new();
+    for l in lines {
+        assert_eq!(l.verb, verb, "{l:?}");
+        if let Some(t) = l.total {
+            assert!(l.done <= t, "more done than total: {l:?}");
+        }
+        let at = open.iter().position(|(p, _)| *p == l.phase);
+        match (at, l.finished) {
+            (Some(i), false) => {
+                assert!(l.done >= open[i].1, "went back: {l:?}");
+                open[i].1 = l.done;
+            }
+            (Some(i), true) => {
+                assert!(l.done >= open[i].1, "went back: {l:?}");
+                assert_eq!(l.total, Some(l.done), "{l:?}");
+                assert_eq!(l.eta, Some(0), "{l:?}");
+                open.remove(i);
+                out.push((l.phase.clone(), l.done));
+            }
+            (None, false) => open.push((l.phase.clone(), l.done)),
+            (None, true) => panic!("finished without a start: {l:?}"),
+        }
+    }
+    assert!(open.is_empty(), "phases never finished: {open:?}");
+    out
+}
+
+/// What the user sees of long work: `--progress=json` through a real `box save` and `box
+/// load`, parsed as a wrapper would; plain lines every interval without a terminal (the
+/// interval shortened through the named test hook); nothing with `-q`. And the backup a
+/// save writes names the `box`, `hb` and smolvm that made it.
 #[test]
-fn a_backup_names_the_box_hb_and_smolvm_that_made_it() {
+fn progress_of_save_load_and_extract_and_who_made_the_backup() {
     if !prerequisites() {
         return;
     }
@@ -199,18 +277,81 @@ fn a_backup_names_the_box_hb_and_smolvm_that_made_it() {
     let w = World::new();
     let new = w.run(&["new", "alpha"], &[]);
     assert!(new.ok(), "box new alpha: {}", new.all());
-    let backup = w.save_alpha("Saved and verified");
-
-    let extracted = w.dir.path().join("extracted");
-    let ex = w.run(
-        &[
-            "extract",
-            backup.to_str().unwrap(),
-            extracted.to_str().unwrap(),
-        ],
-        &[],
+    // Incompressible data, so the phases take long enough for several lines.
+    w.sh(
+        "alpha",
+        "head -c 24000000 /dev/urandom > /data/home/agent/workspace/blob && chown agent:agent /data/home/agent/workspace/blob",
     );
+    let hook = ("BOX_TEST_PROGRESS_INTERVAL_MS", "20");
+
+    let save = w.run(&["save", "alpha", "--progress=json"], &[hook]);
+    assert!(save.ok(), "box save: {save}");
+    assert!(!save.stdout.contains('{'), "JSON on stdout: {save}");
+    let backup = w.backups_published().pop().expect("a backup");
+    let size = std::fs::metadata(&backup).unwrap().len();
+    let lines = progress_lines(&save.stderr);
+    assert!(lines.len() > 3, "{save}");
+    let phases = phases_in_order(&lines, "box save");
+    let encrypted = phases
+        .iter()
+        .find(|(p, _)| p == "encrypting")
+        .unwrap_or_else(|| panic!("no encrypting phase: {phases:?}"))
+        .1;
+    // Everything encrypted is in the file, with OpenPGP's few framing bytes around it.
+    assert!(
+        encrypted > 24_000_000 && encrypted <= size && size - encrypted < 64 << 10,
+        "encrypted {encrypted} of a {size}-byte backup"
+    );
+    // A streamed export has no total: bytes and rate, no ETA until it finished.
+    assert!(
+        lines
+            .iter()
+            .filter(|l| l.phase == "encrypting" && !l.finished)
+            .all(|l| l.total.is_none() && l.eta.is_none()),
+        "{save}"
+    );
+
+    // No terminal and no --progress: a plain line every interval, then one when done.
+    let file = backup.to_str().unwrap();
+    let extracted = w.dir.path().join("extracted");
+    let mut cmd = w.command(&["extract", file, extracted.to_str().unwrap()], &[hook]);
+    cmd.env_remove("BOX_NO_PROGRESS");
+    let ex = save_load_support::Run::from(&cmd.output().unwrap());
     assert!(ex.ok(), "box extract: {ex}");
+    let plain: Vec<&str> = ex
+        .stderr
+        .lines()
+        .filter(|l| l.starts_with("box extract: "))
+        .collect();
+    assert!(
+        plain
+            .iter()
+            .any(|l| l.starts_with("box extract: decrypting ")
+                && l.contains(" / ")
+                && l.contains("/s")),
+        "no periodic line: {ex}"
+    );
+    assert!(
+        plain
+            .iter()
+            .any(|l| l.starts_with("box extract: extracting done: ")),
+        "no closing line: {ex}"
+    );
+    assert!(
+        !ex.stderr.contains('\r') && !ex.stderr.contains('\u{1b}'),
+        "{ex}"
+    );
+    // -q: none of it; -q with --progress is a usage error.
+    let quiet = w.dir.path().join("quiet");
+    let mut cmd = w.command(&["extract", "-q", file, quiet.to_str().unwrap()], &[hook]);
+    cmd.env_remove("BOX_NO_PROGRESS");
+    let q = save_load_support::Run::from(&cmd.output().unwrap());
+    assert!(q.ok(), "{q}");
+    assert!(q.stderr.is_empty(), "-q printed: {q}");
+    let both = w.run(&["extract", "-q", "--progress=json", file], &[]);
+    assert_eq!(both.code, Some(2), "{both}");
+
+    // The manifest inside names what made the backup.
     let text =
         std::fs::read_to_string(extracted.join("home/agent/.config/hermes-box/runtime-manifest"))
             .unwrap();
@@ -237,4 +378,32 @@ fn a_backup_names_the_box_hb_and_smolvm_that_made_it() {
         smolvm_version.split_whitespace().last(),
         "{text}"
     );
+
+    // Load: both decryption passes, provisioning's steps and the copy in, as JSON.
+    let rm = w.run(&["rm", "alpha", "--force"], &[]);
+    assert!(rm.ok(), "{rm}");
+    let load = w.run(&["load", file, "beta", "--progress=json"], &[hook]);
+    assert!(load.ok(), "box load: {load}");
+    let phases = phases_in_order(&progress_lines(&load.stderr), "box load");
+    let names: Vec<&str> = phases.iter().map(|(p, _)| p.as_str()).collect();
+    let first_decrypt = names.iter().position(|p| *p == "decrypting");
+    let copy_in = names.iter().position(|p| *p == "copying in");
+    let steps = names
+        .iter()
+        .filter(|p| p.starts_with("provisioning: "))
+        .count();
+    assert!(
+        first_decrypt.is_some() && copy_in.is_some() && steps > 3,
+        "{names:?}"
+    );
+    let decrypted: Vec<u64> = phases
+        .iter()
+        .filter(|(p, _)| p == "decrypting")
+        .map(|(_, n)| *n)
+        .collect();
+    assert_eq!(decrypted.len(), 2, "two passes: {names:?}");
+    assert_eq!(decrypted[0], decrypted[1], "{phases:?}");
+    assert_eq!(phases[copy_in.unwrap()].1, decrypted[1], "{phases:?}");
+    assert_eq!(decrypted[0], encrypted, "{phases:?}");
+    w.scan_secrets();
 }

@@ -30,11 +30,11 @@ use secrecy::SecretString;
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
-use super::progress::Progress;
 use super::publish;
 use super::segments::SegmentHasher;
 use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
 use super::{BackupError, hex_sha};
+use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
 
@@ -59,7 +59,7 @@ pub struct Pipeline {
     validator: Option<JoinHandle<ValidatorResult>>,
     written: WriteProgress,
     verifier: Verifier,
-    progress: Progress,
+    progress: Phase,
 }
 
 /// What the validator thread found.
@@ -172,7 +172,7 @@ impl Pipeline {
             validator: Some(validator),
             written,
             verifier,
-            progress: Progress::new("encrypting"),
+            progress: Phase::start("encrypting", None),
         })
     }
 
@@ -270,7 +270,7 @@ impl Pipeline {
             Some(Ok(Err(e))) => bail!("generated archive failed validation: {e}"),
             _ => bail!("the validator thread failed"),
         };
-        self.progress.done();
+        self.progress.finish();
         let (_, mdc) = self.writer.finish()?;
         self.written.complete();
         let segment_size = self.segments.segment_size();

@@ -29,12 +29,11 @@ use secrecy::SecretString;
 use super::Context;
 use crate::backup::chain;
 use crate::backup::hex_sha;
-use crate::backup::progress::human;
 use crate::backup::save::{self, Pipeline, Published};
 use crate::backup::{cleanup, load, passphrase};
 use crate::lifecycle::boxes;
-use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
 use crate::transfer::announced::PartSink;
@@ -42,6 +41,7 @@ use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
+use crate::ui::progress::human;
 
 /// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`.
 pub fn default_out(backup_dir: &Path, name: &BoxName) -> Result<PathBuf> {

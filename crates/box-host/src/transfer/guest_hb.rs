@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::lifecycle::guest::{self, HB_PATH};
-use crate::lifecycle::progress::Transcript;
+use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::{ExecOpts, Output, Smolvm};
 
 /// Deadlines of the transfer's guest calls.
