@@ -58,9 +58,7 @@ fn exec_and_logs_on_a_running_box() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
 
     // Exit codes are the command's, a signal's as a shell reports it (128 + n).
     for (script, want) in [("exit 0", 0), ("exit 7", 7), ("exit 255", 255)] {
@@ -274,9 +272,7 @@ fn progress_of_save_load_and_extract_and_who_made_the_backup() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
     // Incompressible data, so the phases take long enough for several lines.
     w.sh(
         "alpha",
