@@ -101,10 +101,10 @@ pub enum Command {
         box exec alpha --root -- apt-get install -y ripgrep\n\n\
         The command runs in the account's login environment, as box enter has it (PATH, the\n\
         box's proxy and CA settings; agent starts in ~/workspace); its words are passed as they\n\
-        are, never re-read by a shell. stdin, stdout and stderr are box's own, and box exits with the command's\n\
-        exit code (smolvm's own failures also exit 1, with its message on stderr). A terminal\n\
-        (a pty) only when stdin and stdout both are one, so pipes get raw bytes.\n\
-        The box must be running (box start NAME)."
+        are, never re-read by a shell. stdin, stdout and stderr are box's own, and box exits\n\
+        with the command's exit code (smolvm's own failures also exit 1, with its message on\n\
+        stderr). A terminal (a pty) only when stdin and stdout both are one, so pipes get raw\n\
+        bytes. The box must be running (box start NAME)."
     )]
     Exec(ExecArgs),
 
