@@ -109,7 +109,7 @@ NODE_MAJOR=22
 CLAUDE_CODE_VERSION=latest
 CODEX_VERSION=latest
 EXECUTOR_VERSION=latest
-HERMES_INSTALL_ARGS=--skip-browser
+HERMES_INSTALL_ARGS="--skip-browser --skip-computer-use"
 
 read_config() {
   [ -r "$CONFIG" ] || { say "no $CONFIG; using defaults"; return 0; }
@@ -362,9 +362,11 @@ hermes_agent() {
     say "hermes present"
     return 0
   fi
-  local hermes_home="$AGENT_HOME/.hermes" installer=/tmp/hermes-install.sh
+  local hermes_home="$AGENT_HOME/.hermes" installer
   local installer_url=${HERMES_INSTALLER_URL:-https://hermes-agent.nousresearch.com/install.sh}
   mkdir -p "$hermes_home" "$PREFIX/bin" || return 1
+  # A name of its own: two provisionings on one machine (tests) must not share the file.
+  installer=$(mktemp /tmp/hermes-install.XXXXXX) || return 1
   # The official headless installer where it is reachable; it reads prompts from a pipe
   # (EOF), so it stays non-interactive.
   if curl -fsSL --max-time 20 "$installer_url" -o "$installer" 2>/dev/null; then

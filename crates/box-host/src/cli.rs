@@ -8,6 +8,8 @@ const AFTER_HELP: &str = "\
 Examples:
   box new alpha                 create and provision a box
   box enter alpha               attach its tmux session as 'agent'
+  box exec alpha -- make test   run one command in it (stdio and exit code passed through)
+  box logs alpha executor -f    follow a service's log
   box save alpha                encrypted, verified backup into backups/
   box load backups/alpha-20261129-120000.tar.zst.gpg beta
   box clone alpha beta          branch alpha's /data into a new box
@@ -28,7 +30,8 @@ Environment:
   BOX_REMOTE_SMOLVM    smolvm on the remote host (default: smolvm)
   BOX_SSH_COMMAND      the ssh command, as GIT_SSH_COMMAND (e.g. ssh -F ./ssh_config)
   BOX_SMOLVM_TIMEOUT   cap, in seconds, on every smolvm call's deadline
-  BOX_LOG              log filter, e.g. box_host=debug";
+  BOX_LOG              log filter, e.g. box_host=debug
+  BOX_NO_PROGRESS      set: no progress display (as --progress=none) unless --progress says";
 
 /// Isolated smolvm VMs for coding agents, with encrypted, verified backups.
 #[derive(Debug, Parser)]
@@ -48,6 +51,17 @@ pub struct Cli {
     /// Only errors and results; no progress
     #[arg(short, long, global = true, conflicts_with = "verbose")]
     pub quiet: bool,
+
+    /// Progress of long work (save, load, clone, extract, base build) on stderr: auto is a
+    /// bar on a terminal, else a plain line every 10 s; json is one object a line
+    #[arg(
+        long,
+        global = true,
+        value_name = "FORM",
+        value_enum,
+        conflicts_with = "quiet"
+    )]
+    pub progress: Option<crate::ui::progress::Choice>,
 
     /// Config file in box.env form (default: $BOX_CONFIG, then the user config dir)
     #[arg(long, global = true, value_name = "FILE")]
@@ -78,6 +92,29 @@ pub enum Command {
         after_long_help = "Example:\n  box enter alpha"
     )]
     Enter(NameArg),
+
+    /// Run a command in a running box as 'agent' (or root), its stdio and exit code as box's
+    #[command(
+        after_long_help = "Examples:\n  box exec alpha -- git -C workspace/proj status\n  \
+        box exec alpha -- sh -c 'cd workspace && make test'\n  \
+        tar c proj | box exec alpha -- tar x -C workspace\n  \
+        box exec alpha --root -- apt-get install -y ripgrep\n\n\
+        The command runs in the account's login environment, as box enter has it (PATH, the\n\
+        box's proxy and CA settings; agent starts in ~/workspace); its words are passed as they\n\
+        are, never re-read by a shell. stdin, stdout and stderr are box's own, and box exits\n\
+        with the command's exit code (smolvm's own failures also exit 1, with its message on\n\
+        stderr). A terminal (a pty) only when stdin and stdout both are one, so pipes get raw\n\
+        bytes. The box must be running (box start NAME)."
+    )]
+    Exec(ExecArgs),
+
+    /// Show a service's log (executor, workload, provision, hermes); -f follows it
+    #[command(
+        after_long_help = "Examples:\n  box logs alpha executor\n  box logs alpha executor -f -n 50\n  box logs alpha provision -n 1000\n\n\
+        The logs live in the box under /data/logs (hb logs reads them there). -f keeps printing\n\
+        as the log grows, across rotations, until Ctrl-C. The box must be running."
+    )]
+    Logs(LogsArgs),
 
     /// List boxes with their state and Executor web port
     #[command(
@@ -206,6 +243,35 @@ pub enum Command {
     Gateway(NameArg),
 }
 
+impl Command {
+    /// The verb as the user typed it, for progress lines (`box save: …`).
+    pub fn verb(&self) -> &'static str {
+        match self {
+            Command::New(_) => "new",
+            Command::Enter(_) => "enter",
+            Command::Exec(_) => "exec",
+            Command::Logs(_) => "logs",
+            Command::Ls(_) => "ls",
+            Command::Open(_) => "open",
+            Command::Doctor(_) => "doctor",
+            Command::Repair(_) => "repair",
+            Command::Stop(_) => "stop",
+            Command::Start(_) => "start",
+            Command::Save(_) => "save",
+            Command::Load(_) => "load",
+            Command::Clone(_) => "clone",
+            Command::Extract(_) => "extract",
+            Command::Backups(_) => "backups",
+            Command::Rm(_) => "rm",
+            Command::Base(BaseCmd::Build(_)) => "base build",
+            Command::Base(_) => "base",
+            Command::Completions(_) => "completions",
+            Command::Man => "man",
+            Command::Gateway(_) => "gateway",
+        }
+    }
+}
+
 #[derive(Debug, Args)]
 pub struct NewArgs {
     /// Box name: lowercase letters, digits and '-', 1-63 characters
@@ -253,6 +319,37 @@ pub struct BaseRmArgs {
 pub struct NameArg {
     /// Box name: lowercase letters, digits and '-', 1-63 characters
     pub name: String,
+}
+
+#[derive(Debug, Args)]
+pub struct ExecArgs {
+    /// Box name
+    pub name: String,
+    /// Run as root instead of 'agent'
+    #[arg(long)]
+    pub root: bool,
+    /// The command and its arguments (after `--`, so its own options stay its own)
+    #[arg(
+        required = true,
+        trailing_var_arg = true,
+        allow_hyphen_values = true,
+        value_name = "CMD"
+    )]
+    pub command: Vec<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct LogsArgs {
+    /// Box name
+    pub name: String,
+    /// Service: executor, workload, provision or hermes
+    pub service: String,
+    /// Keep printing as the log grows (until Ctrl-C)
+    #[arg(short, long)]
+    pub follow: bool,
+    /// Lines of the end of the log to show first
+    #[arg(short = 'n', long, default_value_t = 200, value_name = "N")]
+    pub lines: usize,
 }
 
 #[derive(Debug, Args)]
@@ -455,10 +552,18 @@ mod tests {
             &["box", "extract", "f.gpg", "/tmp/d"],
             &["box", "rm", "alpha"],
             &["box", "rm", "alpha", "--force"],
+            &["box", "exec", "alpha", "--", "ls", "-la"],
+            &["box", "exec", "alpha", "--root", "--", "id", "-u"],
+            &["box", "exec", "alpha", "git", "--version"],
+            &["box", "logs", "alpha", "executor"],
+            &["box", "logs", "alpha", "executor", "-f", "-n", "5"],
             &["box", "completions", "zsh"],
             &["box", "man"],
             &["box", "-vv", "--config", "/x/box.env", "ls"],
             &["box", "ls", "-q"],
+            &["box", "save", "alpha", "--progress", "json"],
+            &["box", "--progress=plain", "load", "f.gpg"],
+            &["box", "extract", "f.gpg", "--progress=none"],
         ];
         for argv in ok {
             Cli::try_parse_from(*argv).unwrap_or_else(|e| panic!("{argv:?}: {e}"));
@@ -470,9 +575,29 @@ mod tests {
             &["box", "completions", "cmd"],
             &["box", "-v", "-q", "ls"],
             &["box", "open", "alpha", "--print-url", "--stop"],
+            &["box", "save", "alpha", "--progress", "bogus"],
+            &["box", "save", "alpha", "-q", "--progress", "json"],
+            &["box", "exec", "alpha"],
+            &["box", "exec", "alpha", "--"],
+            &["box", "logs", "alpha"],
+            &["box", "logs", "alpha", "executor", "-n", "many"],
         ];
         for argv in bad {
             assert!(Cli::try_parse_from(*argv).is_err(), "{argv:?}");
+        }
+    }
+
+    #[test]
+    fn exec_keeps_the_commands_own_options() {
+        let cli =
+            Cli::try_parse_from(["box", "exec", "alpha", "--", "ls", "--root", "-q"]).unwrap();
+        match cli.command {
+            Command::Exec(args) => {
+                assert!(!args.root);
+                assert!(!cli.quiet);
+                assert_eq!(args.command, ["ls", "--root", "-q"]);
+            }
+            other => panic!("{other:?}"),
         }
     }
 

@@ -7,6 +7,7 @@ pub mod child_env;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod context;
 pub mod gateway;
 pub mod lifecycle;
 pub mod remote;

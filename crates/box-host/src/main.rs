@@ -45,6 +45,8 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::New(a) => commands::new::run(&ctx, a),
         Command::Enter(a) => commands::enter::run(&ctx, a),
+        Command::Exec(a) => commands::exec::run(&ctx, a),
+        Command::Logs(a) => commands::logs::run(&ctx, a),
         Command::Ls(a) => commands::ls::run(&ctx, a),
         Command::Open(a) => commands::open::run(&ctx, a),
         Command::Doctor(a) => commands::doctor::run(&ctx, a),
@@ -66,6 +68,11 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     ui::set_quiet(cli.quiet);
+    ui::progress::configure(
+        cli.progress,
+        cli.quiet,
+        &format!("box {}", cli.command.verb()),
+    );
     init_logging(cli.verbose, cli.quiet);
     match run(cli) {
         Ok(code) => code,

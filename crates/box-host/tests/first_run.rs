@@ -5,7 +5,9 @@
 //! from the real network: the Debian archive, the npm registry, PyPI.
 //!
 //! `box new` → `box doctor` (guest + host MCP handshake) → `box enter` has the tmux session
-//! → `box save` → `box load` into a second pristine box → `box doctor` → `box rm` both.
+//! → `box exec` (exit code, stdin) and `box logs` → `box save --progress=json` (its
+//! manifest names box, hb and smolvm) → `box load` into a second pristine box → `box doctor`
+//! → `box rm` both.
 //! No local-tools hook (`BOX_TEST_GUEST_ENV`) and no host-userland guest
 //! (`SMOLVM_SIM_HOST_USERLAND`). Each phase's wall time is printed.
 //!
@@ -302,6 +304,10 @@ fn assert_images_sparse(blocks: &str, where_: &str) {
 fn extract_as_root_and_user(user: &mut User, backup: &str) {
     let (ex, _) = user.phase("extract as root", &["extract", backup]);
     assert!(ex.ok(), "{ex}");
+    // The backup names the box, hb and smolvm that made it.
+    for key in ["box=0.", "hb=0.", "smolvm=1."] {
+        assert!(ex.stdout.contains(key), "no {key} in the manifest: {ex}");
+    }
     let target = user.dir.path().join("backups").join(format!(
         "{}-extracted",
         Path::new(backup)
@@ -417,15 +423,44 @@ fn first_run_on_a_pristine_image_from_the_network() {
          agent tools (claude, codex, executor, hermes) on PATH and the MCP token set:\n{enter}"
     );
 
+    // box exec on the pristine guest: the command's exit code and stdout, stdin passed in.
+    let mut exec = user.command(&["exec", "alpha", "--", "sh", "-c", "id -un; cat; exit 3"]);
+    exec.stdin(Stdio::piped()).stdout(Stdio::piped());
+    let mut child = exec.spawn().unwrap();
+    child
+        .stdin
+        .take()
+        .unwrap()
+        .write_all(b"from-stdin\n")
+        .unwrap();
+    let out = child.wait_with_output().unwrap();
+    assert_eq!(out.status.code(), Some(3));
+    assert_eq!(String::from_utf8_lossy(&out.stdout), "agent\nfrom-stdin\n");
+    let (logs, _) = user.phase(
+        "logs alpha executor",
+        &["logs", "alpha", "executor", "-n", "5"],
+    );
+    assert!(logs.ok(), "{logs}");
+
     let marker = sim_support::write_marker(&|a| user.sim(a), "alpha");
     guest_sh(&user, "alpha", ORDINARY);
     let ordinary = guest_sh(&user, "alpha", ORDINARY_LISTING);
     assert!(ordinary.ends_with("\n5000\n"), "{ordinary}");
-    let (save, _) = user.phase("save alpha", &["save", "alpha"]);
+    let (save, _) = user.phase("save alpha", &["save", "alpha", "--progress=json"]);
     assert!(save.ok(), "{save}");
     let backups = user.backups();
     assert_eq!(backups.len(), 1, "{backups:?}");
     let backup = backups[0].display().to_string();
+    // The wrapper's view: the encryption phase ends with the backup's bytes counted.
+    let encrypted = save
+        .stderr
+        .lines()
+        .filter_map(|l| serde_json::from_str::<serde_json::Value>(l).ok())
+        .find(|v| v["phase"] == "encrypting" && v["finished"] == true)
+        .unwrap_or_else(|| panic!("no finished encrypting line: {save}"));
+    let size = std::fs::metadata(&backups[0]).unwrap().len();
+    let done = encrypted["bytes_done"].as_u64().unwrap();
+    assert!(done > 0 && done <= size, "{encrypted} of {size} bytes");
 
     let (load, _) = user.phase("load into beta", &["load", &backup, "beta"]);
     User::print_steps("load", &load);

@@ -110,7 +110,7 @@ impl Default for BoxEnv {
             claude_code_version: "latest".into(),
             codex_version: "latest".into(),
             executor_version: "latest".into(),
-            hermes_install_args: "--skip-browser".into(),
+            hermes_install_args: "--skip-browser --skip-computer-use".into(),
             guest_ca_certs: Vec::new(),
             propagate_proxy: true,
             base_max_age_days: 7,
@@ -548,6 +548,22 @@ mod tests {
         assert_eq!(env.executor_port, 4789);
         assert_eq!(env.hermes_install_args, "--skip-browser --no-skills");
         assert_eq!(env.cpus, 2);
+    }
+
+    /// box.env as shipped and a config without the key give a box the same Hermes
+    /// installer flags: the original recipe's headless pair.
+    #[test]
+    fn shipped_box_env_and_the_default_agree_on_hermes_flags() {
+        let shipped = include_str!("../../../box.env");
+        let env = parse(shipped).unwrap();
+        assert_eq!(
+            env.hermes_install_args,
+            "--skip-browser --skip-computer-use"
+        );
+        assert_eq!(
+            BoxEnv::default().hermes_install_args,
+            env.hermes_install_args
+        );
     }
 
     #[test]

@@ -18,6 +18,7 @@ pub const KNOWN_KEYS: &[&str] = &[
     "executor",
     "box",
     "hb",
+    "smolvm",
     "archive_format",
 ];
 

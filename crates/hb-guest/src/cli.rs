@@ -98,7 +98,7 @@ pub enum Command {
 
     /// Write the runtime manifest (tool versions) atomically, mode 0600
     #[command(hide = true)]
-    WriteManifest,
+    WriteManifest(WriteManifestArgs),
 
     /// Archive the data root into tar+zstd parts with a SHA-256 index
     #[command(hide = true)]
@@ -119,6 +119,19 @@ pub enum Command {
     /// Print Executor's bearer token to stdout (for `box open`; never logged)
     #[command(hide = true)]
     Token,
+}
+
+/// What made the box, as the host knows it: `box save` and `box load` pass both, so every
+/// backup names the `box` and smolvm that wrote it (hb names itself). Left out (provisioning
+/// runs it alone), the values already in the manifest stay.
+#[derive(Debug, Args, Default)]
+pub struct WriteManifestArgs {
+    /// The host's `box --version`
+    #[arg(long, value_name = "VERSION")]
+    pub box_version: Option<String>,
+    /// The version of smolvm that runs this box
+    #[arg(long, value_name = "VERSION")]
+    pub smolvm_version: Option<String>,
 }
 
 #[derive(Debug, Args)]
@@ -223,6 +236,14 @@ mod tests {
             &["hb", "resume"],
             &["hb", "init"],
             &["hb", "write-manifest"],
+            &[
+                "hb",
+                "write-manifest",
+                "--box-version",
+                "0.1.0 (abc)",
+                "--smolvm-version",
+                "1.9.2",
+            ],
             &[
                 "hb",
                 "export",

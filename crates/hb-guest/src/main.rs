@@ -32,7 +32,7 @@ fn main() -> ExitCode {
         Some(Command::Quiesce) => commands::quiesce::run(&ctx),
         Some(Command::Resume) => commands::resume::run(&ctx),
         Some(Command::Init) => commands::init::run(&ctx),
-        Some(Command::WriteManifest) => commands::write_manifest::run(&ctx),
+        Some(Command::WriteManifest(a)) => commands::write_manifest::run(&ctx, a),
         Some(Command::Export(a)) => commands::export::run(&ctx, a),
         Some(Command::Import(a)) => commands::import::run(&ctx, a),
         Some(Command::CommitSnapshot(a)) => commands::export::commit(&ctx, a),

@@ -324,6 +324,39 @@ fn provisioning_runs_twice_in_an_overlay_and_changes_nothing_the_second_time() {
     );
 }
 
+/// provision.sh's config and Hermes steps alone, on this host as it is, into `prefix`,
+/// with `config` as the box's box.env and the official installer fetched from
+/// `installer_url`; stdout and stderr together, which must say it succeeded.
+fn run_hermes_step(
+    home: &Path,
+    config: &Path,
+    data: &Path,
+    prefix: &Path,
+    installer_url: &str,
+    extra_env: &[(&str, &str)],
+) -> String {
+    let out = Command::new("bash")
+        .arg(provision_dir().join("provision.sh"))
+        .env_clear()
+        .env("PATH", "/usr/local/bin:/usr/bin:/bin")
+        .env("HOME", home)
+        .env("HB_CONFIG", config)
+        .env("HB_DATA", data)
+        .env("HB_TOOL_PREFIX", prefix)
+        .env("PROVISION_STEPS", "config hermes")
+        .env("HERMES_INSTALLER_URL", installer_url)
+        .envs(extra_env.iter().copied())
+        .output()
+        .unwrap();
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(out.status.success(), "provision.sh failed:\n{text}");
+    text
+}
+
 /// The wheels scripts/setup.sh downloads for the pinned hermes-agent[mcp].
 const HERMES_WHEELS: &str = "/opt/hermes-box-ci/hermes-wheels";
 
@@ -359,32 +392,20 @@ fn hermes_step_installs_from_pypi_when_the_installer_is_unreachable() {
     // Debian's python3 (no pyenv shim, no hermes already on PATH); any HTTPS from Hermes's
     // own update check goes to a closed port instead of PyPI.
     let closed = format!("http://127.0.0.1:{}", common::free_port());
+    let unreachable = format!("file://{}/no-installer.sh", dir.path().display());
     let run = || {
-        let out = Command::new("bash")
-            .arg(provision_dir().join("provision.sh"))
-            .env_clear()
-            .env("PATH", "/usr/local/bin:/usr/bin:/bin")
-            .env("HOME", &home)
-            .env("HB_CONFIG", &config)
-            .env("HB_DATA", dir.path().join("data"))
-            .env("HB_TOOL_PREFIX", &prefix)
-            .env("PROVISION_STEPS", "config hermes")
-            .env(
-                "HERMES_INSTALLER_URL",
-                format!("file://{}/no-installer.sh", dir.path().display()),
-            )
-            .env("PIP_NO_INDEX", "1")
-            .env("PIP_FIND_LINKS", HERMES_WHEELS)
-            .env("PIP_NO_CACHE_DIR", "1")
-            .output()
-            .unwrap();
-        let text = format!(
-            "{}{}",
-            String::from_utf8_lossy(&out.stdout),
-            String::from_utf8_lossy(&out.stderr)
-        );
-        assert!(out.status.success(), "provision.sh failed:\n{text}");
-        text
+        run_hermes_step(
+            &home,
+            &config,
+            &dir.path().join("data"),
+            &prefix,
+            &unreachable,
+            &[
+                ("PIP_NO_INDEX", "1"),
+                ("PIP_FIND_LINKS", HERMES_WHEELS),
+                ("PIP_NO_CACHE_DIR", "1"),
+            ],
+        )
     };
 
     let first = run();
@@ -442,4 +463,46 @@ fn hermes_step_installs_from_pypi_when_the_installer_is_unreachable() {
         second.contains("==> provisioning: already provisioned, nothing changed"),
         "{second}"
     );
+}
+
+/// The official installer gets the original recipe's headless flags (no browser, no
+/// computer-use driver) whether the box's config is the shipped box.env or missing, then
+/// provision.sh's own protected flags. The "installer" is a script served from a file://
+/// URL that records its arguments: the real one needs the network.
+#[test]
+fn hermes_installer_gets_the_recipe_flags_by_default() {
+    let dir = tempfile::tempdir().unwrap();
+    let installer = dir.path().join("install.sh");
+    let args_file = dir.path().join("args");
+    std::fs::write(
+        &installer,
+        format!("printf '%s\\n' \"$*\" > '{}'\n", args_file.display()),
+    )
+    .unwrap();
+    let shipped = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../box.env");
+    for config in [shipped, dir.path().join("no-such-box.env")] {
+        let _ = std::fs::remove_file(&args_file);
+        let prefix = dir.path().join("prefix");
+        let _ = std::fs::remove_dir_all(&prefix);
+        let text = run_hermes_step(
+            dir.path(),
+            &config,
+            &dir.path().join("data"),
+            &prefix,
+            &format!("file://{}", installer.display()),
+            &[],
+        );
+        assert!(
+            text.contains("hermes from the official installer"),
+            "{}:\n{text}",
+            config.display()
+        );
+        let args = std::fs::read_to_string(&args_file).unwrap();
+        assert_eq!(
+            args.trim(),
+            "--skip-browser --skip-computer-use --skip-setup --non-interactive",
+            "with {}",
+            config.display()
+        );
+    }
 }

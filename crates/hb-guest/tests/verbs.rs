@@ -50,6 +50,37 @@ fn init_creates_the_layout_idempotently_and_refuses_symlinks() {
     assert_eq!(mode(&target), 0o755);
 }
 
+/// The manifest names the `box` and smolvm that made the box as `box` passes them; a rewrite
+/// without them (quiesce, provisioning) keeps them; one no `box` ever wrote says `unknown`.
+#[test]
+fn write_manifest_records_the_host_versions_box_passes() {
+    let b = Box_::new();
+    b.init();
+    let path = b.hb_config().join("runtime-manifest");
+    let read =
+        || box_proto::RuntimeManifest::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    b.ok(&["write-manifest"]);
+    assert_eq!(read().get("box"), Some("unknown"));
+    assert_eq!(read().get("smolvm"), Some("unknown"));
+    b.ok(&[
+        "write-manifest",
+        "--box-version",
+        "0.1.0 (abc123)",
+        "--smolvm-version",
+        "1.9.2",
+    ]);
+    b.ok(&["write-manifest"]);
+    let m = read();
+    assert_eq!(m.get("box"), Some("0.1.0 (abc123)"));
+    assert_eq!(m.get("smolvm"), Some("1.9.2"));
+    assert!(m.get("hb").unwrap().starts_with(env!("CARGO_PKG_VERSION")));
+    // A hostile value cannot add a line of its own.
+    b.ok(&["write-manifest", "--box-version", "1\nhb=forged"]);
+    let m = read();
+    assert_eq!(m.get("box"), Some("1 hb=forged"));
+    assert!(m.get("hb").unwrap().starts_with(env!("CARGO_PKG_VERSION")));
+}
+
 #[test]
 fn write_manifest_is_private_atomic_and_keeps_unknown_keys() {
     let b = Box_::new();

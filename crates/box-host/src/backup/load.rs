@@ -23,8 +23,8 @@ use super::chain::{FileState, Link, Place};
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
-use super::progress::Progress;
 use super::{BackupError, envelope, hex_sha, publish};
+use crate::ui::progress::Phase;
 
 /// What pass 1 learned about a backup.
 #[derive(Debug, Clone)]
@@ -63,6 +63,7 @@ fn open_tapped(
 ) -> Result<(ChannelReader, DecryptStatus, Finished), BackupError> {
     let mut reader = DecryptReader::open(path, passphrase)?;
     let status = reader.status();
+    let size = std::fs::metadata(path).ok().map(|m| m.len());
     let finished: Finished = Default::default();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
     let result = finished.clone();
@@ -70,7 +71,7 @@ fn open_tapped(
         .name("box-decrypt".into())
         .spawn(move || {
             let mut bytes = 0u64;
-            let mut progress = Progress::new(label);
+            let mut progress = Phase::start(label, size);
             loop {
                 if cleanup::check().is_err() {
                     return;
@@ -83,7 +84,7 @@ fn open_tapped(
                     Err(_) => return,
                 };
                 if n == 0 {
-                    progress.done();
+                    progress.finish();
                     *result.lock().unwrap_or_else(|e| e.into_inner()) = Some(bytes);
                     return;
                 }
@@ -323,7 +324,7 @@ pub fn write_parts(
     let mut parts = Vec::new();
     let mut pending: Option<(Temp, Part)> = None;
     let mut buf = vec![0u8; 1 << 20];
-    let mut progress = Progress::new("decrypting");
+    let mut progress = Phase::start("decrypting", std::fs::metadata(path).ok().map(|m| m.len()));
     let mut size_total = 0u64;
     let mut eof = false;
     while !eof {
@@ -371,7 +372,7 @@ pub fn write_parts(
         }
         pending = Some((temp, part));
     }
-    progress.done();
+    progress.finish();
     if !reader.authenticated() {
         return Err(BackupError::Corrupt("the OpenPGP message did not end cleanly".into()).into());
     }

@@ -29,7 +29,6 @@ pub mod envelope;
 mod follow;
 pub mod load;
 pub mod passphrase;
-pub mod progress;
 pub mod publish;
 pub mod save;
 pub mod segments;

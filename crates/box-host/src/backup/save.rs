@@ -30,11 +30,11 @@ use secrecy::SecretString;
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
-use super::progress::Progress;
 use super::publish;
 use super::segments::SegmentHasher;
 use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
 use super::{BackupError, hex_sha};
+use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
 
@@ -59,7 +59,7 @@ pub struct Pipeline {
     validator: Option<JoinHandle<ValidatorResult>>,
     written: WriteProgress,
     verifier: Verifier,
-    progress: Progress,
+    progress: Phase,
 }
 
 /// What the validator thread found: the report, and the tree a restore of this backup
@@ -216,7 +216,7 @@ impl Pipeline {
             validator: Some(validator),
             written,
             verifier,
-            progress: Progress::new("encrypting"),
+            progress: Phase::start("encrypting", None),
         })
     }
 
@@ -314,7 +314,7 @@ impl Pipeline {
             Some(Ok(Err(e))) => return Err(anyhow::Error::new(GeneratedInvalid(e))),
             _ => bail!("the validator thread failed"),
         };
-        self.progress.done();
+        self.progress.finish();
         let (_, mdc) = self.writer.finish()?;
         self.written.complete();
         let segment_size = self.segments.segment_size();

@@ -11,11 +11,11 @@ use anyhow::{Result, anyhow, bail};
 use super::guest_prep::{self, BASE_STEPS, BASE_WORKLOAD};
 use super::key::BaseKey;
 use super::store::{BaseMeta, Store, human_age};
-use crate::commands::Context;
+use crate::context::Context;
 use crate::lifecycle::guest;
-use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::{
     CreateFromSpec, CreateSpec, ExecOpts, Smolvm, SmolvmVersion, Stream, timeouts,
 };

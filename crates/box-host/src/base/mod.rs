@@ -15,7 +15,7 @@ pub mod store;
 
 use std::path::{Path, PathBuf};
 
-use crate::commands::Context;
+use crate::context::Context;
 use crate::lifecycle::host_checks::{Check, Status};
 
 /// Whether the machine whose smolvm data dir is `data` still has the layers `create --from`

@@ -15,10 +15,10 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::backup::chain::{self, Link};
-use crate::backup::progress::human;
 use crate::backup::{load, passphrase};
 use crate::state::{LockKey, locks};
 use crate::ui;
+use crate::ui::progress::human;
 
 /// One backup file as the listing shows it.
 struct Listed {

@@ -39,14 +39,10 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
             }
         }
     }
-    let term = std::env::var("TERM")
-        .ok()
-        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic()))
-        .unwrap_or_else(|| "xterm-256color".into());
     let code = smolvm.exec_interactive(
         &record.machine,
-        &[("TERM".into(), term)],
+        &[("TERM".into(), super::exec::terminal_type())],
         &["runuser", "-l", "agent", "-c", ATTACH],
     )?;
-    Ok(ExitCode::from(u8::try_from(code).unwrap_or(1)))
+    Ok(super::exec::exit_code(code))
 }

@@ -25,7 +25,6 @@ use super::Context;
 use super::new::{self, Provisioned};
 use crate::backup::chain;
 use crate::backup::load::{self, ValidatedBackup};
-use crate::backup::progress::human;
 use crate::backup::{BackupError, cleanup, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
@@ -34,6 +33,7 @@ use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::{self, guest_dir, host_dir, parts_in};
 use crate::ui;
+use crate::ui::progress::human;
 
 /// The `hb import` flag that drops the imported tree's Executor token (`box clone`).
 pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
@@ -314,8 +314,7 @@ impl LoadRun<'_> {
         }
         self.checkpoint()?;
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
-        self.guest()
-            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.guest().write_manifest()?;
         self.checkpoint()?;
 
         ui::say(format!("Starting the restored services in '{name}'"));

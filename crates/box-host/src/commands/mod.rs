@@ -1,7 +1,8 @@
 //! One module per verb. Each exposes `run(&Context, args) -> Result<ExitCode>`.
 
-use crate::config::Config;
-use crate::state::StateDir;
+/// Defined below the layers that use it (lifecycle, base, gateway); every verb's
+/// `use super::Context` finds it here.
+pub use crate::context::Context;
 
 pub mod backups;
 pub mod base;
@@ -9,8 +10,10 @@ pub mod clone;
 pub mod completions;
 pub mod doctor;
 pub mod enter;
+pub mod exec;
 pub mod extract;
 pub mod load;
+pub mod logs;
 pub mod ls;
 pub mod man;
 pub mod new;
@@ -20,22 +23,3 @@ pub mod rm;
 pub mod save;
 pub mod start;
 pub mod stop;
-
-/// What every verb may need: the configuration and the state directory.
-#[derive(Debug, Clone)]
-pub struct Context {
-    pub config: Config,
-    pub state: StateDir,
-    pub verbose: u8,
-    pub quiet: bool,
-    /// Where new boxes go (`--host`, `BOX_HOST`); `None`: this machine.
-    pub host: Option<crate::remote::RemoteHost>,
-}
-
-impl Context {
-    /// smolvm on the selected host ([`Context::host`]): where new boxes and bases go. A
-    /// box that exists already is reached through `lifecycle::boxes::smolvm`.
-    pub fn selected_smolvm(&self) -> crate::smolvm::Smolvm {
-        crate::smolvm::Smolvm::for_host(self.host.as_ref(), &self.config.env)
-    }
-}

@@ -12,8 +12,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::Context;
-use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::transcript::Transcript;
 use crate::lifecycle::{boxes, readiness};
 use crate::ui;
 

@@ -30,13 +30,12 @@ use secrecy::SecretString;
 use super::Context;
 use crate::backup::chain;
 use crate::backup::hex_sha;
-use crate::backup::progress::human;
 use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, Sealed};
 use crate::backup::{cleanup, load, passphrase, tree_cache};
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest::HB_PATH;
-use crate::lifecycle::progress::Transcript;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::Smolvm;
 use crate::state::BoxRecord;
 use crate::transfer::announced::PartSink;
@@ -44,6 +43,7 @@ use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
+use crate::ui::progress::human;
 
 /// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`, named for now, or for a second
 /// after the newest backup of the box there when the clock reads earlier than that: the
@@ -539,8 +539,7 @@ impl<'a> SaveRun<'a> {
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
         self.quiesce()?;
-        self.guest()
-            .hb(&["write-manifest"], timeouts::SHORT, true)?;
+        self.guest().write_manifest()?;
         self.checkpoint()?;
 
         ui::say(format!(

@@ -19,7 +19,7 @@ use box_proto::mcp::BearerToken;
 use super::record::{self, GatewayInfo};
 use super::{BoxProbe, control, serve};
 use crate::child_env::{self, ChildKind};
-use crate::commands::Context;
+use crate::context::Context;
 use crate::lifecycle::guest;
 use crate::smolvm::Smolvm;
 use crate::state::{BoxRecord, Registry, StateDir};

@@ -3,7 +3,7 @@
 use anyhow::{Result, bail};
 use box_proto::BoxName;
 
-use crate::commands::Context;
+use crate::context::Context;
 use crate::remote::RemoteHost;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};

@@ -124,7 +124,7 @@ pub fn run(smolvm: &Smolvm) -> Vec<Check> {
             out.push(Check::new(h, "cpu", Status::Fail, INTEL_MAC));
         }
     }
-    match crate::commands::open::find_opener() {
+    match super::opener::find_opener() {
         Ok((p, _)) => out.push(Check::new(
             h,
             "opener",

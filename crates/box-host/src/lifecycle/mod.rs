@@ -2,12 +2,13 @@
 //! start, rm), one concern per module: `boxes` (looking up a managed box), `ports` (the web
 //! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (the §3.4 rollback),
 //! `guest_assets` (which hb and provision/ to copy), `guest_network` (proxies and CA
-//! certificates for the guest), `provisioning` (copy, provision, init,
-//! wire, health), `progress` (step lines and transcripts), `readiness` (bounded waits after a
-//! start), `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's
-//! host half; `kvm` whether a VM can boot), `listeners` (doctor's loopback-only check of a
-//! published port), `setup` (one box being set up, below `provisioning` and `guest_network`),
-//! `test_guest_env` (the tests' extra guest environment).
+//! certificates for the guest), `provisioning` (copy, provision, init, wire, health),
+//! `transcript` (each operation's log file), `readiness` (bounded waits after a start),
+//! `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's host
+//! half; `kvm` whether a VM can boot), `listeners` (doctor's loopback-only check of a
+//! published port), `opener` (the browser opener, for open and doctor), `setup` (one box
+//! being set up, below `provisioning` and `guest_network`), `test_guest_env` (the tests'
+//! extra guest environment).
 //!
 //! Environment knobs (besides `SMOLVM`, `BOX_HOME`, `BOX_CONFIG`):
 //! * `BOX_HB_BINARY`: the `hb` to install in guests (default: beside `box`);
@@ -27,10 +28,11 @@ pub mod guest_network;
 pub mod host_checks;
 pub mod kvm;
 pub mod listeners;
+pub mod opener;
 pub mod ports;
-pub mod progress;
 pub mod provisioning;
 pub mod readiness;
 pub mod setup;
 pub mod signals;
 pub mod test_guest_env;
+pub mod transcript;

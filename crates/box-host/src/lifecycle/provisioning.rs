@@ -13,9 +13,9 @@ use box_proto::BoxEnv;
 use super::guest::{self, GUEST_CONFIG, HB_PATH, PROVISION_DIR};
 use super::guest_assets::{self, GuestArch};
 use super::guest_network::GuestNetwork;
-use super::progress::{StepProgress, mmss};
 use crate::smolvm::{ExecOpts, Stream, timeouts};
 use crate::ui;
+use crate::ui::progress::{StepProgress, mmss};
 
 pub use super::setup::Setup;
 

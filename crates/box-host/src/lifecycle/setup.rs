@@ -9,7 +9,7 @@ use anyhow::{Result, bail};
 use box_proto::BoxEnv;
 
 use super::guest;
-use super::progress::Transcript;
+use super::transcript::Transcript;
 use crate::smolvm::{ExecOpts, Smolvm};
 use crate::state::StateDir;
 

@@ -89,6 +89,17 @@ pub struct ExecOpts<'a> {
     pub cancel: Option<&'a AtomicUsize>,
 }
 
+/// How an attached `machine exec` ([`Smolvm::exec_attached`]) joins box's own stdio.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Attach {
+    /// `-it`: a pty in the guest, for a person at a terminal.
+    Terminal,
+    /// `-i`: stdin forwarded, output as raw bytes (pipes, files, scripts).
+    Stdin,
+    /// `--stream`: no stdin; output forwarded as it arrives.
+    OutputOnly,
+}
+
 /// A handle on the smolvm binary named by `SMOLVM` (default `smolvm`), or on
 /// `BOX_REMOTE_SMOLVM` on a remote host.
 #[derive(Debug)]
@@ -599,7 +610,24 @@ impl Smolvm {
         env: &[(String, String)],
         argv: &[&str],
     ) -> Result<i32, SmolvmError> {
-        let mut a = args(["machine", "exec", "-it", "--name", name]);
+        self.exec_attached(name, Attach::Terminal, env, argv)
+    }
+
+    /// `machine exec` with box's own stdin, stdout and stderr in the guest command's place
+    /// (`box exec`, `box logs`); no deadline, the guest's exit code comes back.
+    pub fn exec_attached(
+        &self,
+        name: &str,
+        attach: Attach,
+        env: &[(String, String)],
+        argv: &[&str],
+    ) -> Result<i32, SmolvmError> {
+        let mode = match attach {
+            Attach::Terminal => "-it",
+            Attach::Stdin => "-i",
+            Attach::OutputOnly => "--stream",
+        };
+        let mut a = args(["machine", "exec", mode, "--name", name]);
         for (k, v) in env {
             a.push("-e".into());
             a.push(format!("{k}={v}").into());

@@ -30,9 +30,9 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 
 use super::checkpoint;
-use super::progress::Phase;
 use crate::backup::hex_sha;
 use crate::backup::save::{Pipeline, Sealed, read_index};
+use crate::ui::progress::Phase;
 
 /// How often the consumer wakes up while waiting for the next part, to notice a signal.
 const TICK: Duration = Duration::from_millis(20);
@@ -69,11 +69,31 @@ pub trait PartSink {
     /// Takes the part at `local`; `part` is what the export announced or listed for it,
     /// whose SHA-256 the sink must check.
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()>;
+
+    /// Whether the sink shows the progress of what it takes itself (a save's encryption
+    /// counts the same bytes, finer than a part at a time).
+    fn shows_progress(&self) -> bool {
+        false
+    }
 }
 
 impl PartSink for Pipeline {
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()> {
         self.feed_part(local, Some(part))
+    }
+
+    fn shows_progress(&self) -> bool {
+        true
+    }
+}
+
+/// The progress phase of parts going into `sink`: one display per phase, so none when the
+/// sink shows its own.
+pub fn parts_phase(sink: &impl PartSink, name: &str, total: Option<u64>) -> Phase {
+    if sink.shows_progress() {
+        Phase::hidden()
+    } else {
+        Phase::start(name, total)
     }
 }
 
@@ -159,7 +179,7 @@ pub fn consume_announced<S: PartSink>(
     stages: &mut Stages,
 ) -> Result<Consumed<S>> {
     let mut announced: Vec<Part> = Vec::new();
-    let mut phase = Phase::new("exporting, copying out and encrypting", None);
+    let mut phase = parts_phase(&sink, "copying", None);
     let mut waiting_since = Instant::now();
     loop {
         checkpoint(cancel)?;

@@ -8,7 +8,7 @@ use std::time::Duration;
 use anyhow::{Result, bail};
 
 use crate::lifecycle::guest::{self, HB_PATH};
-use crate::lifecycle::progress::Transcript;
+use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::{ExecOpts, Output, Smolvm};
 
 /// Deadlines of the transfer's guest calls.
@@ -86,6 +86,23 @@ impl Guest<'_> {
             &argv,
             timeout,
             cancellable,
+        )
+    }
+
+    /// `hb write-manifest` with this `box`'s version and the version of the smolvm that
+    /// runs the box: the manifest a backup carries names what made it.
+    pub fn write_manifest(&mut self) -> Result<Output> {
+        let smolvm = self.smolvm.version()?.to_string();
+        self.hb(
+            &[
+                "write-manifest",
+                "--box-version",
+                crate::version::LONG,
+                "--smolvm-version",
+                &smolvm,
+            ],
+            timeouts::SHORT,
+            true,
         )
     }
 }

@@ -15,7 +15,6 @@
 //!   part out, check it against the part index, stream it into the engine, delete it;
 //! * [`parts_in`] (load): pass 2 of the engine cuts the plaintext into parts, each is
 //!   copied in 0600, then the index that `hb import` insists on;
-//! * [`progress`]: bytes, rate and ETA per phase on a terminal;
 //! * [`guest_hb`]: the `hb` verbs a transfer runs, with the transcript and a pending-signal
 //!   flag that cuts long ones short.
 
@@ -26,7 +25,6 @@ pub mod host_dir;
 pub mod parts_in;
 pub mod parts_out;
 pub mod parts_stream;
-pub mod progress;
 
 use std::sync::atomic::{AtomicUsize, Ordering};
 

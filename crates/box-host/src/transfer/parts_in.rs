@@ -15,9 +15,9 @@ use secrecy::SecretString;
 
 use super::checkpoint;
 use super::guest_hb::{Guest, timeouts};
-use super::progress::Phase;
 use crate::backup::cleanup::Temp;
 use crate::backup::load::{ValidatedBackup, write_parts};
+use crate::ui::progress::Phase;
 
 /// Copies the validated backup's plaintext into `guest_dir` as parts plus their index,
 /// all 0600 (the dir is 0700).
@@ -30,7 +30,7 @@ pub fn copy_in(
     part_size: u64,
     cancel: Option<&AtomicUsize>,
 ) -> Result<PartIndex> {
-    let mut phase = Phase::new("copying in", Some(validated.plaintext_size));
+    let mut phase = Phase::start("copying in", Some(validated.plaintext_size));
     let index = {
         let smolvm = guest.smolvm;
         let machine = guest.machine;

@@ -14,10 +14,9 @@ use box_proto::archive::parts::{INDEX_FILE, PartIndex};
 use super::announced::PartSink;
 use super::checkpoint;
 use super::guest_hb::Guest;
-use super::progress::Phase;
 use crate::backup::hex_sha;
-use crate::backup::progress::human;
 use crate::backup::save::read_index;
+use crate::ui::progress::human;
 
 /// Copies the index and every part out of `guest_dir`, one at a time, into `sink`;
 /// returns the index.
@@ -51,7 +50,7 @@ pub fn copy_out(
             .as_ref()
             .map_or("(not listed)".into(), hex_sha)
     ));
-    let mut phase = Phase::new("copying out", Some(index.total_size));
+    let mut phase = super::announced::parts_phase(sink, "copying out", Some(index.total_size));
     for part in &index.parts {
         checkpoint(cancel)?;
         let local = host_dir.join(&part.name);

@@ -106,6 +106,14 @@ impl World {
         w
     }
 
+    /// A world with one fresh box, `box new name` (which must succeed).
+    pub fn with_box(name: &str) -> Self {
+        let w = Self::new();
+        let new = w.run(&["new", name], &[]);
+        assert!(new.ok(), "box new {name}: {}", new.all());
+        w
+    }
+
     pub fn home(&self) -> PathBuf {
         self.dir.path().join("state")
     }

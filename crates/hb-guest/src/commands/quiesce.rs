@@ -68,7 +68,8 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     pause::wait_stopped(cfg.executor_port)?;
     println!("executor: port {} closed", cfg.executor_port);
 
-    if let Err(e) = super::write_manifest::write(&paths, &cfg, owner) {
+    let host = crate::cli::WriteManifestArgs::default();
+    if let Err(e) = super::write_manifest::write(&paths, &cfg, &host, owner) {
         eprintln!("hb: warning: runtime manifest not written: {e:#}");
     }
     println!("quiesced: Executor paused; agents and their databases go on (exports copy them)");

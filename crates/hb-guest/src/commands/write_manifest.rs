@@ -1,5 +1,6 @@
 //! `hb write-manifest`: the runtime manifest (`~/.config/hermes-box/runtime-manifest`),
-//! atomic and 0600. Keys beyond ours (written by other versions) are kept.
+//! atomic and 0600. Keys beyond ours (written by other versions) are kept. It names what
+//! made the box: hb itself, and the host's `box` and smolvm versions `box` passes in.
 
 use std::process::ExitCode;
 
@@ -8,12 +9,17 @@ use box_proto::{BoxEnv, RuntimeManifest};
 use nix::unistd::{Gid, Uid};
 
 use super::Context;
+use crate::cli::WriteManifestArgs;
 use crate::fsutil::{read_optional, write_private};
 use crate::paths::Paths;
 use crate::{account, config, tools};
 
 /// The archive format `box save` writes (tar, zstd, in parts with an index).
 pub const ARCHIVE_FORMAT: &str = "tar.zst";
+
+/// The manifest's keys for the host's versions, which only `box` knows.
+const BOX_KEY: &str = "box";
+const SMOLVM_KEY: &str = "smolvm";
 
 pub fn build(paths: &Paths, cfg: &BoxEnv) -> Result<RuntimeManifest> {
     let mut m = match read_optional(&paths.manifest())? {
@@ -33,31 +39,45 @@ pub fn build(paths: &Paths, cfg: &BoxEnv) -> Result<RuntimeManifest> {
     for (key, version) in tools::versions() {
         m.set(key, version.as_deref().unwrap_or("missing"));
     }
-    if let Ok(v) = std::env::var("HB_BOX_VERSION") {
-        m.set("box", &v);
-    } else if m.get("box").is_none() {
-        m.set("box", "unknown");
+    // The host's versions stay as the last `box` wrote them (quiesce and provisioning
+    // rewrite the manifest without them); a manifest no `box` has written says so.
+    if m.get(BOX_KEY).is_none() {
+        m.set(BOX_KEY, "unknown");
     }
     m.set("hb", crate::version::LONG);
+    if m.get(SMOLVM_KEY).is_none() {
+        m.set(SMOLVM_KEY, "unknown");
+    }
     if m.get("archive_format").is_none() {
         m.set("archive_format", ARCHIVE_FORMAT);
     }
     Ok(m)
 }
 
-pub fn write(paths: &Paths, cfg: &BoxEnv, owner: Option<(Uid, Gid)>) -> Result<RuntimeManifest> {
-    let m = build(paths, cfg)?;
+pub fn write(
+    paths: &Paths,
+    cfg: &BoxEnv,
+    host: &WriteManifestArgs,
+    owner: Option<(Uid, Gid)>,
+) -> Result<RuntimeManifest> {
+    let mut m = build(paths, cfg)?;
+    if let Some(v) = &host.box_version {
+        m.set(BOX_KEY, v);
+    }
+    if let Some(v) = &host.smolvm_version {
+        m.set(SMOLVM_KEY, v);
+    }
     write_private(&paths.manifest(), m.render().as_bytes(), 0o600, owner)?;
     Ok(m)
 }
 
-pub fn run(ctx: &Context) -> Result<ExitCode> {
+pub fn run(ctx: &Context, host: &WriteManifestArgs) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);
     let cfg = config::load(ctx)?;
     let owner = account::Agent::resolve()
         .ok()
         .and_then(|a| a.owner_if_root());
-    write(&paths, &cfg, owner)?;
+    write(&paths, &cfg, host, owner)?;
     println!("wrote {}", paths.manifest().display());
     Ok(ExitCode::SUCCESS)
 }

@@ -1,10 +1,13 @@
-//! Human output: `==>` progress lines on stdout, `warning:`/`error:` on stderr.
+//! Human output: `==>` progress lines on stdout, `warning:`/`error:` on stderr, and the
+//! progress of long work ([`progress`]).
 //!
 //! Colour only on a terminal and never with `NO_COLOR`. Everything printed here is for
-//! people; scripts use `--json`.
+//! people; scripts use `--json` (and `--progress=json`).
 
 use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
+
+pub mod progress;
 
 static QUIET: AtomicBool = AtomicBool::new(false);
 
@@ -28,18 +31,18 @@ fn paint(code: &str, text: &str, tty: bool) -> String {
 pub fn say(msg: impl AsRef<str>) {
     if !QUIET.load(Ordering::Relaxed) {
         let tty = std::io::stdout().is_terminal();
-        println!("{} {}", paint("36", "==>", tty), msg.as_ref());
+        progress::suspend_bars(|| println!("{} {}", paint("36", "==>", tty), msg.as_ref()));
     }
 }
 
 /// Something the user should know about; the operation goes on.
 pub fn warn(msg: impl AsRef<str>) {
     let tty = std::io::stderr().is_terminal();
-    eprintln!("{} {}", paint("33", "warning:", tty), msg.as_ref());
+    progress::suspend_bars(|| eprintln!("{} {}", paint("33", "warning:", tty), msg.as_ref()));
 }
 
 /// The final error of a failed command.
 pub fn error(msg: impl AsRef<str>) {
     let tty = std::io::stderr().is_terminal();
-    eprintln!("{} {}", paint("31", "error:", tty), msg.as_ref());
+    progress::suspend_bars(|| eprintln!("{} {}", paint("31", "error:", tty), msg.as_ref()));
 }

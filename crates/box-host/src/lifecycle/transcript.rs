@@ -1,20 +1,17 @@
-//! Live provisioning progress and the transcript of `box new`.
+//! The transcript of an operation on a box (new, load, save, repair, base build).
 //!
-//! The full output of every guest step goes to `<state>/logs/<name>-new-<ts>.log` (0600);
-//! the terminal shows only the `==> step: <name>` markers that `provision.sh` prints, each
-//! with the elapsed time, so a user sees where a few minutes go without a wall of apt
-//! output. On failure box prints where the transcript is.
+//! The full output of every guest step goes to `<state>/logs/<name>-<verb>-<ts>.log`
+//! (0600); the terminal shows only what `ui` makes of it (provisioning's step lines, see
+//! `ui::progress::StepProgress`). On failure box prints where the transcript is.
 
 use std::fs::{File, OpenOptions};
 use std::io::Write;
 use std::os::unix::fs::OpenOptionsExt;
 use std::path::{Path, PathBuf};
-use std::time::Instant;
 
 use anyhow::{Context as _, Result};
 
 use crate::state::StateDir;
-use crate::ui;
 
 /// The transcript file of one operation.
 #[derive(Debug)]
@@ -75,83 +72,9 @@ impl Transcript {
     }
 }
 
-/// Turns streamed provisioning output into step lines on the terminal.
-#[derive(Debug)]
-pub struct StepProgress {
-    started: Instant,
-    step: Option<(String, Instant)>,
-}
-
-impl Default for StepProgress {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl StepProgress {
-    pub fn new() -> Self {
-        Self {
-            started: Instant::now(),
-            step: None,
-        }
-    }
-
-    /// The step name in a `==> step: <name>` line.
-    pub fn step_of(line: &str) -> Option<&str> {
-        line.trim()
-            .strip_prefix("==> step:")
-            .map(str::trim)
-            .filter(|s| !s.is_empty())
-    }
-
-    /// Feeds one output line; prints a progress line when a new step begins.
-    pub fn feed(&mut self, line: &str) {
-        if let Some(name) = Self::step_of(line) {
-            self.finish_step();
-            let shown: String = name.chars().filter(|c| !c.is_control()).take(80).collect();
-            ui::say(format!(
-                "  [{}] {shown}",
-                mmss(self.started.elapsed().as_secs())
-            ));
-            self.step = Some((shown, Instant::now()));
-        }
-    }
-
-    fn finish_step(&mut self) {
-        if let Some((name, at)) = self.step.take() {
-            tracing::info!(
-                "provision step '{name}' took {:.1}s",
-                at.elapsed().as_secs_f64()
-            );
-        }
-    }
-
-    /// Ends the last step; returns the total elapsed seconds.
-    pub fn done(&mut self) -> u64 {
-        self.finish_step();
-        self.started.elapsed().as_secs()
-    }
-}
-
-pub fn mmss(secs: u64) -> String {
-    format!("{:02}:{:02}", secs / 60, secs % 60)
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn recognises_step_markers_only() {
-        assert_eq!(
-            StepProgress::step_of("==> step: apt packages"),
-            Some("apt packages")
-        );
-        assert_eq!(StepProgress::step_of("  ==> step:node  "), Some("node"));
-        assert_eq!(StepProgress::step_of("==> step: "), None);
-        assert_eq!(StepProgress::step_of("Get:1 http://deb.debian.org"), None);
-        assert_eq!(mmss(125), "02:05");
-    }
 
     #[test]
     fn transcripts_are_private_and_unique() {

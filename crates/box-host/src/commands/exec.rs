@@ -1,0 +1,71 @@
+//! `box exec <name> [--root] -- CMD…`: one command in the box as `agent` (or root), with
+//! box's stdin, stdout and stderr in its place and its exit code as box's. A pty only when
+//! both stdin and stdout are terminals, so pipes and files get the command's raw bytes: the
+//! way to script a box and to use it from CI. No lock, as `box enter`: a long command must
+//! not block saves.
+
+use std::io::IsTerminal;
+use std::process::ExitCode;
+
+use anyhow::{Result, bail};
+
+use super::Context;
+use crate::lifecycle::boxes;
+use crate::smolvm::Smolvm;
+use crate::smolvm::driver::Attach;
+use crate::state::BoxRecord;
+
+/// The account's login shell runs the command, with the environment `box enter` gives
+/// (/etc/profile.d/hermes-box.sh; agent's profile starts in ~/workspace); the words reach
+/// it as `"$@"`, never re-parsed by a shell. `box` is the shell's `$0`.
+const LOGIN_EXEC: &str = r#"exec "$@""#;
+
+pub fn run(ctx: &Context, args: &crate::cli::ExecArgs) -> Result<ExitCode> {
+    let (record, smolvm) = running(ctx, &args.name)?;
+    let user = if args.root { "root" } else { "agent" };
+    // `--` before the account: runuser would otherwise take the command's own options
+    // (`ls -q`) as its own.
+    let mut argv = vec!["runuser", "-l", "-c", LOGIN_EXEC, "--", user, "box"];
+    argv.extend(args.command.iter().map(String::as_str));
+    let terminal = std::io::stdin().is_terminal() && std::io::stdout().is_terminal();
+    let (attach, env) = if terminal {
+        (
+            Attach::Terminal,
+            vec![("TERM".to_string(), terminal_type())],
+        )
+    } else {
+        (Attach::Stdin, Vec::new())
+    };
+    let code = smolvm.exec_attached(&record.machine, attach, &env, &argv)?;
+    Ok(exit_code(code))
+}
+
+/// A registered box whose machine is running, and smolvm where it lives. A stopped box is
+/// an error, not started behind a script's back.
+pub(super) fn running(ctx: &Context, raw: &str) -> Result<(BoxRecord, Smolvm)> {
+    let record = boxes::registered(ctx, raw)?;
+    let smolvm = boxes::smolvm(ctx, &record)?;
+    let machine = boxes::machine(&smolvm, &record)?;
+    if !machine.state.is_running() {
+        let name = &record.name;
+        bail!(
+            "box '{name}' is {}; start it with: box start {name}",
+            machine.state
+        );
+    }
+    Ok((record, smolvm))
+}
+
+/// The user's `TERM` for the guest's pty when it is a plain word, else a safe default.
+pub(super) fn terminal_type() -> String {
+    std::env::var("TERM")
+        .ok()
+        .filter(|t| !t.is_empty() && t.chars().all(|c| c.is_ascii_graphic()))
+        .unwrap_or_else(|| "xterm-256color".into())
+}
+
+/// The guest's exit status as box's: 0-255 as they are (a signal already came back as
+/// 128+n); anything else, which no process can exit with, as a failure.
+pub(super) fn exit_code(code: i32) -> ExitCode {
+    ExitCode::from(u8::try_from(code).unwrap_or(1))
+}
