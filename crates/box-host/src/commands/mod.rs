@@ -8,6 +8,7 @@ pub mod base;
 pub mod clone;
 pub mod completions;
 pub mod doctor;
+pub mod egress;
 pub mod enter;
 pub mod extract;
 pub mod load;

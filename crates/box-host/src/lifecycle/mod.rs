@@ -21,6 +21,7 @@
 
 pub mod boxes;
 pub mod cleanup;
+pub mod containment;
 pub mod guest;
 pub mod guest_assets;
 pub mod guest_network;
