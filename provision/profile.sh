@@ -29,6 +29,14 @@ if [ -s /etc/hermes-box/ca-certs.pem ] && [ -s /etc/ssl/certs/ca-certificates.cr
   export REQUESTS_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 fi
 
+# API keys bound to hosts (CREDENTIALS): the placeholders smolvm gave this box, in the
+# variables the agents read, and the trust variables for its credential CA (written by
+# provisioning; placeholders only, never a key).
+if [ -r /etc/hermes-box/credentials.env ]; then
+  # shellcheck disable=SC1091
+  . /etc/hermes-box/credentials.env
+fi
+
 if [ "$(id -un 2>/dev/null)" = agent ]; then
   export XDG_CONFIG_HOME=/data/home/agent/.config
   export XDG_DATA_HOME=/data/home/agent/.local/share

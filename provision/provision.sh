@@ -38,6 +38,13 @@ CA_CERTS=${HB_CA_CERTS:-/etc/hermes-box/ca-certs.pem}
 PROXY_ENV=${HB_PROXY_ENV:-/etc/hermes-box/proxy.env}
 CA_TRUSTED=/usr/local/share/ca-certificates/hermes-box.crt
 SYSTEM_BUNDLE=/etc/ssl/certs/ca-certificates.crt
+# API keys bound to hosts (box's CREDENTIALS): smolvm gives every process of the box a
+# placeholder (SMOL_PLACEHOLDER_…) in each bound variable, its credential CA at
+# MACHINE_CA and a bundle (the image's roots at boot, then that CA) at SMOLVM_BUNDLE.
+MACHINE_CA=/run/smol/credentials/ca.pem
+SMOLVM_BUNDLE=/run/smolvm/ca-bundle.pem
+CREDENTIALS_ENV=/etc/hermes-box/credentials.env
+NODE_EXTRA=/etc/hermes-box/node-extra-ca.pem
 # shellcheck source=lib/choices.sh
 . "$HERE/lib/choices.sh"
 
@@ -211,6 +218,67 @@ ca_exports() {
 network() {
   proxy_env || return 1
   ca_trust || return 1
+  refresh_smolvm_bundle
+}
+
+# smolvm assembles SMOLVM_BUNDLE at boot from the roots the image had then: a pristine
+# image has none, so until the next boot it would trust the credential CA alone and every
+# other HTTPS host would fail. Assemble it again from what is trusted now (smolvm's agent
+# does the same at every boot; /run is a tmpfs).
+refresh_smolvm_bundle() {
+  [ -s "$MACHINE_CA" ] || return 0
+  local b
+  b=$(mktemp) || return 1
+  if [ -s "$SYSTEM_BUNDLE" ]; then cat "$SYSTEM_BUNDLE" >> "$b"; elif [ -s "$CA_CERTS" ]; then cat "$CA_CERTS" >> "$b"; fi
+  cat "$MACHINE_CA" >> "$b"
+  if ! cmp -s "$b" "$SMOLVM_BUNDLE"; then
+    if ! { mkdir -p "$(dirname "$SMOLVM_BUNDLE")" && install -m 0644 "$b" "$SMOLVM_BUNDLE"; }; then
+      rm -f "$b"
+      return 1
+    fi
+    say "smolvm's CA bundle now holds the trusted roots and the box's credential CA"
+  fi
+  rm -f "$b"
+}
+
+# The placeholders smolvm put in this box's environment, for the agent's login shells
+# (which start from a clean environment), with the trust variables that make the
+# credential CA trusted there: /etc/hermes-box/credentials.env, sourced by the profile.
+# The variables are the ones smolvm set to a placeholder (box checked each binding took).
+credentials_env() {
+  local vars v val tmp
+  vars=$(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=SMOL_PLACEHOLDER_[A-Za-z0-9_]*$/\1/p' | sort | paste -sd' ' -)
+  if [ -z "$vars" ]; then
+    if [ -e "$CREDENTIALS_ENV" ]; then
+      rm -f "$CREDENTIALS_ENV" "$NODE_EXTRA" || return 1
+      changed "no API keys bound any more: removed $CREDENTIALS_ENV"
+    else
+      say "API keys bound to hosts: none"
+    fi
+    return 0
+  fi
+  [ -s "$MACHINE_CA" ] || die "smolvm put no credential CA at $MACHINE_CA although this box binds API keys ($vars): the installed smolvm did not apply --credential"
+  refresh_smolvm_bundle || return 1
+  tmp=$(mktemp) || return 1
+  { [ ! -s "$CA_CERTS" ] || cat "$CA_CERTS"; cat "$MACHINE_CA"; } > "$tmp" || return 1
+  cmp -s "$tmp" "$NODE_EXTRA" || install -D -m 0644 "$tmp" "$NODE_EXTRA" || return 1
+  : > "$tmp"
+  for v in $vars; do
+    val=${!v:-}
+    case $val in
+      SMOL_PLACEHOLDER_*) printf "export %s='%s'\n" "$v" "$val" >> "$tmp" ;;
+    esac
+  done
+  printf 'export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s GIT_SSL_CAINFO=%s PIP_CERT=%s\n' \
+    "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" >> "$tmp"
+  printf 'export NODE_EXTRA_CA_CERTS=%s DENO_CERT=%s\n' "$NODE_EXTRA" "$MACHINE_CA" >> "$tmp"
+  if cmp -s "$tmp" "$CREDENTIALS_ENV"; then
+    say "API keys bound to hosts: $vars (placeholders current)"
+  else
+    install -D -m 0644 "$tmp" "$CREDENTIALS_ENV" || { rm -f "$tmp"; return 1; }
+    changed "placeholders for $vars in the login environment"
+  fi
+  rm -f "$tmp"
 }
 
 APT_PACKAGES=(ca-certificates curl git jq tmux sudo neovim build-essential xz-utils
@@ -236,6 +304,7 @@ apt_packages() {
   changed "installed ${#missing[@]} packages"
   # ca-certificates arrived: its bundle (with GUEST_CA_CERTS in it) serves curl, git, pip.
   ca_exports
+  refresh_smolvm_bundle
 }
 
 agent_user() {
@@ -462,6 +531,7 @@ step hermes hermes_agent
 step hb-binary hb_binary
 step hb-init hb_init
 step login-environment login_env
+step credentials credentials_env
 step verify verify
 step runtime-manifest manifest
 

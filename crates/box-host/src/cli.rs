@@ -159,6 +159,16 @@ pub enum Command {
     #[command(after_long_help = "Example:\n  box start alpha")]
     Start(NameArg),
 
+    /// Show where a box may connect, its API key bindings, and what smolvm refused it
+    #[command(
+        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n\n\
+        A name outside the box's allow list does not resolve inside the box: curl says\n\
+        \"Could not resolve host\", npm ENOTFOUND. The denials listed here are smolvm's record\n\
+        (machine egress-events). Set the policy at box new (--egress, --allow-host,\n\
+        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS)."
+    )]
+    Egress(EgressArgs),
+
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
         after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
@@ -262,6 +272,7 @@ impl Command {
             Command::Clone(_) => "clone",
             Command::Extract(_) => "extract",
             Command::Backups(_) => "backups",
+            Command::Egress(_) => "egress",
             Command::Rm(_) => "rm",
             Command::Base(BaseCmd::Build(_)) => "base build",
             Command::Base(_) => "base",
@@ -279,6 +290,26 @@ pub struct NewArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
+    /// --allow-host/--allow-cidr); default EGRESS in box.env
+    #[arg(long, value_name = "open|allowlist")]
+    pub egress: Option<String>,
+    /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
+    /// EGRESS_ALLOW_HOSTS)
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// An address range the box may reach under --egress allowlist (repeatable)
+    #[arg(long, value_name = "CIDR")]
+    pub allow_cidr: Vec<String>,
+    /// A private range the box may reach although the LAN is closed (repeatable; adds to
+    /// EGRESS_ALLOW_PRIVATE)
+    #[arg(long, value_name = "CIDR")]
+    pub allow_private: Vec<String>,
+    /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
+    /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
+    /// openai, openrouter (repeatable; adds to CREDENTIALS)
+    #[arg(long, value_name = "BINDING")]
+    pub credential: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -350,6 +381,22 @@ pub struct LogsArgs {
     /// Lines of the end of the log to show first
     #[arg(short = 'n', long, default_value_t = 200, value_name = "N")]
     pub lines: usize,
+}
+
+#[derive(Debug, Args)]
+pub struct EgressArgs {
+    /// Box name: lowercase letters, digits and '-', 1-63 characters
+    pub name: String,
+    /// JSON output
+    #[arg(long)]
+    pub json: bool,
+    /// Add a name to the allow list (refused: smolvm applies a list only at create; the
+    /// message says how to change it)
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// Take a name off the allow list (refused, as --allow-host)
+    #[arg(long, value_name = "HOST")]
+    pub deny_host: Vec<String>,
 }
 
 #[derive(Debug, Args)]
@@ -435,6 +482,26 @@ pub struct MakeBoxArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
+    /// --allow-host/--allow-cidr); default EGRESS in box.env
+    #[arg(long, value_name = "open|allowlist")]
+    pub egress: Option<String>,
+    /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
+    /// EGRESS_ALLOW_HOSTS)
+    #[arg(long, value_name = "HOST")]
+    pub allow_host: Vec<String>,
+    /// An address range the box may reach under --egress allowlist (repeatable)
+    #[arg(long, value_name = "CIDR")]
+    pub allow_cidr: Vec<String>,
+    /// A private range the box may reach although the LAN is closed (repeatable; adds to
+    /// EGRESS_ALLOW_PRIVATE)
+    #[arg(long, value_name = "CIDR")]
+    pub allow_private: Vec<String>,
+    /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
+    /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
+    /// openai, openrouter (repeatable; adds to CREDENTIALS)
+    #[arg(long, value_name = "BINDING")]
+    pub credential: Vec<String>,
 }
 
 #[derive(Debug, Args)]

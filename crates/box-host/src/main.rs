@@ -53,6 +53,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Repair(a) => commands::repair::run(&ctx, a),
         Command::Stop(a) => commands::stop::run(&ctx, a),
         Command::Start(a) => commands::start::run(&ctx, a),
+        Command::Egress(a) => commands::egress::run(&ctx, a),
         Command::Save(a) => commands::save::run(&ctx, a),
         Command::Load(a) => commands::load::run(&ctx, a),
         Command::Clone(a) => commands::clone::run(&ctx, a),

@@ -299,6 +299,7 @@ fn register_alpha(w: &World) {
             kept_after_failure: None,
             machine_label: None,
             host: None,
+            containment: None,
         })
         .unwrap();
 }

@@ -108,6 +108,7 @@ fn registered_box(t: &Path) -> (Command, std::path::PathBuf) {
             kept_after_failure: None,
             machine_label: None,
             host: None,
+            containment: None,
         })
         .unwrap();
     let calls = t.join("smolvm-calls");

@@ -90,6 +90,22 @@ pub struct BoxEnv {
     /// `BOX_SSH_COMMAND`: the ssh command, split on spaces (`ssh -F ./cfg`), as
     /// `GIT_SSH_COMMAND` is for git.
     pub ssh_command: String,
+    /// `EGRESS`: `open` (the internet, never the LAN) or `allowlist` (only the shipped
+    /// `agents` names plus `EGRESS_ALLOW_HOSTS`/`EGRESS_ALLOW_CIDRS`). Checked by
+    /// box's containment module, which says what each word means.
+    pub egress: String,
+    /// `EGRESS_ALLOW_HOSTS`: extra names (`example.com`, `*.example.com`) for `allowlist`.
+    pub egress_allow_hosts: Vec<String>,
+    /// `EGRESS_ALLOW_CIDRS`: extra address ranges for `allowlist`.
+    pub egress_allow_cidrs: Vec<String>,
+    /// `EGRESS_ALLOW_PRIVATE`: private ranges (CIDRs) a box may reach although the LAN is
+    /// closed.
+    pub egress_allow_private: Vec<String>,
+    /// `EGRESS_REQUIRE`: refuse to create a box whose LAN smolvm cannot close.
+    pub egress_require: bool,
+    /// `CREDENTIALS`: API keys bound to hosts (`NAME@HOST[,HOST]`, `NAME=@FILE@HOST`, or a
+    /// shorthand such as `anthropic`); the guest gets a placeholder.
+    pub credentials: Vec<String>,
 }
 
 impl Default for BoxEnv {
@@ -122,6 +138,12 @@ impl Default for BoxEnv {
             host: String::new(),
             remote_smolvm: "smolvm".into(),
             ssh_command: "ssh".into(),
+            egress: "open".into(),
+            egress_allow_hosts: Vec::new(),
+            egress_allow_cidrs: Vec::new(),
+            egress_allow_private: Vec::new(),
+            egress_require: false,
+            credentials: Vec::new(),
         }
     }
 }
@@ -155,10 +177,38 @@ pub const KEYS: &[&str] = &[
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
+    "EGRESS",
+    "EGRESS_ALLOW_HOSTS",
+    "EGRESS_ALLOW_CIDRS",
+    "EGRESS_ALLOW_PRIVATE",
+    "EGRESS_REQUIRE",
+    "CREDENTIALS",
 ];
 
-/// Keys only `box` on the laptop reads, never written into a box.
-pub const HOST_ONLY_KEYS: &[&str] = &["BOX_HOST", "BOX_REMOTE_SMOLVM", "BOX_SSH_COMMAND"];
+/// Keys only `box` on the laptop reads, never written into a box. The egress keys are
+/// smolvm's business on the host: a guest never needs them, and cannot change them.
+pub const HOST_ONLY_KEYS: &[&str] = &[
+    "BOX_HOST",
+    "BOX_REMOTE_SMOLVM",
+    "BOX_SSH_COMMAND",
+    "EGRESS",
+    "EGRESS_ALLOW_HOSTS",
+    "EGRESS_ALLOW_CIDRS",
+    "EGRESS_ALLOW_PRIVATE",
+    "EGRESS_REQUIRE",
+    "CREDENTIALS",
+];
+
+/// A list of words separated by spaces or commas (`a.com, *.b.com`); each word's own
+/// syntax is checked where it is used.
+fn parse_words(v: &str) -> Result<Vec<String>, String> {
+    let v = parse_text(v)?;
+    Ok(v.split([' ', ',', '\t'])
+        .map(str::trim)
+        .filter(|w| !w.is_empty())
+        .map(str::to_string)
+        .collect())
+}
 
 fn parse_bool(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
@@ -273,6 +323,24 @@ impl BoxEnv {
                 }
                 self.ssh_command = v;
             }
+            "EGRESS" => {
+                let v = parse_word(value)?.to_ascii_lowercase();
+                if v != "open" && v != "allowlist" {
+                    return Err(format!("'{v}' is neither open nor allowlist"));
+                }
+                self.egress = v;
+            }
+            "EGRESS_ALLOW_HOSTS" => self.egress_allow_hosts = parse_words(value)?,
+            "EGRESS_ALLOW_CIDRS" => self.egress_allow_cidrs = parse_words(value)?,
+            "EGRESS_ALLOW_PRIVATE" => self.egress_allow_private = parse_words(value)?,
+            "EGRESS_REQUIRE" => self.egress_require = parse_bool(value)?,
+            // Space-separated only: a binding's hosts are comma-separated.
+            "CREDENTIALS" => {
+                self.credentials = parse_text(value)?
+                    .split_whitespace()
+                    .map(str::to_string)
+                    .collect()
+            }
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -316,6 +384,12 @@ impl BoxEnv {
             "BOX_HOST" => self.host.clone(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm.clone(),
             "BOX_SSH_COMMAND" => self.ssh_command.clone(),
+            "EGRESS" => self.egress.clone(),
+            "EGRESS_ALLOW_HOSTS" => self.egress_allow_hosts.join(" "),
+            "EGRESS_ALLOW_CIDRS" => self.egress_allow_cidrs.join(" "),
+            "EGRESS_ALLOW_PRIVATE" => self.egress_allow_private.join(" "),
+            "EGRESS_REQUIRE" => b(self.egress_require),
+            "CREDENTIALS" => self.credentials.join(" "),
             _ => return None,
         })
     }

@@ -170,10 +170,10 @@ pub struct CreateCmd {
     /// Network backend
     #[arg(long = "net-backend", value_parser = ["tsi", "virtio-net"])]
     pub net_backend: Option<String>,
-    /// Egress allowlist CIDR (implies --net; not enforced)
+    /// Allow egress to specific CIDR range (can be used multiple times, implies --net)
     #[arg(long = "allow-cidr", value_name = "CIDR")]
     pub allow_cidr: Vec<String>,
-    /// Egress allowlist host (implies --net; not enforced)
+    /// Allow egress to specific hostname (exact or subdomain; learned from DNS answers; implies --net)
     #[arg(long = "allow-host", value_name = "HOSTNAME")]
     pub allow_host: Vec<String>,
     /// Only allow outbound traffic to localhost (implies --net; not enforced)
@@ -368,6 +368,14 @@ pub struct ShExtras {
     pub cp_uid: Option<u32>,
     pub cp_gid: Option<u32>,
     pub cascade: bool,
+    /// `create --block-private` (1.33).
+    pub block_private: bool,
+    /// `create --allow-private CIDR` (1.33).
+    pub allow_private: Vec<String>,
+    /// `create --credential NAME=ENV@HOST[,HOST]` (1.33 here; smolvm has it from 1.18).
+    pub credentials: Vec<String>,
+    /// `create --allow-host-pattern P` (1.33).
+    pub allow_host_patterns: Vec<String>,
 }
 
 /// The clap command for a personality.
@@ -426,9 +434,61 @@ pub fn command(p: Personality) -> clap::Command {
             })
         })
         .mut_subcommand("machine", |m| {
+            m.subcommand(
+                clap::Command::new("egress-events")
+                    .about("Show the machine's egress denials (1.8.1+)")
+                    .arg(Arg::new("name").short('n').long("name").value_name("NAME"))
+                    .arg(
+                        Arg::new("limit")
+                            .long("limit")
+                            .value_parser(clap::value_parser!(usize))
+                            .default_value("200")
+                            .help("Maximum number of events to show (newest kept)"),
+                    )
+                    .arg(
+                        Arg::new("json")
+                            .long("json")
+                            .action(ArgAction::SetTrue)
+                            .help("Output in JSON format"),
+                    ),
+            )
+        })
+        .mut_subcommand("machine", |m| {
             if !p.is_current() {
                 return m;
             }
+            let repeat = |id: &'static str, value: &'static str, help: &'static str| {
+                Arg::new(id)
+                    .long(id)
+                    .value_name(value)
+                    .action(ArgAction::Append)
+                    .help(help)
+            };
+            let m = m.mut_subcommand("create", |c| {
+                c.arg(
+                    Arg::new("block-private")
+                        .long("block-private")
+                        .action(ArgAction::SetTrue)
+                        .help(
+                            "Block private, internal and link-local destinations (implies --net)",
+                        ),
+                )
+                .arg(repeat(
+                    "allow-private",
+                    "CIDR",
+                    "Re-open a private range under --block-private (implies it)",
+                ))
+                .arg(repeat(
+                    "credential",
+                    "NAME=ENV_VAR@HOST[,HOST...]",
+                    "Bind a credential the workload may use without ever seeing it (implies --net)",
+                ))
+                .arg(repeat(
+                    "allow-host-pattern",
+                    "PATTERN",
+                    "Opt-in egress pattern: exact hostname or `*.domain` subdomains only",
+                ))
+            });
             m.subcommand(name_only(
                 "pause",
                 "Save a running machine's execution and stop it (1.18+)",
@@ -454,6 +514,21 @@ fn name_only(verb: &'static str, about: &'static str) -> clap::Command {
     )
 }
 
+/// `machine egress-events [--name N] [--limit N] [--json]` (added at runtime for 1.9+).
+pub fn egress_events(m: &ArgMatches) -> Option<(String, usize, bool)> {
+    let (verb, c) = m.subcommand_matches("machine")?.subcommand()?;
+    if verb != "egress-events" {
+        return None;
+    }
+    Some((
+        c.get_one::<String>("name")
+            .cloned()
+            .unwrap_or_else(|| "default".to_string()),
+        c.get_one::<usize>("limit").copied().unwrap_or(200),
+        c.get_flag("json"),
+    ))
+}
+
 /// `machine pause|resume --name N`, the verbs only the current personality has (they are
 /// added at runtime, so the derive structs never see them).
 pub fn pause_or_resume(m: &ArgMatches) -> Option<(bool, String)> {
@@ -477,10 +552,18 @@ impl ShExtras {
             return x;
         };
         if let Some(c) = mm.subcommand_matches("create") {
-            x.labels = c
-                .get_many::<String>("label")
-                .map(|v| v.cloned().collect())
-                .unwrap_or_default();
+            let many = |id: &str| -> Vec<String> {
+                c.try_get_many::<String>(id)
+                    .ok()
+                    .flatten()
+                    .map(|v| v.cloned().collect())
+                    .unwrap_or_default()
+            };
+            x.labels = many("label");
+            x.allow_private = many("allow-private");
+            x.credentials = many("credential");
+            x.allow_host_patterns = many("allow-host-pattern");
+            x.block_private = c.try_get_one::<bool>("block-private").ok().flatten() == Some(&true);
         }
         if let Some(c) = mm.subcommand_matches("exec") {
             x.detach = c.get_flag("detach");

@@ -3,6 +3,8 @@
 
 mod calllog;
 mod cli;
+mod credentials;
+mod egress;
 mod faults;
 mod home;
 mod image;
@@ -98,6 +100,9 @@ fn main() {
         faults: Faults::from_env(argv.get(1..).unwrap_or_default()),
         extras: ShExtras::from_matches(&matches, personality),
     };
+    if let Some((name, limit, json)) = cli::egress_events(&matches) {
+        finish(verbs::egress_events::run(&name, limit, json));
+    }
     if let Some((pause, name)) = cli::pause_or_resume(&matches) {
         finish(verbs::pause::run(&ctx, &name, pause));
     }

@@ -153,6 +153,22 @@ pub struct Record {
     /// its start needs `<data dir>/pack/.smolvm-extracted`.
     #[serde(default)]
     pub source_smolmachine: Option<String>,
+    /// `--allow-host` entries as given, and `--allow-host-pattern`s encoded (`=host`,
+    /// `*.host`); `None`: no allow-host list.
+    #[serde(default)]
+    pub allowed_hosts: Option<Vec<String>>,
+    /// `--block-private` (1.33).
+    #[serde(default)]
+    pub block_private: bool,
+    /// `--allow-private CIDR` (1.33; implies `block_private`).
+    #[serde(default)]
+    pub allow_private: Vec<String>,
+    /// `--credential` bindings (1.18+); never a value.
+    #[serde(default)]
+    pub credentials: Vec<crate::credentials::Binding>,
+    /// Each binding's placeholder, minted at create, stable for the machine's life.
+    #[serde(default)]
+    pub placeholders: BTreeMap<String, String>,
 }
 
 fn predates_images() -> bool {
@@ -246,6 +262,27 @@ pub fn pid_alive(pid: Option<i32>, start: Option<u64>) -> bool {
 }
 
 impl Record {
+    /// Whether the machine carries an egress policy, which the gateway enforces (and which
+    /// TSI cannot).
+    pub fn has_policy(&self) -> bool {
+        !self.allowed_cidrs.is_empty()
+            || self.allowed_hosts.is_some()
+            || self.block_private
+            || !self.allow_private.is_empty()
+            || !self.credentials.is_empty()
+    }
+
+    /// The record's env plus what credentials put in every workload and exec environment:
+    /// placeholders and trust variables.
+    pub fn guest_base_env(&self) -> Vec<(String, String)> {
+        let mut env = self.env.clone();
+        env.extend(crate::credentials::guest_env(
+            &self.credentials,
+            &self.placeholders,
+        ));
+        env
+    }
+
     /// The supervisor is alive and so is the guest's PID 1.
     pub fn really_running(&self) -> bool {
         self.state == State::Running

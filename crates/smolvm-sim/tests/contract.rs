@@ -3470,3 +3470,5 @@ fn image_that_cannot_be_built_fails_the_first_start_with_the_cause() {
     );
     assert_eq!(s.state(&n).as_deref(), Some("created"));
 }
+
+mod contract_egress;

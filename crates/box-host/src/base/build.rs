@@ -158,6 +158,9 @@ impl<'a> Builder<'a> {
                 &self.machine,
             )?
             .0,
+            // A base is built with the network provisioning needs; a box's policy is its own
+            // and applies to the machine made from the base (lifecycle::containment).
+            policy: Vec::new(),
         };
         self.created = true; // from here a failure deletes it (a failed create leaves none)
         self.smolvm.create(&spec)?;
@@ -276,6 +279,7 @@ impl<'a> Builder<'a> {
             labels: crate::smolvm::labels::for_new_machine(&self.ctx.state, version, &name)
                 .map(|(l, _)| l)
                 .unwrap_or_default(),
+            policy: Vec::new(),
         };
         let created = self.smolvm.create_from(&spec);
         let deleted = self.smolvm.delete(&name);

@@ -13,7 +13,7 @@ pub const BASE_STEPS: &str =
 /// and proxies), `hb init`, the login environment and the runtime manifest. The installed
 /// tools came with the base; `verify` proves they still run.
 pub const PER_BOX_STEPS: &str =
-    "config system network hb-binary hb-init login-environment verify runtime-manifest";
+    "config system network hb-binary hb-init login-environment credentials verify runtime-manifest";
 
 /// The workload a base's pack declares (`pack create --entrypoint`). smolvm puts the
 /// pack's entrypoint in front of the source machine's cmd (`/bin/sh -c <launcher>`), so

@@ -66,12 +66,22 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     ui::say(format!(
         "Creating and provisioning '{name}' to clone '{source_name}' into"
     ));
+    // A clone keeps its source's policy and API key bindings (the keys themselves come
+    // from this shell at each start; the clone gets placeholders of its own).
+    let containment = match source.record.containment.clone() {
+        Some(c) => c,
+        None => crate::lifecycle::containment::Containment::from_config(
+            &ctx.config.env,
+            &Default::default(),
+        )?,
+    };
     let provisioned = match new::create_and_provision(
         ctx,
         &name,
         "clone",
         args.making.keep_on_failure,
         args.making.fresh,
+        containment,
     ) {
         Ok(p) => p,
         Err(code) => {

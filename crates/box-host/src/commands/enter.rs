@@ -21,7 +21,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let machine = boxes::machine(&smolvm, &record)?;
     if !machine.state.is_running() {
         ui::say(format!("Starting '{}'", record.name));
-        smolvm.start(&record.machine)?;
+        crate::lifecycle::containment::start_box(&smolvm, &record, None)?;
         readiness::wait_for_agent(&smolvm, &record.machine)?;
         // `box stop` paused Executor durably (hb down); entering brings it back, as
         // `box start` does. A failure is reported but does not keep the user out.

@@ -104,12 +104,19 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
+    // A backup holds no policy: the restored box gets box.env's (EGRESS*, CREDENTIALS),
+    // and placeholders of its own machine.
+    let containment = crate::lifecycle::containment::Containment::from_config(
+        &ctx.config.env,
+        &Default::default(),
+    )?;
     let provisioned = match new::create_and_provision(
         ctx,
         &name,
         "load",
         args.making.keep_on_failure,
         args.making.fresh,
+        containment,
     ) {
         Ok(p) => p,
         Err(code) => {

@@ -9,6 +9,7 @@ pub mod base;
 pub mod clone;
 pub mod completions;
 pub mod doctor;
+pub mod egress;
 pub mod enter;
 pub mod exec;
 pub mod extract;

@@ -8,6 +8,7 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::lifecycle::cleanup::{self, Rollback};
+use crate::lifecycle::containment::{self, Containment};
 use crate::lifecycle::guest;
 use crate::lifecycle::ports;
 use crate::lifecycle::provisioning::Setup;
@@ -64,6 +65,10 @@ struct NewRun<'a> {
     /// and checks the restored box; starting and checking the empty one first is skipped.
     restore_follows: bool,
     started: std::time::Instant,
+    /// Where the box may connect and which API keys it may use.
+    containment: Containment,
+    /// The values of those keys, read before any VM exists, for `machine start` only.
+    keys: Vec<(String, secrecy::SecretString)>,
 }
 
 /// The smolvm machine name of a new box: the box's name on this machine (as always); on a
@@ -79,6 +84,16 @@ fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
 
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
+    let containment = Containment::from_config(
+        &ctx.config.env,
+        &containment::Overrides {
+            egress: args.egress.clone(),
+            allow_hosts: args.allow_host.clone(),
+            allow_cidrs: args.allow_cidr.clone(),
+            allow_private: args.allow_private.clone(),
+            credentials: args.credential.clone(),
+        },
+    )?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(
         &ctx.state,
@@ -103,6 +118,8 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
         base: None,
         restore_follows: false,
         started: std::time::Instant::now(),
+        containment,
+        keys: Vec::new(),
     };
     match run.steps() {
         Ok(()) => Ok(ExitCode::SUCCESS),
@@ -172,6 +189,19 @@ impl NewRun<'_> {
         crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
 
         self.base = self.pick_base();
+        // The policy on this smolvm (what it cannot do is refused or said), and the API
+        // keys' values, before any VM exists.
+        let (policy, notes) =
+            self.containment
+                .create_args(version, self.base.is_some(), env.egress_require)?;
+        for note in notes {
+            self.transcript.line(&note);
+            ui::warn(note);
+        }
+        self.keys = containment::values(&self.containment.credentials)?;
+        for line in self.containment.describe() {
+            ui::say(format!("  {line}"));
+        }
         // The memory check reads this machine's memory: a remote host's is doctor's.
         if self.base.is_none()
             && self.ctx.host.is_none()
@@ -247,6 +277,7 @@ impl NewRun<'_> {
             env: create_env,
             workload: guest::launcher(),
             labels,
+            policy,
         };
         // Signals stay deferred through create: it is never cut short.
         if let Some(base) = self.base.clone() {
@@ -283,6 +314,7 @@ impl NewRun<'_> {
             kept_after_failure: None,
             machine_label,
             host: self.ctx.host.as_ref().map(ToString::to_string),
+            containment: Some(self.containment.clone()),
         })?;
         self.row_written = true;
         self.registry_lock = None;
@@ -290,8 +322,9 @@ impl NewRun<'_> {
 
         ui::say(format!("Starting '{}'", self.name));
         self.smolvm
-            .start_cancellable(&self.machine, Some(self.signals.flag()))?;
+            .start_with_keys(&self.machine, Some(self.signals.flag()), &self.keys)?;
         self.checkpoint()?;
+        containment::check_bound(&self.smolvm, &self.machine, &self.containment.credentials)?;
 
         self.stage = STAGE_PROVISION;
         if self.base.is_some() {
@@ -377,6 +410,7 @@ impl NewRun<'_> {
             mem_mib: spec.mem_mib,
             env: spec.env.clone(),
             labels: spec.labels.clone(),
+            policy: spec.policy.clone(),
         };
         // A failed extraction should leave no machine; if smolvm left one, the rollback
         // deletes it and verifies it is gone.
@@ -513,6 +547,7 @@ pub fn create_and_provision(
     verb: &str,
     keep_on_failure: bool,
     fresh: bool,
+    containment: Containment,
 ) -> Result<Provisioned, ExitCode> {
     let setup = || -> Result<(DeferredSignals, Transcript, String)> {
         Ok((
@@ -545,6 +580,8 @@ pub fn create_and_provision(
         base: None,
         restore_follows: true,
         started: std::time::Instant::now(),
+        containment,
+        keys: Vec::new(),
     };
     match run.build() {
         Ok(()) => Ok(Provisioned {

@@ -24,7 +24,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let machine = boxes::machine(&smolvm, &record)?;
     if !machine.state.is_running() {
         ui::say(format!("Starting '{}' ({})", record.name, machine.state));
-        smolvm.start(&record.machine)?;
+        crate::lifecycle::containment::start_box(&smolvm, &record, None)?;
     }
     readiness::wait_for_agent(&smolvm, &record.machine)?;
     ui::say(format!(

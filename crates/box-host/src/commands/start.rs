@@ -15,7 +15,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let smolvm = boxes::smolvm(ctx, &record)?;
     boxes::machine(&smolvm, &record)?;
     ui::say(format!("Starting '{}'", record.name));
-    smolvm.start(&record.machine)?;
+    crate::lifecycle::containment::start_box(&smolvm, &record, None)?;
     match readiness::wait_until_ready(&smolvm, &record, ctx.config.env.install_executor)? {
         readiness::Readiness::Ready => ui::say(format!("'{}' is running and healthy", record.name)),
         readiness::Readiness::ExecutorPaused => ui::say(format!(

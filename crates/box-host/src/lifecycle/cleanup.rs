@@ -151,6 +151,7 @@ mod tests {
             kept_after_failure: None,
             machine_label: None,
             host: None,
+            containment: None,
         })
         .unwrap();
         let smolvm = ambiguous_smolvm(tmp.path());

@@ -106,6 +106,26 @@ pub fn run(smolvm: &Smolvm) -> Vec<Check> {
     {
         out.push(c);
     }
+    if let Ok(v) = smolvm.version() {
+        out.push(if v.has_block_private() {
+            Check::new(
+                h,
+                "lan",
+                Status::Ok,
+                "new boxes cannot reach the LAN (--block-private)",
+            )
+        } else {
+            Check::new(
+                h,
+                "lan",
+                Status::Warn,
+                format!(
+                    "smolvm {v} cannot close the LAN to a box (--block-private needs 1.33): new \
+                     boxes can reach your local network; EGRESS_REQUIRE=1 makes box new refuse"
+                ),
+            )
+        });
+    }
     if cfg!(target_os = "linux") {
         if is_simulator(smolvm) {
             out.push(Check::new(

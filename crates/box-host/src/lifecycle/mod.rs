@@ -1,5 +1,6 @@
 //! Shared pieces of the box lifecycle verbs (new, enter, ls, open, doctor, repair, stop,
-//! start, rm), one concern per module: `boxes` (looking up a managed box), `ports` (the web
+//! start, rm), one concern per module: `boxes` (looking up a managed box), `containment`
+//! (egress policy and API key bindings: the only renderer of smolvm's policy flags), `ports` (the web
 //! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (the §3.4 rollback),
 //! `guest_assets` (which hb and provision/ to copy), `guest_network` (proxies and CA
 //! certificates for the guest), `provisioning` (copy, provision, init, wire, health),
@@ -22,6 +23,7 @@
 
 pub mod boxes;
 pub mod cleanup;
+pub mod containment;
 pub mod guest;
 pub mod guest_assets;
 pub mod guest_network;

@@ -58,6 +58,9 @@ pub struct CreateFromSpec {
     pub env: Vec<(String, String)>,
     /// `--label K=V` (smolvm 1.8+; empty before: the flag does not exist there).
     pub labels: Vec<(String, String)>,
+    /// Egress policy and credential bindings, rendered by `lifecycle::containment` (names
+    /// and hosts only, never a value).
+    pub policy: Vec<String>,
 }
 
 /// What `machine create` is asked for.
@@ -75,6 +78,19 @@ pub struct CreateSpec {
     pub workload: Vec<String>,
     /// `--label K=V` (smolvm 1.8+; empty before: the flag does not exist there).
     pub labels: Vec<(String, String)>,
+    /// Egress policy and credential bindings, rendered by `lifecycle::containment` (names
+    /// and hosts only, never a value).
+    pub policy: Vec<String>,
+}
+
+/// One egress denial smolvm recorded (`egress-events --json`).
+#[derive(Debug, Clone, PartialEq, Eq, serde::Deserialize)]
+pub struct EgressDenial {
+    pub timestamp: String,
+    /// `connect`, `sendto` or `resolve`.
+    pub operation: String,
+    /// `ip:port`, or the name a `resolve` asked for.
+    pub dest: String,
 }
 
 /// Options of one `machine exec`.
@@ -407,6 +423,7 @@ impl Smolvm {
         ]);
         push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
         push_labels(&mut a, &spec.labels);
+        a.extend(spec.policy.iter().map(OsString::from));
         a.push("--".into());
         a.extend(spec.workload.iter().map(OsString::from));
         let out = self.checked(a, timeouts::CREATE)?;
@@ -427,6 +444,7 @@ impl Smolvm {
         ];
         push_machine_flags(&mut a, &spec.ports, spec.cpus, spec.mem_mib, &spec.env);
         push_labels(&mut a, &spec.labels);
+        a.extend(spec.policy.iter().map(OsString::from));
         let call = self.call_name(&a);
         let cap = std::env::var("SMOLVM_PACK_CACHE_MAX_BYTES")
             .ok()
@@ -531,8 +549,28 @@ impl Smolvm {
         name: &str,
         cancel: Option<&AtomicUsize>,
     ) -> Result<(), SmolvmError> {
+        self.start_with_keys(name, cancel, &[])
+    }
+
+    /// `machine start` with API keys bound to the machine (`--credential`) in the
+    /// environment of this one call, which is where smolvm reads them: never argv, never a
+    /// file. On a remote host they are refused for now (see `lifecycle::containment`).
+    pub fn start_with_keys(
+        &self,
+        name: &str,
+        cancel: Option<&AtomicUsize>,
+        keys: &[(String, secrecy::SecretString)],
+    ) -> Result<(), SmolvmError> {
+        use secrecy::ExposeSecret as _;
         let a = args(["machine", "start", "--name", name]);
         let call = self.call_name(&a);
+        if !keys.is_empty() && !matches!(self.transport, Transport::Local) {
+            return Err(SmolvmError::Failed {
+                call,
+                message: "API keys bound to hosts (CREDENTIALS) are not handed to smolvm on a                           remote host yet: make this box on this machine, or drop CREDENTIALS"
+                    .to_string(),
+            });
+        }
         let out = self.run(
             &a,
             &call,
@@ -540,10 +578,24 @@ impl Smolvm {
                 timeout: self.deadline(timeouts::START),
                 on_line: None,
                 cancel,
-                env: Vec::new(),
+                env: keys
+                    .iter()
+                    .map(|(k, v)| (k.clone(), v.expose_secret().to_string()))
+                    .collect(),
             },
         )?;
         check(&call, out).map(drop)
+    }
+
+    /// `machine egress-events --name N --json`: the denials smolvm recorded, oldest first.
+    pub fn egress_events(&self, name: &str) -> Result<Vec<EgressDenial>, SmolvmError> {
+        let a = args(["machine", "egress-events", "--name", name, "--json"]);
+        let call = self.call_name(&a);
+        let out = self.checked(a, timeouts::QUERY)?;
+        serde_json::from_str(out.stdout.trim()).map_err(|e| SmolvmError::BadOutput {
+            call,
+            problem: format!("expected a JSON list of denials: {e}"),
+        })
     }
 
     /// `machine stop` (idempotent in smolvm: a stopped machine is fine).
@@ -1065,6 +1117,7 @@ esac"#,
             mem_mib: 2048,
             env: vec![("HB_WEB_PORT".into(), "4791".into())],
             labels: vec![("hermes-box".into(), "beta".into())],
+            policy: Vec::new(),
         })
         .unwrap();
         let text = std::fs::read_to_string(&log).unwrap();
@@ -1111,6 +1164,7 @@ esac"#,
                 env: vec![],
                 workload: vec!["true".into()],
                 labels: vec![],
+                policy: Vec::new(),
             })
             .unwrap();
         assert_eq!(
@@ -1157,6 +1211,11 @@ esac"#,
                 ("hermes-box".into(), "alpha".into()),
                 ("hermes-box-id".into(), "0f".into()),
             ],
+            policy: vec![
+                "--block-private".into(),
+                "--credential".into(),
+                "k=K@api.a.test".into(),
+            ],
         })
         .unwrap();
         let argv = std::fs::read_to_string(&log).unwrap();
@@ -1182,6 +1241,9 @@ esac"#,
                 "hermes-box=alpha",
                 "--label",
                 "hermes-box-id=0f",
+                "--block-private",
+                "--credential",
+                "k=K@api.a.test",
                 "--",
                 "/bin/sh",
                 "-c",

@@ -141,6 +141,42 @@ impl SmolvmVersion {
         (self.major, self.minor) >= (1, 9)
     }
 
+    /// `machine create --block-private`/`--allow-private`: in smolvm 1.33.0's released
+    /// crates (smolfile `block_private`, smolvm-network `with_private_floor`); the release
+    /// that introduced them was not found, so older ones are treated as lacking them.
+    pub fn has_block_private(&self) -> bool {
+        (self.major, self.minor) >= (1, 33)
+    }
+
+    /// `--allow-host-pattern` (`*.domain` subdomains only): by 1.33.0 (smolvm-protocol
+    /// `host_pattern.rs`); the exact release was not found.
+    pub fn has_host_patterns(&self) -> bool {
+        (self.major, self.minor) >= (1, 33)
+    }
+
+    /// Allow lists enforced on every backend (policy machines moved off TSI, #427, and
+    /// `machine egress-events`, #937, in 1.8.1): box asks for 1.9.
+    pub fn enforces_allow_lists(&self) -> bool {
+        (self.major, self.minor) >= (1, 9)
+    }
+
+    /// `machine egress-events --name N --json` (smolvm PR #937, first in 1.8.1).
+    pub fn has_egress_events(&self) -> bool {
+        *self >= Self::new(1, 8, 1)
+    }
+
+    /// `machine create --credential NAME=VAR@HOST` (the API field arrived in 1.18.x;
+    /// docs/credentials/SKILL.md verified it on 1.18.2).
+    pub fn has_credentials(&self) -> bool {
+        (self.major, self.minor) >= (1, 18)
+    }
+
+    /// A machine created from a pack honours `--credential` from 1.22.2 (1.18.2 silently
+    /// ignored it: docs/credentials/SKILL.md "Traps").
+    pub fn honours_credentials_from_packs(&self) -> bool {
+        *self >= Self::new(1, 22, 2)
+    }
+
     /// From 1.4 a keep-alive container keeps backgrounded exec children alive; before it
     /// they die with the exec unless a workload container runs (box always has one).
     pub fn exec_keepalive(&self) -> bool {

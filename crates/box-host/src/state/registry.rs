@@ -48,6 +48,10 @@ pub struct BoxRecord {
     /// this machine (every record written before remote hosts existed).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub host: Option<String>,
+    /// Where the box may connect and which API keys are bound to it (never a value). `None`:
+    /// made before containment existed (its LAN is open, its egress unrestricted).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub containment: Option<crate::lifecycle::containment::Containment>,
 }
 
 impl BoxRecord {
@@ -288,6 +292,7 @@ mod tests {
             kept_after_failure: None,
             machine_label: None,
             host: None,
+            containment: None,
         }
     }
 

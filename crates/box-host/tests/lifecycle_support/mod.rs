@@ -24,6 +24,19 @@ pub fn prerequisites() -> bool {
     sim_support::prerequisites("lifecycle tests", &[])
 }
 
+/// [`sim_support::secret_surfaces`] but the unredacted call log, for a secret that belongs
+/// in one call's environment (a bound API key in `machine start`'s); the caller checks that
+/// log itself.
+pub fn secret_surfaces_but_raw_calls(
+    home: &std::path::Path,
+    sim_home: &std::path::Path,
+) -> Vec<(String, String)> {
+    sim_support::secret_surfaces(home, sim_home)
+        .into_iter()
+        .filter(|(p, _)| !p.ends_with(sim_support::RAW_CALL_LOG))
+        .collect()
+}
+
 /// One test's world.
 pub struct World {
     _serial: MutexGuard<'static, ()>,

@@ -22,7 +22,15 @@ pub struct Slirp {
 }
 
 /// Start slirp4netns for the network namespace of `target_pid` and wait until it is ready.
-pub fn start(target_pid: i32, data: &Path) -> Result<Slirp, String> {
+/// `filtered` (a machine with an egress policy): slirp runs under the connect filter
+/// (`crate::egress::connect_filter`) with its own DNS forwarder off, the gateway's DNS
+/// filter answering instead.
+pub fn start(
+    target_pid: i32,
+    data: &Path,
+    room: Option<&crate::egress::Room>,
+) -> Result<Slirp, String> {
+    let filtered = room.is_some();
     let sock = data.join("slirp.sock");
     let _ = std::fs::remove_file(&sock);
     let (exit_r, exit_w) = super::namespaces::pipe().map_err(|e| format!("pipe: {e}"))?;
@@ -36,15 +44,23 @@ pub fn start(target_pid: i32, data: &Path) -> Result<Slirp, String> {
         "--api-socket",
     ])
     .arg(&sock)
-    .args(["--exit-fd", "3", "--ready-fd", "4"])
-    .arg(target_pid.to_string())
-    .arg("tap0")
-    .stdin(Stdio::null());
-    // SAFETY: only async-signal-safe calls (dup2) between fork and exec.
+    .args(["--exit-fd", "3", "--ready-fd", "4"]);
+    if filtered {
+        cmd.arg("--disable-dns");
+    }
+    cmd.arg(target_pid.to_string())
+        .arg("tap0")
+        .stdin(Stdio::null());
+    let program = filtered.then(crate::egress::connect_filter::program);
+    // SAFETY: only async-signal-safe calls (dup2, prctl, seccomp) between fork and exec;
+    // the program was built before the fork and lives in the closure.
     unsafe {
         cmd.pre_exec(move || {
             if libc::dup2(er, 3) < 0 || libc::dup2(rw, 4) < 0 {
                 return Err(std::io::Error::last_os_error());
+            }
+            if let Some(prog) = &program {
+                crate::egress::connect_filter::install_in_child(prog)?;
             }
             Ok(())
         });
@@ -63,6 +79,13 @@ pub fn start(target_pid: i32, data: &Path) -> Result<Slirp, String> {
         sock,
         _exit_w: exit_w,
     };
+    if let Some(room) = room
+        && let Err(e) = room.start_filter(slirp.child.id() as i32)
+    {
+        let _ = slirp.child.kill();
+        let _ = slirp.child.wait();
+        return Err(e);
+    }
     let mut f = std::fs::File::from(ready_r);
     let mut b = [0u8; 1];
     match f.read(&mut b) {

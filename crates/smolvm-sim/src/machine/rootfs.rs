@@ -156,9 +156,19 @@ pub enum GuestRoot {
     HostUserland,
 }
 
+/// The guest's network, as its root needs to know it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum GuestNet {
+    None,
+    /// The plain NAT: the image's resolver, unless it is on the host's loopback.
+    Nat,
+    /// An egress policy: the gateway's DNS filter is the only resolver.
+    Filtered,
+}
+
 /// Build the guest root and pivot into it. Runs as the guest's PID 1, inside its fresh mount
 /// namespace, before anything else happens there.
-pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, network: bool) -> Result<(), String> {
+pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, net: GuestNet) -> Result<(), String> {
     // Nothing we mount may propagate back to the host.
     mount(
         None,
@@ -177,10 +187,60 @@ pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, network: bool) -> Resul
     }
     let r = mountpoint(data);
     mount_runtime_dirs(&r)?;
-    if network {
-        fix_resolv_conf(&r.join("etc"))?;
+    match net {
+        GuestNet::None => {}
+        GuestNet::Nat => fix_resolv_conf(&r.join("etc"))?,
+        GuestNet::Filtered => write_resolv_conf(&r.join("etc"), crate::egress::GUEST_DNS)?,
     }
     pivot(&r)
+}
+
+/// The machine's credential CA where smolvm puts it (`/run/smol/credentials/ca.pem`,
+/// read-only, nothing else in that directory), and `/run/smolvm/ca-bundle.pem`: the image's
+/// own roots as they are at boot, then the CA. Runs in the guest after the pivot, so the
+/// image's bundle (often a symlink) resolves inside the guest.
+pub fn install_credential_ca(ca_pem: &str) -> Result<(), String> {
+    use crate::credentials::{GUEST_CA, GUEST_CA_BUNDLE, GUEST_CA_DIR};
+    mkdir_all_mode(Path::new(GUEST_CA_DIR), 0o755)?;
+    fs::write(GUEST_CA, ca_pem).map_err(|e| format!("{GUEST_CA}: {e}"))?;
+    fs::set_permissions(GUEST_CA, fs::Permissions::from_mode(0o444))
+        .map_err(|e| format!("{GUEST_CA}: {e}"))?;
+    let dir = Path::new(GUEST_CA_DIR);
+    mount(Some(GUEST_CA_DIR), dir, None, libc::MS_BIND, None)?;
+    mount(
+        None,
+        dir,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY,
+        None,
+    )?;
+    let mut bundle = fs::read_to_string("/etc/ssl/certs/ca-certificates.crt").unwrap_or_default();
+    if !bundle.is_empty() && !bundle.ends_with('\n') {
+        bundle.push('\n');
+    }
+    bundle.push_str(ca_pem);
+    let parent = Path::new(GUEST_CA_BUNDLE)
+        .parent()
+        .unwrap_or(Path::new("/run"));
+    mkdir_all_mode(parent, 0o755)?;
+    fs::write(GUEST_CA_BUNDLE, bundle).map_err(|e| format!("{GUEST_CA_BUNDLE}: {e}"))
+}
+
+fn mkdir_all_mode(p: &Path, mode: u32) -> Result<(), String> {
+    fs::create_dir_all(p).map_err(|e| format!("mkdir {}: {e}", p.display()))?;
+    fs::set_permissions(p, fs::Permissions::from_mode(mode))
+        .map_err(|e| format!("chmod {}: {e}", p.display()))
+}
+
+/// Point the guest at `nameserver` only (a symlinked resolv.conf is replaced, never
+/// followed).
+fn write_resolv_conf(etc: &Path, nameserver: &str) -> Result<(), String> {
+    let p = etc.join("resolv.conf");
+    if fs::symlink_metadata(&p).is_ok() {
+        fs::remove_file(&p).map_err(|e| format!("remove guest resolv.conf: {e}"))?;
+    }
+    fs::write(&p, format!("nameserver {nameserver}\n"))
+        .map_err(|e| format!("write guest resolv.conf: {e}"))
 }
 
 /// The image form: one overlay over the cached image, plus smolvm's `/workspace`.

@@ -239,7 +239,7 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
         }
     };
     match start_guest(&r, p) {
-        Ok((init_pid, slirp)) => {
+        Ok((init_pid, slirp, room)) => {
             // The workload is the guest PID 1's only child right after boot.
             let workload = if r.entrypoint.is_empty() && r.cmd.is_empty() {
                 0
@@ -252,6 +252,10 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
             let sp = slirp.as_ref().map_or(0, |s| s.child.id() as i32);
             // From here a `stop` may arrive at any time: queue it for `supervise`.
             let set = block_stop_signals();
+            // The network room's threads inherit the blocked signals.
+            if let Some(room) = room {
+                room.spawn();
+            }
             // Record the running machine ourselves (`start` holds the registry lock and waits
             // for us), so it is not orphaned if `start` dies before it saves.
             // SAFETY: getppid has no preconditions.
@@ -304,8 +308,9 @@ pub fn boot(name: &str, p: Personality) -> VerbResult {
 }
 
 type BootErr = (&'static str, &'static str, String);
+type Booted = (i32, Option<network::Slirp>, Option<crate::egress::Room>);
 
-fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp>), BootErr> {
+fn start_guest(r: &Record, p: Personality) -> Result<Booted, BootErr> {
     let data = registry::data_dir(&r.name);
     rootfs::prepare(&data).map_err(|e| ("agent", "start", e))?;
     let (go_r, go_w) = namespaces::pipe().map_err(|e| ("agent", "start", e.to_string()))?;
@@ -329,8 +334,22 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
         }
     };
     let mut slirp = None;
+    let mut room = None;
     if r.network || !r.ports.is_empty() {
-        let s = match network::start(pid, &data) {
+        if r.has_policy() {
+            match crate::egress::Room::new(r, &data) {
+                Ok(made) => room = Some(made),
+                Err(e) => {
+                    kill_guest(pid);
+                    return Err((
+                        "agent",
+                        "configure virtio-net",
+                        format!("failed to start the egress policy: {e}"),
+                    ));
+                }
+            }
+        }
+        let s = match network::start(pid, &data, room.as_ref()) {
             Ok(s) => s,
             Err(e) => {
                 kill_guest(pid);
@@ -354,6 +373,17 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
                 ));
             }
         }
+        if let Some(room) = room.as_mut()
+            && let Err(e) = room.open_dns(pid)
+        {
+            kill_guest(pid);
+            drop(s);
+            return Err((
+                "agent",
+                "configure virtio-net",
+                format!("failed to start the egress policy: {e}"),
+            ));
+        }
         slirp = Some(s);
     }
     let mut gw = File::from(go_w);
@@ -361,7 +391,7 @@ fn start_guest(r: &Record, p: Personality) -> Result<(i32, Option<network::Slirp
     drop(gw);
     let line = read_line(File::from(rep_r));
     if line == "ok" {
-        return Ok((pid, slirp));
+        return Ok((pid, slirp, room));
     }
     kill_guest(pid);
     if let Some(mut s) = slirp {
@@ -434,6 +464,33 @@ fn supervise(set: &libc::sigset_t, init_pid: i32, slirp: Option<network::Slirp>)
     }
 }
 
+/// The guest's PID 1 is a fork of the supervisor, whose environment is `machine start`'s
+/// (credential values included, as smolvm's VMM has them on the host). A VM's PID 1 holds
+/// none of it: blank the inherited environment block, which the guest could otherwise read
+/// at `/proc/1/environ`. Called once its last reader (secret resolution) is done.
+fn scrub_inherited_environ() {
+    let Ok(stat) = std::fs::read_to_string("/proc/self/stat") else {
+        return;
+    };
+    let Some(rest) = stat.rfind(')').map(|i| &stat[i + 2..]) else {
+        return;
+    };
+    // Fields 50 and 51 of stat (env_start, env_end); `rest` starts at field 3.
+    let f: Vec<&str> = rest.split_whitespace().collect();
+    let (Some(Ok(start)), Some(Ok(end))) = (
+        f.get(47).map(|v| v.parse::<usize>()),
+        f.get(48).map(|v| v.parse::<usize>()),
+    ) else {
+        return;
+    };
+    if start == 0 || end <= start {
+        return;
+    }
+    // SAFETY: [env_start, env_end) is this process's own environment block on its stack,
+    // mapped writable; nothing reads the environment after this point.
+    unsafe { std::ptr::write_bytes(start as *mut u8, 0, end - start) };
+}
+
 /// The guest's PID 1: build the root, set the hostname, bring up lo, wait for the network,
 /// run first-boot init commands and the workload, then reap orphans forever.
 fn guest_init(
@@ -472,7 +529,25 @@ fn guest_init(
         // SAFETY: terminating the guest's PID 1 after reporting.
         unsafe { libc::_exit(1) }
     };
-    let network = r.network || !r.ports.is_empty();
+    let net = match (r.network || !r.ports.is_empty(), r.has_policy()) {
+        (false, _) => rootfs::GuestNet::None,
+        (true, false) => rootfs::GuestNet::Nat,
+        (true, true) => rootfs::GuestNet::Filtered,
+    };
+    // Read on the host side of the pivot; installed in the guest after it.
+    let ca_pem = if r.credentials.is_empty() {
+        None
+    } else {
+        match std::fs::read_to_string(crate::credentials::ca::dir(data).join("ca.pem")) {
+            Ok(pem) => Some(pem),
+            Err(e) => fail(
+                &mut rep,
+                "agent",
+                "start",
+                format!("credential CA of '{}': {e}", r.name),
+            ),
+        }
+    };
     let root = if r.host_userland {
         rootfs::GuestRoot::HostUserland
     } else {
@@ -491,13 +566,18 @@ fn guest_init(
             ),
         }
     };
-    if let Err(e) = rootfs::assemble_and_pivot(data, &root, network) {
+    if let Err(e) = rootfs::assemble_and_pivot(data, &root, net) {
         fail(
             &mut rep,
             "config",
             "start machine",
             format!("guest root filesystem: {e}"),
         );
+    }
+    if let Some(pem) = &ca_pem
+        && let Err(e) = rootfs::install_credential_ca(pem)
+    {
+        fail(&mut rep, "agent", "start", format!("credential CA: {e}"));
     }
     if let Err(e) = namespaces::set_hostname(&p.hostname(&r.name)) {
         fail(
@@ -524,7 +604,8 @@ fn guest_init(
         Ok(s) => s,
         Err(e) => fail(&mut rep, "agent", "resolve secrets", e),
     };
-    let env = guest_env(&r.env, &secrets);
+    let env = guest_env(&r.guest_base_env(), &secrets);
+    scrub_inherited_environ();
     let cwd = r.workdir.clone().unwrap_or_else(|| "/".to_string());
     if !r.init_completed {
         for (i, c) in r.init.iter().enumerate() {

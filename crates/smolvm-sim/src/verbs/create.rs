@@ -23,12 +23,12 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
             "Smolfiles are not supported by smolvm-sim",
         ));
     }
-    let net =
-        c.net || !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only;
-    let labels = super::create_checks::check(ctx.personality, &c, &ctx.extras.labels)?;
+    let labels = super::create_checks::check(ctx.personality, &c, &ctx.extras)?;
+    let egress = super::create_egress::from_flags(ctx, &c)?;
+    let net = c.net || egress.implies_net();
     let name = c.name.clone().unwrap_or_else(generate_name);
     registry::validate_name(&name).map_err(|r| config("create machine", r))?;
-    super::create_checks::image_fetchable(ctx.personality, &c)?;
+    super::create_checks::image_fetchable(ctx.personality, &c, &ctx.extras)?;
     let host_userland = crate::image::host_userland_from_env()?;
     let sim_image = match (&c.image, host_userland) {
         (Some(image), false) => match crate::image::resolve_at_create(image)? {
@@ -38,10 +38,6 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         },
         _ => None,
     };
-    let mut allowed = c.allow_cidr.clone();
-    if c.outbound_localhost_only {
-        allowed.push("127.0.0.0/8".to_string());
-    }
     let record = Record {
         name: name.clone(),
         state: State::Created,
@@ -72,10 +68,15 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         secret_file: c.secret_file.clone(),
         gpu: c.gpu,
         gpu_vram_mib: c.gpu_vram_mib,
-        allowed_cidrs: allowed,
+        allowed_cidrs: egress.allowed_cidrs,
         host_userland,
         sim_image,
         source_smolmachine: None,
+        allowed_hosts: egress.allowed_hosts,
+        block_private: egress.block_private,
+        allow_private: egress.allow_private,
+        credentials: egress.credentials,
+        placeholders: egress.placeholders,
     };
 
     let _lock = registry::lock()?;
@@ -86,6 +87,7 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
         ));
     }
     let fault = ctx.fault_point("create", &name)?;
+    super::create_egress::mint_ca(&registry::data_dir(&name), &name, &record.credentials)?;
     registry::save(&record)?;
     if fault == Some(Action::After) {
         return Err(crate::fault_error("create", &name));

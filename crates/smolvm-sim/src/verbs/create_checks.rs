@@ -8,7 +8,7 @@
 
 use std::collections::{BTreeMap, HashSet};
 
-use crate::cli::CreateCmd;
+use crate::cli::{CreateCmd, ShExtras};
 use crate::output::{SimError, config};
 use crate::personality::Personality;
 
@@ -16,10 +16,10 @@ use crate::personality::Personality;
 const MIN_MEMORY_MIB: u32 = 64;
 
 /// Every refusal, in smolvm's order; the labels a valid create records.
-pub fn check(p: Personality, c: &CreateCmd, labels: &[String]) -> Result<Labels, SimError> {
-    let labels = parse_labels(p, labels)?;
+pub fn check(p: Personality, c: &CreateCmd, x: &ShExtras) -> Result<Labels, SimError> {
+    let labels = parse_labels(p, &x.labels)?;
     resources(c)?;
-    network_backend(p, c)?;
+    network_backend(p, c, x)?;
     duplicate_ports(c)?;
     Ok(labels)
 }
@@ -81,13 +81,22 @@ fn resources(c: &CreateCmd) -> Result<(), SimError> {
     Ok(())
 }
 
-fn has_egress_policy(c: &CreateCmd) -> bool {
-    !c.allow_cidr.is_empty() || !c.allow_host.is_empty() || c.outbound_localhost_only
+fn has_egress_policy(c: &CreateCmd, x: &ShExtras) -> bool {
+    !c.allow_cidr.is_empty()
+        || !c.allow_host.is_empty()
+        || c.outbound_localhost_only
+        || x.block_private
+        || !x.allow_private.is_empty()
+        || !x.credentials.is_empty()
+        || !x.allow_host_patterns.is_empty()
 }
 
 /// `validate_requested_network_backend` (`src/network/launch.rs`): only an explicit
 /// `--net-backend tsi` with ports (or, from 1.9, an egress policy) is a misconfiguration.
-fn network_backend(p: Personality, c: &CreateCmd) -> Result<(), SimError> {
+/// At 1.33 "TSI is rejected for policy-bearing machines" (`smolvm-network` 1.33.0
+/// `egress.rs`), credential bindings and `--block-private` included (the simulator has no
+/// libkrun `krun_set_stream_intercept`, so a credential cannot ride TSI here either).
+fn network_backend(p: Personality, c: &CreateCmd, x: &ShExtras) -> Result<(), SimError> {
     let explicit_tsi = c.net_backend.as_deref() == Some("tsi");
     if explicit_tsi && !c.port.is_empty() {
         return Err(config(
@@ -96,14 +105,15 @@ fn network_backend(p: Personality, c: &CreateCmd) -> Result<(), SimError> {
              remove --net-backend tsi or set it to virtio-net",
         ));
     }
-    if p.is_head() && explicit_tsi && has_egress_policy(c) {
+    if p.is_head() && explicit_tsi && has_egress_policy(c, x) {
         return Err(config(
             "egress",
-            "egress policy (--allow-cidr/--allow-host/--outbound-localhost-only) requires the \
-             virtio-net backend; TSI does not enforce it. Remove --net-backend tsi or set it to virtio-net",
+            "egress policy (--allow-cidr/--allow-host/--outbound-localhost-only/--block-private/\
+             --allow-private/--credential) requires the virtio-net backend; TSI does not \
+             enforce it. Remove --net-backend tsi or set it to virtio-net",
         ));
     }
-    if c.net_backend.as_deref() == Some("virtio-net") && !wants_network(c) {
+    if c.net_backend.as_deref() == Some("virtio-net") && !wants_network(c, x) {
         return Err(config(
             "--net-backend",
             "--net-backend virtio-net requires --net",
@@ -113,8 +123,8 @@ fn network_backend(p: Personality, c: &CreateCmd) -> Result<(), SimError> {
 }
 
 /// `plan_launch_network`'s "wants network": `--net`, a published port or an egress policy.
-pub fn wants_network(c: &CreateCmd) -> bool {
-    c.net || !c.port.is_empty() || has_egress_policy(c)
+pub fn wants_network(c: &CreateCmd, x: &ShExtras) -> bool {
+    c.net || !c.port.is_empty() || has_egress_policy(c, x)
 }
 
 /// `PortMapping::check_duplicates`.
@@ -134,11 +144,11 @@ fn duplicate_ports(c: &CreateCmd) -> Result<(), SimError> {
 /// Last, after the name (`build_vm_record` → `validate_image_fetchable`, PR #807): a
 /// registry image on a machine with no network. Local archives (`/…`, `./…`, `../…`,
 /// `*.tar`, `*.tar.gz`, `*.tgz`) and `-` are not registry references.
-pub fn image_fetchable(p: Personality, c: &CreateCmd) -> Result<(), SimError> {
+pub fn image_fetchable(p: Personality, c: &CreateCmd, x: &ShExtras) -> Result<(), SimError> {
     let Some(image) = c.image.as_deref() else {
         return Ok(());
     };
-    if !p.refuses_offline_registry_image() || wants_network(c) || !is_registry_ref(image) {
+    if !p.refuses_offline_registry_image() || wants_network(c, x) || !is_registry_ref(image) {
         return Ok(());
     }
     Err(config(

@@ -42,6 +42,7 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
     // smolvm labels a machine from a pack as any other (`run_from_smolmachine` parses
     // `--label` too: src/cli/machine.rs at a5df5001).
     let labels = super::create_checks::parse_labels(ctx.personality, &ctx.extras.labels)?;
+    let egress = super::create_egress::from_flags(ctx, c)?;
     let mut env = super::parse_env(&manifest.env);
     env.extend(super::parse_env(&c.env));
     let canonical = std::fs::canonicalize(from)
@@ -64,7 +65,7 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
         cmd: manifest.cmd.clone(),
         ports: c.port.clone(),
         mounts: c.volume.clone(),
-        network: c.net || manifest.network,
+        network: c.net || manifest.network || egress.implies_net(),
         net_backend: c.net_backend.clone(),
         env,
         workdir: manifest.workdir.clone(),
@@ -79,10 +80,15 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
         secret_file: c.secret_file.clone(),
         gpu: c.gpu,
         gpu_vram_mib: c.gpu_vram_mib,
-        allowed_cidrs: Vec::new(),
+        allowed_cidrs: egress.allowed_cidrs,
         host_userland: manifest.host_userland,
         sim_image: manifest.sim_image.clone(),
         source_smolmachine: Some(canonical),
+        allowed_hosts: egress.allowed_hosts,
+        block_private: egress.block_private,
+        allow_private: egress.allow_private,
+        credentials: egress.credentials,
+        placeholders: egress.placeholders,
     };
 
     let reservation = {
@@ -97,7 +103,8 @@ pub fn run(ctx: &Ctx, c: &CreateCmd, from: &Path, name: String) -> VerbResult {
         registry::reserve(&name)?
     };
     let data = registry::data_dir(&name);
-    let made = extract_for(ctx, from, &data, &name, manifest.host_userland);
+    let made = extract_for(ctx, from, &data, &name, manifest.host_userland)
+        .and_then(|()| super::create_egress::mint_ca(&data, &name, &record.credentials));
     if let Err(e) = made {
         let _ = std::fs::remove_dir_all(&data);
         return Err(e);

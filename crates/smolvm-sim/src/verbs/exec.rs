@@ -38,7 +38,7 @@ pub fn shell(ctx: &Ctx, c: ShellCmd) -> VerbResult {
     let argv = vec!["/bin/sh".to_string()];
     let secrets = supervisor::resolve_secrets(&r.secret_env, &r.secret_file)
         .map_err(|e| agent("resolve secrets", e))?;
-    let env = guest_env(&r.env, &secrets);
+    let env = guest_env(&r.guest_base_env(), &secrets);
     let fresh = fresh_container(ctx, &r);
     run_in_guest(
         &r,
@@ -75,7 +75,7 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
             .map_err(|e| agent("resolve secrets", e))?,
     );
     extra.extend(super::parse_env(&c.env));
-    let env = guest_env(&r.env, &extra);
+    let env = guest_env(&r.guest_base_env(), &extra);
     let workdir = c.workdir.clone().or_else(|| r.workdir.clone());
     let fresh = fresh_container(ctx, &r);
     let held = fault == Some(Action::Held);

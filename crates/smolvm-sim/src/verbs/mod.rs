@@ -3,9 +3,11 @@
 pub mod cp;
 pub mod create;
 mod create_checks;
+mod create_egress;
 pub mod create_from;
 pub mod data_dir;
 pub mod delete;
+pub mod egress_events;
 pub mod exec;
 pub mod ls;
 pub mod pack;

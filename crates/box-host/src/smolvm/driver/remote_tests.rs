@@ -107,6 +107,7 @@ fn the_pack_cache_cap_reaches_remote_smolvm_on_its_command_line_only() {
         mem_mib: 2048,
         env: vec![],
         labels: vec![],
+        policy: Vec::new(),
     })
     .unwrap();
     assert_eq!(

@@ -1,0 +1,152 @@
+//! Containment end to end (issue 33), through the simulator's 1.33 personality with its
+//! network room: a box made with `CREDENTIALS=anthropic` and `EGRESS=allowlist` calls
+//! `api.anthropic.com` (an HTTPS server in a network namespace this test makes, which the
+//! simulator's resolver answers for that name) from the agent's login shell; the server sees
+//! the real key; the key is nowhere in the guest, in box's output and logs, in the registry or
+//! the simulator's records, and on no argv (only in the environment of `machine start`); a
+//! name outside the list does not resolve and shows in `box egress`; a host on a private
+//! address is unreachable, and reachable from a box made with `EGRESS_ALLOW_PRIVATE` naming it.
+//!
+//! Fast-test shortcut (named): the lifecycle harness's host-userland guest with local tools.
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod lifecycle_support;
+#[path = "../../smolvm-sim/tests/contract_egress/testnet.rs"]
+mod testnet;
+
+use lifecycle_support::World;
+use testnet::{Https, Netns, pair};
+
+const KEY: &str = "sk-ant-egress-test-4f1c9e07";
+
+/// A shell command run as the agent in a login shell (what `box enter` gives).
+fn as_agent(w: &World, machine: &str, script: &str) -> std::process::Output {
+    w.sim(&[
+        "machine", "exec", "--name", machine, "--", "runuser", "-l", "agent", "-c", script,
+    ])
+}
+
+fn stdout(o: &std::process::Output) -> String {
+    String::from_utf8_lossy(&o.stdout).into_owned()
+}
+
+#[test]
+fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.33.0");
+    let api = Netns::new(pair("198.18"));
+    let https = Https::start(&api, "api.anthropic.com", w.dir.path());
+    let lan = Netns::new(pair("172.29"));
+    lan.hello(8080);
+    w.extra_env.extend([
+        (
+            "SMOLVM_SIM_DNS_HOSTS".to_string(),
+            format!("api.anthropic.com={0},elsewhere.example={0}", api.addr),
+        ),
+        // The interceptor's upstream roots, as on a host that trusts this server's CA.
+        ("SSL_CERT_FILE".to_string(), https.ca.display().to_string()),
+    ]);
+    let mut config = std::fs::read_to_string(&w.config).unwrap();
+    config.push_str("EGRESS=allowlist\nCREDENTIALS=anthropic\n");
+    std::fs::write(&w.config, config).unwrap();
+
+    // Without the key in the shell, nothing is created.
+    let refused = w.run(&["new", "alpha"]);
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(
+        refused
+            .stderr
+            .contains("ANTHROPIC_API_KEY is not set in this shell"),
+        "{refused}"
+    );
+    assert!(w.machines().is_empty());
+
+    let new = w.run_env(&["new", "alpha"], &[("ANTHROPIC_API_KEY", KEY)]);
+    assert!(new.ok(), "{new}");
+    assert!(
+        new.stdout
+            .contains("credential: ANTHROPIC_API_KEY for api.anthropic.com")
+            && new.stdout.contains("LAN: closed"),
+        "{new}"
+    );
+    let call = as_agent(
+        &w,
+        "alpha",
+        "curl -sS --max-time 20 https://api.anthropic.com/v1/messages -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{}'",
+    );
+    assert_eq!(stdout(&call), "{\"ok\":true}", "{call:?}");
+    let seen = https.seen();
+    assert!(seen.contains(&format!("x-api-key: {KEY}")), "{seen}");
+
+    // A name outside the list: a DNS failure in the box, a denial in box egress.
+    let other = as_agent(
+        &w,
+        "alpha",
+        "curl -sS --max-time 10 https://elsewhere.example/",
+    );
+    assert_eq!(other.status.code(), Some(6), "{other:?}");
+    let egress = w.run(&["egress", "alpha"]);
+    assert!(egress.ok(), "{egress}");
+    assert!(
+        egress.stdout.contains("resolve  elsewhere.example")
+            && egress.stdout.contains("egress: allowlist: anthropic.com"),
+        "{egress}"
+    );
+    // The LAN is closed.
+    let lan_try = format!(
+        "timeout 5 bash -c 'read -r l </dev/tcp/{}/8080 && echo \"$l\"' 2>/dev/null || echo refused",
+        lan.addr
+    );
+    assert_eq!(stdout(&as_agent(&w, "alpha", &lan_try)).trim(), "refused");
+
+    // The key is nowhere in the guest (the pattern is put together in the guest: the key
+    // itself must ride on no argv) ...
+    let (head, tail) = KEY.split_at(7);
+    let grep = format!(
+        "grep -rlsF \"$(printf %s {head} {tail})\" /proc/[0-9]*/environ /etc /data /root /tmp /run /home 2>/dev/null; true"
+    );
+    let found = w.sim(&[
+        "machine", "exec", "--name", "alpha", "--", "sh", "-c", &grep,
+    ]);
+    assert_eq!(stdout(&found).trim(), "", "the key is in the guest");
+    // ... nor in anything box printed or wrote, nor in the simulator's records; the raw
+    // call log has it only in the environment of `machine start`, never on an argv.
+    let raw = std::fs::read_to_string(w.sim_home.join("raw-calls.jsonl")).unwrap_or_default();
+    for line in raw.lines().filter(|l| l.contains(KEY)) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap();
+        let argv: Vec<&str> = v["argv"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|a| a.as_str())
+            .collect();
+        assert!(
+            argv.get(1..3) == Some(&["machine", "start"][..])
+                && !argv.iter().any(|a| a.contains(KEY)),
+            "the key reached {argv:?}"
+        );
+    }
+    assert!(!w.logs().contains(KEY), "the key is in box's logs");
+    let surfaces: Vec<(String, String)> =
+        lifecycle_support::secret_surfaces_but_raw_calls(&w.home, &w.sim_home);
+    for (what, text) in surfaces {
+        assert!(!text.contains(KEY), "the key leaked into {what}");
+    }
+    assert!(!w.transcript.contains(KEY), "box printed the key");
+
+    // EGRESS_ALLOW_PRIVATE re-opens exactly the named range.
+    let reopened = w.run_env(
+        &["new", "beta"],
+        &[
+            ("ANTHROPIC_API_KEY", KEY),
+            ("EGRESS_ALLOW_PRIVATE", &format!("{}/32", lan.addr)),
+        ],
+    );
+    assert!(reopened.ok(), "{reopened}");
+    assert_eq!(stdout(&as_agent(&w, "beta", &lan_try)).trim(), "hello");
+    for name in ["alpha", "beta"] {
+        assert!(w.run(&["rm", name, "--force"]).ok());
+    }
+}
