@@ -605,7 +605,10 @@ impl Validator {
         // its parent's dumpdir leaves out is deleted, with all in it, before it is made again.
         // A link keeps most of the tree, in a few directories: each directory's ancestry
         // is checked once.
+        // (The kept map is unordered: the smallest violating key is reported, so the same
+        // archive always gives the same error.)
         let mut kept_dirs: HashSet<&[u8]> = HashSet::new();
+        let mut first: Option<(&[u8], Vec<u8>)> = None;
         for key in self.kept.keys() {
             let Some(cut) = key.iter().rposition(|b| *b == b'/') else {
                 continue;
@@ -614,20 +617,29 @@ impl Validator {
                 continue;
             }
             let comps: Vec<&[u8]> = parts(key).collect();
-            for n in 1..comps.len() {
-                let dir = join(comps[..n].iter().copied());
-                if !self.listed_dirs.contains(&dir) {
-                    return Err(ArchiveError::unsafe_(
-                        Rule::IncrementalLink,
-                        format!(
-                            "{} is kept, but its directory {} is not",
-                            shown_key(key),
-                            shown_key(&dir)
-                        ),
-                    ));
+            let unlisted = (1..comps.len())
+                .map(|n| join(comps[..n].iter().copied()))
+                .find(|dir| !self.listed_dirs.contains(dir));
+            match unlisted {
+                Some(dir) => {
+                    if first.as_ref().is_none_or(|(k, _)| key.as_slice() < *k) {
+                        first = Some((key, dir));
+                    }
+                }
+                None => {
+                    kept_dirs.insert(&key[..cut]);
                 }
             }
-            kept_dirs.insert(&key[..cut]);
+        }
+        if let Some((key, dir)) = first {
+            return Err(ArchiveError::unsafe_(
+                Rule::IncrementalLink,
+                format!(
+                    "{} is kept, but its directory {} is not",
+                    shown_key(key),
+                    shown_key(&dir)
+                ),
+            ));
         }
         if self.prior.is_some() && !self.root_listed {
             return Err(ArchiveError::unsafe_(
