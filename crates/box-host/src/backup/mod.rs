@@ -34,7 +34,7 @@ pub mod save;
 pub mod segments;
 pub mod seipd;
 pub mod tree_cache;
-mod writeback;
+pub mod writeback;
 
 use box_proto::archive::ArchiveError;
 

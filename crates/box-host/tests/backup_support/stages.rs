@@ -1,0 +1,284 @@
+//! `backup_harness stages <data-root> <parts-dir> <scratch>`: the limit of box's save +
+//! verify, stage by stage (issue 32). Each pass the pipeline makes over the data runs
+//! here alone, on the same corpus and the same export (`hb export`'s parts, read from the
+//! page cache), one after another on one otherwise idle process, with box's settings:
+//!
+//! ```text
+//! walk + read       the data root, sorted, every regular file read in 1 MiB pieces
+//! tar framing       the same walk written as a tar stream to nowhere, minus the walk
+//! zstd -3, 2 workers  hb's encoder (2 MiB jobs, checksum) over hb's own tar stream
+//! SHA-256           each part's check (hb and box each hash every part once)
+//! AES-256-CFB enc   the SEIPD body (serial: each block needs the one before)
+//! SHA-1             the MDC (the writer and the verifier each once)
+//! write + fsync     the backup file, with box's early writeback
+//! write the parts   hb's parts (into the page cache, no fsync)
+//! copy a part       what `machine cp` is on one host: a file copy
+//! AES-256-CFB dec   the verifier (parallel blocks)
+//! zstd decode       the validator's first half
+//! tar walk + rules  the validator's second half, minus its zstd decode
+//! ```
+//!
+//! One line per stage on stdout, `stage\t<name>\t<bytes in>\t<wall s>\t<cpu s>\t<passes>`
+//! (`passes`: how many times a save + verify makes it), for scripts/bench.sh to take
+//! medians of and compare with the whole save. Asserts nothing.
+
+use std::fs::{self, File};
+use std::io::{self, Read, Write};
+use std::path::{Path, PathBuf};
+use std::time::Instant;
+
+use aes::Aes256;
+use aes::cipher::inout::InOutBuf;
+use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
+use anyhow::{Context as _, Result};
+use box_proto::archive::validate::{self, Limits};
+use sha1::Sha1;
+use sha2::{Digest, Sha256};
+
+const CHUNK: usize = 1 << 20;
+
+/// User + system CPU seconds of this process so far (its threads included).
+fn cpu_now() -> f64 {
+    // SAFETY: getrusage fills the struct it is given; RUSAGE_SELF needs nothing else.
+    let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+    unsafe { libc::getrusage(libc::RUSAGE_SELF, &mut ru) };
+    let secs = |t: libc::timeval| t.tv_sec as f64 + t.tv_usec as f64 / 1e6;
+    secs(ru.ru_utime) + secs(ru.ru_stime)
+}
+
+struct Timed {
+    wall: f64,
+    cpu: f64,
+}
+
+fn timed(f: impl FnOnce() -> Result<()>) -> Result<Timed> {
+    let (c0, t0) = (cpu_now(), Instant::now());
+    f()?;
+    Ok(Timed {
+        wall: t0.elapsed().as_secs_f64(),
+        cpu: cpu_now() - c0,
+    })
+}
+
+fn report(name: &str, bytes: u64, t: &Timed, passes: u32) {
+    println!(
+        "stage\t{name}\t{bytes}\t{:.4}\t{:.4}\t{passes}",
+        t.wall, t.cpu
+    );
+}
+
+/// Every entry under `dir`, sorted, depth first, regular files read through `buf`; with
+/// `frame`, each also written as hb writes a member (a 512-byte header, the data, the
+/// padding) into a sink. Returns the bytes read.
+fn walk(dir: &Path, buf: &mut [u8], frame: bool, bytes: &mut u64) -> Result<()> {
+    let mut names: Vec<_> = fs::read_dir(dir)
+        .with_context(|| format!("cannot list {}", dir.display()))?
+        .map(|e| e.map(|e| e.file_name()))
+        .collect::<io::Result<_>>()?;
+    names.sort();
+    let mut sink = io::sink();
+    for name in names {
+        let path = dir.join(&name);
+        let meta = fs::symlink_metadata(&path)?;
+        let ft = meta.file_type();
+        if frame {
+            let mut header = tar::Header::new_gnu();
+            header.set_metadata_in_mode(&meta, tar::HeaderMode::Complete);
+            if ft.is_symlink() {
+                header.set_link_name(fs::read_link(&path)?)?;
+            }
+            if !ft.is_file() {
+                header.set_size(0);
+            }
+            header.set_cksum();
+            sink.write_all(header.as_bytes())?;
+        } else if ft.is_symlink() {
+            fs::read_link(&path)?;
+        }
+        if ft.is_file() {
+            let mut file = File::open(&path)?;
+            let mut size = 0u64;
+            loop {
+                let n = file.read(buf)?;
+                if n == 0 {
+                    break;
+                }
+                if frame {
+                    sink.write_all(&buf[..n])?;
+                }
+                size += n as u64;
+            }
+            if frame && !size.is_multiple_of(512) {
+                sink.write_all(&[0u8; 512][..(512 - size % 512) as usize])?;
+            }
+            *bytes += size;
+        }
+        if ft.is_dir() {
+            walk(&path, buf, frame, bytes)?;
+        }
+    }
+    Ok(())
+}
+
+/// `f` over each 1 MiB piece of `path` (from the page cache).
+fn each_chunk(path: &Path, mut f: impl FnMut(&mut [u8]) -> Result<()>) -> Result<u64> {
+    let mut file = File::open(path).with_context(|| format!("cannot open {}", path.display()))?;
+    let mut buf = vec![0u8; CHUNK];
+    let mut total = 0;
+    loop {
+        let n = file.read(&mut buf)?;
+        if n == 0 {
+            return Ok(total);
+        }
+        f(&mut buf[..n])?;
+        total += n as u64;
+    }
+}
+
+/// hb's parts, in order, as one file (the plaintext of the backup: a .tar.zst).
+fn join_parts(parts: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+    let index = box_host::backup::save::read_index(parts)?;
+    let mut joined = File::create(out)?;
+    let mut files = Vec::new();
+    for part in &index.parts {
+        let path = parts.join(&part.name);
+        io::copy(&mut File::open(&path)?, &mut joined)?;
+        files.push(path);
+    }
+    Ok(files)
+}
+
+fn read_all(path: &Path) -> Result<()> {
+    each_chunk(path, |_| Ok(())).map(drop)
+}
+
+pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
+    fs::create_dir_all(scratch)?;
+    let zst = scratch.join("stages.tar.zst");
+    let tar_path = scratch.join("stages.tar");
+    let part_files = join_parts(parts, &zst)?;
+    // hb's own tar stream, for the compressor (untimed).
+    zstd::stream::copy_decode(File::open(&zst)?, File::create(&tar_path)?)?;
+    read_all(&zst)?;
+    read_all(&tar_path)?;
+    let zst_bytes = fs::metadata(&zst)?.len();
+    let tar_bytes = fs::metadata(&tar_path)?.len();
+
+    let mut buf = vec![0u8; CHUNK];
+    let mut read = 0u64;
+    let walked = timed(|| walk(data, &mut buf, false, &mut read))?;
+    report("walk + read the tree", read, &walked, 1);
+    let mut framed_bytes = 0u64;
+    let framed = timed(|| walk(data, &mut buf, true, &mut framed_bytes))?;
+    let framing = Timed {
+        wall: (framed.wall - walked.wall).max(0.0),
+        cpu: (framed.cpu - walked.cpu).max(0.0),
+    };
+    report("tar framing", tar_bytes, &framing, 1);
+
+    let compressed = timed(|| {
+        let mut enc = zstd::stream::write::Encoder::new(io::sink(), 3)?;
+        enc.include_checksum(true)?;
+        enc.multithread(2)?;
+        enc.set_parameter(zstd::stream::raw::CParameter::JobSize(2 << 20))?;
+        each_chunk(&tar_path, |c| Ok(enc.write_all(c)?))?;
+        enc.finish()?;
+        Ok(())
+    })?;
+    report("zstd -3, 2 workers", tar_bytes, &compressed, 1);
+
+    let t = timed(|| {
+        let mut h = Sha256::new();
+        each_chunk(&zst, |c| {
+            h.update(&*c);
+            Ok(())
+        })?;
+        std::hint::black_box(h.finalize());
+        Ok(())
+    })?;
+    report("SHA-256 (each part's check)", zst_bytes, &t, 2);
+
+    let (key, iv) = ([7u8; 32], [0u8; 16]);
+    let t = timed(|| {
+        let mut cfb = cfb_mode::Encryptor::<Aes256>::new(&key.into(), &iv.into());
+        each_chunk(&zst, |c| {
+            let whole = c.len() / 16 * 16;
+            let (blocks, _) = InOutBuf::from(&mut c[..whole]).into_chunks();
+            cfb.encrypt_blocks_inout_mut(blocks);
+            Ok(())
+        })?;
+        Ok(())
+    })?;
+    report("AES-256-CFB encrypt", zst_bytes, &t, 1);
+
+    let t = timed(|| {
+        let mut h = Sha1::new();
+        each_chunk(&zst, |c| {
+            h.update(&*c);
+            Ok(())
+        })?;
+        std::hint::black_box(h.finalize());
+        Ok(())
+    })?;
+    report("SHA-1 (the MDC)", zst_bytes, &t, 2);
+
+    let out = scratch.join("stages.write");
+    let t = timed(|| {
+        let file = File::create(&out)?;
+        let mut w = box_host::backup::writeback::EarlyWriteback::new(file.try_clone()?);
+        each_chunk(&zst, |c| Ok(w.write_all(c)?))?;
+        file.sync_all()?;
+        Ok(())
+    })?;
+    report("write + fsync the backup", zst_bytes, &t, 1);
+    fs::remove_file(&out)?;
+
+    let t = timed(|| {
+        let mut file = File::create(&out)?;
+        each_chunk(&zst, |c| Ok(file.write_all(c)?))?;
+        Ok(())
+    })?;
+    report("write the parts (hb, no fsync)", zst_bytes, &t, 1);
+    fs::remove_file(&out)?;
+
+    let t = timed(|| {
+        for (n, part) in part_files.iter().enumerate() {
+            let to = scratch.join(format!("stages.part{n}"));
+            fs::copy(part, &to)?;
+            fs::remove_file(&to)?;
+        }
+        Ok(())
+    })?;
+    report("copy each part out", zst_bytes, &t, 1);
+
+    let t = timed(|| {
+        let mut cfb = cfb_mode::Decryptor::<Aes256>::new(&key.into(), &iv.into());
+        each_chunk(&zst, |c| {
+            let whole = c.len() / 16 * 16;
+            let (blocks, _) = InOutBuf::from(&mut c[..whole]).into_chunks();
+            cfb.decrypt_blocks_inout_mut(blocks);
+            Ok(())
+        })?;
+        Ok(())
+    })?;
+    report("AES-256-CFB decrypt (verify)", zst_bytes, &t, 1);
+
+    let decoded = timed(|| {
+        zstd::stream::copy_decode(File::open(&zst)?, io::sink())?;
+        Ok(())
+    })?;
+    report("zstd decode (validate)", zst_bytes, &decoded, 1);
+    let validated = timed(|| {
+        validate::validate(File::open(&zst)?, &Limits::default())?;
+        Ok(())
+    })?;
+    let rules = Timed {
+        wall: (validated.wall - decoded.wall).max(0.0),
+        cpu: (validated.cpu - decoded.cpu).max(0.0),
+    };
+    report("tar walk + rules (validate)", tar_bytes, &rules, 1);
+
+    fs::remove_file(&zst)?;
+    fs::remove_file(&tar_path)?;
+    Ok(())
+}
