@@ -44,6 +44,7 @@ use crate::transfer::parts_stream::ExportedInto;
 use crate::transfer::{self, guest_dir, host_dir, parts_stream};
 use crate::ui;
 use crate::ui::progress::human;
+use crate::ui::timings::Timings;
 
 /// `<backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`, named for now, or for a second
 /// after the newest backup of the box there when the clock reads earlier than that: the
@@ -168,6 +169,8 @@ pub(super) struct SaveRun<'a> {
     guest_dir: Option<String>,
     /// `hb resume` failed: the backup still gets verified and published, then we say so.
     resume_error: Option<anyhow::Error>,
+    /// Where the seconds went, step by step (the transcript's and -v's last line).
+    pub timings: Timings,
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
@@ -189,6 +192,10 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
     let result = run.steps(args.out.as_deref(), &pass, chain_on_newest);
     let failed = result.as_ref().err().map(|e| run.report(e));
     run.cleanup();
+    run.timings.mark("resume");
+    let timings = run.timings.line();
+    run.transcript.line(&timings);
+    tracing::info!("{timings}");
     let resumed = match run.take_resume_error() {
         Some(e) => Err(e),
         None => Ok(()),
@@ -237,6 +244,7 @@ impl<'a> SaveRun<'a> {
             paused: false,
             guest_dir: None,
             resume_error: None,
+            timings: Timings::start(),
         })
     }
 
@@ -538,9 +546,12 @@ impl<'a> SaveRun<'a> {
         save::check_destination(&out)?;
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
+        self.timings.mark("check the chain");
         self.quiesce()?;
+        self.timings.mark("quiesce");
         self.guest().write_manifest()?;
         self.checkpoint()?;
+        self.timings.mark("manifest");
 
         ui::say(format!(
             "Archiving /data inside '{name}', copying out and encrypting into {}",
@@ -565,17 +576,20 @@ impl<'a> SaveRun<'a> {
         self.transcript
             .line(&format!("{} members", sealed.report.members));
         warn_damaged_databases(&name, &sealed.report);
+        self.timings.mark("export, copy, encrypt");
 
         let before_resume = started.elapsed();
         self.resume();
         self.checkpoint()?;
         let resumed_at = started.elapsed();
+        self.timings.mark("resume");
 
         ui::say("Verifying the encrypted backup");
         let t = Instant::now();
         let verified = sealed.verify()?;
         timings.push_str(&format!("; verify {:.2}s", t.elapsed().as_secs_f64()));
         self.checkpoint()?;
+        self.timings.mark("verify");
         let t = Instant::now();
         let published = verified.publish()?;
         timings.push_str(&format!(
@@ -587,8 +601,10 @@ impl<'a> SaveRun<'a> {
         tracing::info!("{timings}");
         self.transcript
             .line(&format!("published {}", published.path.display()));
+        self.timings.mark("publish");
         if !plan.flags.is_empty() {
             self.commit_snapshot(&published);
+            self.timings.mark("record the snapshot");
         }
         Ok(published)
     }
