@@ -59,29 +59,184 @@ pub fn first_line(bin: &Path, args: &[&str], timeout: Duration) -> Option<String
         .find(|l| !l.is_empty())
 }
 
+/// Where the tools' answers are kept between calls (root's, outside /data: a cache of
+/// this guest's own binaries, never backed up). A `box save` writes the manifest twice
+/// (quiesce, then with the host's versions): asking five runtimes each time was 0.7 s of
+/// every save (issue 32).
+const VERSIONS_CACHE: &str = "/var/cache/hermes-box/tool-versions";
+
 /// Every tool's version: `Some(line)` when installed and answering, `None` when missing.
 /// The tools are asked at once: each `--version` starts a runtime (node, python, a 400 MB
-/// binary) and one after another took ~2 s of every `box new`.
+/// binary) and one after another took ~2 s of every `box new`. An answer is reused while
+/// the tool is the same file ([`ToolStamp`]): an upgrade replaces it, and asks again.
 pub fn versions() -> Vec<(&'static str, Option<String>)> {
+    versions_cached(Path::new(VERSIONS_CACHE), &find_tool)
+}
+
+fn versions_cached(
+    cache: &Path,
+    find: &dyn Fn(&str) -> Option<std::path::PathBuf>,
+) -> Vec<(&'static str, Option<String>)> {
+    let kept = read_cache(cache);
     let asked: Vec<_> = TOOLS
         .iter()
         .map(|(key, cmd, args)| {
-            let bin = find_tool(cmd);
+            let bin = find(cmd);
             let present = bin.is_some();
+            let stamp = bin.as_deref().and_then(ToolStamp::of);
+            let known = stamp
+                .as_ref()
+                .and_then(|s| kept.iter().find(|(k, st, _)| k == key && st == s))
+                .map(|(_, _, line)| line.clone());
             let answer = std::thread::spawn(move || {
+                if known.is_some() {
+                    return known;
+                }
                 bin.map(|bin| {
                     first_line(&bin, args, Duration::from_secs(15))
                         .unwrap_or_else(|| "installed".into())
                 })
             });
-            (*key, present, answer)
+            (*key, present, stamp, answer)
         })
         .collect();
-    asked
+    let mut keep = Vec::new();
+    let found: Vec<_> = asked
         .into_iter()
-        .map(|(key, present, answer)| {
+        .map(|(key, present, stamp, answer)| {
             let fallback = present.then(|| "installed".to_string());
-            (key, answer.join().unwrap_or(fallback))
+            let line = answer.join().unwrap_or(fallback);
+            // Only real answers are kept: "installed" (no answer) is asked again next time.
+            if let (Some(stamp), Some(line)) = (stamp, &line)
+                && line != "installed"
+            {
+                keep.push((key.to_string(), stamp, line.clone()));
+            }
+            (key, line)
+        })
+        .collect();
+    if keep != kept {
+        write_cache(cache, &keep);
+    }
+    found
+}
+
+/// Which file a tool is and which version of it: the file its command resolves to (a
+/// `claude` link to its package's script), that file's identity, size and times, and the
+/// times of its directory (a package upgraded in place changes them).
+#[derive(Debug, Clone, PartialEq, Eq)]
+struct ToolStamp(String);
+
+impl ToolStamp {
+    fn of(bin: &Path) -> Option<Self> {
+        use std::os::unix::fs::MetadataExt;
+        let real = std::fs::canonicalize(bin).ok()?;
+        let file = std::fs::metadata(&real).ok()?;
+        let dir = std::fs::metadata(real.parent()?).ok()?;
+        let times = |m: &std::fs::Metadata| {
+            format!(
+                "{}.{} {}.{}",
+                m.mtime(),
+                m.mtime_nsec(),
+                m.ctime(),
+                m.ctime_nsec()
+            )
+        };
+        let path = real.to_str()?;
+        if path.contains(['\t', '\n']) {
+            return None;
+        }
+        Some(ToolStamp(format!(
+            "{path} {} {} {} {} {}",
+            file.dev(),
+            file.ino(),
+            file.len(),
+            times(&file),
+            times(&dir)
+        )))
+    }
+}
+
+/// `key \t stamp \t line` rows; anything else is ignored (the tools are asked again).
+fn read_cache(cache: &Path) -> Vec<(String, ToolStamp, String)> {
+    let Ok(text) = std::fs::read_to_string(cache) else {
+        return Vec::new();
+    };
+    text.lines()
+        .filter_map(|l| {
+            let mut f = l.split('\t');
+            let (key, stamp, line) = (f.next()?, f.next()?, f.next()?);
+            Some((
+                key.to_string(),
+                ToolStamp(stamp.to_string()),
+                line.to_string(),
+            ))
         })
         .collect()
+}
+
+/// Best effort (as root, the guest's helper; anyone else just asks every time).
+fn write_cache(cache: &Path, rows: &[(String, ToolStamp, String)]) {
+    let text: String = rows
+        .iter()
+        .map(|(key, stamp, line)| format!("{key}\t{}\t{line}\n", stamp.0))
+        .collect();
+    let Some(dir) = cache.parent() else { return };
+    if std::fs::create_dir_all(dir).is_err() {
+        return;
+    }
+    let temp = dir.join(format!(".tool-versions.{}", std::process::id()));
+    if std::fs::write(&temp, text).is_err() || std::fs::rename(&temp, cache).is_err() {
+        let _ = std::fs::remove_file(&temp);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::os::unix::fs::PermissionsExt;
+
+    /// A `node` in `dir/bin` that counts in `dir` how often it was asked.
+    fn fake_node(dir: &Path, version: &str) -> std::path::PathBuf {
+        std::fs::create_dir_all(dir.join("bin")).unwrap();
+        let bin = dir.join("bin").join(format!("node-{version}"));
+        let script = format!(
+            "#!/bin/sh\necho asked >> {}/asked\necho {version}\n",
+            dir.display()
+        );
+        std::fs::write(&bin, script).unwrap();
+        std::fs::set_permissions(&bin, std::fs::Permissions::from_mode(0o755)).unwrap();
+        bin
+    }
+
+    fn asked(dir: &Path) -> usize {
+        std::fs::read_to_string(dir.join("asked")).map_or(0, |t| t.lines().count())
+    }
+
+    #[test]
+    fn an_answer_is_reused_until_the_tool_is_another_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache/tool-versions");
+        let node = std::sync::Mutex::new(fake_node(dir.path(), "v20.1.0"));
+        let find = |cmd: &str| (cmd == "node").then(|| node.lock().unwrap().clone());
+        let first = versions_cached(&cache, &find);
+        assert_eq!(first[0], ("node", Some("v20.1.0".to_string())));
+        assert_eq!(first[1], ("claude", None));
+        assert_eq!(asked(dir.path()), 1);
+        assert_eq!(versions_cached(&cache, &find), first);
+        assert_eq!(asked(dir.path()), 1, "the same file: not asked again");
+        // An upgrade: another file where the command resolves.
+        *node.lock().unwrap() = fake_node(dir.path(), "v22.0.0");
+        let upgraded = versions_cached(&cache, &find);
+        assert_eq!(upgraded[0], ("node", Some("v22.0.0".to_string())));
+        assert_eq!(asked(dir.path()), 2);
+        // The same path rewritten in place (new size and times): asked again.
+        let path = node.lock().unwrap().clone();
+        std::fs::write(&path, "#!/bin/sh\necho v22.0.1-patched\n").unwrap();
+        let patched = versions_cached(&cache, &find);
+        assert_eq!(patched[0], ("node", Some("v22.0.1-patched".to_string())));
+        // A damaged cache is only a slower call.
+        std::fs::write(&cache, "garbage\n").unwrap();
+        assert_eq!(versions_cached(&cache, &find), patched);
+    }
 }
