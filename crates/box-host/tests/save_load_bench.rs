@@ -35,7 +35,11 @@ fn small_files() -> u64 {
 }
 
 fn corpus(mb: u64) -> String {
-    let small_files = small_files();
+    corpus_with(small_files(), mb)
+}
+
+/// [`corpus`] with `small_files` small files.
+fn corpus_with(small_files: u64, mb: u64) -> String {
     // 20 000 of them take 66 MiB.
     let random_mb = mb / 2;
     let log_mb = mb
@@ -490,4 +494,228 @@ fn children_cpu() -> f64 {
     let ticks: f64 = fields[13].parse::<f64>().unwrap() + fields[14].parse::<f64>().unwrap();
     // CLK_TCK: 100 on every Linux this runs on.
     ticks / 100.0
+}
+
+/// The newest transcript of `box <verb> <name>`'s last line of where its seconds went,
+/// as (step, seconds) pairs and the total (ui/timings.rs's line).
+fn seconds_went(w: &World, name: &str, verb: &str) -> (Vec<(String, f64)>, f64) {
+    let logs = w.home().join("logs");
+    let prefix = format!("{name}-{verb}-");
+    let mut runs: Vec<_> = std::fs::read_dir(&logs)
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .filter(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&prefix)
+        })
+        .collect();
+    runs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+    let text = std::fs::read_to_string(runs.last().unwrap()).unwrap();
+    let line = text
+        .lines()
+        .rev()
+        .find_map(|l| l.strip_prefix("where the seconds went: "))
+        .unwrap_or_else(|| panic!("no timings in the {verb} transcript of {name}"));
+    let (steps, total) = line.rsplit_once(" = ").unwrap();
+    let parse = |s: &str| s.trim().trim_end_matches(" s").parse::<f64>().unwrap();
+    let steps = steps
+        .split("; ")
+        .map(|s| {
+            let (name, secs) = s.trim_end_matches(" s").rsplit_once(' ').unwrap();
+            (name.to_string(), parse(secs))
+        })
+        .collect();
+    (steps, parse(total))
+}
+
+/// Medians of rows of (step, seconds) samples, printed as a table with min-max.
+fn print_medians(
+    title: &str,
+    rows: &[(String, Vec<f64>)],
+) -> std::collections::BTreeMap<String, f64> {
+    eprintln!("\n{title}\n| step | median s | min-max | each round |\n|---|---|---|---|");
+    let mut medians = std::collections::BTreeMap::new();
+    for (k, v) in rows {
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        let median = sorted[sorted.len() / 2];
+        let each: Vec<String> = v.iter().map(|x| format!("{x:.2}")).collect();
+        eprintln!(
+            "| {k} | {median:.2} | {:.2}-{:.2} | {} |",
+            sorted[0],
+            sorted[sorted.len() - 1],
+            each.join(", ")
+        );
+        medians.insert(k.clone(), median);
+    }
+    medians
+}
+
+/// A corpus of `files` files of 1 MiB each: half random, half log-like text.
+fn corpus_of_large_files(files: u64) -> String {
+    format!(
+        r#"set -e
+C=/data/home/agent/corpus
+mkdir -p $C && cd $C
+for i in $(seq 1 {files}); do
+  if [ $((i % 2)) = 0 ]; then head -c 1M /dev/urandom > f$i.bin
+  else yes "INFO 2026-11-29T12:00:00Z request $i served in 12ms path=/api/v1/items" | head -c 1M > f$i.log; fi
+done
+chown -R agent:agent $C
+du -sm /data | cut -f1
+"#
+    )
+}
+
+/// Issue 32's fixed costs, through the simulator: an unchanged `/data` re-saved, step by
+/// step (where box save's seconds went, from its transcript), on 300 MB in 300 files and on
+/// the many-small-files corpus (BENCH_FILES, 50 000 by default here, in BENCH_MB_SMALL MiB,
+/// default 1500); and what a 1 GiB Hermes `state.db` adds to such a save when it did not
+/// change (and, for scale, when one row of it did). One box per corpus, the rounds
+/// interleaved across them (BENCH_RUNS, default 3); medians with min-max. Asserts only that
+/// everything ran.
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn bench_unchanged_resave_and_databases() {
+    use std::time::Instant;
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    let runs: usize = std::env::var("BENCH_RUNS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(3)
+        .max(1);
+    let small_mb: u64 = std::env::var("BENCH_MB_SMALL")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1500);
+    let many = if std::env::var_os("BENCH_FILES").is_some() {
+        small_files()
+    } else {
+        50_000
+    };
+    let hermes_db = r#"set -e
+H=/data/home/agent/.hermes; mkdir -p $H
+sqlite3 $H/state.db "PRAGMA journal_mode=WAL; CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);
+  WITH RECURSIVE c(x) AS (SELECT 1 UNION ALL SELECT x + 1 FROM c LIMIT 262144)
+  INSERT INTO t(v) SELECT randomblob(4000) FROM c;" >/dev/null
+chown -R agent:agent $H
+du -sm $H/state.db | cut -f1
+"#;
+    let boxes: Vec<(&str, String, String)> = vec![
+        (
+            "large",
+            "300 MB in 300 files".to_string(),
+            corpus_of_large_files(300),
+        ),
+        (
+            "many",
+            format!("{many} files in {small_mb} MiB"),
+            corpus_with(many, small_mb),
+        ),
+        (
+            "hermes",
+            "300 MB in 300 files + a 1 GiB Hermes state.db".to_string(),
+            format!("{}\n{hermes_db}", corpus_of_large_files(300)),
+        ),
+    ];
+    for (name, what, script) in &boxes {
+        let t = Instant::now();
+        assert!(w.run(&["new", name], &[]).ok(), "box new {name}");
+        let size = w.sh(name, script);
+        eprintln!(
+            "{name}: {what}: {} MiB ({:.0} s to make)",
+            size.split_whitespace().collect::<Vec<_>>().join(" + "),
+            t.elapsed().as_secs_f64()
+        );
+        let r = w.run(&["save", name, "--full"], &[]);
+        assert!(r.ok(), "box save {name} --full: {}", r.all());
+        eprintln!("  full save: {}", seconds_went(&w, name, "save").1);
+    }
+    let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
+    eprintln!("load average before: {}", loadavg().trim());
+    let mut rows: std::collections::BTreeMap<&str, Vec<(String, Vec<f64>)>> = Default::default();
+    let mut whole: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
+    let record = |rows: &mut Vec<(String, Vec<f64>)>, step: &str, secs: f64| match rows
+        .iter_mut()
+        .find(|(k, _)| k == step)
+    {
+        Some((_, v)) => v.push(secs),
+        None => rows.push((step.to_string(), vec![secs])),
+    };
+    for round in 0..runs {
+        eprintln!("round {}: {}", round + 1, loadavg().trim());
+        for (name, _, _) in &boxes {
+            // Backups are named by the second.
+            std::thread::sleep(std::time::Duration::from_millis(1100));
+            settle_disk();
+            let t = Instant::now();
+            let r = w.run(&["save", name], &[]);
+            let wall = t.elapsed().as_secs_f64();
+            assert!(
+                r.ok() && r.stdout.contains("(incremental: link"),
+                "{}",
+                r.all()
+            );
+            let (steps, total) = seconds_went(&w, name, "save");
+            let row = rows.entry(name).or_default();
+            for (step, secs) in steps {
+                record(row, &step, secs);
+            }
+            record(row, "= box save's own total", total);
+            whole.entry(name.to_string()).or_default().push(wall);
+        }
+    }
+    // One row of the state.db changed: its copy and check, for scale.
+    let mut changed = Vec::new();
+    for _ in 0..runs {
+        w.sh(
+            "hermes",
+            "sqlite3 /data/home/agent/.hermes/state.db \"UPDATE t SET v = randomblob(4000) WHERE id = 7;\"",
+        );
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+        settle_disk();
+        let t = Instant::now();
+        assert!(w.run(&["save", "hermes"], &[]).ok());
+        changed.push(t.elapsed().as_secs_f64());
+    }
+    eprintln!("load average after: {}", loadavg().trim());
+    for (name, what, _) in &boxes {
+        let mut table = rows.remove(name).unwrap_or_default();
+        table.push((
+            "(wall, as the user waits)".to_string(),
+            whole[*name].clone(),
+        ));
+        print_medians(
+            &format!(
+                "an unchanged /data re-saved, {what} (box '{name}'): where box save's seconds went"
+            ),
+            &table,
+        );
+    }
+    let median = |v: &[f64]| {
+        let mut s = v.to_vec();
+        s.sort_by(f64::total_cmp);
+        s[s.len() / 2]
+    };
+    let (plain, with_db) = (median(&whole["large"]), median(&whole["hermes"]));
+    eprintln!(
+        "\nan unchanged 1 GiB Hermes state.db adds {:+.2} s to an unchanged save ({with_db:.2} s against {plain:.2} s; goal <= 1 s)",
+        with_db - plain
+    );
+    eprintln!(
+        "one row of it changed: box save {:.2} s (median; rounds {})",
+        median(&changed),
+        changed
+            .iter()
+            .map(|x| format!("{x:.2}"))
+            .collect::<Vec<_>>()
+            .join(", ")
+    );
 }
