@@ -69,6 +69,32 @@ impl FileState {
             std::fs::metadata(path).with_context(|| format!("cannot read {}", path.display()))?;
         Ok(Self::of(&meta))
     }
+
+    /// `dev ino len mtime mtime_ns ctime ctime_ns`, as [`FileState::decode`] reads it.
+    pub fn encode(&self) -> String {
+        format!(
+            "{} {} {} {} {} {} {}",
+            self.dev, self.ino, self.len, self.mtime.0, self.mtime.1, self.ctime.0, self.ctime.1
+        )
+    }
+
+    pub fn decode(text: &str) -> Option<Self> {
+        let f: Vec<&str> = text.split(' ').collect();
+        let [dev, ino, len, ms, mns, cs, cns] = f.as_slice() else {
+            return None;
+        };
+        let (u, i) = (
+            |t: &str| t.parse::<u64>().ok(),
+            |t: &str| t.parse::<i64>().ok(),
+        );
+        Some(FileState {
+            dev: u(dev)?,
+            ino: u(ino)?,
+            len: u(len)?,
+            mtime: (i(ms)?, i(mns)?),
+            ctime: (i(cs)?, i(cns)?),
+        })
+    }
 }
 
 impl Link {
@@ -202,16 +228,35 @@ pub fn places_of(paths: &[&Path], place: &PlaceOf<'_>) -> Result<Vec<Option<Plac
 /// Shared by threads: see [`par_map`].
 pub type PlaceOf<'a> = dyn Fn(&Path) -> Result<Option<Place>> + Sync + 'a;
 
+/// What was learned before of the backup at a path in a state (its digest and place):
+/// a file still in the state it was read in holds the same bytes (see [`FileState`]), so
+/// neither needs reading again. `box save` keeps what it learns between saves
+/// ([`super::tree_cache::Known`]); every other reader knows nothing ([`KNOWS_NOTHING`]).
+pub type KnownOf<'a> = dyn Fn(&Path, &FileState) -> Option<([u8; 32], Option<Place>)> + Sync + 'a;
+
+/// Nothing known before: every file is read.
+pub const KNOWS_NOTHING: &KnownOf<'static> = &|_, _| None;
+
 /// The backups of one box in a directory, as [`discover_links`] reads them: each one's
 /// parent once its place was read, its digest once hashed (`None` until then).
-struct Found {
+struct Found<'k> {
     paths: Vec<PathBuf>,
     stamps: Vec<String>,
     parents: Vec<Option<Option<[u8; 32]>>>,
     digests: Vec<Option<([u8; 32], FileState)>>,
+    known: &'k KnownOf<'k>,
 }
 
-impl Found {
+/// A file's digest and place, and the state it is in.
+type KnownFile = ([u8; 32], Option<Place>, FileState);
+
+/// What `known` says of the file at `path` as it is now, and that state.
+fn known_now(known: &KnownOf<'_>, path: &Path) -> Result<Option<KnownFile>> {
+    let state = FileState::at(path)?;
+    Ok(known(path, &state).map(|(digest, place)| (digest, place, state)))
+}
+
+impl Found<'_> {
     /// Reads the places of `places` and hashes `hashes`, those not done yet, together.
     fn read(&mut self, places: &[usize], hashes: &[usize], place: &PlaceOf<'_>) -> Result<()> {
         // (index, read its place, hash it)
@@ -225,12 +270,17 @@ impl Found {
         }
         let done = par_map(&work, &|&(i, read, hash)| {
             let path = self.paths[i].as_path();
-            let parent = if read {
-                Some(place(path)?.and_then(|p| p.parent))
-            } else {
-                None
+            let known = known_now(self.known, path)?;
+            let parent = match (read, &known) {
+                (false, _) => None,
+                (true, Some((_, place, _))) => Some(place.and_then(|p| p.parent)),
+                (true, None) => Some(place(path)?.and_then(|p| p.parent)),
             };
-            let digest = if hash { Some(hash_file(path)?) } else { None };
+            let digest = match (hash, known) {
+                (false, _) => None,
+                (true, Some((digest, _, state))) => Some((digest, state)),
+                (true, None) => Some(hash_file(path)?),
+            };
             Ok((parent, digest))
         })?;
         for ((i, _, _), (parent, digest)) in work.into_iter().zip(done) {
@@ -259,7 +309,10 @@ impl Found {
         if let Some(d) = self.digests[i] {
             return Ok(d);
         }
-        let d = hash_file(&self.paths[i])?;
+        let d = match known_now(self.known, &self.paths[i])? {
+            Some((digest, _, state)) => (digest, state),
+            None => hash_file(&self.paths[i])?,
+        };
         self.digests[i] = Some(d);
         Ok(d)
     }
@@ -338,6 +391,19 @@ pub fn discover_links(
     chain_dir: Option<&Path>,
     place: &PlaceOf<'_>,
 ) -> Result<Vec<Link>> {
+    discover_links_knowing(file, chain_dir, place, KNOWS_NOTHING)
+}
+
+/// [`discover_links`], taking a file's digest and place from `known` when it is still as
+/// it was when they were learned. The tip's place is always read: reading it is what shows
+/// the passphrase opens the chain (each link was added only once its parent opened so, so
+/// the links before it were made under the same passphrase).
+pub fn discover_links_knowing(
+    file: &Path,
+    chain_dir: Option<&Path>,
+    place: &PlaceOf<'_>,
+    known: &KnownOf<'_>,
+) -> Result<Vec<Link>> {
     let tip_place = place(file)?;
     let Some(Place {
         parent: Some(_),
@@ -345,7 +411,10 @@ pub fn discover_links(
     }) = tip_place
     else {
         let stamp = box_and_stamp(file).map(|(_, s)| s).unwrap_or_default();
-        let (digest, state) = hash_file(file)?;
+        let (digest, state) = match known_now(known, file)? {
+            Some((digest, _, state)) => (digest, state),
+            None => hash_file(file)?,
+        };
         return Ok(vec![Link {
             path: file.to_path_buf(),
             digest,
@@ -368,6 +437,7 @@ pub fn discover_links(
         stamps: vec![tip_stamp],
         parents: vec![Some(tip_place.and_then(|p| p.parent))],
         digests: vec![None],
+        known,
     };
     let tip = 0;
     for entry in
@@ -784,6 +854,67 @@ mod tests {
             [full.clone(), tip.clone()]
         );
         assert_eq!(links[0].digest, full_d);
+    }
+
+    /// What a save knew of the chain's files is used while each file is as it was: only
+    /// the tip's place is read; a file changed since is read and hashed again.
+    #[test]
+    fn discover_knowing_reads_only_the_tip_and_what_changed() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| write_backup(d.path(), name, body);
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (inc, inc_d) = write("alpha-20261201-110000.tar.zst.gpg", "inc");
+        let (tip, tip_d) = write("alpha-20261201-120000.tar.zst.gpg", "tip");
+        let at = |link, parent| Some(Place { link, parent });
+        let places = HashMap::from([
+            (full.clone(), at(0, None)),
+            (inc.clone(), at(1, Some(full_d))),
+            (tip.clone(), at(2, Some(inc_d))),
+        ]);
+        let read = std::sync::Mutex::new(Vec::new());
+        let place = |p: &Path| {
+            read.lock().unwrap().push(p.to_path_buf());
+            Ok(places.get(p).copied().flatten())
+        };
+        let first = discover_links(&tip, None, &place).unwrap();
+        let known = super::super::tree_cache::Known::of_chain(&first);
+        // A digest no hash of the file gives: seen in the result only if it was not read.
+        let marked = [7u8; 32];
+        let knowing = |p: &Path, state: &FileState| {
+            known.get(p, state).map(|(digest, place)| {
+                if p == full {
+                    (marked, place)
+                } else {
+                    (digest, place)
+                }
+            })
+        };
+        // The link that names the full backup finds no file of that digest: the walk
+        // fails (a save then starts a new chain), which only a digest not read shows.
+        let links = discover_links_knowing(&tip, None, &place, &knowing);
+        assert!(links.is_err(), "the full backup was read: {links:?}");
+        let knowing = |p: &Path, state: &FileState| known.get(p, state);
+        read.lock().unwrap().clear();
+        let links = discover_links_knowing(&tip, None, &place, &knowing).unwrap();
+        assert_eq!(
+            *read.lock().unwrap(),
+            std::slice::from_ref(&tip),
+            "only the tip's place is read"
+        );
+        assert_eq!(
+            links.iter().map(|l| l.digest).collect::<Vec<_>>(),
+            [full_d, inc_d, tip_d]
+        );
+        // The middle link rewritten (same bytes, new times): read and hashed again.
+        std::thread::sleep(std::time::Duration::from_millis(20));
+        std::fs::write(&inc, std::fs::read(&inc).unwrap()).unwrap();
+        read.lock().unwrap().clear();
+        let links = discover_links_knowing(&tip, None, &place, &knowing).unwrap();
+        assert_eq!(links[1].digest, inc_d);
+        assert!(
+            read.lock().unwrap().contains(&inc),
+            "a changed file is read"
+        );
     }
 
     /// A restore reads the places (a key derivation each) of its chain's links and of the

@@ -145,7 +145,7 @@ pub fn peek_place(path: &Path, passphrase: &SecretString) -> Result<Option<Place
 }
 
 /// The chain keys of a manifest; `None` when it has none (a backup from before chains).
-fn place_in(manifest: &RuntimeManifest) -> Option<Place> {
+pub(crate) fn place_in(manifest: &RuntimeManifest) -> Option<Place> {
     let link = manifest.get(CHAIN_LINK_KEY)?.parse().ok()?;
     let parent = match manifest.get(CHAIN_PARENT_KEY).unwrap_or("") {
         "" => None,

@@ -28,7 +28,7 @@ use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, SQLITE_CHECK_KEY};
 use secrecy::SecretString;
 
 use super::Context;
-use crate::backup::chain;
+use crate::backup::chain::{self, Place};
 use crate::backup::hex_sha;
 use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, Sealed};
 use crate::backup::{cleanup, load, passphrase, tree_cache};
@@ -102,6 +102,8 @@ struct Parent {
     stamp: String,
     /// The tree a restore of its chain builds: the new link is validated against it.
     tree: box_proto::archive::validate::ChainState,
+    /// Its chain's files as found: what the next save knows of them with the new link.
+    known: tree_cache::Known,
 }
 
 impl ChainPlan {
@@ -414,7 +416,15 @@ impl<'a> SaveRun<'a> {
     /// than adding to one no restore could use.
     fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<Parent> {
         let name = self.record.name.clone();
-        let links = match chain::discover_links(newest, None, &|p| load::peek_place(p, pass)) {
+        // What the last save learned of these files: a file as it was then is not read
+        // again (only the newest backup's place is, which shows the passphrase opens it).
+        let known = tree_cache::Known::load(&self.ctx.state, &name);
+        let links = match chain::discover_links_knowing(
+            newest,
+            None,
+            &|p| load::peek_place(p, pass),
+            &|p, state| known.get(p, state),
+        ) {
             Ok(links) => links,
             Err(e) => {
                 ui::warn(format!(
@@ -454,6 +464,7 @@ impl<'a> SaveRun<'a> {
             position: (links.len() - 1) as u32,
             stamp: tip.stamp.clone(),
             tree,
+            known: tree_cache::Known::of_chain(&links),
         })
     }
 
@@ -461,10 +472,11 @@ impl<'a> SaveRun<'a> {
     /// save compares with, named by this file's digest, and the tree it restores to is kept
     /// for the next save's check. If that fails, the next save is a full one (it never
     /// builds on a parent that is not there), so it is only said.
-    fn commit_snapshot(&mut self, published: &Published) {
+    fn commit_snapshot(&mut self, published: &Published, plan: &mut ChainPlan) {
         let name = self.record.name.clone();
         let committed = chain::file_digest(&published.path).and_then(|digest| {
             tree_cache::store(&self.ctx.state, &name, &digest, &published.tree)?;
+            self.remember(published, digest, plan);
             self.guest()
                 .hb(
                     &["commit-snapshot", "--digest", &hex_sha(&digest)],
@@ -477,6 +489,29 @@ impl<'a> SaveRun<'a> {
             ui::warn(format!(
                 "box '{name}': the next save will be a full one (cannot record this backup as its parent: {e:#})"
             ));
+        }
+    }
+
+    /// What the next save knows of this chain without reading it: the links before
+    /// `published` (none when it starts a chain) and `published` itself. Only a memo: when
+    /// it cannot be kept, the next save reads the files.
+    fn remember(&self, published: &Published, digest: [u8; 32], plan: &mut ChainPlan) {
+        let place = published
+            .report
+            .manifest
+            .as_deref()
+            .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
+            .as_ref()
+            .and_then(load::place_in);
+        let mut known = match (place, plan.parent.as_mut()) {
+            (Some(Place { link: 1.., .. }), Some(parent)) => std::mem::take(&mut parent.known),
+            _ => tree_cache::Known::default(),
+        };
+        let kept = known
+            .add(&published.path, digest, place)
+            .and_then(|()| known.store(&self.ctx.state, &self.record.name));
+        if let Err(e) = kept {
+            tracing::warn!("the next save will read its chain again: {e:#}");
         }
     }
 
@@ -538,7 +573,7 @@ impl<'a> SaveRun<'a> {
         let pending = transfer::stream_pending()?;
         let dir = explicit_out.map_or_else(|| self.ctx.config.backup_dir(), chain::dir_of);
         // Before the pause: hashing the newest backup takes a moment.
-        let plan = self.plan_chain(&dir, on_newest, pass)?;
+        let mut plan = self.plan_chain(&dir, on_newest, pass)?;
         let out = match explicit_out {
             Some(out) => out.to_path_buf(),
             None => default_out(&dir, &name)?,
@@ -603,7 +638,7 @@ impl<'a> SaveRun<'a> {
             .line(&format!("published {}", published.path.display()));
         self.timings.mark("publish");
         if !plan.flags.is_empty() {
-            self.commit_snapshot(&published);
+            self.commit_snapshot(&published, &mut plan);
             self.timings.mark("record the snapshot");
         }
         Ok(published)
