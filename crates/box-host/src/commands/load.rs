@@ -62,6 +62,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     let part_size = transfer::part_size()?;
+    let mut timings = crate::ui::timings::Timings::start();
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
@@ -103,6 +104,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         return Ok(interrupted(&signals, &name));
     }
 
+    timings.mark("validate (pass 1)");
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
     // A backup holds no policy: the restored box gets box.env's (EGRESS*, CREDENTIALS),
     // and placeholders of its own machine.
@@ -110,7 +112,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         &ctx.config.env,
         &Default::default(),
     )?;
-    let provisioned = match new::create_and_provision(
+    let mut provisioned = match new::create_and_provision(
         ctx,
         &name,
         "load",
@@ -126,6 +128,11 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
             return Ok(code);
         }
     };
+    timings.absorb(std::mem::replace(
+        &mut provisioned.timings,
+        crate::ui::timings::Timings::start(),
+    ));
+    provisioned.timings = timings;
     let mut run = LoadRun {
         ctx,
         verb: "load",
@@ -277,6 +284,7 @@ impl LoadRun<'_> {
         ui::say(format!("Pausing '{name}' for the restore"));
         self.guest().hb(&["quiesce"], timeouts::QUIESCE, true)?;
         self.checkpoint()?;
+        self.box_.timings.mark("quiesce");
 
         let scratch = guest_dir::new_path("load");
         self.guest_dir = Some(scratch.clone());
@@ -288,6 +296,7 @@ impl LoadRun<'_> {
         )?;
         let filled = fill(self, &scratch)?;
         self.checkpoint()?;
+        self.box_.timings.mark("copy in (pass 2)");
 
         ui::say(format!(
             "Restoring /data inside '{name}' ({} part(s){})",
@@ -309,6 +318,7 @@ impl LoadRun<'_> {
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
         self.checkpoint()?;
+        self.box_.timings.mark("import");
 
         ui::say(format!("Refreshing guest assets in '{name}'"));
         if self.box_.from_base {
@@ -323,6 +333,7 @@ impl LoadRun<'_> {
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
         self.guest().write_manifest()?;
         self.checkpoint()?;
+        self.box_.timings.mark("refresh assets");
 
         ui::say(format!("Starting the restored services in '{name}'"));
         // The restored tree carries no quiesce record (backups exclude it), so resume has
@@ -331,6 +342,7 @@ impl LoadRun<'_> {
         self.guest().hb(&["resume"], timeouts::RESUME, true)?;
         self.guest().hb(&["up"], timeouts::RESUME, true)?;
         self.checkpoint()?;
+        self.box_.timings.mark("resume");
         let env = &self.ctx.config.env;
         if env.install_executor && env.wire_executor_mcp {
             self.guest().hb(&["wire-mcp"], timeouts::SHORT, true)?;
@@ -339,11 +351,15 @@ impl LoadRun<'_> {
         let port = self.box_.port;
         self.setup().health(port)?;
         self.checkpoint()?;
+        self.box_.timings.mark("wire and check");
         Ok(())
     }
 
     /// The restore went through: the box is complete.
     pub(super) fn complete(&mut self, what: &str) -> Result<()> {
+        let timings = self.box_.timings.line();
+        self.box_.transcript.line(&timings);
+        tracing::info!("{timings}");
         self.box_.transcript.line(what);
         crate::state::Registry::new(&self.ctx.state).mark_complete(&self.name)
     }

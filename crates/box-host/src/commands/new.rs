@@ -18,6 +18,7 @@ use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 use crate::ui;
+use crate::ui::timings::Timings;
 
 /// The stages a failure is attributed to, as the seed names them.
 const STAGE_CREATE: &str = "creating the base VM";
@@ -64,7 +65,8 @@ struct NewRun<'a> {
     /// `box load`: a restore follows, which stops Executor (quiesce), then starts, wires
     /// and checks the restored box; starting and checking the empty one first is skipped.
     restore_follows: bool,
-    started: std::time::Instant,
+    /// Where the seconds went (ui/timings.rs): the transcript's and -v's last line.
+    timings: Timings,
     /// Where the box may connect and which API keys it may use.
     containment: Containment,
     /// The values of those keys, read before any VM exists, for `machine start` only.
@@ -117,7 +119,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
         fresh: args.fresh,
         base: None,
         restore_follows: false,
-        started: std::time::Instant::now(),
+        timings: Timings::start(),
         containment,
         keys: Vec::new(),
     };
@@ -138,6 +140,9 @@ impl NewRun<'_> {
 
     fn steps(&mut self) -> Result<(), Stop> {
         self.build()?;
+        let timings = self.timings.line();
+        self.transcript.line(&timings);
+        tracing::info!("{timings}");
         if let Err(e) = Registry::new(&self.ctx.state).mark_complete(&self.name) {
             ui::warn(format!("{e:#}"));
         }
@@ -145,7 +150,7 @@ impl NewRun<'_> {
         ui::say(format!(
             "Box '{}' built in {:.1} s{}",
             self.name,
-            self.started.elapsed().as_secs_f64(),
+            self.timings.elapsed().as_secs_f64(),
             self.base
                 .as_ref()
                 .map(|b| format!(
@@ -257,6 +262,7 @@ impl NewRun<'_> {
         }
         create_env.extend(test_guest_env::from_env());
         self.checkpoint()?;
+        self.timings.mark("checks");
         ui::say(format!(
             "Creating box '{}' from {}",
             self.name, env.base_image
@@ -319,12 +325,14 @@ impl NewRun<'_> {
         self.row_written = true;
         self.registry_lock = None;
         self.checkpoint()?;
+        self.timings.mark("create");
 
         ui::say(format!("Starting '{}'", self.name));
         self.smolvm
             .start_with_keys(&self.machine, Some(self.signals.flag()), &self.keys)?;
         self.checkpoint()?;
         containment::check_bound(&self.smolvm, &self.machine, &self.containment.credentials)?;
+        self.timings.mark("start");
 
         self.stage = STAGE_PROVISION;
         if self.base.is_some() {
@@ -339,6 +347,7 @@ impl NewRun<'_> {
             self.setup().provision()?;
         }
         self.checkpoint()?;
+        self.timings.mark("provision");
         if self.restore_follows {
             return Ok(());
         }
@@ -346,9 +355,11 @@ impl NewRun<'_> {
         self.stage = STAGE_RUNTIME;
         self.setup().runtime()?;
         self.checkpoint()?;
+        self.timings.mark("runtime");
         let port = self.port;
         self.setup().health(port)?;
         self.checkpoint()?;
+        self.timings.mark("health");
         Ok(())
     }
 
@@ -535,6 +546,8 @@ pub struct Provisioned {
     pub from_base: bool,
     pub smolvm: Smolvm,
     pub transcript: Transcript,
+    /// Where its seconds went so far.
+    pub timings: Timings,
 }
 
 /// `box new`'s create-and-provision flow without its box lock (the caller holds it),
@@ -579,7 +592,7 @@ pub fn create_and_provision(
         fresh,
         base: None,
         restore_follows: true,
-        started: std::time::Instant::now(),
+        timings: Timings::start(),
         containment,
         keys: Vec::new(),
     };
@@ -590,6 +603,7 @@ pub fn create_and_provision(
             port: run.port,
             smolvm: run.smolvm,
             transcript: run.transcript,
+            timings: run.timings,
         }),
         Err(stop) => Err(run.fail(stop)),
     }

@@ -35,6 +35,15 @@ impl Timings {
         }
     }
 
+    /// Takes in `later`'s steps, which ran after this one's last mark (a verb that hands
+    /// part of its work to another's timings).
+    pub fn absorb(&mut self, later: Timings) {
+        for (name, took) in later.steps {
+            self.steps.push((name, took));
+        }
+        self.last = later.last.max(self.last);
+    }
+
     /// Seconds since the start.
     pub fn elapsed(&self) -> Duration {
         self.started.elapsed()
