@@ -13,6 +13,7 @@ use std::path::Path;
 use std::sync::{Arc, Condvar, Mutex, MutexGuard};
 use std::time::Duration;
 
+use sha2::{Digest as _, Sha256};
 use xxhash_rust::xxh3::Xxh3;
 
 /// How long a follower sleeps at the end of the data before looking again, should a
@@ -43,9 +44,11 @@ pub(super) struct FollowReader {
 }
 
 /// What a [`FollowReader`] has read so far, readable after the reader itself was handed
-/// to a decryptor that keeps it.
+/// to a decryptor that keeps it: its length, a fingerprint, and the SHA-256 a chain names
+/// the file by (hashed here, on the verifier's thread while the save goes on, rather than
+/// by reading the published file again).
 #[derive(Clone)]
-pub(super) struct ReadTally(Arc<Mutex<(Xxh3, u64)>>);
+pub(super) struct ReadTally(Arc<Mutex<(Xxh3, u64, Sha256)>>);
 
 /// What a follower read: its length and a fingerprint of its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -69,7 +72,7 @@ pub(super) fn follow(file: File) -> (WriteProgress, FollowReader) {
         FollowReader {
             file,
             shared,
-            tally: ReadTally(Arc::new(Mutex::new((Xxh3::new(), 0)))),
+            tally: ReadTally(Arc::new(Mutex::new((Xxh3::new(), 0, Sha256::new())))),
         },
     )
 }
@@ -110,6 +113,12 @@ impl ReadTally {
             xxh3: tally.0.digest128(),
         }
     }
+
+    /// SHA-256 of everything read so far.
+    pub fn sha256(&self) -> [u8; 32] {
+        let tally = self.0.lock().unwrap_or_else(|e| e.into_inner());
+        tally.2.clone().finalize().into()
+    }
 }
 
 impl FollowReader {
@@ -122,6 +131,7 @@ impl FollowReader {
         let mut tally = self.tally.0.lock().unwrap_or_else(|e| e.into_inner());
         tally.0.update(&buf[..n]);
         tally.1 += n as u64;
+        tally.2.update(&buf[..n]);
         Ok(n)
     }
 }
@@ -199,6 +209,7 @@ mod tests {
     #[test]
     fn follower_reads_everything_written_before_and_after_it_caught_up() {
         let (dir, mut writer, progress, mut reader) = pair();
+        let tally = reader.tally();
         let follower = std::thread::spawn(move || {
             let mut all = Vec::new();
             reader
@@ -220,6 +231,11 @@ mod tests {
         assert_eq!(
             fingerprint,
             fingerprint_file(&dir.path().join("f")).unwrap()
+        );
+        assert_eq!(
+            tally.sha256(),
+            <[u8; 32]>::from(Sha256::digest(&expected)),
+            "the digest a chain names the file by"
         );
     }
 

@@ -93,8 +93,8 @@ impl GeneratedInvalid {
 }
 
 /// What the verifier thread found: the MDC's digest and the plaintext's size, and what it
-/// read of the encrypted file.
-type VerifierResult = Result<(OwnPlaintext, Fingerprint), BackupError>;
+/// read of the encrypted file (a fingerprint, and the file's SHA-256).
+type VerifierResult = Result<(OwnPlaintext, Fingerprint, [u8; 32]), BackupError>;
 type Verifier = JoinHandle<VerifierResult>;
 
 /// The encrypted temp file, validated and hashed, not yet verified or published.
@@ -124,6 +124,7 @@ enum VerifierState {
 /// A verified temp file, ready to publish.
 pub struct Verified {
     sealed: Sealed,
+    digest: [u8; 32],
 }
 
 /// A published backup.
@@ -132,6 +133,8 @@ pub struct Published {
     pub path: PathBuf,
     /// Size of the encrypted file.
     pub size: u64,
+    /// SHA-256 of the encrypted file as verified (what a chain names it by).
+    pub digest: [u8; 32],
     pub report: Report,
     /// The tree a restore of it builds.
     pub tree: ChainState,
@@ -370,7 +373,7 @@ fn spawn_verifier(
             let tally = follower.tally();
             // The bulk path: this is the file we are writing, never someone else's.
             let found = seipd::verify_own(follower, &what, &passphrase, |_| {})?;
-            Ok((found, tally.fingerprint()))
+            Ok((found, tally.fingerprint(), tally.sha256()))
         })
         .context("cannot start the verifier thread")
 }
@@ -382,7 +385,7 @@ impl Sealed {
     pub fn verify(mut self) -> Result<Verified> {
         let fail = |e: &dyn std::fmt::Display| anyhow!("encrypted backup verification failed: {e}");
         self.wait_for_verifier();
-        let (found, read) = match &self.verifier {
+        let (found, read, digest) = match &self.verifier {
             VerifierState::Done(Ok(found)) => *found,
             VerifierState::Done(Err(e)) => return Err(fail(e)),
             VerifierState::Running(_) | VerifierState::Panicked => {
@@ -412,7 +415,10 @@ impl Sealed {
                 &"the encrypted file changed on disk after it was decrypted",
             ));
         }
-        Ok(Verified { sealed: self })
+        Ok(Verified {
+            sealed: self,
+            digest,
+        })
     }
 
     fn wait_for_verifier(&mut self) {
@@ -453,6 +459,7 @@ impl Sealed {
 impl Verified {
     /// Links the verified temp to its destination (never replacing), then removes the temp.
     pub fn publish(self) -> Result<Published> {
+        let digest = self.digest;
         let Sealed {
             out,
             temp,
@@ -480,6 +487,7 @@ impl Verified {
         Ok(Published {
             path: out,
             size,
+            digest,
             report,
             tree,
         })
@@ -549,7 +557,7 @@ mod tests {
             |_| {},
         )
         .unwrap();
-        let VerifierState::Done(Ok((found, _))) = &mut ours.verifier else {
+        let VerifierState::Done(Ok((found, _, _))) = &mut ours.verifier else {
             panic!("the verifier failed on a good file");
         };
         assert_eq!(found.bytes, theirs.bytes);
@@ -576,6 +584,11 @@ mod tests {
             std::fs::metadata(dir.path().join("a.tar.zst.gpg"))
                 .unwrap()
                 .len()
+        );
+        assert_eq!(
+            published.digest,
+            super::super::chain::file_digest(&dir.path().join("a.tar.zst.gpg")).unwrap(),
+            "the digest the verifier took is the published file's"
         );
     }
 }

@@ -474,17 +474,19 @@ impl<'a> SaveRun<'a> {
     /// builds on a parent that is not there), so it is only said.
     fn commit_snapshot(&mut self, published: &Published, plan: &mut ChainPlan) {
         let name = self.record.name.clone();
-        let committed = chain::file_digest(&published.path).and_then(|digest| {
-            tree_cache::store(&self.ctx.state, &name, &digest, &published.tree)?;
-            self.remember(published, digest, plan);
-            self.guest()
-                .hb(
-                    &["commit-snapshot", "--digest", &hex_sha(&digest)],
-                    timeouts::SHORT,
-                    false,
-                )
-                .map(drop)
-        });
+        // The digest the verifier took of the file it checked (unchanged on disk since).
+        let digest = published.digest;
+        let committed = tree_cache::store(&self.ctx.state, &name, &digest, &published.tree)
+            .and_then(|()| {
+                self.remember(published, plan);
+                self.guest()
+                    .hb(
+                        &["commit-snapshot", "--digest", &hex_sha(&digest)],
+                        timeouts::SHORT,
+                        false,
+                    )
+                    .map(drop)
+            });
         if let Err(e) = committed {
             ui::warn(format!(
                 "box '{name}': the next save will be a full one (cannot record this backup as its parent: {e:#})"
@@ -495,7 +497,7 @@ impl<'a> SaveRun<'a> {
     /// What the next save knows of this chain without reading it: the links before
     /// `published` (none when it starts a chain) and `published` itself. Only a memo: when
     /// it cannot be kept, the next save reads the files.
-    fn remember(&self, published: &Published, digest: [u8; 32], plan: &mut ChainPlan) {
+    fn remember(&self, published: &Published, plan: &mut ChainPlan) {
         let place = published
             .report
             .manifest
@@ -508,7 +510,7 @@ impl<'a> SaveRun<'a> {
             _ => tree_cache::Known::default(),
         };
         let kept = known
-            .add(&published.path, digest, place)
+            .add(&published.path, published.digest, place)
             .and_then(|()| known.store(&self.ctx.state, &self.record.name));
         if let Err(e) = kept {
             tracing::warn!("the next save will read its chain again: {e:#}");
