@@ -122,8 +122,9 @@ fn versions_cached(
 }
 
 /// Which file a tool is and which version of it: the file its command resolves to (a
-/// `claude` link to its package's script), that file's identity, size and times, and the
-/// times of its directory (a package upgraded in place changes them).
+/// `claude` link to its package's script), that file's inode, size and times, and the
+/// times of its directory (a package upgraded in place changes them). A base's answers
+/// come with it into every box made from it.
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ToolStamp(String);
 
@@ -146,9 +147,10 @@ impl ToolStamp {
         if path.contains(['\t', '\n']) {
             return None;
         }
+        // No device number: every box's root is its own mount (an overlay of its base's
+        // layers), so the same file of the same base has another device in each box.
         Some(ToolStamp(format!(
-            "{path} {} {} {} {} {}",
-            file.dev(),
+            "{path} {} {} {} {}",
             file.ino(),
             file.len(),
             times(&file),

@@ -304,14 +304,10 @@ impl<'a> Builder<'a> {
     fn tool_versions(&mut self) -> Result<Vec<String>> {
         let out = self.setup().exec_ok(
             "tool versions",
-            &["/bin/sh", "-c", guest_prep::TOOL_VERSIONS_SCRIPT],
+            &[guest::HB_PATH, "versions"],
             timeouts::EXEC,
         )?;
-        Ok(out
-            .lines()
-            .map(|l| l.chars().filter(|c| !c.is_control()).take(80).collect())
-            .filter(|l: &String| l.contains('='))
-            .collect())
+        Ok(guest_prep::tool_versions(&out))
     }
 
     /// Deletes the builder (whatever happened) and the staging files.
