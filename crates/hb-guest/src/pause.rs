@@ -46,6 +46,25 @@ pub fn paused_by(paths: &Paths) -> Option<(String, String)> {
     Some((op.trim().to_string(), at.trim().to_string()))
 }
 
+/// Waits until the workload reports no Executor process (none running, none stopping): a
+/// closed port alone does not say an Executor started a moment ago (it takes seconds to
+/// listen) is gone, and a restore must not swap /data under it. True at once when no
+/// workload runs.
+fn wait_down(paths: &Paths, timeout: Duration) -> bool {
+    let start = std::time::Instant::now();
+    loop {
+        let running = crate::workload::state::WorkloadState::read_live(paths)
+            .is_some_and(|state| state.executor.is_some());
+        if !running {
+            return true;
+        }
+        if start.elapsed() >= timeout {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
 /// Removes the marker. Returns whether it existed.
 pub fn clear(paths: &Paths) -> Result<bool> {
     match std::fs::remove_file(paths.quiesced_marker()) {
@@ -59,8 +78,8 @@ pub fn clear(paths: &Paths) -> Result<bool> {
 }
 
 /// Waits for Executor's port to close (the workload stops it once the marker exists).
-pub fn wait_stopped(port: u16) -> Result<()> {
-    if executor::wait_port(port, false, STOP_WAIT) {
+pub fn wait_stopped(paths: &Paths, port: u16) -> Result<()> {
+    if executor::wait_port(port, false, STOP_WAIT) && wait_down(paths, STOP_WAIT) {
         Ok(())
     } else {
         bail!(

@@ -20,7 +20,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         "executor: {} (durable: survives restarts until `hb up`)",
         if created { "pausing" } else { "already paused" }
     );
-    pause::wait_stopped(cfg.executor_port)?;
+    pause::wait_stopped(&paths, cfg.executor_port)?;
     println!("executor: stopped; port {} closed", cfg.executor_port);
     Ok(ExitCode::SUCCESS)
 }

@@ -65,7 +65,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     save(&record)?;
     println!("executor: paused (durable)");
 
-    pause::wait_stopped(cfg.executor_port)?;
+    pause::wait_stopped(&paths, cfg.executor_port)?;
     println!("executor: port {} closed", cfg.executor_port);
 
     let host = crate::cli::WriteManifestArgs::default();

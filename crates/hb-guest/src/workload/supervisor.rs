@@ -22,8 +22,11 @@ const MAX_BACKOFF: Duration = Duration::from_secs(30);
 const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// How long Executor gets to exit after SIGTERM before SIGKILL (it needs ~50 ms).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
-/// How often a "waiting for ..." condition is re-checked.
-const WAIT_RETRY: Duration = Duration::from_secs(3);
+/// How often a "waiting for ..." condition is re-checked: every tick, since each check is a
+/// few `stat`s. A box from a base gets its agent's home from `hb init` in the middle of
+/// its per-box provisioning; Executor (2 s to start) then starts at once and is up by the
+/// time provisioning ends, where a 3 s retry had `box new` wait for it after (issue 32).
+const WAIT_RETRY: Duration = Duration::from_millis(200);
 
 #[derive(Debug)]
 enum Exec {
