@@ -94,7 +94,7 @@ pub enum Command {
 
     /// Create the durable layout under the data root with the right owners and modes
     #[command(hide = true)]
-    Init,
+    Init(InitArgs),
 
     /// Write the runtime manifest (tool versions) atomically, mode 0600
     #[command(hide = true)]
@@ -151,6 +151,14 @@ pub struct LogsArgs {
     /// Lines to show
     #[arg(short = 'n', long, default_value_t = 200)]
     pub lines: usize,
+}
+
+#[derive(Debug, Args, Default)]
+pub struct InitArgs {
+    /// Pause Executor durably as the layout is made (a box about to be restored into:
+    /// its Executor must not start on the empty layout; `hb up` clears it)
+    #[arg(long)]
+    pub paused: bool,
 }
 
 #[derive(Debug, Args)]

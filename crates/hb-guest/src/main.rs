@@ -31,7 +31,7 @@ fn main() -> ExitCode {
         Some(Command::Logs(a)) => commands::logs::run(&ctx, a),
         Some(Command::Quiesce) => commands::quiesce::run(&ctx),
         Some(Command::Resume) => commands::resume::run(&ctx),
-        Some(Command::Init) => commands::init::run(&ctx),
+        Some(Command::Init(a)) => commands::init::run(&ctx, a),
         Some(Command::WriteManifest(a)) => commands::write_manifest::run(&ctx, a),
         Some(Command::Export(a)) => commands::export::run(&ctx, a),
         Some(Command::Import(a)) => commands::import::run(&ctx, a),

@@ -339,6 +339,12 @@ impl NewRun<'_> {
             self.repair_base_ownership()?;
             self.setup().install_assets()?;
             self.checkpoint()?;
+            if self.restore_follows {
+                // The workload starts Executor as soon as the agent's home exists (a box
+                // from a base gets it in the per-box steps); a box about to be restored
+                // into stays paused instead of starting it only to stop it for the restore.
+                self.setup().hb_step(&["init", "--paused"])?;
+            }
             self.setup()
                 .provision_steps(Some(crate::base::guest_prep::PER_BOX_STEPS))?;
         } else {

@@ -37,6 +37,14 @@ pub const LAYOUT: &[(&str, u32, bool)] = &[
 const LEGACY_MARKER: &str = "/tmp/hermes-box-executor-paused";
 
 pub fn create_layout(paths: &Paths, agent: &Agent) -> Result<()> {
+    create_layout_paused(paths, agent, None)
+}
+
+/// [`create_layout`]; with `paused_by`, the durable pause marker is written as soon as its
+/// directory exists, before the rest of the layout: the workload starts Executor once the
+/// agent's home exists, and a box about to be restored into must not start it on the
+/// empty layout (only to stop it again for the restore).
+pub fn create_layout_paused(paths: &Paths, agent: &Agent, paused_by: Option<&str>) -> Result<()> {
     let root = Uid::effective()
         .is_root()
         .then_some((Uid::from_raw(0), Gid::from_raw(0)));
@@ -48,6 +56,11 @@ pub fn create_layout(paths: &Paths, agent: &Agent) -> Result<()> {
             paths.data.join(rel)
         };
         ensure_dir(&path, *mode, if *agent_owned { agent_owner } else { root })?;
+        if let Some(op) = paused_by
+            && path == paths.hb_config()
+        {
+            crate::pause::set(paths, agent.owner_if_root(), op)?;
+        }
     }
     let legacy = std::env::var("HB_LEGACY_QUIESCE_FILE").unwrap_or_else(|_| LEGACY_MARKER.into());
     if std::path::Path::new(&legacy).exists() {
@@ -65,10 +78,10 @@ pub fn create_layout(paths: &Paths, agent: &Agent) -> Result<()> {
     Ok(())
 }
 
-pub fn run(ctx: &Context) -> Result<ExitCode> {
+pub fn run(ctx: &Context, args: &crate::cli::InitArgs) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);
     let agent = Agent::resolve()?;
-    create_layout(&paths, &agent)?;
+    create_layout_paused(&paths, &agent, args.paused.then_some("hb init --paused"))?;
     println!(
         "durable layout ready under {} (home owned by {}, private dirs 0700)",
         paths.data.display(),
