@@ -531,6 +531,31 @@ fn seconds_went(w: &World, name: &str, verb: &str) -> (Vec<(String, f64)>, f64) 
     (steps, parse(total))
 }
 
+/// `box args`, timed, with the box process's own peak RSS (VmHWM, polled every 20 ms: the
+/// children it runs, guest tools among them, are not box): (run, wall s, MiB).
+fn run_watching_rss(w: &World, args: &[&str]) -> (save_load_support::Run, f64, f64) {
+    let t = std::time::Instant::now();
+    let mut child = w.spawn(args, &[]);
+    let status = format!("/proc/{}/status", child.id());
+    let mut hwm_kib = 0u64;
+    while child.try_wait().unwrap().is_none() {
+        let kib = std::fs::read_to_string(&status).ok().and_then(|s| {
+            s.lines()
+                .find_map(|l| l.strip_prefix("VmHWM:"))
+                .and_then(|v| v.trim().trim_end_matches(" kB").trim().parse().ok())
+        });
+        hwm_kib = hwm_kib.max(kib.unwrap_or(0));
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let wall = t.elapsed().as_secs_f64();
+    let out = child.wait_with_output().unwrap();
+    (
+        save_load_support::Run::from(&out),
+        wall,
+        hwm_kib as f64 / 1024.0,
+    )
+}
+
 /// Medians of rows of (step, seconds) samples, printed as a table with min-max.
 fn print_medians(
     title: &str,
@@ -634,9 +659,9 @@ du -sm $H/state.db | cut -f1
             size.split_whitespace().collect::<Vec<_>>().join(" + "),
             t.elapsed().as_secs_f64()
         );
-        let r = w.run(&["save", name, "--full"], &[]);
+        let (r, wall, rss) = run_watching_rss(&w, &["save", name, "--full"]);
         assert!(r.ok(), "box save {name} --full: {}", r.all());
-        eprintln!("  full save: {}", seconds_went(&w, name, "save").1);
+        eprintln!("  full save: {wall:.2} s, box's peak RSS {rss:.1} MiB (goal <= 64)");
     }
     let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     eprintln!("load average before: {}", loadavg().trim());
