@@ -25,13 +25,26 @@ fn settle_disk() {
     let _ = Command::new("sync").status();
 }
 
+/// A number from the environment, `default` when unset or unreadable.
+fn env_or(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+/// Adds `secs` to the samples of `step` in `rows` (in the order steps first came).
+fn record(rows: &mut Vec<(String, Vec<f64>)>, step: &str, secs: f64) {
+    match rows.iter_mut().find(|(k, _)| k == step) {
+        Some((_, v)) => v.push(secs),
+        None => rows.push((step.to_string(), vec![secs])),
+    }
+}
+
 /// How many small files the corpus has: `BENCH_FILES`, 20 000 by default (the issues'
 /// host corpus has 50 000 in 1.5 GiB: `BENCH_FILES=50000 BENCH_MB=1500`).
 fn small_files() -> u64 {
-    std::env::var("BENCH_FILES")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(20_000)
+    env_or("BENCH_FILES", 20_000)
 }
 
 fn corpus(mb: u64) -> String {
@@ -153,10 +166,7 @@ fn bench_save_load_against_the_seed_pipeline() {
     let _serial = serial();
     let w = World::new();
     assert!(w.run(&["new", "alpha"], &[]).ok());
-    let mb: u64 = std::env::var("BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let mb = env_or("BENCH_MB", 300);
     let size = w.sh("alpha", &corpus(mb));
     eprintln!("corpus: {} MiB of /data in the guest", size.trim());
     let mut cmd = w.command(&[], &[]);
@@ -206,15 +216,8 @@ fn bench_incremental_chains() {
     }
     let _serial = serial();
     let w = World::new();
-    let mb: u64 = std::env::var("BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .max(1);
+    let mb = env_or("BENCH_MB", 300);
+    let runs = env_or("BENCH_RUNS", 3).max(1) as usize;
     let base_started = Instant::now();
     let base = w.run(&["base", "build"], &[]);
     assert!(base.ok(), "box base build: {}", base.all());
@@ -611,15 +614,8 @@ fn bench_unchanged_resave_and_databases() {
     }
     let _serial = serial();
     let w = World::new();
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-    let small_mb: u64 = std::env::var("BENCH_MB_SMALL")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(1500);
+    let runs = env_or("BENCH_RUNS", 3).max(1) as usize;
+    let small_mb = env_or("BENCH_MB_SMALL", 1500);
     let many = if std::env::var_os("BENCH_FILES").is_some() {
         small_files()
     } else {
@@ -667,13 +663,6 @@ du -sm $H/state.db | cut -f1
     eprintln!("load average before: {}", loadavg().trim());
     let mut rows: std::collections::BTreeMap<&str, Vec<(String, Vec<f64>)>> = Default::default();
     let mut whole: std::collections::BTreeMap<String, Vec<f64>> = Default::default();
-    let record = |rows: &mut Vec<(String, Vec<f64>)>, step: &str, secs: f64| match rows
-        .iter_mut()
-        .find(|(k, _)| k == step)
-    {
-        Some((_, v)) => v.push(secs),
-        None => rows.push((step.to_string(), vec![secs])),
-    };
     for round in 0..runs {
         eprintln!("round {}: {}", round + 1, loadavg().trim());
         for (name, _, _) in &boxes {
@@ -760,15 +749,8 @@ fn bench_new_and_load_from_a_base() {
     }
     let _serial = serial();
     let w = World::new();
-    let runs: usize = std::env::var("BENCH_RUNS")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(3)
-        .max(1);
-    let mb: u64 = std::env::var("BENCH_MB")
-        .ok()
-        .and_then(|v| v.parse().ok())
-        .unwrap_or(300);
+    let runs = env_or("BENCH_RUNS", 3).max(1) as usize;
+    let mb = env_or("BENCH_MB", 300);
     let t = Instant::now();
     let base = w.run(&["base", "build"], &[]);
     assert!(base.ok(), "box base build: {}", base.all());
@@ -787,13 +769,6 @@ fn bench_new_and_load_from_a_base() {
     let loadavg = || std::fs::read_to_string("/proc/loadavg").unwrap_or_default();
     let mut made = Vec::new();
     let mut rows: std::collections::BTreeMap<&str, Vec<(String, Vec<f64>)>> = Default::default();
-    let record = |rows: &mut Vec<(String, Vec<f64>)>, step: &str, secs: f64| match rows
-        .iter_mut()
-        .find(|(k, _)| k == step)
-    {
-        Some((_, v)) => v.push(secs),
-        None => rows.push((step.to_string(), vec![secs])),
-    };
     for round in 0..runs {
         eprintln!("round {}: {}", round + 1, loadavg().trim());
         for (verb, label) in [

@@ -46,15 +46,18 @@ pub fn paused_by(paths: &Paths) -> Option<(String, String)> {
     Some((op.trim().to_string(), at.trim().to_string()))
 }
 
-/// Waits until the workload reports no Executor process (none running, none stopping): a
-/// closed port alone does not say an Executor started a moment ago (it takes seconds to
-/// listen) is gone, and a restore must not swap /data under it. True at once when no
-/// workload runs.
+/// Waits until the workload has seen the pause (its note says so) and the Executor
+/// process it last reported has exited (a zombie its parent has yet to reap counts as
+/// gone): a closed port alone does not say an Executor started a moment ago (it takes
+/// seconds to listen) is gone, and a restore must not swap /data under it. True at once
+/// when no workload runs.
 fn wait_down(paths: &Paths, timeout: Duration) -> bool {
+    use crate::workload::state::{WorkloadState, pid_alive};
     let start = std::time::Instant::now();
     loop {
-        let running = crate::workload::state::WorkloadState::read_live(paths)
-            .is_some_and(|state| state.executor.is_some());
+        let running = WorkloadState::read_live(paths).is_some_and(|state| {
+            state.note != "paused" || state.executor.is_some_and(|run| pid_alive(run.pid))
+        });
         if !running {
             return true;
         }

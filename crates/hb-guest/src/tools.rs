@@ -62,7 +62,8 @@ pub fn first_line(bin: &Path, args: &[&str], timeout: Duration) -> Option<String
 /// Where the tools' answers are kept between calls (root's, outside /data: a cache of
 /// this guest's own binaries, never backed up). A `box save` writes the manifest twice
 /// (quiesce, then with the host's versions): asking five runtimes each time was 0.7 s of
-/// every save (issue 32).
+/// every save (issue 32). `HB_TOOL_VERSIONS_CACHE` puts it elsewhere (tests that run hb on
+/// a host).
 const VERSIONS_CACHE: &str = "/var/cache/hermes-box/tool-versions";
 
 /// Every tool's version: `Some(line)` when installed and answering, `None` when missing.
@@ -70,7 +71,9 @@ const VERSIONS_CACHE: &str = "/var/cache/hermes-box/tool-versions";
 /// binary) and one after another took ~2 s of every `box new`. An answer is reused while
 /// the tool is the same file ([`ToolStamp`]): an upgrade replaces it, and asks again.
 pub fn versions() -> Vec<(&'static str, Option<String>)> {
-    versions_cached(Path::new(VERSIONS_CACHE), &find_tool)
+    let cache = std::env::var_os("HB_TOOL_VERSIONS_CACHE")
+        .map_or_else(|| std::path::PathBuf::from(VERSIONS_CACHE), Into::into);
+    versions_cached(&cache, &find_tool)
 }
 
 fn versions_cached(

@@ -50,6 +50,24 @@ fn init_creates_the_layout_idempotently_and_refuses_symlinks() {
     assert_eq!(mode(&target), 0o755);
 }
 
+/// `init --paused` (a box about to be restored into) leaves the pause marker with the
+/// layout, before the workload could start Executor on it; a later plain `init` keeps it.
+#[test]
+fn init_paused_leaves_the_pause_marker_and_a_plain_init_keeps_it() {
+    let b = Box_::new();
+    b.ok(&["init", "--paused"]);
+    let marker = b.hb_config().join("quiesced");
+    let text = std::fs::read_to_string(&marker).unwrap();
+    assert!(text.starts_with("paused by hb init --paused at "), "{text}");
+    assert_eq!(
+        mode(&b.home().join("workspace")),
+        0o700,
+        "the rest of the layout"
+    );
+    b.init();
+    assert!(marker.exists());
+}
+
 /// The manifest names the `box` and smolvm that made the box as `box` passes them; a rewrite
 /// without them (quiesce, provisioning) keeps them; one no `box` ever wrote says `unknown`.
 #[test]

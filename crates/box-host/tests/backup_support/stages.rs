@@ -135,6 +135,18 @@ fn each_chunk(path: &Path, mut f: impl FnMut(&mut [u8]) -> Result<()>) -> Result
     }
 }
 
+/// `f` over the whole AES blocks of each 1 MiB piece of `path`, in place (as the SEIPD
+/// body is encrypted and decrypted).
+fn each_block_run(path: &Path, mut f: impl FnMut(InOutBuf<'_, '_, aes::Block>)) -> Result<()> {
+    each_chunk(path, |c| {
+        let whole = c.len() / 16 * 16;
+        let (blocks, _) = InOutBuf::from(&mut c[..whole]).into_chunks();
+        f(blocks);
+        Ok(())
+    })
+    .map(drop)
+}
+
 /// hb's parts, in order, as one file (the plaintext of the backup: a .tar.zst).
 fn join_parts(parts: &Path, out: &Path) -> Result<Vec<PathBuf>> {
     let index = box_host::backup::save::read_index(parts)?;
@@ -205,13 +217,7 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     let (key, iv) = ([7u8; 32], [0u8; 16]);
     let t = timed(|| {
         let mut cfb = cfb_mode::Encryptor::<Aes256>::new(&key.into(), &iv.into());
-        each_chunk(&zst, |c| {
-            let whole = c.len() / 16 * 16;
-            let (blocks, _) = InOutBuf::from(&mut c[..whole]).into_chunks();
-            cfb.encrypt_blocks_inout_mut(blocks);
-            Ok(())
-        })?;
-        Ok(())
+        each_block_run(&zst, |blocks| cfb.encrypt_blocks_inout_mut(blocks))
     })?;
     report("AES-256-CFB encrypt", zst_bytes, &t, 1);
 
@@ -257,13 +263,7 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
 
     let t = timed(|| {
         let mut cfb = cfb_mode::Decryptor::<Aes256>::new(&key.into(), &iv.into());
-        each_chunk(&zst, |c| {
-            let whole = c.len() / 16 * 16;
-            let (blocks, _) = InOutBuf::from(&mut c[..whole]).into_chunks();
-            cfb.decrypt_blocks_inout_mut(blocks);
-            Ok(())
-        })?;
-        Ok(())
+        each_block_run(&zst, |blocks| cfb.decrypt_blocks_inout_mut(blocks))
     })?;
     report("AES-256-CFB decrypt (verify)", zst_bytes, &t, 1);
 

@@ -111,6 +111,11 @@ impl Box_ {
             .env("HB_PROFILE", "/dev/null")
             .env("EXECUTOR_PORT", self.port.to_string())
             .env("PATH", self.path_env())
+            // hb keeps its tools' answers in root's /var/cache on a guest; not the host's.
+            .env(
+                "HB_TOOL_VERSIONS_CACHE",
+                self.dir.path().join("tool-versions"),
+            )
             .env_remove("HB_WEB_PORT")
             .stdin(Stdio::null());
         for (k, v) in &self.extra_env {
