@@ -338,3 +338,51 @@ fn a_daemon_holding_the_output_does_not_hold_the_call() {
         start.elapsed()
     );
 }
+
+/// Without root (here: this test binary run again as `nobody`), the sshd-backed tests fail
+/// under `CI=true`, where a silent pass would leave the transport untested, and elsewhere
+/// pass with a visible `SKIPPED:` line.
+#[test]
+fn without_root_the_sshd_tests_fail_under_ci_and_say_skipped_elsewhere() {
+    let exe = std::env::current_exe().unwrap();
+    let run = |ci: Option<&str>| {
+        let mut cmd = if nix::unistd::getuid().is_root() {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        cmd.args([
+            "--exact",
+            "remote::ssh::tests::a_dead_master_is_opened_again",
+            "--test-threads=1",
+        ])
+        .env_remove("CI");
+        if let Some(v) = ci {
+            cmd.env("CI", v);
+        }
+        cmd.output().unwrap()
+    };
+    let in_ci = run(Some("true"));
+    let said = String::from_utf8_lossy(&in_ci.stdout).into_owned()
+        + &String::from_utf8_lossy(&in_ci.stderr);
+    assert!(!in_ci.status.success(), "passed under CI=true: {said}");
+    assert!(
+        said.contains("ssh transport tests need: root"),
+        "the failure does not say what is missing: {said}"
+    );
+    assert!(said.contains("1 failed"), "{said}");
+    let here = run(None);
+    let stderr = String::from_utf8_lossy(&here.stderr);
+    assert!(here.status.success(), "{here:?}");
+    assert!(
+        stderr.contains("SKIPPED: ssh transport tests need: root"),
+        "no visible SKIPPED line: {stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&here.stdout).contains("1 passed"),
+        "the filter ran no test: {here:?}"
+    );
+}
