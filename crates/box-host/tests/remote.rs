@@ -871,3 +871,57 @@ fn remote_stop_start_doctor_repair_clone() {
     }
     assert!(r.machines().is_empty(), "{:?}", r.machines());
 }
+
+/// A `BOX_SSH_COMMAND` that would forward the laptop's agent or X11 display to the remote,
+/// or move or take over box's control socket, is refused before any ssh runs, naming the
+/// word (ssh's letter flags win over box's own `-o` options); the same command without
+/// the word reaches the remote.
+#[test]
+fn remote_ssh_command_with_forwarding_is_refused_naming_the_word() {
+    if !remote_support::prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let r = Remote::new();
+    let plain = format!("ssh -F {}", r.ssh_config().display());
+    for (extra, named) in [
+        ("-A", "-A"),
+        ("-X", "-X"),
+        ("-Y", "-Y"),
+        ("-S /tmp/elsewhere", "-S"),
+        ("-M", "-M"),
+        ("-o ForwardAgent=yes", "-o ForwardAgent"),
+        ("-o ForwardX11=yes", "-o ForwardX11"),
+        ("-o ControlPath=/tmp/elsewhere", "-o ControlPath"),
+        ("-o ControlMaster=auto", "-o ControlMaster"),
+    ] {
+        let command = format!("{plain} {extra}");
+        let new = r
+            .world
+            .run(&["new", "alpha"], &[("BOX_SSH_COMMAND", command.as_str())]);
+        assert_eq!(new.code, Some(1), "box new with `{command}`: {new}");
+        assert!(
+            new.stderr
+                .contains(&format!("BOX_SSH_COMMAND may not set {named}: it ")),
+            "the error does not name {named}: {new}"
+        );
+        assert!(!r.world.registered("alpha"), "a refused new left a row");
+    }
+    assert!(r.calls().is_empty(), "smolvm ran on the remote");
+    assert!(
+        !std::fs::read_to_string(r.sshd_log())
+            .unwrap_or_default()
+            .contains("Accepted publickey"),
+        "ssh logged in to the remote with a refused command"
+    );
+    let ls = r
+        .world
+        .run(&["base", "ls"], &[("BOX_SSH_COMMAND", plain.as_str())]);
+    assert!(ls.ok(), "box base ls on the remote with `{plain}`: {ls}");
+    assert!(
+        std::fs::read_to_string(r.sshd_log())
+            .unwrap_or_default()
+            .contains("Accepted publickey"),
+        "box base ls never reached the remote: {ls}"
+    );
+}

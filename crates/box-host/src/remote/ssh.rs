@@ -12,7 +12,8 @@
 //!   `ForwardX11=no`, `ExitOnForwardFailure=yes`, and on the master `ClearAllForwardings=yes`
 //!   and `GatewayPorts=no` (a `LocalForward` in the user's config must not open a listener
 //!   box did not ask for). Everything else comes from the user's own `~/.ssh/config`
-//!   (ProxyJump, keys, known hosts) or `BOX_SSH_COMMAND` (`ssh -F ./cfg`).
+//!   (ProxyJump, keys, known hosts) or `BOX_SSH_COMMAND` (`ssh -F ./cfg`), which may not
+//!   turn forwarding on or touch the control socket ([`super::ssh_command`]).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -57,6 +58,10 @@ impl SshTarget {
             host: host.to_string(),
             problem: format!("BOX_SSH_COMMAND cannot be read: {problem}"),
         })?;
+        super::ssh_command::check(&words).map_err(|problem| SmolvmError::Connect {
+            host: host.to_string(),
+            problem,
+        })?;
         let name = format!("{}.sock", socket_hash(host, &words));
         let control_path = state_root
             .map(|root| root.join("ssh").join(&name))
@@ -93,9 +98,10 @@ impl SshTarget {
     }
 
     /// ssh with box's options, `extra` before the destination and `remote` after `--`,
-    /// in the ssh child environment. box's options come first: for each option ssh keeps
-    /// the first value it reads, so neither `BOX_SSH_COMMAND` nor `~/.ssh/config` can turn
-    /// on agent forwarding or prompts, or move the control socket.
+    /// in the ssh child environment. box's options come first: for each `-o` option ssh
+    /// keeps the first value it reads, so neither `BOX_SSH_COMMAND`'s `-o` words nor
+    /// `~/.ssh/config` can turn on agent forwarding or prompts, or move the control socket
+    /// (ssh's letter flags would win: [`super::ssh_command`] refuses them beforehand).
     pub(crate) fn command(&self, extra: &[&str], remote: Option<&str>) -> Command {
         let mut cmd = Command::new(&self.words[0]);
         child_env::apply(&mut cmd, ChildKind::Ssh);

@@ -284,14 +284,14 @@ fn socket_paths_stay_short_and_private() {
     assert!(SshTarget::new(&host, "ssh 'open", None).is_err());
 }
 
-/// box's options precede the user's words: ssh keeps the first value of each option, so
-/// `BOX_SSH_COMMAND=ssh -o ForwardAgent=yes` cannot forward the agent.
+/// box's options precede the user's words: ssh keeps the first value of each `-o` option,
+/// so `BOX_SSH_COMMAND=ssh -o BatchMode=no` cannot make ssh prompt.
 #[test]
 fn box_options_win_over_the_users_ssh_command() {
     let host = RemoteHost::parse("ssh://u@h:2222").unwrap();
     let t = SshTarget::new(
         &host,
-        "ssh -o ForwardAgent=yes -o BatchMode=no -F ./cfg",
+        "ssh -o BatchMode=no -o ConnectTimeout=99 -F ./cfg",
         Some(std::path::Path::new("/s")),
     )
     .unwrap();
@@ -302,8 +302,11 @@ fn box_options_win_over_the_users_ssh_command() {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let pos = |w: &str| args.iter().position(|a| a == w).unwrap();
-    assert!(pos("ForwardAgent=no") < pos("ForwardAgent=yes"), "{args:?}");
     assert!(pos("BatchMode=yes") < pos("BatchMode=no"), "{args:?}");
+    assert!(
+        pos("ConnectTimeout=30") < pos("ConnectTimeout=99"),
+        "{args:?}"
+    );
     assert_eq!(
         args[args.len() - 4..],
         ["./cfg", "u@h", "--", "echo 'x'"],
@@ -320,6 +323,32 @@ fn box_options_win_over_the_users_ssh_command() {
             .all(|k| crate::child_env::allowed(ChildKind::Ssh, k)),
         "{envs:?}"
     );
+}
+
+/// ssh's letter flags win over box's `-o` options (`-A` after `-o ForwardAgent=no` forwards
+/// the agent), so a `BOX_SSH_COMMAND` with one, or with the `-o` word, is refused before
+/// any ssh runs, naming the word.
+#[test]
+fn forwarding_in_the_users_ssh_command_is_refused_before_ssh_runs() {
+    let host = RemoteHost::parse("ssh://u@h").unwrap();
+    for (command, word) in [
+        ("ssh -A -F ./cfg", "-A"),
+        ("ssh -X", "-X"),
+        ("ssh -Y", "-Y"),
+        ("ssh -S /tmp/mine", "-S"),
+        ("ssh -M", "-M"),
+        ("ssh -o ForwardAgent=yes", "-o ForwardAgent"),
+        ("ssh -o ControlPath=/tmp/mine", "-o ControlPath"),
+    ] {
+        let err = SshTarget::new(&host, command, None).unwrap_err();
+        assert!(matches!(err, SmolvmError::Connect { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot connect to ssh://u@h: BOX_SSH_COMMAND may not set {word}: "
+            )),
+            "{command}: {err}"
+        );
+    }
 }
 
 /// A call that leaves a daemon holding its output (as a VMM might) still ends: ssh would
