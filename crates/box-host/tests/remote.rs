@@ -10,8 +10,11 @@
 //!   and a box made from it → `box save` writes the
 //!   backup on the laptop → `box load` into a second remote box and into a local one, each
 //!   with what was saved → `box rm` all three. The remote's process table is sampled all
-//!   along; then no trace of the passphrase in it, in its files, the simulator's raw call
-//!   log or sshd's log.
+//!   along; then no trace of the user's secrets, set the way users set them (the
+//!   passphrase, a proxy's password, model API keys), in it, its files (guests' disks
+//!   included), the simulator's raw call log or sshd's log, nor of Executor's token outside
+//!   the guest it belongs to; the proxy went to the local box only (`REMOTE_PROXY_HOSTS`
+//!   names no host).
 //! * `remote_faults_*` (CI): the connection dropped mid-save and mid-load, the remote
 //!   smolvm killed mid-save, a wrong host key (for a new box and for an existing one's
 //!   save): nothing published, nothing half-restored,
@@ -30,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use remote_support::{ALIAS, ProcSampler, Remote, Run, assert_processes_free_of, serial};
+use remote_support::{
+    ALIAS, ProcSampler, Remote, Run, UserSecrets, assert_processes_free_of, outside_guests, serial,
+};
 
 /// Heavier variants run only when asked (minutes each, the network's speed).
 fn heavy() -> bool {
@@ -246,26 +251,66 @@ fn backup_of(r: &Remote, name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no backup of {name} in {}", r.world.backups().display()))
 }
 
-/// The passphrase (and every other secret) nowhere the remote could see it: its process
-/// table as sampled, its files, the raw call log, sshd's log; and nowhere on the laptop
-/// box should not put it (its output, state dir, the local simulator's logs).
-fn assert_remote_never_saw(r: &Remote, samplers: (ProcSampler, ProcSampler), secrets: &[String]) {
+/// The user's secrets (`secrets`: the passphrase, a proxy's password, API keys) nowhere
+/// the remote could see them: its process table as sampled, guests included, its files,
+/// guests' disks included, the raw call log, sshd's log; and nowhere on the laptop box
+/// should not put them (its output, state dir, the local simulator's logs). A guest's own
+/// secrets (`guest_secrets`: Executor's token, which lives in the guest and so on the
+/// remote by right) nowhere on the remote outside the guests.
+fn assert_remote_never_saw(
+    r: &Remote,
+    samplers: (ProcSampler, ProcSampler),
+    secrets: &[String],
+    guest_secrets: &[String],
+) {
     let (seen, rounds) = samplers.0.finish();
     eprintln!(
         "remote test: {} distinct remote processes in {rounds} samples",
         seen.len()
     );
     assert_processes_free_of(&seen, rounds, secrets);
+    let host_own = outside_guests(&seen);
+    assert!(
+        !host_own.is_empty() && host_own.len() < seen.len(),
+        "the sampler told no guest process from the remote's own ({} of {}): the guest-secret scan would prove nothing",
+        host_own.len(),
+        seen.len()
+    );
+    assert_processes_free_of(&host_own, rounds, guest_secrets);
     // box's ssh clients on the laptop: what OpenSSH could send on (SendEnv, a command line).
     let (seen, rounds) = samplers.1.finish();
     eprintln!(
         "remote test: {} distinct laptop ssh processes in {rounds} samples",
         seen.len()
     );
-    assert_processes_free_of(&seen, rounds, secrets);
+    assert_processes_free_of(&seen, rounds, &[secrets, guest_secrets].concat());
     r.assert_files_free_of(secrets);
+    let in_guests = r.files_holding(guest_secrets);
+    for i in 0..guest_secrets.len() {
+        assert!(
+            in_guests
+                .iter()
+                .any(|f| f.starts_with(&format!("secret #{i} in "))),
+            "the file scan does not find guest secret #{i} in its guest: it would prove nothing"
+        );
+    }
+    let found = r.files_outside_guests_holding(guest_secrets);
+    assert!(
+        found.is_empty(),
+        "a guest's secret reached the remote's own files: {found:#?}"
+    );
     r.world.scan_secrets();
 }
+
+/// Every secret of the user's for the scans: the passphrase and `user`'s.
+fn user_secrets(r: &Remote, user: &UserSecrets) -> Vec<String> {
+    let mut all = vec![r.world.passphrase.clone()];
+    all.extend(user.all());
+    all
+}
+
+/// The proxies in a guest: `/etc/hermes-box/proxy.env`, or "" when it has none.
+const PROXY_ENV: &str = "cat /etc/hermes-box/proxy.env 2>/dev/null || true";
 
 fn prerequisites() -> bool {
     remote_support::prerequisites() && browser_support::available()
@@ -294,6 +339,7 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     let t0 = Instant::now();
     let mut r = Remote::new();
     r.use_passphrase_env();
+    let user = r.use_user_secrets_env();
     let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let host = format!("ssh://root@{ALIAS}");
 
@@ -319,6 +365,15 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
         "box ls does not say alpha lives on {host}:\n{ls}"
     );
     let token = remote_token(&r, &alpha);
+    // The laptop's proxy stays here: REMOTE_PROXY_HOSTS names no host.
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV).is_empty(),
+        "the laptop's proxy (password and all) went into a remote box"
+    );
+    assert!(
+        new.stdout.contains(&format!("proxies: none for {host}")),
+        "box new does not say the remote box gets no proxies: {new}"
+    );
 
     // enter: the tmux session as agent, in the remote guest.
     let marker = write_remote_marker(&r, &alpha);
@@ -366,23 +421,20 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     assert!(load.ok(), "box load into a local box: {load}");
     let gamma = local_machine(&r, "gamma").expect("no local machine for gamma");
     remote_support::sim_support::assert_marker(&|a| r.world.sim(a), &gamma, &marker);
+    // A box on this machine does get the proxy: it was in box's environment all along.
+    assert!(
+        r.world
+            .sh(&gamma, PROXY_ENV)
+            .contains(&format!("HTTPS_PROXY='{}'", user.proxy_url())),
+        "the local box did not get the laptop's proxy: the remote scans would prove nothing"
+    );
     assert!(
         remote_machine(&r, "gamma").is_none(),
         "--host local made a remote machine"
     );
 
     // The scans, before anything is removed.
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
-    let raw = std::fs::read_to_string(r.raw_call_log()).unwrap();
-    let sshd = std::fs::read_to_string(r.sshd_log()).unwrap();
-    assert!(
-        !raw.contains(&token),
-        "the Executor token is in the remote's raw call log"
-    );
-    assert!(
-        !sshd.contains(&token),
-        "the Executor token is in sshd's log"
-    );
+    assert_remote_never_saw(&r, sampler, &user_secrets(&r, &user), &[token]);
 
     // rm, all three.
     for name in ["alpha", "beta", "gamma"] {
@@ -457,8 +509,10 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     let _serial = serial();
     let mut r = Remote::new();
     r.use_passphrase_env();
+    let user = r.use_user_secrets_env();
     let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let (alpha, backup, marker) = remote_box_with_backup(&r);
+    let token = remote_token(&r, &alpha);
     let published = r.world.backups_published();
 
     // The connection dropped mid-save: an error, nothing published, no temp anywhere, and
@@ -553,7 +607,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     );
     r.world.assert_no_plaintext(&[]);
 
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    assert_remote_never_saw(&r, sampler, &user_secrets(&r, &user), &[token]);
     // Last, so the checks above run whatever this says: the part streamed in for the cut
     // load (plaintext of /data) must not outlive the connection on the remote.
     assert_remote_temps_gone(&r, 15, "after a load cut mid-copy");
@@ -696,7 +750,8 @@ fn remote_heavy_pristine_image_from_the_network() {
     );
     assert!(load.ok(), "{load}");
     assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    let token = remote_token(&r, &alpha);
+    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()], &[token]);
 }
 
 /// A /data like an agent's after some work, about `mb` MiB: many small text files, an
@@ -858,6 +913,30 @@ fn remote_stop_start_doctor_repair_clone() {
     let repair = r.world.run(&["repair", "alpha"], &[]);
     assert!(repair.ok(), "box repair alpha: {repair}");
     assert_remote_marker(&r, &alpha, &marker);
+
+    // The laptop's proxy goes to a remote box on a host REMOTE_PROXY_HOSTS names, and out
+    // again at the next repair once it no longer does.
+    let proxy = "http://boxuser:named-pw-7c1@proxy.invalid:3128";
+    let named = r.world.run(
+        &["repair", "alpha"],
+        &[
+            ("HTTPS_PROXY", proxy),
+            ("REMOTE_PROXY_HOSTS", host.as_str()),
+        ],
+    );
+    assert!(named.ok(), "box repair alpha, its host named: {named}");
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV)
+            .contains(&format!("HTTPS_PROXY='{proxy}'")),
+        "REMOTE_PROXY_HOSTS names {host}, yet its box got no proxy: {named}"
+    );
+    let unnamed = r.world.run(&["repair", "alpha"], &[("HTTPS_PROXY", proxy)]);
+    assert!(unnamed.ok(), "box repair alpha: {unnamed}");
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV).is_empty(),
+        "the proxy stayed in a box whose host is no longer named"
+    );
+    assert!(!unnamed.all().contains("named-pw-7c1"), "{unnamed}");
 
     let (clone, _) = timed(&r, &["clone", "alpha", "beta"], &[]);
     assert!(clone.ok(), "box clone alpha beta: {clone}");

@@ -242,7 +242,7 @@ fn the_fault_and_scan_helpers_see_what_they_should() {
         found.iter().any(|f| f.contains("environment of ssh -F")),
         "the laptop ssh scan missed a secret in ssh's environment: {found:?}"
     );
-    assert!(seen.iter().all(|(a, _)| a.starts_with("ssh ")), "{seen:?}");
+    assert!(seen.iter().all(|p| p.args.starts_with("ssh ")), "{seen:?}");
 
     // The file scan sees a secret in the remote's /tmp and /root (a marker no smolvm call
     // saw: the raw call log holds the environment of the call above, PROBE included).

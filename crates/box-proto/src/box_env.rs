@@ -90,6 +90,10 @@ pub struct BoxEnv {
     /// `BOX_SSH_COMMAND`: the ssh command, split on spaces (`ssh -F ./cfg`), as
     /// `GIT_SSH_COMMAND` is for git.
     pub ssh_command: String,
+    /// `REMOTE_PROXY_HOSTS`: the remote hosts (`ssh://…`, as `BOX_HOST` names them) whose
+    /// boxes get this machine's proxies too; a box on any other remote host gets none (the
+    /// proxy's credentials stay here).
+    pub remote_proxy_hosts: Vec<String>,
 }
 
 impl Default for BoxEnv {
@@ -122,6 +126,7 @@ impl Default for BoxEnv {
             host: String::new(),
             remote_smolvm: "smolvm".into(),
             ssh_command: "ssh".into(),
+            remote_proxy_hosts: Vec::new(),
         }
     }
 }
@@ -155,10 +160,16 @@ pub const KEYS: &[&str] = &[
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
+    "REMOTE_PROXY_HOSTS",
 ];
 
 /// Keys only `box` on the laptop reads, never written into a box.
-pub const HOST_ONLY_KEYS: &[&str] = &["BOX_HOST", "BOX_REMOTE_SMOLVM", "BOX_SSH_COMMAND"];
+pub const HOST_ONLY_KEYS: &[&str] = &[
+    "BOX_HOST",
+    "BOX_REMOTE_SMOLVM",
+    "BOX_SSH_COMMAND",
+    "REMOTE_PROXY_HOSTS",
+];
 
 fn parse_bool(v: &str) -> Result<bool, String> {
     match v.to_ascii_lowercase().as_str() {
@@ -223,6 +234,23 @@ fn parse_path_list(v: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// `ssh://a ssh://me@b:2222`: remote hosts, space- or comma-separated; each is read in
+/// full (user, host, port) where it is used, on the host.
+fn parse_host_list(v: &str) -> Result<Vec<String>, String> {
+    let v = parse_text(v)?;
+    let mut out = Vec::new();
+    for part in v.split([' ', '\t', ',']).filter(|p| !p.is_empty()) {
+        if !part.starts_with("ssh://") {
+            return Err(format!(
+                "'{}' is not a remote host (write each as ssh://[user@]host[:port], as BOX_HOST names it)",
+                part.escape_debug()
+            ));
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
+}
+
 impl BoxEnv {
     /// Sets one key from its string form.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -273,6 +301,7 @@ impl BoxEnv {
                 }
                 self.ssh_command = v;
             }
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts = parse_host_list(value)?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -316,6 +345,7 @@ impl BoxEnv {
             "BOX_HOST" => self.host.clone(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm.clone(),
             "BOX_SSH_COMMAND" => self.ssh_command.clone(),
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts.join(" "),
             _ => return None,
         })
     }
@@ -535,6 +565,18 @@ mod tests {
         );
         let err = parse("PROPAGATE_PROXY=maybe\n").unwrap_err().to_string();
         assert!(err.contains("PROPAGATE_PROXY"), "{err}");
+        let env = parse("REMOTE_PROXY_HOSTS=ssh://me@ws, ssh://dc:2222\n").unwrap();
+        assert_eq!(env.remote_proxy_hosts, ["ssh://me@ws", "ssh://dc:2222"]);
+        assert!(BoxEnv::default().remote_proxy_hosts.is_empty());
+        // The laptop's business: never written into a box.
+        assert!(!env.render().contains("REMOTE_PROXY_HOSTS"));
+        let err = parse("REMOTE_PROXY_HOSTS=bighost\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("REMOTE_PROXY_HOSTS") && err.contains("ssh://"),
+            "{err}"
+        );
     }
 
     #[test]

@@ -169,7 +169,9 @@ impl NewRun<'_> {
         crate::lifecycle::guest_assets::preflight()?;
         // A bad GUEST_CA_CERTS file or an unreachable (loopback) proxy stops us before any
         // VM exists.
-        crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
+        crate::lifecycle::guest_network::GuestNetwork::from_host(env, self.smolvm.host(), |k| {
+            std::env::var(k).ok()
+        })?;
 
         self.base = self.pick_base();
         // The memory check reads this machine's memory: a remote host's is doctor's.

@@ -419,6 +419,28 @@ impl Remote {
         ]
     }
 
+    /// The other secrets of a user's shell, set the way users set them (box's environment)
+    /// and added to the laptop's scans: a proxy whose URL holds a password (which
+    /// `PROPAGATE_PROXY`, on by default, hands to boxes on this machine) and model API keys
+    /// (bound to no box). Returns their values for the remote's scans.
+    pub fn use_user_secrets_env(&mut self) -> UserSecrets {
+        let s = UserSecrets {
+            proxy_password: format!("pw-{}", save_load_support::random_word()),
+            anthropic_key: format!("sk-ant-test-{}", save_load_support::random_word()),
+            openai_key: format!("sk-test-{}", save_load_support::random_word()),
+        };
+        let env = [
+            ("HTTPS_PROXY", s.proxy_url()),
+            ("ANTHROPIC_API_KEY", s.anthropic_key.clone()),
+            ("OPENAI_API_KEY", s.openai_key.clone()),
+        ];
+        for (k, v) in env {
+            self.world.extra_env.push((k.into(), v));
+        }
+        self.world.secrets.borrow_mut().extend(s.all());
+        s
+    }
+
     /// The passphrase as users set it: `BOX_PASSPHRASE` in box's environment, no file.
     pub fn use_passphrase_env(&mut self) {
         let pp = self.world.passphrase.clone();
@@ -703,6 +725,17 @@ Subsystem sftp internal-sftp
     /// sshd's log, its raw call log — which must exist and have recorded calls, or the
     /// scan would prove nothing.
     pub fn files_holding(&self, secrets: &[String]) -> Vec<String> {
+        self.files_holding_where(secrets, |_| true)
+    }
+
+    /// [`Self::files_holding`] but for the guests' own storage (the simulator's `vms/`):
+    /// what a guest holds by right (Executor's token) must show nowhere else there.
+    pub fn files_outside_guests_holding(&self, secrets: &[String]) -> Vec<String> {
+        let guests = self.sim_home().join("vms");
+        self.files_holding_where(secrets, |p| !p.starts_with(&guests))
+    }
+
+    fn files_holding_where(&self, secrets: &[String], keep: impl Fn(&Path) -> bool) -> Vec<String> {
         let raw = std::fs::read_to_string(self.raw_call_log()).unwrap_or_default();
         assert!(
             raw.lines().count() > 0,
@@ -714,7 +747,7 @@ Subsystem sftp internal-sftp
             "sshd's log recorded no session: the scan would see nothing"
         );
         let mut found = Vec::new();
-        for path in self.file_surfaces() {
+        for path in self.file_surfaces().into_iter().filter(|p| keep(p)) {
             for (i, s) in secrets.iter().enumerate() {
                 if !s.is_empty() && file_contains(&path, s.as_bytes()) {
                     found.push(format!("secret #{i} in {}", path.display()));
@@ -790,6 +823,29 @@ impl Drop for Remote {
         // ssh clients (a ControlMaster box left behind) lose their peer with the namespace;
         // any still here are this remote's and go too.
         self.kill_ssh_clients();
+    }
+}
+
+/// What [`Remote::use_user_secrets_env`] put in box's environment.
+pub struct UserSecrets {
+    pub proxy_password: String,
+    pub anthropic_key: String,
+    pub openai_key: String,
+}
+
+impl UserSecrets {
+    /// `HTTPS_PROXY`: a name that never resolves (nothing goes through it), not loopback
+    /// (which box refuses).
+    pub fn proxy_url(&self) -> String {
+        format!("http://boxuser:{}@proxy.invalid:3128", self.proxy_password)
+    }
+
+    pub fn all(&self) -> Vec<String> {
+        vec![
+            self.proxy_password.clone(),
+            self.anthropic_key.clone(),
+            self.openai_key.clone(),
+        ]
     }
 }
 
@@ -880,17 +936,32 @@ pub fn file_contains(path: &Path, needle: &[u8]) -> bool {
     }
 }
 
+/// One process as a sampler saw it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sampled {
+    pub args: String,
+    pub environ: String,
+    /// Inside a guest (a PID namespace below the remote's own): the guest's trust domain.
+    pub in_guest: bool,
+}
+
+/// The processes of `seen` outside every guest: the remote host's own (sshd, box's calls,
+/// smolvm), where nothing of a guest's may show.
+pub fn outside_guests(seen: &[Sampled]) -> Vec<Sampled> {
+    seen.iter().filter(|p| !p.in_guest).cloned().collect()
+}
+
 /// Samples the remote's process table every 20 ms in a thread: each distinct
 /// (args, environment) seen, guests' processes included.
 pub struct ProcSampler {
     stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<BTreeSet<(String, String)>>>,
+    seen: Arc<Mutex<BTreeSet<Sampled>>>,
     rounds: Arc<Mutex<usize>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ProcSampler {
-    fn start(read: impl Fn() -> Vec<(String, String)> + Send + 'static) -> Self {
+    fn start(read: impl Fn() -> Vec<Sampled> + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let rounds = Arc::new(Mutex::new(0));
@@ -914,8 +985,8 @@ impl ProcSampler {
         }
     }
 
-    /// Stops sampling; every distinct `(args, environ)` seen and the number of rounds.
-    pub fn finish(mut self) -> (Vec<(String, String)>, usize) {
+    /// Stops sampling; every distinct process seen and the number of rounds.
+    pub fn finish(mut self) -> (Vec<Sampled>, usize) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -932,11 +1003,13 @@ impl Drop for ProcSampler {
     }
 }
 
-/// `(argv, environ)` of each process under `proc` whose argv `keep` accepts.
-fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+/// Each process under `proc` whose argv `keep` accepts; one in another PID namespace than
+/// `proc`'s PID 1 is in a guest.
+fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<Sampled> {
     let Ok(rd) = std::fs::read_dir(proc) else {
         return Vec::new();
     };
+    let own_pidns = std::fs::read_link(proc.join("1/ns/pid")).ok();
     let mut out = Vec::new();
     for e in rd.flatten() {
         if e.file_name().to_string_lossy().parse::<u32>().is_err() {
@@ -950,7 +1023,12 @@ fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)>
         let args = read("cmdline");
         let args = args.trim_end();
         if !args.is_empty() && keep(args) {
-            out.push((args.to_string(), read("environ")));
+            let pidns = std::fs::read_link(e.path().join("ns/pid")).ok();
+            out.push(Sampled {
+                args: args.to_string(),
+                environ: read("environ"),
+                in_guest: own_pidns.is_some() && pidns.is_some() && pidns != own_pidns,
+            });
         }
     }
     out
@@ -959,19 +1037,18 @@ fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)>
 /// Sampled remote processes holding any of `secrets` in argv or environment (argv shown
 /// with the secret masked); the sample must have seen remote smolvm calls, or it proves
 /// nothing.
-pub fn processes_holding(
-    seen: &[(String, String)],
-    rounds: usize,
-    secrets: &[String],
-) -> Vec<String> {
+pub fn processes_holding(seen: &[Sampled], rounds: usize, secrets: &[String]) -> Vec<String> {
     assert!(rounds > 0, "the process sampler never ran");
     assert!(
-        seen.iter().any(|(a, _)| a.contains("smolvm")),
+        seen.iter().any(|p| p.args.contains("smolvm")),
         "the sampler saw no smolvm call ({} processes): it proves nothing",
         seen.len()
     );
     let mut found = Vec::new();
-    for (args, env) in seen {
+    for Sampled {
+        args, environ: env, ..
+    } in seen
+    {
         for (i, s) in secrets.iter().enumerate() {
             if s.is_empty() {
                 continue;
@@ -989,7 +1066,7 @@ pub fn processes_holding(
 }
 
 /// No `secret` in any sampled remote process (see [`processes_holding`]).
-pub fn assert_processes_free_of(seen: &[(String, String)], rounds: usize, secrets: &[String]) {
+pub fn assert_processes_free_of(seen: &[Sampled], rounds: usize, secrets: &[String]) {
     let found = processes_holding(seen, rounds, secrets);
     assert!(
         found.is_empty(),

@@ -49,7 +49,7 @@ fn free_port_range() -> u16 {
     panic!("no free port")
 }
 
-fn random_word() -> String {
+pub fn random_word() -> String {
     let mut b = [0u8; 12];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
