@@ -8,7 +8,8 @@
 //!   guests), so a remote `box new` pulls and installs from the real registries.
 //! * Inside it, the laptop's test directory (the World's BOX_HOME, backups, TMPDIR, box.env
 //!   and passphrase file), `/tmp` and `/root` are empty tmpfs: whatever the remote sees, it
-//!   got over ssh.
+//!   got over ssh. Only the remote's own directory and the simulator binary's are brought
+//!   back, wherever the checkout is (under `/tmp` or `/root` too).
 //! * `ssh -F <cfg> boxremote` runs `sshd -i` inside the namespace as the ProxyCommand
 //!   (host key, authorized key and known_hosts generated here), so the connection is real
 //!   OpenSSH end to end and no port is ever opened.
@@ -332,6 +333,8 @@ pub struct Remote {
     /// logs): on this host's disk so the scans can read it, outside the World's directory.
     pub dir: tempfile::TempDir,
     pub world: World,
+    /// The smolvm-sim binary the remote's smolvm runs (this checkout's).
+    sim_bin: PathBuf,
 }
 
 impl Remote {
@@ -339,7 +342,16 @@ impl Remote {
     /// (already in the World's `extra_env`: every `world.run` goes to the remote unless a
     /// call overrides `BOX_HOST`).
     pub fn new() -> Self {
-        let world = World::new();
+        Self::with(World::new(), sim_support::sibling("smolvm-sim"))
+    }
+
+    /// A remote for a checkout elsewhere: the World made in `target_tmp` (its
+    /// `target/tmp`), the remote's smolvm running `sim_bin`.
+    pub fn new_in(target_tmp: &Path, sim_bin: PathBuf) -> Self {
+        Self::with(World::new_in(target_tmp), sim_bin)
+    }
+
+    fn with(world: World, sim_bin: PathBuf) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("box-remote-")
             .tempdir_in(world.dir.path().parent().expect("the World's parent dir"))
@@ -352,6 +364,7 @@ impl Remote {
             slirp,
             dir,
             world,
+            sim_bin,
         };
         remote.hide_the_laptop();
         remote.write_ssh_files();
@@ -451,22 +464,58 @@ impl Remote {
     }
 
     /// Empty tmpfs over the laptop's test directory, `/tmp` and `/root` in the remote's
-    /// mount namespace, loopback up, sshd's privilege-separation dir, and slirp's DNS
-    /// forwarder as the remote's resolver.
+    /// mount namespace, with what the remote needs brought back (its own directory and the
+    /// simulator binary's, which live under `/tmp` or `/root` when the checkout does);
+    /// loopback up, sshd's privilege-separation dir, and slirp's DNS forwarder as the
+    /// remote's resolver.
     fn hide_the_laptop(&self) {
         let resolv = self.dir.path().join("resolv.conf");
         std::fs::write(&resolv, "nameserver 10.0.2.3\n").expect("resolv.conf");
-        let script = format!(
-            "set -e
-ip link set lo up
-mount -t tmpfs -o mode=0700 laptop-hidden '{world}'
-mount -t tmpfs -o mode=1777 remote-tmp /tmp
-mount -t tmpfs -o mode=0700 remote-root /root
-mkdir -p -m 0755 /run/sshd
-mount --bind '{resolv}' /etc/resolv.conf",
-            world = self.world.dir.path().display(),
-            resolv = resolv.display(),
+        let keep: Vec<PathBuf> = vec![
+            self.dir.path().to_path_buf(),
+            self.sim_bin
+                .parent()
+                .expect("the simulator's dir")
+                .to_path_buf(),
+        ];
+        let world = self.world.dir.path();
+        // A mount point for the kept directories while /tmp and /root are covered: one the
+        // remote does not need and that holds none of them.
+        let stash = ["/mnt", "/media", "/srv", "/opt"]
+            .into_iter()
+            .map(Path::new)
+            .find(|s| s.is_dir() && !keep.iter().any(|k| k.starts_with(s)) && !world.starts_with(s))
+            .expect("a free stash mount point (/mnt, /media, /srv or /opt)");
+        let q = |p: &Path| format!("'{}'", p.display());
+        let mut script = format!(
+            "set -e\nip link set lo up\nmount -t tmpfs -o mode=0700 box-remote-stash {}\n",
+            q(stash)
         );
+        for (i, k) in keep.iter().enumerate() {
+            script.push_str(&format!(
+                "mkdir {s}/{i}\nmount --bind {k} {s}/{i}\n",
+                s = q(stash),
+                k = q(k)
+            ));
+        }
+        script.push_str(&format!(
+            "mount -t tmpfs -o mode=0700 laptop-hidden {}\n\
+             mount -t tmpfs -o mode=1777 remote-tmp /tmp\n\
+             mount -t tmpfs -o mode=0700 remote-root /root\n",
+            q(world)
+        ));
+        for (i, k) in keep.iter().enumerate() {
+            script.push_str(&format!(
+                "mkdir -p {k}\nmount --move {s}/{i} {k}\n",
+                s = q(stash),
+                k = q(k)
+            ));
+        }
+        script.push_str(&format!(
+            "umount {}\nmkdir -p -m 0755 /run/sshd\nmount --bind {} /etc/resolv.conf\n",
+            q(stash),
+            q(&resolv)
+        ));
         self.ns.sh(&script);
     }
 
@@ -559,7 +608,7 @@ Subsystem sftp internal-sftp
             extra = self.sim_env_file().display(),
             home = self.sim_home().display(),
             raw = self.raw_call_log().display(),
-            sim = sim_support::sibling("smolvm-sim").display(),
+            sim = self.sim_bin.display(),
         );
         // Written by a child (`install`), never through a descriptor of this process: a
         // test thread forking meanwhile would hold it open and exec would fail (ETXTBSY).
@@ -694,7 +743,7 @@ Subsystem sftp internal-sftp
     /// simulator's exec watchers: its internals, which a real smolvm has not), as an
     /// OOM kill or an operator would. Returns how many it killed.
     pub fn kill_remote_smolvm(&self) -> usize {
-        let sim = sim_support::sibling("smolvm-sim").display().to_string();
+        let sim = self.sim_bin.display().to_string();
         let script = self.smolvm().display().to_string();
         let mut killed = 0;
         for p in self.ns.processes() {
