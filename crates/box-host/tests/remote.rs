@@ -66,29 +66,11 @@ fn local_machine(r: &Remote, name: &str) -> Option<String> {
         .find(|m| m == name || m.ends_with(&format!("-{name}")))
 }
 
-/// The remote's box temp dirs (`box-part.*` under its /tmp, or anywhere under /tmp and
-/// /root with `box` in the name): what a save or load must never leave behind.
-fn remote_temps(r: &Remote) -> Vec<String> {
-    let mut left = Vec::new();
-    for d in ["/tmp", "/root"] {
-        let Ok(rd) = std::fs::read_dir(r.ns.path(d)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.contains("box") || n.starts_with("hb-") {
-                left.push(format!("{d}/{n}"));
-            }
-        }
-    }
-    left
-}
-
 /// Waits (at most `secs`) until the remote has no box temp dir left.
 fn assert_remote_temps_gone(r: &Remote, secs: u64, when: &str) {
     let start = Instant::now();
     loop {
-        let left = remote_temps(r);
+        let left = r.box_temps();
         if left.is_empty() {
             return;
         }
@@ -480,10 +462,10 @@ fn cut_during(r: &Remote, args: &[&str], needle: &str) -> Run {
     let reached = wait_for_remote_call(r, from, needle, 240);
     // The copy's temp dir is there while it runs (the check below is not vacuous).
     let start = Instant::now();
-    while reached && remote_temps(r).is_empty() && start.elapsed() < Duration::from_secs(10) {
+    while reached && r.box_temps().is_empty() && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let temps_during = remote_temps(r);
+    let temps_during = r.box_temps();
     let killed = r.drop_connection();
     let run = r.world.finish(args, child, 180);
     r.set_remote_sim_env(&[]);

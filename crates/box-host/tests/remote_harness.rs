@@ -184,6 +184,12 @@ fn the_harness_works_from_a_checkout_under_tmp_or_root() {
             text(&out)
         );
         assert_the_remote_sees_none_of_the_laptops_files(&r);
+        // The scans see the harness's own files once, and the way to them is no temp dir
+        // box left (`box-checkout-…` has `box` in its name).
+        let probe = format!("probe-{}", std::process::id());
+        std::fs::write(r.dir.path().join("probe"), &probe).unwrap();
+        assert_eq!(r.files_holding(std::slice::from_ref(&probe)).len(), 1);
+        assert_eq!(r.box_temps(), Vec::<String>::new());
         let ls = r.world.run(&["base", "ls"], &[]);
         assert!(
             ls.ok(),

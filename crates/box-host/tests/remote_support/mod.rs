@@ -463,6 +463,18 @@ impl Remote {
             .push(("BOX_PASSPHRASE_FILE".into(), String::new()));
     }
 
+    /// What the remote sees of this machine's `/tmp` and `/root` (the checkout may be
+    /// there): its own directory and the simulator binary's, nothing else.
+    pub fn brought_back(&self) -> Vec<PathBuf> {
+        vec![
+            self.dir.path().to_path_buf(),
+            self.sim_bin
+                .parent()
+                .expect("the simulator's dir")
+                .to_path_buf(),
+        ]
+    }
+
     /// Empty tmpfs over the laptop's test directory, `/tmp` and `/root` in the remote's
     /// mount namespace, with what the remote needs brought back (its own directory and the
     /// simulator binary's, which live under `/tmp` or `/root` when the checkout does);
@@ -471,13 +483,7 @@ impl Remote {
     fn hide_the_laptop(&self) {
         let resolv = self.dir.path().join("resolv.conf");
         std::fs::write(&resolv, "nameserver 10.0.2.3\n").expect("resolv.conf");
-        let keep: Vec<PathBuf> = vec![
-            self.dir.path().to_path_buf(),
-            self.sim_bin
-                .parent()
-                .expect("the simulator's dir")
-                .to_path_buf(),
-        ];
+        let keep = self.brought_back();
         let world = self.world.dir.path();
         // A mount point for the kept directories while /tmp and /root are covered: one the
         // remote does not need and that holds none of them.
@@ -758,14 +764,44 @@ Subsystem sftp internal-sftp
         killed
     }
 
+    /// The remote's box temp dirs (`box-part.*` under its /tmp, or anywhere under /tmp and
+    /// /root with `box` in the name): what a save or load must never leave behind. The way
+    /// to what the harness brought back (a checkout under /tmp or /root) is not one.
+    pub fn box_temps(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        let harness = self.brought_back();
+        for d in ["/tmp", "/root"] {
+            let Ok(rd) = std::fs::read_dir(self.ns.path(d)) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let on_the_way = Path::new(d).join(&n);
+                if harness.iter().any(|k| k.starts_with(&on_the_way)) {
+                    continue;
+                }
+                if n.contains("box") || n.starts_with("hb-") {
+                    left.push(format!("{d}/{n}"));
+                }
+            }
+        }
+        left
+    }
+
     /// Every regular file the remote holds that a leak could land in, as `(what, path)`:
     /// its directory (sshd's log, the simulator's home with its raw call log, machine
     /// records and the guests' disks), and its private tmpfs (`/tmp`, `/root`).
     pub fn file_surfaces(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        walk_files(self.dir.path(), &mut out);
+        walk_files(self.dir.path(), &[], &mut out);
+        // What the harness brought back under them is walked once, above, as itself.
+        let brought_back: Vec<PathBuf> = self
+            .brought_back()
+            .iter()
+            .map(|k| self.ns.path(&k.to_string_lossy()))
+            .collect();
         for d in ["/tmp", "/root"] {
-            walk_files(&self.ns.path(d), &mut out);
+            walk_files(&self.ns.path(d), &brought_back, &mut out);
         }
         out
     }
@@ -946,8 +982,9 @@ fn host_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Regular files under `dir` (symlinks not followed), recursively.
-fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Regular files under `dir` (symlinks not followed), recursively, but for the trees in
+/// `skip`.
+fn walk_files(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -957,7 +994,9 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         };
         if m.is_dir() {
-            walk_files(&p, out);
+            if !skip.contains(&p) {
+                walk_files(&p, skip, out);
+            }
         } else if m.is_file() {
             out.push(p);
         }
