@@ -351,6 +351,30 @@ fn forwarding_in_the_users_ssh_command_is_refused_before_ssh_runs() {
     }
 }
 
+/// A `LocalForward` or `RemoteForward` in the user's ssh config opens no listener: a call
+/// (a mux client) would have the master open its config's forwards, for as long as the
+/// master lives. (The "remote" is this machine, so a remote forward would listen here.)
+#[test]
+fn forwards_in_the_users_config_open_no_listener() {
+    let Some(h) = test_host() else { return };
+    let (local, remote) = (free_local_port().unwrap(), free_local_port().unwrap());
+    let cfg = h.dir.path().join("ssh_config");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "  LocalForward 127.0.0.1:{local} 127.0.0.1:9\n  RemoteForward 127.0.0.1:{remote} 127.0.0.1:9\n"
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let listening = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let s = session(&h);
+    let out = sh(&s, "sleep 1; echo done", &[], Duration::from_secs(30)).unwrap();
+    assert_eq!(out.stdout, "done\n");
+    for port in [local, remote] {
+        assert!(!listening(port), "port {port} of the user's config listens");
+    }
+    let fwd = s.forward_local(9).unwrap();
+    assert!(listening(fwd.local_port()), "box's own forward still opens");
+}
+
 /// A call that leaves a daemon holding its output (as a VMM might) still ends: ssh would
 /// wait for that daemon, the runner stops at the trailer.
 #[test]
