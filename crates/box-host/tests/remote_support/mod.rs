@@ -493,35 +493,24 @@ impl Remote {
             .find(|s| s.is_dir() && !keep.iter().any(|k| k.starts_with(s)) && !world.starts_with(s))
             .expect("a free stash mount point (/mnt, /media, /srv or /opt)");
         let q = |p: &Path| format!("'{}'", p.display());
-        let mut script = format!(
-            "set -e\nip link set lo up\nmount -t tmpfs -o mode=0700 box-remote-stash {}\n",
-            q(stash)
-        );
+        // Each kept directory bound onto the stash, then moved back over the new tmpfs.
+        let (mut aside, mut back) = (String::new(), String::new());
         for (i, k) in keep.iter().enumerate() {
-            script.push_str(&format!(
-                "mkdir {s}/{i}\nmount --bind {k} {s}/{i}\n",
-                s = q(stash),
-                k = q(k)
-            ));
+            let (s, k) = (q(stash), q(k));
+            aside.push_str(&format!("mkdir {s}/{i}\nmount --bind {k} {s}/{i}\n"));
+            back.push_str(&format!("mkdir -p {k}\nmount --move {s}/{i} {k}\n"));
         }
-        script.push_str(&format!(
-            "mount -t tmpfs -o mode=0700 laptop-hidden {}\n\
+        let script = format!(
+            "set -e\nip link set lo up\n\
+             mount -t tmpfs -o mode=0700 box-remote-stash {stash}\n{aside}\
+             mount -t tmpfs -o mode=0700 laptop-hidden {world}\n\
              mount -t tmpfs -o mode=1777 remote-tmp /tmp\n\
-             mount -t tmpfs -o mode=0700 remote-root /root\n",
-            q(world)
-        ));
-        for (i, k) in keep.iter().enumerate() {
-            script.push_str(&format!(
-                "mkdir -p {k}\nmount --move {s}/{i} {k}\n",
-                s = q(stash),
-                k = q(k)
-            ));
-        }
-        script.push_str(&format!(
-            "umount {}\nmkdir -p -m 0755 /run/sshd\nmount --bind {} /etc/resolv.conf\n",
-            q(stash),
-            q(&resolv)
-        ));
+             mount -t tmpfs -o mode=0700 remote-root /root\n{back}\
+             umount {stash}\nmkdir -p -m 0755 /run/sshd\nmount --bind {resolv} /etc/resolv.conf\n",
+            stash = q(stash),
+            world = q(world),
+            resolv = q(&resolv),
+        );
         self.ns.sh(&script);
     }
 
