@@ -67,13 +67,6 @@ impl std::ops::Add<Duration> for Moment {
     }
 }
 
-impl std::ops::Sub<Duration> for Moment {
-    type Output = Moment;
-    fn sub(self, d: Duration) -> Moment {
-        Moment(self.0.saturating_sub(d))
-    }
-}
-
 #[cfg(test)]
 pub(crate) mod tests {
     use super::*;

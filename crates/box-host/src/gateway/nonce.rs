@@ -3,7 +3,8 @@
 //! A nonce travels in a sign-in page the opener is pointed at (never on an argv: see
 //! [`super::sign_in_file`]), or in the URL `box open --print-url` prints; it ends up in the
 //! browser's history, so it is worth nothing after one use or a minute, whichever comes
-//! first (a minute of [`super::clock`], which counts the time the machine sleeps). A page attached to a nonce is removed with it. Comparison is constant-time.
+//! first (a minute of [`super::clock`], which counts the time the machine sleeps). A page
+//! attached to a nonce is removed with it. Comparison is constant-time.
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -126,7 +127,7 @@ mod tests {
         let a = n.issue(now);
         assert!(!n.redeem(&a, now + NONCE_TTL));
         let b = n.issue(now);
-        assert!(n.redeem(&b, now + NONCE_TTL - Duration::from_millis(1)));
+        assert!(n.redeem(&b, now + (NONCE_TTL - Duration::from_millis(1))));
     }
 
     /// A sign-in link made before the lid closed does not work after two minutes asleep.

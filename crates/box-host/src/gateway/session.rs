@@ -3,8 +3,9 @@
 //! A session ends after `OPEN_SESSION_IDLE_TIMEOUT` seconds without a request that
 //! presents it, or `OPEN_SESSION_MAX_AGE` seconds after sign-in, whichever comes first, or
 //! on `box open --sign-out`/`--stop`. Both count the time the machine sleeps
-//! ([`super::clock`]): a laptop closed overnight wakes up signed out. Open streams and WebSockets do not count as use
-//! (else a leaked cookie holding one open would never expire) and end with their session.
+//! ([`super::clock`]): a laptop closed overnight wakes up signed out. Open streams and
+//! WebSockets do not count as use (else a leaked cookie holding one open would never
+//! expire) and end with their session.
 //!
 //! Cookies are not isolated by port, so every gateway on 127.0.0.1 shares one cookie jar
 //! with every other local web app: the cookie's name carries the gateway's port, so two

@@ -9,10 +9,11 @@
 //!   process is done it tries to turn that into an exclusive lock without waiting; only the
 //!   last user gets it, and it runs `ssh -O exit`.
 //! * Options box insists on: `BatchMode=yes` (no prompt can hang box), `ForwardAgent=no`,
-//!   `ForwardX11=no`, `ExitOnForwardFailure=yes`, `ClearAllForwardings=yes` on the master and
-//!   on every call (a `LocalForward` or `RemoteForward` in the user's config must not open
-//!   a listener box did not ask for: a call, as a mux client, would ask the master to open
-//!   its config's forwards), and `GatewayPorts=no` on the master. Everything else comes from the user's own `~/.ssh/config`
+//!   `ForwardX11=no`, `ExitOnForwardFailure=yes`, `ClearAllForwardings=yes` on the master
+//!   and on every call (a `LocalForward` or `RemoteForward` in the user's config must not
+//!   open a listener box did not ask for: a call, as a mux client, would ask the master to
+//!   open its config's forwards), and `GatewayPorts=no` on the master; the control commands
+//!   read no config at all. Everything else comes from the user's own `~/.ssh/config`
 //!   (ProxyJump, keys, known hosts) or `BOX_SSH_COMMAND` (`ssh -F ./cfg`), which may not
 //!   turn forwarding on or touch the control socket ([`super::ssh_command`]).
 
