@@ -106,6 +106,10 @@ pub struct BoxEnv {
     /// `CREDENTIALS`: API keys bound to hosts (`NAME@HOST[,HOST]`, `NAME=@FILE@HOST`, or a
     /// shorthand such as `anthropic`); the guest gets a placeholder.
     pub credentials: Vec<String>,
+    /// `REMOTE_PROXY_HOSTS`: the remote hosts (`ssh://…`, as `BOX_HOST` names them) whose
+    /// boxes get this machine's proxies too; a box on any other remote host gets none (the
+    /// proxy's credentials stay here).
+    pub remote_proxy_hosts: Vec<String>,
 }
 
 impl Default for BoxEnv {
@@ -144,6 +148,7 @@ impl Default for BoxEnv {
             egress_allow_private: Vec::new(),
             egress_require: false,
             credentials: Vec::new(),
+            remote_proxy_hosts: Vec::new(),
         }
     }
 }
@@ -183,6 +188,7 @@ pub const KEYS: &[&str] = &[
     "EGRESS_ALLOW_PRIVATE",
     "EGRESS_REQUIRE",
     "CREDENTIALS",
+    "REMOTE_PROXY_HOSTS",
 ];
 
 /// Keys only `box` on the laptop reads, never written into a box. The egress keys are
@@ -197,6 +203,7 @@ pub const HOST_ONLY_KEYS: &[&str] = &[
     "EGRESS_ALLOW_PRIVATE",
     "EGRESS_REQUIRE",
     "CREDENTIALS",
+    "REMOTE_PROXY_HOSTS",
 ];
 
 /// A list of words separated by spaces or commas (`a.com, *.b.com`); each word's own
@@ -273,6 +280,23 @@ fn parse_path_list(v: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// `ssh://a ssh://me@b:2222`: remote hosts, space- or comma-separated; each is read in
+/// full (user, host, port) where it is used, on the host.
+fn parse_host_list(v: &str) -> Result<Vec<String>, String> {
+    let v = parse_text(v)?;
+    let mut out = Vec::new();
+    for part in v.split([' ', '\t', ',']).filter(|p| !p.is_empty()) {
+        if !part.starts_with("ssh://") {
+            return Err(format!(
+                "'{}' is not a remote host (write each as ssh://[user@]host[:port], as BOX_HOST names it)",
+                part.escape_debug()
+            ));
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
+}
+
 impl BoxEnv {
     /// Sets one key from its string form.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -341,6 +365,7 @@ impl BoxEnv {
                     .map(str::to_string)
                     .collect()
             }
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts = parse_host_list(value)?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -390,6 +415,7 @@ impl BoxEnv {
             "EGRESS_ALLOW_PRIVATE" => self.egress_allow_private.join(" "),
             "EGRESS_REQUIRE" => b(self.egress_require),
             "CREDENTIALS" => self.credentials.join(" "),
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts.join(" "),
             _ => return None,
         })
     }
@@ -609,6 +635,18 @@ mod tests {
         );
         let err = parse("PROPAGATE_PROXY=maybe\n").unwrap_err().to_string();
         assert!(err.contains("PROPAGATE_PROXY"), "{err}");
+        let env = parse("REMOTE_PROXY_HOSTS=ssh://me@ws, ssh://dc:2222\n").unwrap();
+        assert_eq!(env.remote_proxy_hosts, ["ssh://me@ws", "ssh://dc:2222"]);
+        assert!(BoxEnv::default().remote_proxy_hosts.is_empty());
+        // The laptop's business: never written into a box.
+        assert!(!env.render().contains("REMOTE_PROXY_HOSTS"));
+        let err = parse("REMOTE_PROXY_HOSTS=bighost\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("REMOTE_PROXY_HOSTS") && err.contains("ssh://"),
+            "{err}"
+        );
     }
 
     #[test]

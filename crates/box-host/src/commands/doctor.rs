@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     let mut checks = host_checks::run(&smolvm);
     // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY).
     checks.push(
-        match GuestNetwork::from_host(&ctx.config.env, |k| std::env::var(k).ok()) {
+        match GuestNetwork::from_host(&ctx.config.env, None, |k| std::env::var(k).ok()) {
             Ok(n) => Check::new(
                 "host",
                 "network",

@@ -186,7 +186,9 @@ impl NewRun<'_> {
         crate::lifecycle::guest_assets::preflight()?;
         // A bad GUEST_CA_CERTS file or an unreachable (loopback) proxy stops us before any
         // VM exists.
-        crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
+        crate::lifecycle::guest_network::GuestNetwork::from_host(env, self.smolvm.host(), |k| {
+            std::env::var(k).ok()
+        })?;
 
         self.base = self.pick_base();
         // The policy on this smolvm (what it cannot do is refused or said), and the API

@@ -11,6 +11,7 @@
 //! * [`wrapper`]: the inline sh that runs each call in its own process group on the
 //!   remote, kills it when box goes away, and ends with an exit trailer (a call's own 255
 //!   is told from a dropped connection).
+//! * [`ssh_command`]: what `BOX_SSH_COMMAND` may add (no forwarding, box's own socket).
 //! * [`quote`]: every word single-quoted for the remote shell.
 //! * [`copy`]: parts stream over the connection through a private remote temp dir, their
 //!   byte count checked; encryption stays on the laptop.
@@ -23,6 +24,7 @@ pub mod copy;
 pub mod doctor;
 pub mod quote;
 pub mod ssh;
+pub mod ssh_command;
 pub mod wrapper;
 
 use std::fmt;

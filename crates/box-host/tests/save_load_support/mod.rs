@@ -49,7 +49,7 @@ fn free_port_range() -> u16 {
     panic!("no free port")
 }
 
-fn random_word() -> String {
+pub fn random_word() -> String {
     let mut b = [0u8; 12];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -70,12 +70,17 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
+        Self::new_in(
+            &std::env::var_os("CARGO_TARGET_TMPDIR")
+                .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
+        )
+    }
+
+    /// A world whose directory is made in `parent` (a checkout's `target/tmp` elsewhere).
+    pub fn new_in(parent: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("box-saveload-")
-            .tempdir_in(
-                std::env::var_os("CARGO_TARGET_TMPDIR")
-                    .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
-            )
+            .tempdir_in(parent)
             .unwrap();
         let w = World {
             dir,
