@@ -139,9 +139,8 @@ pub fn chain_of(config: &Config, record: &BoxRecord) -> Result<Chain> {
         Source::Configured => {}
         Source::Legacy => say_legacy(&chain.place.dir, &places[0].dir, Some(name)),
         Source::Remembered => ui::say(format!(
-            "box '{name}': its backups are in {}, where its last save went (BACKUP_DIR is {} now); \
-             its chain goes on there (box save {name} --full starts a new one in {1}; to move \
-             them: {})",
+            "box '{name}': its backups are in {}, where its last save put them, not in the \
+             backup dir {} (box save {name} --full starts a new chain there; to move them: {})",
             chain.place.dir.display(),
             places[0].dir.display(),
             move_command(&chain.place.dir, &places[0].dir, Some(name))
@@ -190,9 +189,8 @@ pub fn say_legacy(legacy: &Path, configured: &Path, only: Option<&str>) {
         return;
     }
     ui::warn(format!(
-        "found backups{} in {}, where box kept them before backups had one known place \
-         (./backups of the directory box ran from); they are used, but only from here \
-         until moved. box keeps backups in {}; to move them: {}",
+        "found backups{} in {}: the backups/ of the directory box ran from, where box kept \
+         them before they had one place. box keeps backups in {} now; to move them there: {}",
         only.map(|n| format!(" of '{n}'")).unwrap_or_default(),
         legacy.display(),
         configured.display(),
