@@ -10,8 +10,8 @@ Examples:
   box enter alpha               attach its tmux session as 'agent'
   box exec alpha -- make test   run one command in it (stdio and exit code passed through)
   box logs alpha executor -f    follow a service's log
-  box save alpha                encrypted, verified backup into backups/
-  box load backups/alpha-20261129-120000.tar.zst.gpg beta
+  box save alpha                encrypted, verified backup into ~/.local/share/hermes-box/backups
+  box load alpha-20261129-120000.tar.zst.gpg beta
   box clone alpha beta          branch alpha's /data into a new box
   box doctor                    check the host and every box
   box --host ssh://me@big new x a box on a remote Linux host (smolvm there, over ssh)
@@ -19,6 +19,7 @@ Examples:
 Environment:
   BOX_CONFIG           config file (box.env) when --config is not given
   BOX_HOME             state directory (registry, locks, logs)
+  BACKUP_DIR           where backups go, absolute (default: ~/.local/share/hermes-box/backups)
   BOX_PASSPHRASE_FILE  backup passphrase from the first line of a file
   BOX_PASSPHRASE       backup passphrase (prefer the file or the prompt)
   BOX_KEEP_ON_FAILURE  1: keep the VM of a failed load for inspection
@@ -172,19 +173,24 @@ pub enum Command {
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
         after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
-        Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
+        Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg; the backup dir is\n\
+        BACKUP_DIR, by default ~/.local/share/hermes-box/backups (macOS: ~/Library/Application\n\
+        Support/hermes-box/backups), the same from any directory. A box's chain goes on where\n\
+        its newest backup is (its record remembers), even after BACKUP_DIR changed.\n\
         After a first save, a save writes only what changed since the newest backup beside it\n\
         (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, or\n\
         BACKUP_CHAIN_MAX_AGE_DAYS, default 7, then a full one). box load and box extract of any link restore its whole chain; --full\n\
-        starts a new chain; an explicit output file is always a full backup.\n\
+        starts a new chain, in the backup dir; an explicit output file is always a full backup.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
     Save(SaveArgs),
 
     /// Restore a backup into a fresh box (validated before anything is created)
     #[command(
-        after_long_help = "Examples:\n  box load backups/alpha-20261129-120000.tar.zst.gpg\n  box load alpha.tar.zst.gpg beta --keep-on-failure\n\n\
-        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
+        after_long_help = "Examples:\n  box load alpha-20261129-120000.tar.zst.gpg\n  box load ~/safe/alpha.tar.zst.gpg beta --keep-on-failure\n\n\
+        A file name without a directory that is not in the current directory is looked for in\n\
+        the backup dir (as box backups lists it). The default box name is 'restored'. Seed\n\
+        backups (.tar.gz.gpg) load too."
     )]
     Load(LoadArgs),
 
@@ -203,8 +209,10 @@ pub enum Command {
 
     /// Decrypt and validate a backup into a directory on the host
     #[command(
-        after_long_help = "Examples:\n  box extract backups/alpha-20261129-120000.tar.zst.gpg\n  box extract alpha.tar.zst.gpg /tmp/alpha-data\n\n\
-        Default directory: <backup dir>/<file name>-extracted. An existing directory is never overwritten."
+        after_long_help = "Examples:\n  box extract alpha-20261129-120000.tar.zst.gpg\n  box extract ~/safe/alpha.tar.zst.gpg /tmp/alpha-data\n\n\
+        A file name without a directory is looked for in the backup dir too, as box load does.\n\
+        Default directory: <file name>-extracted in the current directory. An existing\n\
+        directory is never overwritten."
     )]
     Extract(ExtractArgs),
 
@@ -212,9 +220,9 @@ pub enum Command {
     #[command(
         args_conflicts_with_subcommands = true,
         after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n\n\
-        Backups in the backup dir, per box, grouped by chain (a full backup and the\n\
-        incremental ones built on it): kind, size, age. Which backup builds on which is\n\
-        written inside them, so the passphrase is asked.\n\
+        Backups in the backup dir (and wherever a box's saves went), per box, grouped by\n\
+        chain (a full backup and the incremental ones built on it): kind, size, age. Which\n\
+        backup builds on which is written inside them, so the passphrase is asked.\n\
         prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
         and every backup those need to restore; it removes only whole files nothing kept needs."
     )]

@@ -300,6 +300,7 @@ fn register_alpha(w: &World) {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         })
         .unwrap();
 }

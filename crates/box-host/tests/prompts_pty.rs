@@ -109,6 +109,7 @@ fn registered_box(t: &Path) -> (Command, std::path::PathBuf) {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         })
         .unwrap();
     let calls = t.join("smolvm-calls");

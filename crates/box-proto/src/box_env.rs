@@ -53,8 +53,11 @@ pub struct BoxEnv {
     pub web_port_hi: u16,
     pub cpus: u8,
     pub mem_mib: u32,
-    /// Where `box save` writes and `box rm` looks for backups.
-    pub backup_dir: PathBuf,
+    /// `BACKUP_DIR`: where `box save` writes backups. `None` (unset or empty): the user's
+    /// data directory (`box` resolves it). A relative path is taken from the directory of
+    /// the box.env that sets it, never from where `box` runs (box-host's `config`); a host
+    /// path, so never written into a box.
+    pub backup_dir: Option<PathBuf>,
     pub node_major: u32,
     pub claude_code_version: String,
     pub codex_version: String,
@@ -125,7 +128,7 @@ impl Default for BoxEnv {
             web_port_hi: 4999,
             cpus: 4,
             mem_mib: 8192,
-            backup_dir: PathBuf::from("backups"),
+            backup_dir: None,
             node_major: 22,
             claude_code_version: "latest".into(),
             codex_version: "latest".into(),
@@ -194,6 +197,7 @@ pub const KEYS: &[&str] = &[
 /// Keys only `box` on the laptop reads, never written into a box. The egress keys are
 /// smolvm's business on the host: a guest never needs them, and cannot change them.
 pub const HOST_ONLY_KEYS: &[&str] = &[
+    "BACKUP_DIR", // a path on the laptop
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
@@ -312,10 +316,8 @@ impl BoxEnv {
             "BOX_CPUS" => self.cpus = parse_in(value, 1, 255, "CPUs")?,
             "BOX_MEM_MIB" => self.mem_mib = parse_in(value, 256, 4 * 1024 * 1024, "MiB")?,
             "BACKUP_DIR" => {
-                if value.is_empty() {
-                    return Err("must not be empty".into());
-                }
-                self.backup_dir = PathBuf::from(parse_text(value)?)
+                let v = parse_text(value)?;
+                self.backup_dir = (!v.is_empty()).then(|| PathBuf::from(v));
             }
             "NODE_MAJOR" => self.node_major = parse_in(value, 20, 99, "Node.js major version")?,
             "CLAUDE_CODE_VERSION" => self.claude_code_version = parse_word(value)?,
@@ -387,7 +389,11 @@ impl BoxEnv {
             "EXECUTOR_PORT_HI" => self.web_port_hi.to_string(),
             "BOX_CPUS" => self.cpus.to_string(),
             "BOX_MEM_MIB" => self.mem_mib.to_string(),
-            "BACKUP_DIR" => self.backup_dir.display().to_string(),
+            "BACKUP_DIR" => self
+                .backup_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
             "NODE_MAJOR" => self.node_major.to_string(),
             "CLAUDE_CODE_VERSION" => self.claude_code_version.clone(),
             "CODEX_VERSION" => self.codex_version.clone(),
@@ -592,8 +598,9 @@ mod tests {
             "HERMES_INSTALL_ARGS=\"'\"\n",
             "HERMES_INSTALL_ARGS=\"--name 'it'\"\n",
             "HERMES_INSTALL_ARGS='--name \"x\"'\n",
-            "HERMES_INSTALL_ARGS=\"it's\"\nBACKUP_DIR=' b '\n",
-            "BACKUP_DIR=\"a\u{a0}\"\n",
+            "HERMES_INSTALL_ARGS=\"it's\"\n",
+            "HERMES_INSTALL_ARGS=' b '\n",
+            "HERMES_INSTALL_ARGS=\"a\u{a0}\"\n",
         ] {
             let env = parse(text).unwrap();
             assert_eq!(parse(&env.render()).unwrap(), env, "{text:?}");
@@ -724,6 +731,19 @@ mod tests {
             err,
             "environment: WIRE_EXECUTOR_MCP: 'nah' is not a boolean (use 1 or 0)"
         );
+    }
+
+    /// Unset or empty: the user's data directory (box resolves it); a path is kept as
+    /// written (box resolves a relative one beside the file); never written into a box.
+    #[test]
+    fn backup_dir_is_optional_and_stays_on_the_host() {
+        assert_eq!(BoxEnv::default().backup_dir, None);
+        assert_eq!(parse("BACKUP_DIR=\n").unwrap().backup_dir, None);
+        let env = parse("BACKUP_DIR='my backups'\n").unwrap();
+        assert_eq!(env.backup_dir, Some(PathBuf::from("my backups")));
+        assert!(!env.render().contains("BACKUP_DIR"), "{}", env.render());
+        let err = parse("BACKUP_DIR=a\u{7}b\n").unwrap_err().to_string();
+        assert!(err.contains("BACKUP_DIR: contains a control"), "{err}");
     }
 
     #[test]

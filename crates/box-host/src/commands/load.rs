@@ -25,7 +25,7 @@ use super::Context;
 use super::new::{self, Provisioned};
 use crate::backup::chain;
 use crate::backup::load::{self, ValidatedBackup};
-use crate::backup::{BackupError, cleanup, passphrase};
+use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
@@ -39,10 +39,12 @@ use crate::ui::progress::human;
 pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
-    if std::fs::symlink_metadata(&args.file).is_err() {
-        bail!("no such archive: {}", args.file.display());
+    let file = location::find_file(&ctx.config, &ctx.state, &args.file);
+    let file = file.as_path();
+    if std::fs::symlink_metadata(file).is_err() {
+        bail!("no such archive: {}", file.display());
     }
-    load::check_backup_file(&args.file)?;
+    load::check_backup_file(file)?;
     let name = BoxName::parse(&args.name)?;
     cleanup::install();
     cleanup::set_deferred(true);
@@ -57,7 +59,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if Registry::new(&ctx.state).get(&name)?.is_some() {
         bail!(
             "box '{name}' already exists; load into another name: box load {} <name>",
-            args.file.display()
+            file.display()
         );
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
@@ -65,7 +67,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
-    let links = match chain::discover_links(&args.file, args.chain_dir.as_deref(), &|p| {
+    let links = match chain::discover_links(file, args.chain_dir.as_deref(), &|p| {
         load::peek_place(p, &pass)
     }) {
         Ok(links) => links,
@@ -75,7 +77,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; restoring the chain, oldest first",
-            args.file.display(),
+            file.display(),
             links.len()
         ));
     }
@@ -95,7 +97,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let Some((validated, _)) = chain.last() else {
         bail!(
             "archive is invalid or unsafe: nothing in {}",
-            args.file.display()
+            file.display()
         );
     };
     describe(validated);

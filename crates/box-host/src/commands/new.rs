@@ -317,6 +317,7 @@ impl NewRun<'_> {
             machine_label,
             host: self.ctx.host.as_ref().map(ToString::to_string),
             containment: Some(self.containment.clone()),
+            backup_dir: None,
         })?;
         self.row_written = true;
         self.registry_lock = None;
