@@ -290,12 +290,20 @@ pub struct NewArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Where a new box may connect and which API keys it may use, on top of box.env (`new`) or
+/// of the policy the box carries over (`load`: the backup's; `clone`: the source's).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
     /// --allow-host/--allow-cidr); default EGRESS in box.env
     #[arg(long, value_name = "open|allowlist")]
     pub egress: Option<String>,
     /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
+    /// EGRESS_ALLOW_HOSTS, or to the list carried over)
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
     /// An address range the box may reach under --egress allowlist (repeatable)
@@ -310,6 +318,10 @@ pub struct NewArgs {
     /// openai, openrouter (repeatable; adds to CREDENTIALS)
     #[arg(long, value_name = "BINDING")]
     pub credential: Vec<String>,
+    /// Take a name off the box's own list (box.env's EGRESS_ALLOW_HOSTS, or the list
+    /// carried over; repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub deny_host: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -482,26 +494,8 @@ pub struct MakeBoxArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
-    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
-    #[arg(long, value_name = "open|allowlist")]
-    pub egress: Option<String>,
-    /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
-    #[arg(long, value_name = "HOST")]
-    pub allow_host: Vec<String>,
-    /// An address range the box may reach under --egress allowlist (repeatable)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_cidr: Vec<String>,
-    /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_private: Vec<String>,
-    /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
-    /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
-    #[arg(long, value_name = "BINDING")]
-    pub credential: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Args)]

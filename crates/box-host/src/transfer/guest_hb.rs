@@ -89,20 +89,27 @@ impl Guest<'_> {
         )
     }
 
-    /// `hb write-manifest` with this `box`'s version and the version of the smolvm that
-    /// runs the box: the manifest a backup carries names what made it.
-    pub fn write_manifest(&mut self) -> Result<Output> {
+    /// `hb write-manifest` with this `box`'s version, the version of the smolvm that runs
+    /// the box and the box's network policy (names only): the manifest a backup carries
+    /// names what made it, and `box load` makes the restored box with that policy.
+    pub fn write_manifest(
+        &mut self,
+        policy: Option<&crate::lifecycle::containment::Containment>,
+    ) -> Result<Output> {
         let smolvm = self.smolvm.version()?.to_string();
-        self.hb(
-            &[
-                "write-manifest",
-                "--box-version",
-                crate::version::LONG,
-                "--smolvm-version",
-                &smolvm,
-            ],
-            timeouts::SHORT,
-            true,
-        )
+        let entries = policy
+            .map(crate::lifecycle::containment::carried::manifest_entries)
+            .unwrap_or_default();
+        let mut args = vec![
+            "write-manifest",
+            "--box-version",
+            crate::version::LONG,
+            "--smolvm-version",
+            &smolvm,
+        ];
+        for e in &entries {
+            args.extend(["--policy", e.as_str()]);
+        }
+        self.hb(&args, timeouts::SHORT, true)
     }
 }
