@@ -161,11 +161,15 @@ pub enum Command {
 
     /// Show where a box may connect, its API key bindings, and what smolvm refused it
     #[command(
-        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n\n\
+        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n  \
+        box egress alpha --allow-host pypi.example.com\n\n\
         A name outside the box's allow list does not resolve inside the box: curl says\n\
         \"Could not resolve host\", npm ENOTFOUND. The denials listed here are smolvm's record\n\
         (machine egress-events). Set the policy at box new (--egress, --allow-host,\n\
-        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS)."
+        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS); box load and\n\
+        box clone keep it, with the same flags on top. smolvm cannot change the list of an\n\
+        existing machine: --allow-host/--deny-host print the commands that make the box\n\
+        again with the change and its /data."
     )]
     Egress(EgressArgs),
 
@@ -184,7 +188,9 @@ pub enum Command {
     /// Restore a backup into a fresh box (validated before anything is created)
     #[command(
         after_long_help = "Examples:\n  box load backups/alpha-20261129-120000.tar.zst.gpg\n  box load alpha.tar.zst.gpg beta --keep-on-failure\n\n\
-        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
+        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too.\n\
+        The new box gets the network policy the backup recorded (box.env's when it records\n\
+        none); --egress, --allow-host, --deny-host, --allow-private, --credential go on top."
     )]
     Load(LoadArgs),
 
@@ -197,7 +203,8 @@ pub enum Command {
         The new box has its own VM, Executor token and web port, and starts from a base when\n\
         there is one (box base build). Nothing is encrypted and no passphrase is asked: the\n\
         data goes from box to box through the host, one part at a time, and no backup file is\n\
-        written. To keep a copy, box save either box."
+        written. To keep a copy, box save either box. The new box keeps the source's network\n\
+        policy; --egress, --allow-host, --deny-host, --allow-private, --credential go on top."
     )]
     Clone(CloneArgs),
 
