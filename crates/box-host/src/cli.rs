@@ -188,9 +188,7 @@ pub enum Command {
     /// Restore a backup into a fresh box (validated before anything is created)
     #[command(
         after_long_help = "Examples:\n  box load backups/alpha-20261129-120000.tar.zst.gpg\n  box load alpha.tar.zst.gpg beta --keep-on-failure\n\n\
-        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too.\n\
-        The new box gets the network policy the backup recorded (box.env's when it records\n\
-        none); --egress, --allow-host, --deny-host, --allow-private, --credential go on top."
+        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
     )]
     Load(LoadArgs),
 
@@ -306,7 +304,8 @@ pub struct NewArgs {
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
     /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
+    /// --allow-host/--allow-cidr); default EGRESS in box.env (load: the backup's policy;
+    /// clone: the source's)
     #[arg(long, value_name = "open|allowlist")]
     pub egress: Option<String>,
     /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
@@ -317,12 +316,13 @@ pub struct PolicyArgs {
     #[arg(long, value_name = "CIDR")]
     pub allow_cidr: Vec<String>,
     /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
+    /// EGRESS_ALLOW_PRIVATE, or to the ranges carried over)
     #[arg(long, value_name = "CIDR")]
     pub allow_private: Vec<String>,
     /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
     /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
+    /// openai, openrouter (repeatable; adds to CREDENTIALS or the bindings carried over,
+    /// replacing one of the same NAME)
     #[arg(long, value_name = "BINDING")]
     pub credential: Vec<String>,
     /// Take a name off the box's own list (box.env's EGRESS_ALLOW_HOSTS, or the list

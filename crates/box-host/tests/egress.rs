@@ -113,21 +113,7 @@ fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     assert_eq!(stdout(&found).trim(), "", "the key is in the guest");
     // ... nor in anything box printed or wrote, nor in the simulator's records; the raw
     // call log has it only in the environment of `machine start`, never on an argv.
-    let raw = std::fs::read_to_string(w.sim_home.join("raw-calls.jsonl")).unwrap_or_default();
-    for line in raw.lines().filter(|l| l.contains(KEY)) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a.as_str())
-            .collect();
-        assert!(
-            argv.get(1..3) == Some(&["machine", "start"][..])
-                && !argv.iter().any(|a| a.contains(KEY)),
-            "the key reached {argv:?}"
-        );
-    }
+    lifecycle_support::assert_only_in_start_env(&w.sim_home, KEY);
     assert!(!w.logs().contains(KEY), "the key is in box's logs");
     let surfaces: Vec<(String, String)> =
         lifecycle_support::secret_surfaces_but_raw_calls(&w.home, &w.sim_home);

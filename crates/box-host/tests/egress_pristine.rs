@@ -135,24 +135,9 @@ impl User {
                 sim_support::raw_call_log(&self.sim_home()),
             )
             .env("NO_COLOR", "1")
-            .env_remove("SMOLVM_SIM_HOST_USERLAND")
-            .env_remove("SMOLVM_SIM_IMAGE_MAP")
-            .env_remove("SMOLVM_SIM_VERSION")
-            .env_remove("SMOLVM_SIM_FAIL")
-            .env_remove("BOX_TEST_GUEST_ENV")
-            .env_remove("BOX_SMOLVM_TIMEOUT")
-            .env_remove("BOX_KEEP_ON_FAILURE")
-            .env_remove("BOX_HB_BINARY")
-            .env_remove("BOX_PROVISION_DIR")
-            .env_remove("BOX_PASSPHRASE")
             .env_remove("ANTHROPIC_API_KEY")
             .env_remove("SSL_CERT_FILE");
-        for key in box_proto::box_env::KEYS {
-            cmd.env_remove(key);
-        }
-        for key in box_proto::proxy::NAMES {
-            cmd.env_remove(key).env_remove(key.to_ascii_lowercase());
-        }
+        sim_support::users_path(cmd);
         for (k, v) in &self.shell {
             cmd.env(k, v);
         }
@@ -425,21 +410,7 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
             .all(|c| c.contains("smolvm-sim") && c.contains("alpha")),
         "the key is in the environment of {environ:?}"
     );
-    let raw = std::fs::read_to_string(sim_support::raw_call_log(&u.sim_home())).unwrap_or_default();
-    for line in raw.lines().filter(|l| l.contains(KEY)) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a.as_str())
-            .collect();
-        assert!(
-            argv.get(1..3) == Some(&["machine", "start"][..])
-                && !argv.iter().any(|a| a.contains(KEY)),
-            "the key reached {argv:?}"
-        );
-    }
+    sim_support::assert_only_in_start_env(&sim_support::raw_call_log(&u.sim_home()), KEY);
 
     // A save: its decrypted plaintext holds no key, and its manifest the policy.
     let original = placeholder(&mut u, "alpha");

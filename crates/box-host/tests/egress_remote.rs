@@ -122,21 +122,7 @@ fn a_remote_box_gets_its_key_over_ssh_into_machine_start_only() {
     }
     // The simulator's unredacted log has it as machine start's environment, nowhere else;
     // no other file of the remote has it.
-    let raw = std::fs::read_to_string(r.raw_call_log()).unwrap();
-    for line in raw.lines().filter(|l| l.contains(KEY)) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a.as_str())
-            .collect();
-        assert!(
-            argv.get(1..3) == Some(&["machine", "start"][..])
-                && !argv.iter().any(|a| a.contains(KEY)),
-            "the key reached {argv:?}"
-        );
-    }
+    remote_support::sim_support::assert_only_in_start_env(&r.raw_call_log(), KEY);
     let files: Vec<String> = r
         .files_holding(&[KEY.to_string()])
         .into_iter()

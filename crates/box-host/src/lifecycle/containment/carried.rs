@@ -197,14 +197,7 @@ fn policy_line(origin: &str, flagged: bool) -> String {
 mod tests {
     use super::*;
     use crate::lifecycle::containment::Source;
-
-    fn env(lines: &[(&str, &str)]) -> BoxEnv {
-        let mut e = BoxEnv::default();
-        for (k, v) in lines {
-            e.set(k, v).unwrap_or_else(|err| panic!("{k}: {err}"));
-        }
-        e
-    }
+    use crate::lifecycle::containment::tests::env;
 
     fn manifest_of(c: &Containment) -> RuntimeManifest {
         let mut m = RuntimeManifest::new();

@@ -664,7 +664,8 @@ mod tests {
     use super::*;
     use secrecy::ExposeSecret as _;
 
-    fn env(lines: &[(&str, &str)]) -> BoxEnv {
+    /// A BoxEnv with `lines` set, as box.env would give them.
+    pub(super) fn env(lines: &[(&str, &str)]) -> BoxEnv {
         let mut e = BoxEnv::default();
         for (k, v) in lines {
             e.set(k, v).unwrap_or_else(|err| panic!("{k}: {err}"));
