@@ -134,29 +134,49 @@ impl Report {
 /// the box again with it. The change is checked first (an agents name, a name not on the
 /// list): a command that would fail is never suggested.
 fn refusal(ctx: &Context, record: &BoxRecord, allow: &[String], deny: &[String]) -> Result<String> {
-    let flags = Overrides {
-        allow_hosts: allow.to_vec(),
-        deny_hosts: deny.to_vec(),
-        ..Overrides::default()
-    };
-    let mut changed = record.containment.clone().map_or_else(
+    let current = record.containment.clone().map_or_else(
         || Containment::from_config(&ctx.config.env, &Overrides::default()),
         Ok,
     )?;
-    changed.apply(&flags)?;
+    let beside = free_name(ctx, &record.name)?;
+    change_commands(current, &record.name, &beside, allow, deny)
+}
+
+/// [`refusal`]'s text for a box `name` whose policy is `current`, `beside` a free name.
+fn change_commands(
+    mut current: Containment,
+    name: &BoxName,
+    beside: &str,
+    allow: &[String],
+    deny: &[String],
+) -> Result<String> {
+    // An open box reaches every name already: a list means making it an allowlist box.
+    let open = current.mode == crate::lifecycle::containment::Mode::Open;
+    current.apply(&Overrides {
+        egress: open.then(|| "allowlist".to_string()),
+        allow_hosts: allow.to_vec(),
+        deny_hosts: deny.to_vec(),
+        ..Overrides::default()
+    })?;
     let mut words: Vec<String> = Vec::new();
-    if changed.mode == crate::lifecycle::containment::Mode::Open {
+    if open {
         words.push("--egress allowlist".into());
     }
     words.extend(allow.iter().map(|h| format!("--allow-host {h}")));
     words.extend(deny.iter().map(|h| format!("--deny-host {h}")));
     let flags = words.join(" ");
-    let name = &record.name;
-    let beside = free_name(ctx, name)?;
+    let now = if open {
+        format!(
+            " ('{name}' is open now: it reaches every name but the LAN; these commands make it \
+             an allowlist box, the agents' names plus yours)"
+        )
+    } else {
+        String::new()
+    };
     Ok(format!(
         "smolvm applies an allow list only when it creates a machine (no release's machine \
          update or start takes egress flags: smol-machines/smolvm#1299, #1304), so '{name}' \
-         keeps its policy. Make the box again with the change and its /data:\n  \
+         keeps its policy. Make the box again with the change and its /data{now}:\n  \
          box clone {name} {beside} {flags}\n  \
          box rm {name}\n\
          or, to keep the name:\n  \
@@ -178,4 +198,56 @@ fn free_name(ctx: &Context, name: &BoxName) -> Result<String> {
         }
     }
     Ok("<new-name>".to_string())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::containment::Mode;
+
+    fn policy(mode: Mode, hosts: &[&str]) -> Containment {
+        Containment {
+            mode,
+            hosts: hosts.iter().map(|h| h.to_string()).collect(),
+            cidrs: Vec::new(),
+            allow_private: Vec::new(),
+            credentials: Vec::new(),
+            lan_closed: true,
+        }
+    }
+
+    #[test]
+    fn a_change_is_answered_with_commands_that_would_work() {
+        let name = BoxName::parse("alpha").unwrap();
+        let allow = vec!["pypi.example.com".to_string()];
+        let deny = vec!["old.example".to_string()];
+        let text = change_commands(
+            policy(Mode::Allowlist, &["old.example"]),
+            &name,
+            "alpha-2",
+            &allow,
+            &deny,
+        )
+        .unwrap();
+        for want in [
+            "box clone alpha alpha-2 --allow-host pypi.example.com --deny-host old.example\n",
+            "box load <the backup box save wrote> alpha --allow-host pypi.example.com --deny-host old.example",
+        ] {
+            assert!(text.contains(want), "{want}: {text}");
+        }
+        assert!(!text.contains("is open now"), "{text}");
+        // An open box becomes an allowlist box, and says so.
+        let text = change_commands(policy(Mode::Open, &[]), &name, "alpha-2", &allow, &[]).unwrap();
+        assert!(
+            text.contains(
+                "box clone alpha alpha-2 --egress allowlist --allow-host pypi.example.com"
+            ) && text.contains("'alpha' is open now"),
+            "{text}"
+        );
+        // A change that would fail is refused, with no command.
+        let err = change_commands(policy(Mode::Allowlist, &[]), &name, "alpha-2", &[], &deny)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("not on this box's own list"), "{err}");
+    }
 }
