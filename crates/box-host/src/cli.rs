@@ -162,11 +162,15 @@ pub enum Command {
 
     /// Show where a box may connect, its API key bindings, and what smolvm refused it
     #[command(
-        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n\n\
+        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n  \
+        box egress alpha --allow-host pypi.example.com\n\n\
         A name outside the box's allow list does not resolve inside the box: curl says\n\
         \"Could not resolve host\", npm ENOTFOUND. The denials listed here are smolvm's record\n\
         (machine egress-events). Set the policy at box new (--egress, --allow-host,\n\
-        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS)."
+        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS); box load and\n\
+        box clone keep it, with the same flags on top. smolvm cannot change the list of an\n\
+        existing machine: --allow-host/--deny-host print the commands that make the box\n\
+        again with the change and its /data."
     )]
     Egress(EgressArgs),
 
@@ -203,7 +207,8 @@ pub enum Command {
         The new box has its own VM, Executor token and web port, and starts from a base when\n\
         there is one (box base build). Nothing is encrypted and no passphrase is asked: the\n\
         data goes from box to box through the host, one part at a time, and no backup file is\n\
-        written. To keep a copy, box save either box."
+        written. To keep a copy, box save either box. The new box keeps the source's network\n\
+        policy; --egress, --allow-host, --deny-host, --allow-private, --credential go on top."
     )]
     Clone(CloneArgs),
 
@@ -298,26 +303,40 @@ pub struct NewArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Where a new box may connect and which API keys it may use, on top of box.env (`new`) or
+/// of the policy the box carries over (`load`: the backup's; `clone`: the source's).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
+    /// --allow-host/--allow-cidr); default EGRESS in box.env (load: the backup's policy;
+    /// clone: the source's)
     #[arg(long, value_name = "open|allowlist")]
     pub egress: Option<String>,
     /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
+    /// EGRESS_ALLOW_HOSTS, or to the list carried over)
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
     /// An address range the box may reach under --egress allowlist (repeatable)
     #[arg(long, value_name = "CIDR")]
     pub allow_cidr: Vec<String>,
     /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
+    /// EGRESS_ALLOW_PRIVATE, or to the ranges carried over)
     #[arg(long, value_name = "CIDR")]
     pub allow_private: Vec<String>,
     /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
     /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
+    /// openai, openrouter (repeatable; adds to CREDENTIALS or the bindings carried over,
+    /// replacing one of the same NAME)
     #[arg(long, value_name = "BINDING")]
     pub credential: Vec<String>,
+    /// Take a name off the box's own list (box.env's EGRESS_ALLOW_HOSTS, or the list
+    /// carried over; repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub deny_host: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -490,26 +509,8 @@ pub struct MakeBoxArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
-    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
-    #[arg(long, value_name = "open|allowlist")]
-    pub egress: Option<String>,
-    /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
-    #[arg(long, value_name = "HOST")]
-    pub allow_host: Vec<String>,
-    /// An address range the box may reach under --egress allowlist (repeatable)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_cidr: Vec<String>,
-    /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_private: Vec<String>,
-    /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
-    /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
-    #[arg(long, value_name = "BINDING")]
-    pub credential: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Args)]

@@ -81,6 +81,45 @@ fn write_manifest_records_the_host_versions_box_passes() {
     assert!(m.get("hb").unwrap().starts_with(env!("CARGO_PKG_VERSION")));
 }
 
+/// The policy `box` passes at a save lands in the manifest (what `box load` reads back);
+/// rewrites without it (quiesce, provisioning) keep it; a key that is not a policy key, or a
+/// value with a control character, is refused and changes nothing.
+#[test]
+fn write_manifest_records_the_policy_box_passes() {
+    let b = Box_::new();
+    b.init();
+    let path = b.hb_config().join("runtime-manifest");
+    let read =
+        || box_proto::RuntimeManifest::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    b.ok(&[
+        "write-manifest",
+        "--policy",
+        "egress=allowlist",
+        "--policy",
+        "credentials=ANTHROPIC_API_KEY@api.anthropic.com",
+        "--policy",
+        "egress_allow_hosts=",
+    ]);
+    b.ok(&["write-manifest"]);
+    let m = read();
+    assert_eq!(m.get("egress"), Some("allowlist"));
+    assert_eq!(
+        m.get("credentials"),
+        Some("ANTHROPIC_API_KEY@api.anthropic.com")
+    );
+    assert_eq!(m.get("egress_allow_hosts"), Some(""));
+    for (bad, why) in [
+        ("box=forged", "'box' is not a policy key"),
+        ("egress", "expected KEY=VALUE"),
+        ("egress=open\nhb=forged", "control character"),
+    ] {
+        let out = b.run(&["write-manifest", "--policy", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{bad:?}: {err}");
+    }
+    assert_eq!(read().get("egress"), Some("allowlist"));
+}
+
 #[test]
 fn write_manifest_is_private_atomic_and_keeps_unknown_keys() {
     let b = Box_::new();

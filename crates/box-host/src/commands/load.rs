@@ -105,13 +105,19 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         return Ok(interrupted(&signals, &name));
     }
 
-    ui::say(format!("Creating and provisioning fresh instance '{name}'"));
-    // A backup holds no policy: the restored box gets box.env's (EGRESS*, CREDENTIALS),
-    // and placeholders of its own machine.
-    let containment = crate::lifecycle::containment::Containment::from_config(
+    // The restored box gets the policy the backup recorded (the user's flags on top), and
+    // placeholders of its own machine.
+    let (containment, warnings, line) = crate::lifecycle::containment::carried::for_load(
         &ctx.config.env,
-        &Default::default(),
+        validated.manifest.as_ref(),
+        &args.making.policy.overrides(),
+        args.making.policy.any(),
     )?;
+    for w in warnings {
+        ui::warn(w);
+    }
+    ui::say(line);
+    ui::say(format!("Creating and provisioning fresh instance '{name}'"));
     let provisioned = match new::create_and_provision(
         ctx,
         &name,
@@ -323,7 +329,8 @@ impl LoadRun<'_> {
         }
         self.checkpoint()?;
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
-        self.guest().write_manifest()?;
+        let policy = self.box_.containment.clone();
+        self.guest().write_manifest(Some(&policy))?;
         self.checkpoint()?;
 
         ui::say(format!("Starting the restored services in '{name}'"));

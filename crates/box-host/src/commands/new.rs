@@ -84,16 +84,7 @@ fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
 
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
-    let containment = Containment::from_config(
-        &ctx.config.env,
-        &containment::Overrides {
-            egress: args.egress.clone(),
-            allow_hosts: args.allow_host.clone(),
-            allow_cidrs: args.allow_cidr.clone(),
-            allow_private: args.allow_private.clone(),
-            credentials: args.credential.clone(),
-        },
-    )?;
+    let containment = Containment::from_config(&ctx.config.env, &args.policy.overrides())?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(
         &ctx.state,
@@ -538,6 +529,8 @@ pub struct Provisioned {
     pub from_base: bool,
     pub smolvm: Smolvm,
     pub transcript: Transcript,
+    /// Where the box may connect and which API keys it may use (as its registry row).
+    pub containment: Containment,
 }
 
 /// `box new`'s create-and-provision flow without its box lock (the caller holds it),
@@ -593,6 +586,7 @@ pub fn create_and_provision(
             port: run.port,
             smolvm: run.smolvm,
             transcript: run.transcript,
+            containment: run.containment,
         }),
         Err(stop) => Err(run.fail(stop)),
     }

@@ -541,7 +541,8 @@ impl<'a> SaveRun<'a> {
         // Leftovers of a killed save of this box (we hold its lock).
         host_dir::sweep_backup_temps(&home, &name);
         self.quiesce()?;
-        self.guest().write_manifest()?;
+        let policy = self.record.containment.clone();
+        self.guest().write_manifest(policy.as_ref())?;
         self.checkpoint()?;
 
         ui::say(format!(

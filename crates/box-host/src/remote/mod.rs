@@ -16,12 +16,14 @@
 //! * [`copy`]: parts stream over the connection through a private remote temp dir, their
 //!   byte count checked; encryption stays on the laptop.
 //! * [`doctor`]: what `box doctor` says about a remote host.
+//! * [`keys`]: API keys for one `machine start`, over the connection's stdin.
 //!
 //! `crate::smolvm::Smolvm::for_host` puts it together: every driver method works over ssh
 //! with the same deadlines, cancel flags, line callbacks and error texts.
 
 pub mod copy;
 pub mod doctor;
+pub mod keys;
 pub mod quote;
 pub mod ssh;
 pub mod ssh_command;
