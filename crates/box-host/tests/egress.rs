@@ -122,16 +122,29 @@ fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     }
     assert!(!w.transcript.contains(KEY), "box printed the key");
 
-    // EGRESS_ALLOW_PRIVATE re-opens exactly the named range.
+    // EGRESS_ALLOW_PRIVATE re-opens exactly the named range. Beta is also made from a
+    // shell with a proxy (PROPAGATE_PROXY, one nothing answers on): a bound host never
+    // goes through it, or smolvm would see a flow to the proxy and never put the key in.
     let reopened = w.run_env(
         &["new", "beta"],
         &[
             ("ANTHROPIC_API_KEY", KEY),
             ("EGRESS_ALLOW_PRIVATE", &format!("{}/32", lan.addr)),
+            ("HTTPS_PROXY", "http://198.51.100.9:3128"),
         ],
     );
     assert!(reopened.ok(), "{reopened}");
     assert_eq!(stdout(&as_agent(&w, "beta", &lan_try)).trim(), "hello");
+    let through = as_agent(
+        &w,
+        "beta",
+        "echo \"$HTTPS_PROXY\"; curl -sS --max-time 20 https://api.anthropic.com/v1/messages -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{}'",
+    );
+    assert_eq!(
+        stdout(&through),
+        "http://198.51.100.9:3128\n{\"ok\":true}",
+        "{through:?}"
+    );
     for name in ["alpha", "beta"] {
         assert!(w.run(&["rm", name, "--force"]).ok());
     }
