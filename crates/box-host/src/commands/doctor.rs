@@ -88,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(crate::remote::doctor::checks(&remote_smolvm));
+                checks.extend(crate::lifecycle::remote_checks::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };

@@ -30,8 +30,8 @@ use super::RemoteHost;
 use super::quote::split_words;
 use super::wrapper::{self, Trailer};
 use crate::child_env::{self, ChildKind};
-use crate::smolvm::SmolvmError;
-use crate::smolvm::runner::{self, CallOpts, Feed, Io, Output, Program, Stream};
+use crate::process::SmolvmError;
+use crate::process::runner::{self, CallOpts, Feed, Io, Output, Program, Stream};
 
 /// On every call: the forwards of the user's config stay closed. Not on the control
 /// commands, where it would clear the very `-L` of `-O forward`/`-O cancel`.
