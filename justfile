@@ -21,7 +21,7 @@ install:
 
 # The whole test suite: formatting, lints, unit, property, end-to-end and contract tests
 test: lint
-    cargo test --workspace --all-targets
+    cargo test --workspace --all-targets --no-fail-fast
 
 # Formatting and lints, as CI holds them
 lint:

@@ -272,6 +272,17 @@ credentials_env() {
   printf 'export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s GIT_SSL_CAINFO=%s PIP_CERT=%s\n' \
     "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" >> "$tmp"
   printf 'export NODE_EXTRA_CA_CERTS=%s DENO_CERT=%s\n' "$NODE_EXTRA" "$MACHINE_CA" >> "$tmp"
+  # The bound hosts, as smolvm name-constrained its CA to them: never through a proxy
+  # (PROPAGATE_PROXY), or smolvm sees a flow to the proxy, not HTTPS to the host, and the
+  # key is never put in.
+  local hosts
+  hosts=$(openssl x509 -in "$MACHINE_CA" -noout -ext nameConstraints 2>/dev/null |
+    grep -o 'DNS:[^, ]*' | cut -d: -f2 | sort -u | paste -sd, -)
+  if [ -n "$hosts" ]; then
+    # shellcheck disable=SC2016 # expanded by the login shell that sources the file
+    printf 'export NO_PROXY="${NO_PROXY:+$NO_PROXY,}%s" no_proxy="${no_proxy:+$no_proxy,}%s"\n' \
+      "$hosts" "$hosts" >> "$tmp"
+  fi
   if cmp -s "$tmp" "$CREDENTIALS_ENV"; then
     say "API keys bound to hosts: $vars (placeholders current)"
   else

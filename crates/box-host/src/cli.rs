@@ -10,8 +10,8 @@ Examples:
   box enter alpha               attach its tmux session as 'agent'
   box exec alpha -- make test   run one command in it (stdio and exit code passed through)
   box logs alpha executor -f    follow a service's log
-  box save alpha                encrypted, verified backup into backups/
-  box load backups/alpha-20261129-120000.tar.zst.gpg beta
+  box save alpha                encrypted, verified backup into ~/.local/share/hermes-box/backups
+  box load alpha-20261129-120000.tar.zst.gpg beta
   box clone alpha beta          branch alpha's /data into a new box
   box doctor                    check the host and every box
   box --host ssh://me@big new x a box on a remote Linux host (smolvm there, over ssh)
@@ -19,6 +19,7 @@ Examples:
 Environment:
   BOX_CONFIG           config file (box.env) when --config is not given
   BOX_HOME             state directory (registry, locks, logs)
+  BACKUP_DIR           where backups go, absolute (default: ~/.local/share/hermes-box/backups)
   BOX_PASSPHRASE_FILE  backup passphrase from the first line of a file
   BOX_PASSPHRASE       backup passphrase (prefer the file or the prompt)
   BOX_KEEP_ON_FAILURE  1: keep the VM of a failed load for inspection
@@ -161,30 +162,39 @@ pub enum Command {
 
     /// Show where a box may connect, its API key bindings, and what smolvm refused it
     #[command(
-        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n\n\
+        after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n  \
+        box egress alpha --allow-host pypi.example.com\n\n\
         A name outside the box's allow list does not resolve inside the box: curl says\n\
         \"Could not resolve host\", npm ENOTFOUND. The denials listed here are smolvm's record\n\
         (machine egress-events). Set the policy at box new (--egress, --allow-host,\n\
-        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS)."
+        --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS); box load and\n\
+        box clone keep it, with the same flags on top. smolvm cannot change the list of an\n\
+        existing machine: --allow-host/--deny-host print the commands that make the box\n\
+        again with the change and its /data."
     )]
     Egress(EgressArgs),
 
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
         after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
-        Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg.\n\
+        Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg; the backup dir is\n\
+        BACKUP_DIR, by default ~/.local/share/hermes-box/backups (macOS: ~/Library/Application\n\
+        Support/hermes-box/backups), the same from any directory. A box's chain goes on where\n\
+        its newest backup is (its record remembers), even after BACKUP_DIR changed.\n\
         After a first save, a save writes only what changed since the newest backup beside it\n\
         (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, or\n\
         BACKUP_CHAIN_MAX_AGE_DAYS, default 7, then a full one). box load and box extract of any link restore its whole chain; --full\n\
-        starts a new chain; an explicit output file is always a full backup.\n\
+        starts a new chain, in the backup dir; an explicit output file is always a full backup.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
     Save(SaveArgs),
 
     /// Restore a backup into a fresh box (validated before anything is created)
     #[command(
-        after_long_help = "Examples:\n  box load backups/alpha-20261129-120000.tar.zst.gpg\n  box load alpha.tar.zst.gpg beta --keep-on-failure\n\n\
-        The default box name is 'restored'. Seed backups (.tar.gz.gpg) load too."
+        after_long_help = "Examples:\n  box load alpha-20261129-120000.tar.zst.gpg\n  box load ~/safe/alpha.tar.zst.gpg beta --keep-on-failure\n\n\
+        A file name without a directory that is not in the current directory is looked for in\n\
+        the backup dir (as box backups lists it). The default box name is 'restored'. Seed\n\
+        backups (.tar.gz.gpg) load too."
     )]
     Load(LoadArgs),
 
@@ -197,14 +207,17 @@ pub enum Command {
         The new box has its own VM, Executor token and web port, and starts from a base when\n\
         there is one (box base build). Nothing is encrypted and no passphrase is asked: the\n\
         data goes from box to box through the host, one part at a time, and no backup file is\n\
-        written. To keep a copy, box save either box."
+        written. To keep a copy, box save either box. The new box keeps the source's network\n\
+        policy; --egress, --allow-host, --deny-host, --allow-private, --credential go on top."
     )]
     Clone(CloneArgs),
 
     /// Decrypt and validate a backup into a directory on the host
     #[command(
-        after_long_help = "Examples:\n  box extract backups/alpha-20261129-120000.tar.zst.gpg\n  box extract alpha.tar.zst.gpg /tmp/alpha-data\n\n\
-        Default directory: <backup dir>/<file name>-extracted. An existing directory is never overwritten."
+        after_long_help = "Examples:\n  box extract alpha-20261129-120000.tar.zst.gpg\n  box extract ~/safe/alpha.tar.zst.gpg /tmp/alpha-data\n\n\
+        A file name without a directory is looked for in the backup dir too, as box load does.\n\
+        Default directory: <file name>-extracted in the current directory. An existing\n\
+        directory is never overwritten."
     )]
     Extract(ExtractArgs),
 
@@ -212,9 +225,9 @@ pub enum Command {
     #[command(
         args_conflicts_with_subcommands = true,
         after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n\n\
-        Backups in the backup dir, per box, grouped by chain (a full backup and the\n\
-        incremental ones built on it): kind, size, age. Which backup builds on which is\n\
-        written inside them, so the passphrase is asked.\n\
+        Backups in the backup dir (and wherever a box's saves went), per box, grouped by\n\
+        chain (a full backup and the incremental ones built on it): kind, size, age. Which\n\
+        backup builds on which is written inside them, so the passphrase is asked.\n\
         prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
         and every backup those need to restore; it removes only whole files nothing kept needs."
     )]
@@ -290,26 +303,40 @@ pub struct NewArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
+}
+
+/// Where a new box may connect and which API keys it may use, on top of box.env (`new`) or
+/// of the policy the box carries over (`load`: the backup's; `clone`: the source's).
+#[derive(Debug, Args)]
+pub struct PolicyArgs {
     /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
+    /// --allow-host/--allow-cidr); default EGRESS in box.env (load: the backup's policy;
+    /// clone: the source's)
     #[arg(long, value_name = "open|allowlist")]
     pub egress: Option<String>,
     /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
+    /// EGRESS_ALLOW_HOSTS, or to the list carried over)
     #[arg(long, value_name = "HOST")]
     pub allow_host: Vec<String>,
     /// An address range the box may reach under --egress allowlist (repeatable)
     #[arg(long, value_name = "CIDR")]
     pub allow_cidr: Vec<String>,
     /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
+    /// EGRESS_ALLOW_PRIVATE, or to the ranges carried over)
     #[arg(long, value_name = "CIDR")]
     pub allow_private: Vec<String>,
     /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
     /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
+    /// openai, openrouter (repeatable; adds to CREDENTIALS or the bindings carried over,
+    /// replacing one of the same NAME)
     #[arg(long, value_name = "BINDING")]
     pub credential: Vec<String>,
+    /// Take a name off the box's own list (box.env's EGRESS_ALLOW_HOSTS, or the list
+    /// carried over; repeatable)
+    #[arg(long, value_name = "HOST")]
+    pub deny_host: Vec<String>,
 }
 
 #[derive(Debug, Subcommand)]
@@ -482,26 +509,8 @@ pub struct MakeBoxArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
-    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env
-    #[arg(long, value_name = "open|allowlist")]
-    pub egress: Option<String>,
-    /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
-    /// EGRESS_ALLOW_HOSTS)
-    #[arg(long, value_name = "HOST")]
-    pub allow_host: Vec<String>,
-    /// An address range the box may reach under --egress allowlist (repeatable)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_cidr: Vec<String>,
-    /// A private range the box may reach although the LAN is closed (repeatable; adds to
-    /// EGRESS_ALLOW_PRIVATE)
-    #[arg(long, value_name = "CIDR")]
-    pub allow_private: Vec<String>,
-    /// An API key the box may use without holding it: NAME@HOST[,HOST] (the key from $NAME
-    /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
-    /// openai, openrouter (repeatable; adds to CREDENTIALS)
-    #[arg(long, value_name = "BINDING")]
-    pub credential: Vec<String>,
+    #[command(flatten)]
+    pub policy: PolicyArgs,
 }
 
 #[derive(Debug, Args)]

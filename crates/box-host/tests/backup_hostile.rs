@@ -126,18 +126,7 @@ fn symlinks_anywhere_validate_and_extract_verbatim() {
         let f = backups.join(format!("{name}.tar.zst.gpg"));
         encrypt_bytes(&zstd(&tar), &f, PASS);
         let target = t.path().join(format!("{name}-out"));
-        let out = box_cmd(t.path())
-            .env("BOX_PASSPHRASE", PASS)
-            .arg("extract")
-            .arg(&f)
-            .arg(&target)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{name}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        extract_ok(box_cmd(t.path()), &f, &target, name);
         // Every symlink of the archive, as GNU tar lists it, is one with that target.
         let mut archive = tar::Archive::new(tar.as_slice());
         for entry in archive.entries().unwrap() {
@@ -218,18 +207,7 @@ fn box_extract_never_follows_a_link_it_made() {
             use std::os::unix::process::CommandExt;
             cmd.uid(*uid).gid(*uid);
         }
-        let out = cmd
-            .env("BOX_PASSPHRASE", PASS)
-            .arg("extract")
-            .arg(&f)
-            .arg(&target)
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{label}: {}",
-            String::from_utf8_lossy(&out.stderr)
-        );
+        extract_ok(cmd, &f, &target, label);
         assert_eq!(
             fs::read_link(target.join("home/agent/x")).unwrap(),
             victim,
@@ -242,6 +220,22 @@ fn box_extract_never_follows_a_link_it_made() {
         );
         assert_eq!(after, before, "{label}: the link's target changed");
     }
+}
+
+/// `box extract FILE TARGET` through `cmd`, which must succeed.
+fn extract_ok(mut cmd: Command, file: &Path, target: &Path, what: &str) {
+    let out = cmd
+        .env("BOX_PASSPHRASE", PASS)
+        .arg("extract")
+        .arg(file)
+        .arg(target)
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{what}: {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
 }
 
 fn good_tar(extra: impl FnOnce(&mut tar::Builder<Vec<u8>>)) -> Vec<u8> {

@@ -300,6 +300,7 @@ fn register_alpha(w: &World) {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         })
         .unwrap();
 }
@@ -355,6 +356,21 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
     assert!(r.ok(), "{}", r.all());
     assert!(r.all().contains("does not restore"), "{}", r.all());
     assert!(!w.registered("alpha"));
+
+    // --force with no terminal and no passphrase anywhere: it asks nothing, says it did not
+    // check, and deletes (issue 31: it used to wait for a passphrase).
+    register_alpha(&w);
+    let started = std::time::Instant::now();
+    let r = w.run(&["rm", "alpha", "--force"], &[("BOX_PASSPHRASE_FILE", "")]);
+    assert!(r.ok(), "{}", r.all());
+    assert!(
+        r.all().contains("not checking that it restores"),
+        "{}",
+        r.all()
+    );
+    assert!(!r.all().contains("Passphrase"), "{}", r.all());
+    assert!(!w.registered("alpha"));
+    assert!(started.elapsed() < std::time::Duration::from_secs(30));
 }
 
 /// A link taken away from its chain (mailed, copied to a stick): `box extract` finds the

@@ -113,21 +113,7 @@ fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     assert_eq!(stdout(&found).trim(), "", "the key is in the guest");
     // ... nor in anything box printed or wrote, nor in the simulator's records; the raw
     // call log has it only in the environment of `machine start`, never on an argv.
-    let raw = std::fs::read_to_string(w.sim_home.join("raw-calls.jsonl")).unwrap_or_default();
-    for line in raw.lines().filter(|l| l.contains(KEY)) {
-        let v: serde_json::Value = serde_json::from_str(line).unwrap();
-        let argv: Vec<&str> = v["argv"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .filter_map(|a| a.as_str())
-            .collect();
-        assert!(
-            argv.get(1..3) == Some(&["machine", "start"][..])
-                && !argv.iter().any(|a| a.contains(KEY)),
-            "the key reached {argv:?}"
-        );
-    }
+    lifecycle_support::assert_only_in_start_env(&w.sim_home, KEY);
     assert!(!w.logs().contains(KEY), "the key is in box's logs");
     let surfaces: Vec<(String, String)> =
         lifecycle_support::secret_surfaces_but_raw_calls(&w.home, &w.sim_home);
@@ -136,17 +122,177 @@ fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     }
     assert!(!w.transcript.contains(KEY), "box printed the key");
 
-    // EGRESS_ALLOW_PRIVATE re-opens exactly the named range.
+    // EGRESS_ALLOW_PRIVATE re-opens exactly the named range. Beta is also made from a
+    // shell with a proxy (PROPAGATE_PROXY, one nothing answers on): a bound host never
+    // goes through it, or smolvm would see a flow to the proxy and never put the key in.
     let reopened = w.run_env(
         &["new", "beta"],
         &[
             ("ANTHROPIC_API_KEY", KEY),
             ("EGRESS_ALLOW_PRIVATE", &format!("{}/32", lan.addr)),
+            ("HTTPS_PROXY", "http://198.51.100.9:3128"),
         ],
     );
     assert!(reopened.ok(), "{reopened}");
     assert_eq!(stdout(&as_agent(&w, "beta", &lan_try)).trim(), "hello");
+    let through = as_agent(
+        &w,
+        "beta",
+        "echo \"$HTTPS_PROXY\"; curl -sS --max-time 20 https://api.anthropic.com/v1/messages -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{}'",
+    );
+    assert_eq!(
+        stdout(&through),
+        "http://198.51.100.9:3128\n{\"ok\":true}",
+        "{through:?}"
+    );
     for name in ["alpha", "beta"] {
+        assert!(w.run(&["rm", name, "--force"]).ok());
+    }
+}
+
+/// The policy goes with the box (issue 33): `box save` records it (names, never a key) in
+/// the backup's manifest; `box load` makes the restored box with the backup's policy although
+/// box.env has changed since (and says so), with placeholders of its own that work; `box
+/// repair` keeps it; `box egress --allow-host` refuses with the exact commands that make the
+/// box again with the change, and refuses a change that would fail; `box doctor` shows the
+/// policy and the denials.
+#[test]
+fn a_policy_goes_with_its_box_through_save_load_and_repair() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.33.0");
+    let api = Netns::new(pair("198.18"));
+    let https = Https::start(&api, "api.anthropic.com", w.dir.path());
+    let pass = w.dir.path().join("passphrase");
+    std::fs::write(&pass, "egress-carry-pp-31\n").unwrap();
+    w.extra_env.extend([
+        (
+            "SMOLVM_SIM_DNS_HOSTS".to_string(),
+            format!("api.anthropic.com={0},elsewhere.example={0}", api.addr),
+        ),
+        ("SSL_CERT_FILE".to_string(), https.ca.display().to_string()),
+        (
+            "BOX_PASSPHRASE_FILE".to_string(),
+            pass.display().to_string(),
+        ),
+    ]);
+    let shipped = std::fs::read_to_string(&w.config).unwrap();
+    std::fs::write(
+        &w.config,
+        format!(
+            "{shipped}EGRESS=allowlist\nEGRESS_ALLOW_HOSTS=saved.example\nCREDENTIALS=anthropic\n"
+        ),
+    )
+    .unwrap();
+    let key = [("ANTHROPIC_API_KEY", KEY)];
+    let new = w.run_env(&["new", "alpha"], &key);
+    assert!(new.ok(), "{new}");
+    let alpha_placeholder = stdout(&as_agent(&w, "alpha", "printf %s \"$ANTHROPIC_API_KEY\""));
+    let save = w.run(&["save", "alpha"]);
+    assert!(save.ok(), "{save}");
+    let backup = std::fs::read_dir(w.dir.path().join("backups"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path().display().to_string())
+        .find(|p| p.ends_with(".tar.zst.gpg"))
+        .unwrap();
+    let extract = w.run(&[
+        "extract",
+        &backup,
+        &w.dir.path().join("x").display().to_string(),
+    ]);
+    assert!(extract.ok(), "{extract}");
+    let manifest = std::fs::read_to_string(
+        w.dir
+            .path()
+            .join("x/home/agent/.config/hermes-box/runtime-manifest"),
+    )
+    .unwrap();
+    for want in [
+        "egress=allowlist\n",
+        "egress_allow_hosts=saved.example\n",
+        "credentials=ANTHROPIC_API_KEY@api.anthropic.com\n",
+    ] {
+        assert!(manifest.contains(want), "{want}: {manifest}");
+    }
+    assert!(!manifest.contains(KEY));
+
+    // box.env changed since: open, no keys. The restored box still gets the backup's.
+    std::fs::write(&w.config, format!("{shipped}EGRESS=open\n")).unwrap();
+    let load = w.run_env(&["load", &backup, "gamma"], &key);
+    assert!(load.ok(), "{load}");
+    assert!(
+        load.stdout
+            .contains("network policy: the backup's (as it was saved)"),
+        "{load}"
+    );
+    let egress = w.run(&["egress", "gamma"]);
+    assert!(
+        egress.stdout.contains("egress: allowlist")
+            && egress.stdout.contains("saved.example")
+            && egress
+                .stdout
+                .contains("credential: ANTHROPIC_API_KEY for api.anthropic.com"),
+        "{egress}"
+    );
+    let curl = "curl -sS --max-time 20 https://api.anthropic.com/v1/messages -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{}'";
+    let gamma_placeholder = stdout(&as_agent(&w, "gamma", "printf %s \"$ANTHROPIC_API_KEY\""));
+    assert!(gamma_placeholder.starts_with("SMOL_PLACEHOLDER_"));
+    assert_ne!(gamma_placeholder, alpha_placeholder);
+    let before = https.seen().matches(&format!("x-api-key: {KEY}")).count();
+    assert_eq!(stdout(&as_agent(&w, "gamma", curl)), "{\"ok\":true}");
+    assert_eq!(
+        https.seen().matches(&format!("x-api-key: {KEY}")).count(),
+        before + 1
+    );
+
+    // repair keeps the policy and the binding working.
+    let repair = w.run_env(&["repair", "gamma"], &key);
+    assert!(repair.ok(), "{repair}");
+    assert_eq!(w.run(&["egress", "gamma"]).stdout, egress.stdout);
+    assert_eq!(stdout(&as_agent(&w, "gamma", curl)), "{\"ok\":true}");
+
+    // A change to the list: refused, with the commands that make it happen.
+    let refused = w.run(&["egress", "gamma", "--allow-host", "new.example"]);
+    assert_eq!(refused.code, Some(1), "{refused}");
+    for want in [
+        "no release's machine update or start takes egress flags",
+        "box clone gamma gamma-2 --allow-host new.example",
+        "box rm gamma",
+        "box load <the backup box save wrote> gamma --allow-host new.example",
+    ] {
+        assert!(refused.stderr.contains(want), "{want}: {refused}");
+    }
+    let refused = w.run(&["egress", "gamma", "--deny-host", "npmjs.org"]);
+    assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(
+        refused.stderr.contains("on the shipped agents list")
+            && !refused.stderr.contains("box clone"),
+        "{refused}"
+    );
+
+    // doctor: the policy and what was denied.
+    assert_eq!(
+        as_agent(
+            &w,
+            "gamma",
+            "curl -sS --max-time 10 https://elsewhere.example/"
+        )
+        .status
+        .code(),
+        Some(6)
+    );
+    let doctor = w.run(&["doctor", "gamma"]);
+    for want in [
+        "egress: allowlist:",
+        "credential: ANTHROPIC_API_KEY",
+        "resolve  elsewhere.example",
+    ] {
+        assert!(doctor.stdout.contains(want), "{want}: {doctor}");
+    }
+    assert!(!w.transcript.contains(KEY), "box printed the key");
+    for name in ["alpha", "gamma"] {
         assert!(w.run(&["rm", name, "--force"]).ok());
     }
 }

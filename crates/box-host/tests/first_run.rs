@@ -122,7 +122,10 @@ impl User {
 
     fn command(&self, args: &[&str]) -> Command {
         let mut cmd = Command::new(box_bin());
-        cmd.args(args).stdin(Stdio::null());
+        // Run from the user's own directory (box extract's default target is there).
+        cmd.args(args)
+            .stdin(Stdio::null())
+            .current_dir(self.dir.path());
         self.env(&mut cmd);
         detach(&mut cmd);
         cmd
@@ -308,7 +311,7 @@ fn extract_as_root_and_user(user: &mut User, backup: &str) {
     for key in ["box=0.", "hb=0.", "smolvm=1."] {
         assert!(ex.stdout.contains(key), "no {key} in the manifest: {ex}");
     }
-    let target = user.dir.path().join("backups").join(format!(
+    let target = user.dir.path().join(format!(
         "{}-extracted",
         Path::new(backup)
             .file_name()

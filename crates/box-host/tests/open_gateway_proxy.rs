@@ -93,10 +93,12 @@ async fn upstream(seen: Seen, release: Arc<tokio::sync::Notify>) -> u16 {
                     }
                 } else if path == "/" {
                     // Executor's UI: its own cookie and CSP, and a script that calls its API.
+                    // A hostile guest also sets another local app's cookie name on a path no
+                    // page uses, hoping to be sent the real one (which the browser sends on `/`).
                     let body = "<!doctype html><title>Executor</title><p id=ui>Executor UI</p>\
                         <script>fetch('/api/after').then(r => document.getElementById('ui').textContent += ' api ' + r.status)</script>";
                     let r = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: exec_sid=e1; Path=/; HttpOnly\r\ncontent-security-policy: default-src 'self' 'unsafe-inline'\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: exec_sid=e1; Path=/; HttpOnly\r\nset-cookie: jupyter_token=bait; Path=/nowhere; Max-Age=3600\r\ncontent-security-policy: default-src 'self' 'unsafe-inline'\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
                     );
                     s.write_all(r.as_bytes()).await.unwrap();
@@ -550,6 +552,9 @@ async fn chromium(profile: &std::path::Path, url: String) -> browser_support::Lo
         .unwrap()
 }
 
+/// Chromium holds another local app's cookies, and Executor sets one of the same name on a
+/// path of its own (`jupyter_token=bait; Path=/nowhere`): the real one, which Chromium
+/// sends on every path, never reaches Executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_sends_executor_only_the_cookies_executor_set() {
     if !browser_support::available() {

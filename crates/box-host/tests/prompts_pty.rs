@@ -109,6 +109,7 @@ fn registered_box(t: &Path) -> (Command, std::path::PathBuf) {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         })
         .unwrap();
     let calls = t.join("smolvm-calls");
@@ -165,4 +166,29 @@ fn save_asks_twice_and_refuses_a_mismatch_before_touching_the_box() {
     assert!(!shown.contains(PASS), "echoed:\n{shown}");
     assert!(calls.exists(), "box save stopped at the prompt:\n{shown}");
     assert_eq!(pty.stty(), before);
+}
+
+/// `box rm --force` on a terminal, with a backup to check and no passphrase in the
+/// environment, never asks for one (issue 31): it says it does not check, and goes on.
+#[test]
+fn rm_force_never_asks_for_the_passphrase() {
+    let t = tempfile::tempdir().unwrap();
+    // The box and its recorder smolvm (what it answers does not matter here).
+    registered_box(t.path());
+    std::fs::write(
+        t.path().join("backups/alpha-20261129-120000.tar.zst.gpg"),
+        b"a backup it would need the passphrase to check",
+    )
+    .unwrap();
+    let mut cmd = box_cmd(t.path());
+    cmd.env("SMOLVM", t.path().join("smolvm"))
+        .env("BACKUP_DIR", t.path().join("backups"))
+        .args(["rm", "alpha", "--force"]);
+    let mut pty = pty_support::spawn(cmd);
+    let status = pty.wait(Duration::from_secs(60));
+    let shown = pty.shown();
+    assert!(!shown.contains("Passphrase"), "rm --force asked:\n{shown}");
+    assert!(shown.contains("not checking that it restores"), "{shown}");
+    // (The recorder smolvm fails its calls: whatever rm then says, it did not wait.)
+    let _ = status;
 }

@@ -10,8 +10,11 @@
 //!   and a box made from it → `box save` writes the
 //!   backup on the laptop → `box load` into a second remote box and into a local one, each
 //!   with what was saved → `box rm` all three. The remote's process table is sampled all
-//!   along; then no trace of the passphrase in it, in its files, the simulator's raw call
-//!   log or sshd's log.
+//!   along; then no trace of the user's secrets, set the way users set them (the
+//!   passphrase, a proxy's password, model API keys), in it, its files (guests' disks
+//!   included), the simulator's raw call log or sshd's log, nor of Executor's token outside
+//!   the guest it belongs to; the proxy went to the local box only (`REMOTE_PROXY_HOSTS`
+//!   names no host).
 //! * `remote_faults_*` (CI): the connection dropped mid-save and mid-load, the remote
 //!   smolvm killed mid-save, a wrong host key (for a new box and for an existing one's
 //!   save): nothing published, nothing half-restored,
@@ -30,7 +33,9 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use remote_support::{ALIAS, ProcSampler, Remote, Run, assert_processes_free_of, serial};
+use remote_support::{
+    ALIAS, ProcSampler, Remote, Run, UserSecrets, assert_processes_free_of, outside_guests, serial,
+};
 
 /// Heavier variants run only when asked (minutes each, the network's speed).
 fn heavy() -> bool {
@@ -61,29 +66,11 @@ fn local_machine(r: &Remote, name: &str) -> Option<String> {
         .find(|m| m == name || m.ends_with(&format!("-{name}")))
 }
 
-/// The remote's box temp dirs (`box-part.*` under its /tmp, or anywhere under /tmp and
-/// /root with `box` in the name): what a save or load must never leave behind.
-fn remote_temps(r: &Remote) -> Vec<String> {
-    let mut left = Vec::new();
-    for d in ["/tmp", "/root"] {
-        let Ok(rd) = std::fs::read_dir(r.ns.path(d)) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let n = e.file_name().to_string_lossy().into_owned();
-            if n.contains("box") || n.starts_with("hb-") {
-                left.push(format!("{d}/{n}"));
-            }
-        }
-    }
-    left
-}
-
 /// Waits (at most `secs`) until the remote has no box temp dir left.
 fn assert_remote_temps_gone(r: &Remote, secs: u64, when: &str) {
     let start = Instant::now();
     loop {
-        let left = remote_temps(r);
+        let left = r.box_temps();
         if left.is_empty() {
             return;
         }
@@ -246,26 +233,66 @@ fn backup_of(r: &Remote, name: &str) -> PathBuf {
         .unwrap_or_else(|| panic!("no backup of {name} in {}", r.world.backups().display()))
 }
 
-/// The passphrase (and every other secret) nowhere the remote could see it: its process
-/// table as sampled, its files, the raw call log, sshd's log; and nowhere on the laptop
-/// box should not put it (its output, state dir, the local simulator's logs).
-fn assert_remote_never_saw(r: &Remote, samplers: (ProcSampler, ProcSampler), secrets: &[String]) {
+/// The user's secrets (`secrets`: the passphrase, a proxy's password, API keys) nowhere
+/// the remote could see them: its process table as sampled, guests included, its files,
+/// guests' disks included, the raw call log, sshd's log; and nowhere on the laptop box
+/// should not put them (its output, state dir, the local simulator's logs). A guest's own
+/// secrets (`guest_secrets`: Executor's token, which lives in the guest and so on the
+/// remote by right) nowhere on the remote outside the guests.
+fn assert_remote_never_saw(
+    r: &Remote,
+    samplers: (ProcSampler, ProcSampler),
+    secrets: &[String],
+    guest_secrets: &[String],
+) {
     let (seen, rounds) = samplers.0.finish();
     eprintln!(
         "remote test: {} distinct remote processes in {rounds} samples",
         seen.len()
     );
     assert_processes_free_of(&seen, rounds, secrets);
+    let host_own = outside_guests(&seen);
+    assert!(
+        !host_own.is_empty() && host_own.len() < seen.len(),
+        "the sampler told no guest process from the remote's own ({} of {}): the guest-secret scan would prove nothing",
+        host_own.len(),
+        seen.len()
+    );
+    assert_processes_free_of(&host_own, rounds, guest_secrets);
     // box's ssh clients on the laptop: what OpenSSH could send on (SendEnv, a command line).
     let (seen, rounds) = samplers.1.finish();
     eprintln!(
         "remote test: {} distinct laptop ssh processes in {rounds} samples",
         seen.len()
     );
-    assert_processes_free_of(&seen, rounds, secrets);
+    assert_processes_free_of(&seen, rounds, &[secrets, guest_secrets].concat());
     r.assert_files_free_of(secrets);
+    let in_guests = r.files_holding(guest_secrets);
+    for i in 0..guest_secrets.len() {
+        assert!(
+            in_guests
+                .iter()
+                .any(|f| f.starts_with(&format!("secret #{i} in "))),
+            "the file scan does not find guest secret #{i} in its guest: it would prove nothing"
+        );
+    }
+    let found = r.files_outside_guests_holding(guest_secrets);
+    assert!(
+        found.is_empty(),
+        "a guest's secret reached the remote's own files: {found:#?}"
+    );
     r.world.scan_secrets();
 }
+
+/// Every secret of the user's for the scans: the passphrase and `user`'s.
+fn user_secrets(r: &Remote, user: &UserSecrets) -> Vec<String> {
+    let mut all = vec![r.world.passphrase.clone()];
+    all.extend(user.all());
+    all
+}
+
+/// The proxies in a guest: `/etc/hermes-box/proxy.env`, or "" when it has none.
+const PROXY_ENV: &str = "cat /etc/hermes-box/proxy.env 2>/dev/null || true";
 
 fn prerequisites() -> bool {
     remote_support::prerequisites() && browser_support::available()
@@ -294,6 +321,7 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     let t0 = Instant::now();
     let mut r = Remote::new();
     r.use_passphrase_env();
+    let user = r.use_user_secrets_env();
     let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let host = format!("ssh://root@{ALIAS}");
 
@@ -319,6 +347,15 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
         "box ls does not say alpha lives on {host}:\n{ls}"
     );
     let token = remote_token(&r, &alpha);
+    // The laptop's proxy stays here: REMOTE_PROXY_HOSTS names no host.
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV).is_empty(),
+        "the laptop's proxy (password and all) went into a remote box"
+    );
+    assert!(
+        new.stdout.contains(&format!("proxies: none for {host}")),
+        "box new does not say the remote box gets no proxies: {new}"
+    );
 
     // enter: the tmux session as agent, in the remote guest.
     let marker = write_remote_marker(&r, &alpha);
@@ -366,23 +403,20 @@ fn remote_whole_path_new_enter_open_save_load_rm() {
     assert!(load.ok(), "box load into a local box: {load}");
     let gamma = local_machine(&r, "gamma").expect("no local machine for gamma");
     remote_support::sim_support::assert_marker(&|a| r.world.sim(a), &gamma, &marker);
+    // A box on this machine does get the proxy: it was in box's environment all along.
+    assert!(
+        r.world
+            .sh(&gamma, PROXY_ENV)
+            .contains(&format!("HTTPS_PROXY='{}'", user.proxy_url())),
+        "the local box did not get the laptop's proxy: the remote scans would prove nothing"
+    );
     assert!(
         remote_machine(&r, "gamma").is_none(),
         "--host local made a remote machine"
     );
 
     // The scans, before anything is removed.
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
-    let raw = std::fs::read_to_string(r.raw_call_log()).unwrap();
-    let sshd = std::fs::read_to_string(r.sshd_log()).unwrap();
-    assert!(
-        !raw.contains(&token),
-        "the Executor token is in the remote's raw call log"
-    );
-    assert!(
-        !sshd.contains(&token),
-        "the Executor token is in sshd's log"
-    );
+    assert_remote_never_saw(&r, sampler, &user_secrets(&r, &user), &[token]);
 
     // rm, all three.
     for name in ["alpha", "beta", "gamma"] {
@@ -428,10 +462,10 @@ fn cut_during(r: &Remote, args: &[&str], needle: &str) -> Run {
     let reached = wait_for_remote_call(r, from, needle, 240);
     // The copy's temp dir is there while it runs (the check below is not vacuous).
     let start = Instant::now();
-    while reached && remote_temps(r).is_empty() && start.elapsed() < Duration::from_secs(10) {
+    while reached && r.box_temps().is_empty() && start.elapsed() < Duration::from_secs(10) {
         std::thread::sleep(Duration::from_millis(20));
     }
-    let temps_during = remote_temps(r);
+    let temps_during = r.box_temps();
     let killed = r.drop_connection();
     let run = r.world.finish(args, child, 180);
     r.set_remote_sim_env(&[]);
@@ -457,8 +491,10 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     let _serial = serial();
     let mut r = Remote::new();
     r.use_passphrase_env();
+    let user = r.use_user_secrets_env();
     let sampler = (r.sample_processes(), r.sample_laptop_ssh());
     let (alpha, backup, marker) = remote_box_with_backup(&r);
+    let token = remote_token(&r, &alpha);
     let published = r.world.backups_published();
 
     // The connection dropped mid-save: an error, nothing published, no temp anywhere, and
@@ -553,7 +589,7 @@ fn remote_faults_connection_dropped_mid_save_and_mid_load_and_smolvm_killed() {
     );
     r.world.assert_no_plaintext(&[]);
 
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    assert_remote_never_saw(&r, sampler, &user_secrets(&r, &user), &[token]);
     // Last, so the checks above run whatever this says: the part streamed in for the cut
     // load (plaintext of /data) must not outlive the connection on the remote.
     assert_remote_temps_gone(&r, 15, "after a load cut mid-copy");
@@ -696,7 +732,8 @@ fn remote_heavy_pristine_image_from_the_network() {
     );
     assert!(load.ok(), "{load}");
     assert_remote_marker(&r, &remote_machine(&r, "beta").unwrap(), &marker);
-    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()]);
+    let token = remote_token(&r, &alpha);
+    assert_remote_never_saw(&r, sampler, &[r.world.passphrase.clone()], &[token]);
 }
 
 /// A /data like an agent's after some work, about `mb` MiB: many small text files, an
@@ -859,6 +896,30 @@ fn remote_stop_start_doctor_repair_clone() {
     assert!(repair.ok(), "box repair alpha: {repair}");
     assert_remote_marker(&r, &alpha, &marker);
 
+    // The laptop's proxy goes to a remote box on a host REMOTE_PROXY_HOSTS names, and out
+    // again at the next repair once it no longer does.
+    let proxy = "http://boxuser:named-pw-7c1@proxy.invalid:3128";
+    let named = r.world.run(
+        &["repair", "alpha"],
+        &[
+            ("HTTPS_PROXY", proxy),
+            ("REMOTE_PROXY_HOSTS", host.as_str()),
+        ],
+    );
+    assert!(named.ok(), "box repair alpha, its host named: {named}");
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV)
+            .contains(&format!("HTTPS_PROXY='{proxy}'")),
+        "REMOTE_PROXY_HOSTS names {host}, yet its box got no proxy: {named}"
+    );
+    let unnamed = r.world.run(&["repair", "alpha"], &[("HTTPS_PROXY", proxy)]);
+    assert!(unnamed.ok(), "box repair alpha: {unnamed}");
+    assert!(
+        r.guest_sh(&alpha, PROXY_ENV).is_empty(),
+        "the proxy stayed in a box whose host is no longer named"
+    );
+    assert!(!unnamed.all().contains("named-pw-7c1"), "{unnamed}");
+
     let (clone, _) = timed(&r, &["clone", "alpha", "beta"], &[]);
     assert!(clone.ok(), "box clone alpha beta: {clone}");
     let beta = remote_machine(&r, "beta").expect("the clone on the remote");
@@ -870,4 +931,58 @@ fn remote_stop_start_doctor_repair_clone() {
         assert!(r.world.run(&["rm", name, "--force"], &[]).ok());
     }
     assert!(r.machines().is_empty(), "{:?}", r.machines());
+}
+
+/// A `BOX_SSH_COMMAND` that would forward the laptop's agent or X11 display to the remote,
+/// or move or take over box's control socket, is refused before any ssh runs, naming the
+/// word (ssh's letter flags win over box's own `-o` options); the same command without
+/// the word reaches the remote.
+#[test]
+fn remote_ssh_command_with_forwarding_is_refused_naming_the_word() {
+    if !remote_support::prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let r = Remote::new();
+    let plain = format!("ssh -F {}", r.ssh_config().display());
+    for (extra, named) in [
+        ("-A", "-A"),
+        ("-X", "-X"),
+        ("-Y", "-Y"),
+        ("-S /tmp/elsewhere", "-S"),
+        ("-M", "-M"),
+        ("-o ForwardAgent=yes", "-o ForwardAgent"),
+        ("-o ForwardX11=yes", "-o ForwardX11"),
+        ("-o ControlPath=/tmp/elsewhere", "-o ControlPath"),
+        ("-o ControlMaster=auto", "-o ControlMaster"),
+    ] {
+        let command = format!("{plain} {extra}");
+        let new = r
+            .world
+            .run(&["new", "alpha"], &[("BOX_SSH_COMMAND", command.as_str())]);
+        assert_eq!(new.code, Some(1), "box new with `{command}`: {new}");
+        assert!(
+            new.stderr
+                .contains(&format!("BOX_SSH_COMMAND may not set {named}: it ")),
+            "the error does not name {named}: {new}"
+        );
+        assert!(!r.world.registered("alpha"), "a refused new left a row");
+    }
+    assert!(r.calls().is_empty(), "smolvm ran on the remote");
+    assert!(
+        !std::fs::read_to_string(r.sshd_log())
+            .unwrap_or_default()
+            .contains("Accepted publickey"),
+        "ssh logged in to the remote with a refused command"
+    );
+    let ls = r
+        .world
+        .run(&["base", "ls"], &[("BOX_SSH_COMMAND", plain.as_str())]);
+    assert!(ls.ok(), "box base ls on the remote with `{plain}`: {ls}");
+    assert!(
+        std::fs::read_to_string(r.sshd_log())
+            .unwrap_or_default()
+            .contains("Accepted publickey"),
+        "box base ls never reached the remote: {ls}"
+    );
 }

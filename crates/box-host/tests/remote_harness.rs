@@ -98,7 +98,12 @@ fn the_remote_sees_none_of_the_laptops_test_files() {
     if !prerequisites() {
         return;
     }
-    let r = Remote::new();
+    assert_the_remote_sees_none_of_the_laptops_files(&Remote::new());
+}
+
+/// The laptop's state, TMPDIR, passphrase file, box.env and /tmp are invisible on the
+/// remote, and what the remote writes to its /tmp stays there.
+fn assert_the_remote_sees_none_of_the_laptops_files(r: &Remote) {
     let w = &r.world;
     std::fs::write(w.tmp().join("laptop-tmp-file"), "laptop").unwrap();
     std::fs::write(w.home().join("laptop-state-file"), "laptop").unwrap();
@@ -132,6 +137,71 @@ fn the_remote_sees_none_of_the_laptops_test_files() {
     assert!(r.ns.path("/tmp/remote-only").is_file());
     // The laptop still has its files (the tmpfs is the remote's only).
     assert!(w.passphrase_file().is_file());
+}
+
+/// A checkout under `/tmp` (a clone made there) or `/root` (root's home on a fresh
+/// server): the remote's empty `/tmp` and `/root` hide the laptop there too, yet the
+/// harness's own files (sshd's config and keys, the resolver, the simulator binary under
+/// the checkout's `target/debug`) are still there for it, and box drives it.
+#[test]
+fn the_harness_works_from_a_checkout_under_tmp_or_root() {
+    if !prerequisites() {
+        return;
+    }
+    for root in ["/tmp", "/root"] {
+        let checkout = tempfile::Builder::new()
+            .prefix("box-checkout-")
+            .tempdir_in(root)
+            .unwrap();
+        let debug = checkout.path().join("target/debug");
+        let target_tmp = checkout.path().join("target/tmp");
+        std::fs::create_dir_all(&debug).unwrap();
+        std::fs::create_dir_all(&target_tmp).unwrap();
+        let sim = debug.join("smolvm-sim");
+        let st = Command::new("install")
+            .args(["-m", "755"])
+            .arg(remote_support::sim_support::sibling("smolvm-sim"))
+            .arg(&sim)
+            .status()
+            .unwrap();
+        assert!(st.success(), "install smolvm-sim under {root}");
+        // Beside the checkout's build output: hidden from the remote like the rest.
+        std::fs::write(checkout.path().join("laptop-checkout-file"), "laptop").unwrap();
+        let r = Remote::new_in(&target_tmp, sim);
+        let out = r.ssh(&[&format!(
+            "{} machine ls --json && ls -A '{}'",
+            r.smolvm().display(),
+            checkout.path().display()
+        )]);
+        assert!(
+            out.status.success(),
+            "the remote smolvm does not run from a checkout under {root}: {}",
+            text(&out)
+        );
+        assert!(
+            !String::from_utf8_lossy(&out.stdout).contains("laptop-checkout-file"),
+            "the remote sees the checkout under {root}: {}",
+            text(&out)
+        );
+        assert_the_remote_sees_none_of_the_laptops_files(&r);
+        // The scans see the harness's own files once, and the way to them is no temp dir
+        // box left (`box-checkout-…` has `box` in its name).
+        let probe = format!("probe-{}", std::process::id());
+        std::fs::write(r.dir.path().join("probe"), &probe).unwrap();
+        assert_eq!(r.files_holding(std::slice::from_ref(&probe)).len(), 1);
+        assert_eq!(r.box_temps(), Vec::<String>::new());
+        let ls = r.world.run(&["base", "ls"], &[]);
+        assert!(
+            ls.ok(),
+            "box base ls on the remote, checkout under {root}: {ls}"
+        );
+        assert!(
+            std::fs::read_to_string(r.sshd_log())
+                .unwrap()
+                .contains("Accepted publickey"),
+            "box never reached the remote: {ls}"
+        );
+    }
 }
 
 #[test]
@@ -242,7 +312,7 @@ fn the_fault_and_scan_helpers_see_what_they_should() {
         found.iter().any(|f| f.contains("environment of ssh -F")),
         "the laptop ssh scan missed a secret in ssh's environment: {found:?}"
     );
-    assert!(seen.iter().all(|(a, _)| a.starts_with("ssh ")), "{seen:?}");
+    assert!(seen.iter().all(|p| p.args.starts_with("ssh ")), "{seen:?}");
 
     // The file scan sees a secret in the remote's /tmp and /root (a marker no smolvm call
     // saw: the raw call log holds the environment of the call above, PROBE included).

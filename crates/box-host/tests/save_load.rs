@@ -336,7 +336,7 @@ fn seed_format_backup_loads() {
     assert!(save.ok(), "box save of a damaged box: {}", save.all());
     assert!(
         save.stderr
-            .contains("the database home/agent/.hermes/state.db fails SQLite's integrity check"),
+            .contains("the database home/agent/.hermes/state.db fails SQLite's check"),
         "{}",
         save.stderr
     );
@@ -394,7 +394,7 @@ base = [{'name': './', 'type': D}, {'name': './home/', 'type': D}, {'name': './h
 cases = {
   'absolute': base + [{'name': '/etc/evil', 'data': b'x'}],
   'dotdot': base + [{'name': './home/agent/../../../evil', 'data': b'x'}],
-  'symlink-escape': base + [{'name': './home/agent/out', 'type': tarfile.SYMTYPE, 'link': '../../../../etc'}],
+  'symlink-escape': base + [{'name': './home/agent/out', 'type': tarfile.SYMTYPE, 'link': '../../../../etc'}, {'name': './home/agent/out/evil', 'data': b'x'}],
   'device': base + [{'name': './home/agent/dev', 'type': tarfile.CHRTYPE}],
   'no-home': [{'name': './', 'type': D}, {'name': './logs/', 'type': D}],
 }

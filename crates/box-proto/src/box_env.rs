@@ -53,8 +53,11 @@ pub struct BoxEnv {
     pub web_port_hi: u16,
     pub cpus: u8,
     pub mem_mib: u32,
-    /// Where `box save` writes and `box rm` looks for backups.
-    pub backup_dir: PathBuf,
+    /// `BACKUP_DIR`: where `box save` writes backups. `None` (unset or empty): the user's
+    /// data directory (`box` resolves it). A relative path is taken from the directory of
+    /// the box.env that sets it, never from where `box` runs (box-host's `config`); a host
+    /// path, so never written into a box.
+    pub backup_dir: Option<PathBuf>,
     pub node_major: u32,
     pub claude_code_version: String,
     pub codex_version: String,
@@ -106,6 +109,10 @@ pub struct BoxEnv {
     /// `CREDENTIALS`: API keys bound to hosts (`NAME@HOST[,HOST]`, `NAME=@FILE@HOST`, or a
     /// shorthand such as `anthropic`); the guest gets a placeholder.
     pub credentials: Vec<String>,
+    /// `REMOTE_PROXY_HOSTS`: the remote hosts (`ssh://…`, as `BOX_HOST` names them) whose
+    /// boxes get this machine's proxies too; a box on any other remote host gets none (the
+    /// proxy's credentials stay here).
+    pub remote_proxy_hosts: Vec<String>,
 }
 
 impl Default for BoxEnv {
@@ -121,7 +128,7 @@ impl Default for BoxEnv {
             web_port_hi: 4999,
             cpus: 4,
             mem_mib: 8192,
-            backup_dir: PathBuf::from("backups"),
+            backup_dir: None,
             node_major: 22,
             claude_code_version: "latest".into(),
             codex_version: "latest".into(),
@@ -144,6 +151,7 @@ impl Default for BoxEnv {
             egress_allow_private: Vec::new(),
             egress_require: false,
             credentials: Vec::new(),
+            remote_proxy_hosts: Vec::new(),
         }
     }
 }
@@ -183,11 +191,13 @@ pub const KEYS: &[&str] = &[
     "EGRESS_ALLOW_PRIVATE",
     "EGRESS_REQUIRE",
     "CREDENTIALS",
+    "REMOTE_PROXY_HOSTS",
 ];
 
 /// Keys only `box` on the laptop reads, never written into a box. The egress keys are
 /// smolvm's business on the host: a guest never needs them, and cannot change them.
 pub const HOST_ONLY_KEYS: &[&str] = &[
+    "BACKUP_DIR", // a path on the laptop
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
@@ -197,6 +207,7 @@ pub const HOST_ONLY_KEYS: &[&str] = &[
     "EGRESS_ALLOW_PRIVATE",
     "EGRESS_REQUIRE",
     "CREDENTIALS",
+    "REMOTE_PROXY_HOSTS",
 ];
 
 /// A list of words separated by spaces or commas (`a.com, *.b.com`); each word's own
@@ -273,6 +284,23 @@ fn parse_path_list(v: &str) -> Result<Vec<PathBuf>, String> {
     Ok(out)
 }
 
+/// `ssh://a ssh://me@b:2222`: remote hosts, space- or comma-separated; each is read in
+/// full (user, host, port) where it is used, on the host.
+fn parse_host_list(v: &str) -> Result<Vec<String>, String> {
+    let v = parse_text(v)?;
+    let mut out = Vec::new();
+    for part in v.split([' ', '\t', ',']).filter(|p| !p.is_empty()) {
+        if !part.starts_with("ssh://") {
+            return Err(format!(
+                "'{}' is not a remote host (write each as ssh://[user@]host[:port], as BOX_HOST names it)",
+                part.escape_debug()
+            ));
+        }
+        out.push(part.to_string());
+    }
+    Ok(out)
+}
+
 impl BoxEnv {
     /// Sets one key from its string form.
     pub fn set(&mut self, key: &str, value: &str) -> Result<(), String> {
@@ -288,10 +316,8 @@ impl BoxEnv {
             "BOX_CPUS" => self.cpus = parse_in(value, 1, 255, "CPUs")?,
             "BOX_MEM_MIB" => self.mem_mib = parse_in(value, 256, 4 * 1024 * 1024, "MiB")?,
             "BACKUP_DIR" => {
-                if value.is_empty() {
-                    return Err("must not be empty".into());
-                }
-                self.backup_dir = PathBuf::from(parse_text(value)?)
+                let v = parse_text(value)?;
+                self.backup_dir = (!v.is_empty()).then(|| PathBuf::from(v));
             }
             "NODE_MAJOR" => self.node_major = parse_in(value, 20, 99, "Node.js major version")?,
             "CLAUDE_CODE_VERSION" => self.claude_code_version = parse_word(value)?,
@@ -341,6 +367,7 @@ impl BoxEnv {
                     .map(str::to_string)
                     .collect()
             }
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts = parse_host_list(value)?,
             _ => {
                 return Err(format!("unknown key (known keys: {})", KEYS.join(", ")));
             }
@@ -362,7 +389,11 @@ impl BoxEnv {
             "EXECUTOR_PORT_HI" => self.web_port_hi.to_string(),
             "BOX_CPUS" => self.cpus.to_string(),
             "BOX_MEM_MIB" => self.mem_mib.to_string(),
-            "BACKUP_DIR" => self.backup_dir.display().to_string(),
+            "BACKUP_DIR" => self
+                .backup_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
             "NODE_MAJOR" => self.node_major.to_string(),
             "CLAUDE_CODE_VERSION" => self.claude_code_version.clone(),
             "CODEX_VERSION" => self.codex_version.clone(),
@@ -390,6 +421,7 @@ impl BoxEnv {
             "EGRESS_ALLOW_PRIVATE" => self.egress_allow_private.join(" "),
             "EGRESS_REQUIRE" => b(self.egress_require),
             "CREDENTIALS" => self.credentials.join(" "),
+            "REMOTE_PROXY_HOSTS" => self.remote_proxy_hosts.join(" "),
             _ => return None,
         })
     }
@@ -566,8 +598,9 @@ mod tests {
             "HERMES_INSTALL_ARGS=\"'\"\n",
             "HERMES_INSTALL_ARGS=\"--name 'it'\"\n",
             "HERMES_INSTALL_ARGS='--name \"x\"'\n",
-            "HERMES_INSTALL_ARGS=\"it's\"\nBACKUP_DIR=' b '\n",
-            "BACKUP_DIR=\"a\u{a0}\"\n",
+            "HERMES_INSTALL_ARGS=\"it's\"\n",
+            "HERMES_INSTALL_ARGS=' b '\n",
+            "HERMES_INSTALL_ARGS=\"a\u{a0}\"\n",
         ] {
             let env = parse(text).unwrap();
             assert_eq!(parse(&env.render()).unwrap(), env, "{text:?}");
@@ -609,6 +642,18 @@ mod tests {
         );
         let err = parse("PROPAGATE_PROXY=maybe\n").unwrap_err().to_string();
         assert!(err.contains("PROPAGATE_PROXY"), "{err}");
+        let env = parse("REMOTE_PROXY_HOSTS=ssh://me@ws, ssh://dc:2222\n").unwrap();
+        assert_eq!(env.remote_proxy_hosts, ["ssh://me@ws", "ssh://dc:2222"]);
+        assert!(BoxEnv::default().remote_proxy_hosts.is_empty());
+        // The laptop's business: never written into a box.
+        assert!(!env.render().contains("REMOTE_PROXY_HOSTS"));
+        let err = parse("REMOTE_PROXY_HOSTS=bighost\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("REMOTE_PROXY_HOSTS") && err.contains("ssh://"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -686,6 +731,19 @@ mod tests {
             err,
             "environment: WIRE_EXECUTOR_MCP: 'nah' is not a boolean (use 1 or 0)"
         );
+    }
+
+    /// Unset or empty: the user's data directory (box resolves it); a path is kept as
+    /// written (box resolves a relative one beside the file); never written into a box.
+    #[test]
+    fn backup_dir_is_optional_and_stays_on_the_host() {
+        assert_eq!(BoxEnv::default().backup_dir, None);
+        assert_eq!(parse("BACKUP_DIR=\n").unwrap().backup_dir, None);
+        let env = parse("BACKUP_DIR='my backups'\n").unwrap();
+        assert_eq!(env.backup_dir, Some(PathBuf::from("my backups")));
+        assert!(!env.render().contains("BACKUP_DIR"), "{}", env.render());
+        let err = parse("BACKUP_DIR=a\u{7}b\n").unwrap_err().to_string();
+        assert!(err.contains("BACKUP_DIR: contains a control"), "{err}");
     }
 
     #[test]

@@ -36,6 +36,20 @@ pub const CHAIN_PARENT_KEY: &str = "chain_parent";
 /// it, with the same values, before exports copied live databases.)
 pub const SQLITE_CHECK_KEY: &str = "sqlite_check";
 
+/// A box's network policy, as `box` records it at each save (`hb write-manifest --policy
+/// KEY=VALUE`) so `box load` can make the restored box with it: `egress` (`open` or
+/// `allowlist`), then space-separated lists: the user's extra names, address ranges, the
+/// private ranges re-opened, and the credential bindings as `NAME@HOST[,HOST]` (which host
+/// may receive which variable; never a value, never where the value is kept). Not in
+/// [`KNOWN_KEYS`]: only `box` knows them, and a manifest without them is an older box's.
+pub const POLICY_KEYS: &[&str] = &[
+    "egress",
+    "egress_allow_hosts",
+    "egress_allow_cidrs",
+    "egress_allow_private",
+    "credentials",
+];
+
 /// The path of the manifest relative to the durable data root (`/data`).
 pub const MANIFEST_PATH_IN_DATA: &str = "home/agent/.config/hermes-box/runtime-manifest";
 

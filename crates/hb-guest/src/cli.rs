@@ -132,6 +132,11 @@ pub struct WriteManifestArgs {
     /// The version of smolvm that runs this box
     #[arg(long, value_name = "VERSION")]
     pub smolvm_version: Option<String>,
+    /// The box's network policy as `box` keeps it, one of the manifest's policy keys
+    /// (egress, egress_allow_hosts, egress_allow_cidrs, egress_allow_private, credentials)
+    /// per flag; repeatable
+    #[arg(long, value_name = "KEY=VALUE")]
+    pub policy: Vec<String>,
 }
 
 #[derive(Debug, Args)]

@@ -1,6 +1,7 @@
-//! `hb quiesce` stops Hermes writers (every `hermes` process; they all write state.db) and
-//! `hb resume` starts again only the gateway it stopped. A stand-in `hermes` (bash under
-//! that name) plays the gateway, so no Hermes install is needed.
+//! `hb quiesce` leaves Hermes running (issue 31: a save never kills the agent; the export
+//! copies its live database), and `hb resume` still starts again a gateway that an older
+//! hb's quiesce stopped and named in its record. A stand-in `hermes` (bash under that name)
+//! plays the gateway, so no Hermes install is needed.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -13,7 +14,7 @@ use std::time::Duration;
 use common::{Box_, procs_with, wait_until};
 
 #[test]
-fn quiesce_stops_the_hermes_gateway_and_resume_restarts_it() {
+fn quiesce_leaves_hermes_running_and_resume_restarts_what_an_older_hb_stopped() {
     let mut b = Box_::new();
     // No Executor in this box: resume must not wait for one.
     std::fs::write(b.config_file(), "INSTALL_EXECUTOR=0\nINSTALL_HERMES=1\n").unwrap();
@@ -34,17 +35,31 @@ fn quiesce_stops_the_hermes_gateway_and_resume_restarts_it() {
     let first_group = gw.id() as i32;
     assert!(wait_until(Duration::from_secs(5), || !procs_with(&marker).is_empty()));
 
+    // Through a quiesce and its resume, the same process runs on.
     let q = b.ok(&["quiesce"]);
-    assert!(q.contains("hermes: stopping pid"), "{q}");
-    assert!(
-        gw.try_wait().unwrap().is_some()
-            || wait_until(Duration::from_secs(5), || gw.try_wait().unwrap().is_some())
-    );
+    assert!(!q.contains("stopping"), "{q}");
     assert!(b.hb_config().join("quiesced").exists());
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(gw.try_wait().unwrap().is_none(), "quiesce stopped Hermes");
+    let r = b.ok(&["resume"]);
+    assert!(!r.contains("hermes: started"), "{r}");
+    assert!(gw.try_wait().unwrap().is_none());
+    assert_eq!(procs_with(&format!("{marker} gateway run")).len(), 1);
 
+    // A record an older hb wrote (it stopped the gateway): resume starts it again, once.
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(first_group),
+        nix::sys::signal::Signal::SIGKILL,
+    );
+    let _ = gw.wait();
+    let argv = ["hermes", "-c", "sleep 600; :", &marker, "gateway", "run"];
+    std::fs::write(
+        b.hb_config().join("quiesce-record.json"),
+        serde_json::json!({ "created_marker": false, "stopped_gateways": [argv] }).to_string(),
+    )
+    .unwrap();
     let r = b.ok(&["resume"]);
     assert!(r.contains("hermes: started"), "{r}");
-    assert!(!b.hb_config().join("quiesced").exists());
     assert!(!b.hb_config().join("quiesce-record.json").exists());
     let again = procs_with(&format!("{marker} gateway run"));
     assert_eq!(
@@ -52,14 +67,10 @@ fn quiesce_stops_the_hermes_gateway_and_resume_restarts_it() {
         1,
         "gateway not restarted exactly once: {again:?}"
     );
-    // Clean up both stand-ins and their `sleep` children (resume starts the gateway in its
-    // own process group).
-    for group in [first_group, again[0].0 as i32] {
-        let _ = nix::sys::signal::killpg(
-            nix::unistd::Pid::from_raw(group),
-            nix::sys::signal::Signal::SIGKILL,
-        );
-    }
+    let _ = nix::sys::signal::killpg(
+        nix::unistd::Pid::from_raw(again[0].0 as i32),
+        nix::sys::signal::Signal::SIGKILL,
+    );
     // A second resume has nothing to undo.
     assert!(b.ok(&["resume"]).contains("nothing to resume"));
 }

@@ -99,6 +99,45 @@ fn write_manifest_records_the_host_versions_box_passes() {
     assert!(m.get("hb").unwrap().starts_with(env!("CARGO_PKG_VERSION")));
 }
 
+/// The policy `box` passes at a save lands in the manifest (what `box load` reads back);
+/// rewrites without it (quiesce, provisioning) keep it; a key that is not a policy key, or a
+/// value with a control character, is refused and changes nothing.
+#[test]
+fn write_manifest_records_the_policy_box_passes() {
+    let b = Box_::new();
+    b.init();
+    let path = b.hb_config().join("runtime-manifest");
+    let read =
+        || box_proto::RuntimeManifest::parse(&std::fs::read_to_string(&path).unwrap()).unwrap();
+    b.ok(&[
+        "write-manifest",
+        "--policy",
+        "egress=allowlist",
+        "--policy",
+        "credentials=ANTHROPIC_API_KEY@api.anthropic.com",
+        "--policy",
+        "egress_allow_hosts=",
+    ]);
+    b.ok(&["write-manifest"]);
+    let m = read();
+    assert_eq!(m.get("egress"), Some("allowlist"));
+    assert_eq!(
+        m.get("credentials"),
+        Some("ANTHROPIC_API_KEY@api.anthropic.com")
+    );
+    assert_eq!(m.get("egress_allow_hosts"), Some(""));
+    for (bad, why) in [
+        ("box=forged", "'box' is not a policy key"),
+        ("egress", "expected KEY=VALUE"),
+        ("egress=open\nhb=forged", "control character"),
+    ] {
+        let out = b.run(&["write-manifest", "--policy", bad]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!out.status.success() && err.contains(why), "{bad:?}: {err}");
+    }
+    assert_eq!(read().get("egress"), Some("allowlist"));
+}
+
 #[test]
 fn write_manifest_is_private_atomic_and_keeps_unknown_keys() {
     let b = Box_::new();
@@ -294,11 +333,12 @@ fn doctor_shows_the_guest_network_with_credentials_hidden() {
     assert!(!b.transcript.borrow().contains("hunter2"));
 }
 
-/// A damaged database of the box's software does not stop a save's quiesce (a backup of
-/// a damaged box beats none): hb warns, names it on the line `box save` shows, and records
-/// it in the runtime manifest. Before issue 21 the quiesce failed and the box had no backup.
+/// A damaged database of the box's software does not stop a save's export (a backup of a
+/// damaged box beats none): hb warns, archives it as it is, and records it in the runtime
+/// manifest the backup carries, which `box save` reads to warn. Before issue 21 the save
+/// failed and the box had no backup.
 #[test]
-fn quiesce_warns_about_a_damaged_database_and_records_it() {
+fn an_export_warns_about_a_damaged_database_and_records_it() {
     use std::os::unix::fs::FileExt;
     let b = Box_::new();
     b.init();
@@ -312,29 +352,27 @@ fn quiesce_warns_about_a_damaged_database_and_records_it() {
         )
         .unwrap();
     }
-    let q = b.run(&["quiesce"]);
-    assert!(q.status.success(), "{}", String::from_utf8_lossy(&q.stderr));
-    let manifest = std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
-    assert!(manifest.contains("sqlite_check=ok"), "{manifest}");
-    b.run(&["resume"]);
+    // As a save runs it: the manifest first (quiesce writes it), then the export.
+    b.ok(&["write-manifest"]);
+    let manifest = || std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
+    let out = b.dir.path().join("first");
+    let e = b.run(&["export", "--out", out.to_str().unwrap()]);
+    assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
+    assert!(manifest().contains("sqlite_check=ok"), "{}", manifest());
 
     let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
     f.write_all_at(&[0xA5; 4096], 4 * 4096).unwrap();
-    let q = b.run(&["quiesce"]);
-    let (out, err) = (
-        String::from_utf8_lossy(&q.stdout),
-        String::from_utf8_lossy(&q.stderr),
-    );
-    assert!(q.status.success(), "{err}");
+    let out = b.dir.path().join("second");
+    let e = b.run(&["export", "--out", out.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&e.stderr);
+    assert!(e.status.success(), "{err}");
     assert!(
-        out.contains("sqlite: DAMAGED home/agent/.hermes/state.db: "),
-        "{out}"
+        err.contains("the database home/agent/.hermes/state.db fails SQLite's quick_check"),
+        "{err}"
     );
-    assert!(err.contains("failed SQLite's integrity check"), "{err}");
-    let manifest = std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
     assert!(
-        manifest.contains("sqlite_check=damaged home/agent/.hermes/state.db"),
-        "{manifest}"
+        manifest().contains("sqlite_check=damaged home/agent/.hermes/state.db"),
+        "{}",
+        manifest()
     );
-    b.run(&["resume"]);
 }

@@ -80,7 +80,7 @@ fn aead_name(aead: u8) -> Cow<'static, str> {
 }
 
 /// `s` quoted for a POSIX shell, so the printed command can be pasted as is.
-fn shell_quote(s: &str) -> String {
+pub(crate) fn shell_quote(s: &str) -> String {
     if !s.is_empty()
         && s.bytes()
             .all(|b| b.is_ascii_alphanumeric() || b"/._-+,:@%".contains(&b))

@@ -28,6 +28,7 @@ pub mod crypto;
 pub mod envelope;
 mod follow;
 pub mod load;
+pub mod location;
 pub mod passphrase;
 pub mod publish;
 pub mod save;

@@ -15,6 +15,7 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::backup::chain::{self, Link};
+use crate::backup::location::{self, Place, Source};
 use crate::backup::{load, passphrase};
 use crate::state::{LockKey, locks};
 use crate::ui;
@@ -29,29 +30,32 @@ struct Listed {
     age_secs: u64,
 }
 
-/// The backup files in `dir` of `only` (or of every box), by box: names only, nothing read.
-fn files_by_box(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+/// The backup files in `places` of `only` (or of every box), by box: names only, nothing
+/// read.
+fn files_by_box(places: &[Place], only: Option<&str>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    let entries = match std::fs::read_dir(dir) {
-        Ok(e) => e,
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(BTreeMap::new()),
-        Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-    };
-    for entry in entries {
-        let path = entry?.path();
-        if let Some((name, _)) = chain::box_and_stamp(&path)
-            && only.is_none_or(|o| o == name)
-            && path.is_file()
-        {
-            files.entry(name).or_default().push(path);
+    for dir in places.iter().map(|p| &p.dir) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if let Some((name, _)) = chain::box_and_stamp(&path)
+                && only.is_none_or(|o| o == name)
+                && path.is_file()
+            {
+                files.entry(name).or_default().push(path);
+            }
         }
     }
     Ok(files)
 }
 
-/// Every backup in `dir` of `only` (or of every box), by box.
-fn read(dir: &Path, only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
-    let files = files_by_box(dir, only)?;
+/// Every backup in `places` of `only` (or of every box), by box.
+fn read(places: &[Place], only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
+    let files = files_by_box(places, only)?;
     if files.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -125,8 +129,27 @@ pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
     if let Some(crate::cli::BackupsCmd::Prune(p)) = &args.cmd {
         return prune(ctx, p);
     }
-    let dir = ctx.config.backup_dir();
-    let boxes = read(&dir, args.name.as_deref())?;
+    let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
+    let boxes = read(&places, args.name.as_deref())?;
+    // Where each place's backups are listed; the old `./backups` is said once.
+    let in_place = |place: &Place| {
+        boxes
+            .iter()
+            .map(|(name, listed)| {
+                let here: Vec<&Listed> = listed
+                    .iter()
+                    .filter(|l| chain::dir_of(&l.link.path) == place.dir)
+                    .collect();
+                (name, here)
+            })
+            .filter(|(_, here)| !here.is_empty())
+            .collect::<Vec<_>>()
+    };
+    for legacy in places.iter().filter(|p| p.source == Source::Legacy) {
+        if !in_place(legacy).is_empty() {
+            location::say_legacy(&legacy.dir, &places[0].dir, args.name.as_deref());
+        }
+    }
     if args.json {
         let rows: Vec<serde_json::Value> = boxes
             .iter()
@@ -148,47 +171,58 @@ pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     if boxes.is_empty() {
-        println!("No backups in {}", dir.display());
+        println!("No backups in {}", places[0].dir.display());
         return Ok(ExitCode::SUCCESS);
     }
-    for (name, listed) in &boxes {
-        println!("{name}");
-        let mut chains: BTreeMap<String, Vec<&Listed>> = BTreeMap::new();
-        for l in listed {
-            let key = l.chain.as_deref().map_or_else(
-                || "(broken: a link before it is missing)".to_string(),
-                file_name,
-            );
-            chains.entry(key).or_default().push(l);
+    for place in &places {
+        let here = in_place(place);
+        if !here.is_empty() {
+            println!("Backups in {}", place.dir.display());
         }
-        for (root, links) in chains {
-            let total: u64 = links.iter().map(|l| l.size).sum();
-            println!(
-                "  chain {root}: {} backup(s), {}",
-                links.len(),
-                human(total)
-            );
-            for l in links {
-                println!(
-                    "    {:<40} {:<12} {:>10}  {}",
-                    file_name(&l.link.path),
-                    if l.link.parent.is_some() {
-                        "incremental"
-                    } else {
-                        "full"
-                    },
-                    human(l.size),
-                    age(l.age_secs)
-                );
-            }
+        for (name, listed) in here {
+            print_box(name, &listed);
         }
     }
     Ok(ExitCode::SUCCESS)
 }
 
+/// One box's backups in one place, by chain.
+fn print_box(name: &str, listed: &[&Listed]) {
+    println!("{name}");
+    let mut chains: BTreeMap<String, Vec<&Listed>> = BTreeMap::new();
+    for l in listed {
+        let key = l.chain.as_deref().map_or_else(
+            || "(broken: a link before it is missing)".to_string(),
+            file_name,
+        );
+        chains.entry(key).or_default().push(l);
+    }
+    for (root, links) in chains {
+        let total: u64 = links.iter().map(|l| l.size).sum();
+        println!(
+            "  chain {root}: {} backup(s), {}",
+            links.len(),
+            human(total)
+        );
+        for l in links {
+            println!(
+                "    {:<40} {:<12} {:>10}  {}",
+                file_name(&l.link.path),
+                if l.link.parent.is_some() {
+                    "incremental"
+                } else {
+                    "full"
+                },
+                human(l.size),
+                age(l.age_secs)
+            );
+        }
+    }
+}
+
 fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
-    let dir = ctx.config.backup_dir();
-    let boxes = files_by_box(&dir, args.name.as_deref())?;
+    let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
+    let boxes = files_by_box(&places, args.name.as_deref())?;
     let pass = if boxes.is_empty() {
         None
     } else {
@@ -209,7 +243,7 @@ fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
         let Some(pass) = &pass else {
             break;
         };
-        let files = files_by_box(&dir, Some(name))?;
+        let files = files_by_box(&places, Some(name))?;
         let read = read_boxes(files, pass)?;
         let Some(listed) = read.get(name) else {
             continue;

@@ -66,15 +66,17 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     ui::say(format!(
         "Creating and provisioning '{name}' to clone '{source_name}' into"
     ));
-    // A clone keeps its source's policy and API key bindings (the keys themselves come
-    // from this shell at each start; the clone gets placeholders of its own).
-    let containment = match source.record.containment.clone() {
-        Some(c) => c,
-        None => crate::lifecycle::containment::Containment::from_config(
-            &ctx.config.env,
-            &Default::default(),
-        )?,
-    };
+    // A clone keeps its source's policy and API key bindings, the user's flags on top (the
+    // keys themselves come from this shell at each start; the clone gets placeholders of
+    // its own).
+    let (containment, line) = crate::lifecycle::containment::carried::for_clone(
+        &ctx.config.env,
+        &source_name,
+        source.record.containment.as_ref(),
+        &args.making.policy.overrides(),
+        args.making.policy.any(),
+    )?;
+    ui::say(line);
     let provisioned = match new::create_and_provision(
         ctx,
         &name,

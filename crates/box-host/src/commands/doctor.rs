@@ -26,7 +26,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     let mut checks = host_checks::run(&smolvm);
     // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY).
     checks.push(
-        match GuestNetwork::from_host(&ctx.config.env, |k| std::env::var(k).ok()) {
+        match GuestNetwork::from_host(&ctx.config.env, None, |k| std::env::var(k).ok()) {
             Ok(n) => Check::new(
                 "host",
                 "network",
@@ -38,6 +38,8 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     );
     checks.push(crate::base::doctor_check(ctx));
     let mut fixed: Vec<String> = Vec::new();
+    // Each box's policy and smolvm's newest denials, for --json.
+    let mut egress: Vec<serde_json::Value> = Vec::new();
     let registry = Registry::new(&ctx.state);
     let listing = registry.list()?;
     for bad in &listing.corrupt {
@@ -86,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(crate::remote::doctor::checks(&remote_smolvm));
+                checks.extend(crate::lifecycle::remote_checks::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };
@@ -130,6 +132,9 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
         for r in on_host {
             let machine = machines.iter().find(|m| m.name == r.machine);
             check_box(ctx, smolvm, r, machine, args.fix, &mut checks, &mut fixed);
+            if machine.is_some_and(|m| boxes::owned(m, r)) {
+                egress_check(smolvm, r, &mut checks, &mut egress);
+            }
         }
     }
     let failed = checks.iter().any(|c| c.status == Status::Fail);
@@ -138,6 +143,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             "ok": !failed,
             "checks": checks,
             "fixed": fixed,
+            "egress": egress,
         });
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
@@ -148,6 +154,50 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// How many of a box's newest denials the text report shows.
+const DENIALS_SHOWN: usize = 5;
+
+/// A box's policy (where it may connect, its bound API keys) and what smolvm refused it
+/// lately, as `box egress` shows them.
+fn egress_check(
+    smolvm: &Smolvm,
+    record: &BoxRecord,
+    checks: &mut Vec<Check>,
+    reports: &mut Vec<serde_json::Value>,
+) {
+    let s = format!("box {}", record.name);
+    let report = match super::egress::Report::read(smolvm, record) {
+        Ok(r) => r,
+        Err(e) => {
+            checks.push(Check::new(
+                &s,
+                "egress",
+                Status::Warn,
+                format!("cannot read its egress denials: {e:#}"),
+            ));
+            return;
+        }
+    };
+    let status = if record.containment.is_some() {
+        Status::Ok
+    } else {
+        Status::Warn
+    };
+    checks.push(Check::new(
+        &s,
+        "egress",
+        status,
+        report.policy_lines().join("; "),
+    ));
+    checks.push(Check::new(
+        &s,
+        "denials",
+        Status::Ok,
+        report.denial_lines(DENIALS_SHOWN).join("\n        "),
+    ));
+    reports.push(report.json());
 }
 
 /// Why an incomplete box is incomplete, and what to do: kept on purpose after a failed

@@ -12,24 +12,27 @@ use anyhow::{Result, bail};
 use box_proto::archive::naming::strip_backup_extension;
 
 use super::Context;
-use crate::backup::{chain, cleanup, load, passphrase};
+use crate::backup::{chain, cleanup, load, location, passphrase};
 use crate::ui;
 
-/// `<backup dir>/<file name minus .tar.zst.gpg or .tar.gz.gpg>-extracted`.
-pub fn default_target(backup_dir: &Path, file: &Path) -> PathBuf {
+/// `<file name minus .tar.zst.gpg or .tar.gz.gpg>-extracted` in the current directory, as
+/// tar extracts: the backups themselves are kept out of the way, in the user's data
+/// directory (it used to be `./backups`, the backup dir of those days).
+pub fn default_target(file: &Path) -> PathBuf {
     let name = file
         .file_name()
         .map(|n| n.to_string_lossy().into_owned())
         .unwrap_or_else(|| "backup".to_string());
-    backup_dir.join(format!("{}-extracted", strip_backup_extension(&name)))
+    PathBuf::from(format!("{}-extracted", strip_backup_extension(&name)))
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     cleanup::install();
-    load::check_backup_file(&args.file)?;
+    let file = location::find_file(&ctx.config, &ctx.state, &args.file);
+    load::check_backup_file(&file)?;
     let target = match &args.dir {
         Some(dir) => dir.clone(),
-        None => default_target(&ctx.config.backup_dir(), &args.file),
+        None => default_target(&file),
     };
     if std::fs::symlink_metadata(&target).is_ok() {
         bail!(
@@ -40,13 +43,13 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     // An incremental backup restores with the links before it: found beside it by digest,
     // each validated after the ones before, before anything is written.
-    let links = chain::discover_links(&args.file, args.chain_dir.as_deref(), &|p| {
+    let links = chain::discover_links(&file, args.chain_dir.as_deref(), &|p| {
         load::peek_place(p, &pass)
     })?;
     if links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; applying, oldest first: {}",
-            args.file.display(),
+            file.display(),
             links.len(),
             links
                 .iter()
@@ -58,14 +61,14 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
                 .join(", ")
         ));
     }
-    ui::say(format!("Decrypting and validating {}", args.file.display()));
+    ui::say(format!("Decrypting and validating {}", file.display()));
     let chain = load::validate_chain(&links, &pass)?;
     for warning in chain.warnings() {
         ui::warn(warning);
     }
     let chain = chain.links;
     let Some((validated, _)) = chain.last() else {
-        bail!("nothing to extract from {}", args.file.display());
+        bail!("nothing to extract from {}", file.display());
     };
     match (&validated.manifest, &validated.manifest_error) {
         (Some(manifest), _) => {
@@ -100,15 +103,14 @@ mod tests {
     use super::*;
 
     #[test]
-    fn default_dir() {
-        let d = Path::new("/b");
+    fn default_dir_is_in_the_current_directory() {
         assert_eq!(
-            default_target(d, Path::new("/x/alpha-20261129-120000.tar.zst.gpg")),
-            Path::new("/b/alpha-20261129-120000-extracted")
+            default_target(Path::new("/x/alpha-20261129-120000.tar.zst.gpg")),
+            Path::new("alpha-20261129-120000-extracted")
         );
         assert_eq!(
-            default_target(d, Path::new("old.tar.gz.gpg")),
-            Path::new("/b/old-extracted")
+            default_target(Path::new("old.tar.gz.gpg")),
+            Path::new("old-extracted")
         );
     }
 }

@@ -25,7 +25,7 @@ use super::Context;
 use super::new::{self, Provisioned};
 use crate::backup::chain;
 use crate::backup::load::{self, ValidatedBackup};
-use crate::backup::{BackupError, cleanup, passphrase};
+use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
@@ -39,10 +39,12 @@ use crate::ui::progress::human;
 pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
-    if std::fs::symlink_metadata(&args.file).is_err() {
-        bail!("no such archive: {}", args.file.display());
+    let file = location::find_file(&ctx.config, &ctx.state, &args.file);
+    let file = file.as_path();
+    if std::fs::symlink_metadata(file).is_err() {
+        bail!("no such archive: {}", file.display());
     }
-    load::check_backup_file(&args.file)?;
+    load::check_backup_file(file)?;
     let name = BoxName::parse(&args.name)?;
     cleanup::install();
     cleanup::set_deferred(true);
@@ -57,7 +59,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if Registry::new(&ctx.state).get(&name)?.is_some() {
         bail!(
             "box '{name}' already exists; load into another name: box load {} <name>",
-            args.file.display()
+            file.display()
         );
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
@@ -66,7 +68,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
-    let links = match chain::discover_links(&args.file, args.chain_dir.as_deref(), &|p| {
+    let links = match chain::discover_links(file, args.chain_dir.as_deref(), &|p| {
         load::peek_place(p, &pass)
     }) {
         Ok(links) => links,
@@ -76,7 +78,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     if links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; restoring the chain, oldest first",
-            args.file.display(),
+            file.display(),
             links.len()
         ));
     }
@@ -96,7 +98,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let Some((validated, _)) = chain.last() else {
         bail!(
             "archive is invalid or unsafe: nothing in {}",
-            args.file.display()
+            file.display()
         );
     };
     describe(validated);
@@ -105,13 +107,19 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 
     timings.mark("validate (pass 1)");
-    ui::say(format!("Creating and provisioning fresh instance '{name}'"));
-    // A backup holds no policy: the restored box gets box.env's (EGRESS*, CREDENTIALS),
-    // and placeholders of its own machine.
-    let containment = crate::lifecycle::containment::Containment::from_config(
+    // The restored box gets the policy the backup recorded (the user's flags on top), and
+    // placeholders of its own machine.
+    let (containment, warnings, line) = crate::lifecycle::containment::carried::for_load(
         &ctx.config.env,
-        &Default::default(),
+        validated.manifest.as_ref(),
+        &args.making.policy.overrides(),
+        args.making.policy.any(),
     )?;
+    for w in warnings {
+        ui::warn(w);
+    }
+    ui::say(line);
+    ui::say(format!("Creating and provisioning fresh instance '{name}'"));
     let mut provisioned = match new::create_and_provision(
         ctx,
         &name,
@@ -331,7 +339,8 @@ impl LoadRun<'_> {
         }
         self.checkpoint()?;
         self.guest().hb(&["init"], timeouts::SHORT, true)?;
-        self.guest().write_manifest()?;
+        let policy = self.box_.containment.clone();
+        self.guest().write_manifest(Some(&policy))?;
         self.checkpoint()?;
         self.box_.timings.mark("refresh assets");
 

@@ -86,16 +86,7 @@ fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
 
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
-    let containment = Containment::from_config(
-        &ctx.config.env,
-        &containment::Overrides {
-            egress: args.egress.clone(),
-            allow_hosts: args.allow_host.clone(),
-            allow_cidrs: args.allow_cidr.clone(),
-            allow_private: args.allow_private.clone(),
-            credentials: args.credential.clone(),
-        },
-    )?;
+    let containment = Containment::from_config(&ctx.config.env, &args.policy.overrides())?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(
         &ctx.state,
@@ -191,7 +182,9 @@ impl NewRun<'_> {
         crate::lifecycle::guest_assets::preflight()?;
         // A bad GUEST_CA_CERTS file or an unreachable (loopback) proxy stops us before any
         // VM exists.
-        crate::lifecycle::guest_network::GuestNetwork::from_host(env, |k| std::env::var(k).ok())?;
+        crate::lifecycle::guest_network::GuestNetwork::from_host(env, self.smolvm.host(), |k| {
+            std::env::var(k).ok()
+        })?;
 
         self.base = self.pick_base();
         // The policy on this smolvm (what it cannot do is refused or said), and the API
@@ -321,6 +314,7 @@ impl NewRun<'_> {
             machine_label,
             host: self.ctx.host.as_ref().map(ToString::to_string),
             containment: Some(self.containment.clone()),
+            backup_dir: None,
         })?;
         self.row_written = true;
         self.registry_lock = None;
@@ -554,6 +548,8 @@ pub struct Provisioned {
     pub transcript: Transcript,
     /// Where its seconds went so far.
     pub timings: Timings,
+    /// Where the box may connect and which API keys it may use (as its registry row).
+    pub containment: Containment,
 }
 
 /// `box new`'s create-and-provision flow without its box lock (the caller holds it),
@@ -610,6 +606,7 @@ pub fn create_and_provision(
             smolvm: run.smolvm,
             transcript: run.transcript,
             timings: run.timings,
+            containment: run.containment,
         }),
         Err(stop) => Err(run.fail(stop)),
     }

@@ -13,16 +13,16 @@ use std::time::SystemTime;
 use anyhow::{Context as _, Result, bail};
 
 use super::Context;
-use crate::backup::{BackupError, chain, load, passphrase, tree_cache};
+use crate::backup::{BackupError, chain, load, location, passphrase, tree_cache};
 use crate::gateway;
 use crate::lifecycle::boxes;
-use crate::state::{LockKey, Registry, locks};
+use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
 
 pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     let name = record.name.clone();
-    match check_newest_backup(ctx, name.as_str(), args.force) {
+    match check_newest_backup(ctx, &record, args.force) {
         Newest::Broken(why) if !args.force => bail!(
             "the latest backup of '{name}' does not restore: {why}\n\
              its state is not saved anywhere a load could use; save it first (box save {name} --full), \
@@ -99,16 +99,22 @@ enum Newest {
 /// its chain present, each naming its parent's digest, in order, and each decrypted (MDC
 /// checked) and validated on the tree the links before it build. `force`: only with a
 /// passphrase from the environment, never a prompt.
-fn check_newest_backup(ctx: &Context, name: &str, force: bool) -> Newest {
-    let dir = ctx.config.backup_dir();
-    let path = match box_proto::archive::naming::newest_backup(&dir, name) {
-        Ok(Some(path)) => path,
-        Ok(None) => {
-            ui::warn(format!("no backup found for '{name}' in {}", dir.display()));
+fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest {
+    let name = record.name.as_str();
+    // Wherever its saves went, whatever directory box runs from.
+    let path = match location::chain_of(&ctx.config, record) {
+        Ok(location::Chain {
+            newest: Some(path), ..
+        }) => path,
+        Ok(location::Chain { place, .. }) => {
+            ui::warn(format!(
+                "no backup found for '{name}' in {}",
+                place.dir.display()
+            ));
             return Newest::None;
         }
         Err(e) => {
-            ui::warn(format!("cannot look for backups in {}: {e}", dir.display()));
+            ui::warn(format!("cannot look for backups of '{name}': {e:#}"));
             return Newest::Unchecked;
         }
     };

@@ -31,13 +31,13 @@ use super::Context;
 use crate::backup::chain::{self, Place};
 use crate::backup::hex_sha;
 use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, Sealed};
-use crate::backup::{cleanup, load, passphrase, tree_cache};
+use crate::backup::{cleanup, load, location, passphrase, tree_cache};
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest::HB_PATH;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::Smolvm;
-use crate::state::BoxRecord;
+use crate::state::{BoxRecord, Registry};
 use crate::transfer::announced::PartSink;
 use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::parts_stream::ExportedInto;
@@ -573,7 +573,9 @@ impl<'a> SaveRun<'a> {
         self.check_running()?;
         let part_size = transfer::part_size()?;
         let pending = transfer::stream_pending()?;
-        let dir = explicit_out.map_or_else(|| self.ctx.config.backup_dir(), chain::dir_of);
+        // The box's chain wherever box runs from (a new one: the backup dir).
+        let home = location::save_dir(&self.ctx.config, &self.record, on_newest)?;
+        let dir = explicit_out.map_or_else(|| home.clone(), chain::dir_of);
         // Before the pause: hashing the newest backup takes a moment.
         let mut plan = self.plan_chain(&dir, on_newest, pass)?;
         let out = match explicit_out {
@@ -582,11 +584,12 @@ impl<'a> SaveRun<'a> {
         };
         save::check_destination(&out)?;
         // Leftovers of a killed save of this box (we hold its lock).
-        host_dir::sweep_backup_temps(&self.ctx.config.backup_dir(), &name);
+        host_dir::sweep_backup_temps(&home, &name);
         self.timings.mark("check the chain");
         self.quiesce()?;
         self.timings.mark("quiesce");
-        self.guest().write_manifest()?;
+        let policy = self.record.containment.clone();
+        self.guest().write_manifest(policy.as_ref())?;
         self.checkpoint()?;
         self.timings.mark("manifest");
 
@@ -642,6 +645,14 @@ impl<'a> SaveRun<'a> {
         if !plan.flags.is_empty() {
             self.commit_snapshot(&published, &mut plan);
             self.timings.mark("record the snapshot");
+        }
+        if explicit_out.is_none()
+            && let Err(e) = Registry::new(&self.ctx.state).remember_backup_dir(&name, &home)
+        {
+            ui::warn(format!(
+                "box '{name}': cannot record where its backups are ({e:#}); box finds them in {} while BACKUP_DIR says so",
+                home.display()
+            ));
         }
         Ok(published)
     }

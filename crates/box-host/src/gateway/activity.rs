@@ -1,13 +1,16 @@
 //! What keeps a gateway alive: the time of the last request, and the requests, streams
-//! and WebSockets still open (an SSE stream that runs for hours is not "idle").
+//! and WebSockets still open (an SSE stream that runs for hours is not "idle"). Idle time
+//! counts the time the machine sleeps ([`super::clock`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
-use std::time::{Duration, Instant};
+use std::time::Duration;
+
+use super::clock::Moment;
 
 #[derive(Debug)]
 pub struct Activity {
-    epoch: Instant,
+    epoch: Moment,
     last_ms: AtomicU64,
     busy: AtomicUsize,
 }
@@ -15,7 +18,7 @@ pub struct Activity {
 impl Activity {
     pub fn new() -> Arc<Self> {
         Arc::new(Self {
-            epoch: Instant::now(),
+            epoch: Moment::now(),
             last_ms: AtomicU64::new(0),
             busy: AtomicUsize::new(0),
         })

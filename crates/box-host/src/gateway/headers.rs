@@ -1,6 +1,6 @@
 //! Header rewriting between the browser and Executor: hop-by-hop headers dropped, Host,
 //! Origin and Referer addressed to Executor's own origin on the way in, redirects pointed
-//! back at the gateway on the way out, only Executor's own cookies forwarded (see
+//! back at the gateway on the way out, only the cookies Executor set forwarded (see
 //! [`super::upstream_cookies`]) and any client-supplied `Authorization` never (the gateway
 //! sets its own).
 
@@ -212,7 +212,7 @@ mod tests {
             "cookies Executor never set"
         );
         let mut set = HeaderMap::new();
-        set.insert(header::SET_COOKIE, HeaderValue::from_static("a=0; Path=/"));
+        set.insert(header::SET_COOKIE, HeaderValue::from_static("a=1; Path=/"));
         executors.learn(&mut set);
         let up = upstream_headers(&executors, 4790, &h, false);
         assert_eq!(up[header::HOST], "127.0.0.1:4790");

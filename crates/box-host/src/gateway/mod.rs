@@ -9,6 +9,7 @@
 //! This works on every Executor: 1.5.9 reads no token from a URL at all.
 //!
 //! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for;
+//! - [`clock`]: their lifetimes count the time the machine sleeps;
 //! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
 //! - [`guard`]: Host (DNS rebinding) and Origin checks;
 //! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
@@ -18,6 +19,7 @@
 //! - [`spawn`]: starting one, detached.
 
 mod activity;
+mod clock;
 pub mod control;
 mod guard;
 mod headers;

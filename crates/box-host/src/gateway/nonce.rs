@@ -3,11 +3,13 @@
 //! A nonce travels in a sign-in page the opener is pointed at (never on an argv: see
 //! [`super::sign_in_file`]), or in the URL `box open --print-url` prints; it ends up in the
 //! browser's history, so it is worth nothing after one use or a minute, whichever comes
-//! first. A page attached to a nonce is removed with it. Comparison is constant-time.
+//! first (a minute of [`super::clock`], which counts the time the machine sleeps). A page
+//! attached to a nonce is removed with it. Comparison is constant-time.
 
 use std::path::PathBuf;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
+use super::clock::Moment;
 use super::sign_in_file;
 
 /// How long a sign-in URL works.
@@ -34,7 +36,7 @@ pub struct Nonces {
 
 struct Live {
     nonce: String,
-    until: Instant,
+    until: Moment,
     /// The sign-in page holding this nonce, removed when the nonce goes.
     page: Option<PathBuf>,
 }
@@ -55,7 +57,7 @@ impl std::fmt::Debug for Nonces {
 
 impl Nonces {
     /// A fresh nonce, valid for [`NONCE_TTL`] from `now`.
-    pub fn issue(&mut self, now: Instant) -> String {
+    pub fn issue(&mut self, now: Moment) -> String {
         self.expire(now);
         if self.live.len() >= MAX_LIVE {
             self.live.remove(0);
@@ -79,7 +81,7 @@ impl Nonces {
     }
 
     /// Whether `presented` is a live nonce; a match is consumed, so a second use fails.
-    pub fn redeem(&mut self, presented: &str, now: Instant) -> bool {
+    pub fn redeem(&mut self, presented: &str, now: Moment) -> bool {
         self.expire(now);
         let mut found = None;
         // Look at every entry, so the time taken does not say which one matched.
@@ -98,7 +100,7 @@ impl Nonces {
     }
 
     /// Drops the nonces (and their pages) whose minute is over.
-    pub fn expire(&mut self, now: Instant) {
+    pub fn expire(&mut self, now: Moment) {
         self.live.retain(|l| now < l.until);
     }
 }
@@ -110,7 +112,7 @@ mod tests {
     #[test]
     fn a_nonce_works_once() {
         let mut n = Nonces::default();
-        let now = Instant::now();
+        let now = Moment::now();
         let a = n.issue(now);
         assert_eq!(a.len(), 64);
         assert!(a.bytes().all(|b| b.is_ascii_hexdigit()));
@@ -121,17 +123,32 @@ mod tests {
     #[test]
     fn a_nonce_expires_after_a_minute() {
         let mut n = Nonces::default();
-        let now = Instant::now();
+        let now = Moment::now();
         let a = n.issue(now);
         assert!(!n.redeem(&a, now + NONCE_TTL));
         let b = n.issue(now);
-        assert!(n.redeem(&b, now + NONCE_TTL - Duration::from_millis(1)));
+        assert!(n.redeem(&b, now + (NONCE_TTL - Duration::from_millis(1))));
+    }
+
+    /// A sign-in link made before the lid closed does not work after two minutes asleep.
+    #[test]
+    fn a_nonce_expires_while_the_machine_sleeps() {
+        let mut n = Nonces::default();
+        let a = n.issue(Moment::now());
+        let Some(woke) = crate::gateway::clock::tests::after_a_sleep(Duration::from_secs(120))
+        else {
+            return;
+        };
+        assert!(
+            !n.redeem(&a, woke),
+            "a sign-in link outlived 2 min of sleep"
+        );
     }
 
     #[test]
     fn hostile_and_near_miss_nonces_are_refused() {
         let mut n = Nonces::default();
-        let now = Instant::now();
+        let now = Moment::now();
         let a = n.issue(now);
         let mut near = a.clone();
         near.pop();
@@ -151,7 +168,7 @@ mod tests {
     #[test]
     fn nonces_are_distinct_and_bounded() {
         let mut n = Nonces::default();
-        let now = Instant::now();
+        let now = Moment::now();
         let all: Vec<String> = (0..MAX_LIVE + 5).map(|_| n.issue(now)).collect();
         let unique: std::collections::HashSet<_> = all.iter().collect();
         assert_eq!(unique.len(), all.len());
@@ -169,7 +186,7 @@ mod tests {
             p
         };
         let mut n = Nonces::default();
-        let now = Instant::now();
+        let now = Moment::now();
         let (a, b, c) = (n.issue(now), n.issue(now), n.issue(now));
         let (pa, pb, pc) = (page("a"), page("b"), page("c"));
         n.attach_page(&a, pa.clone());

@@ -22,6 +22,7 @@ use hyper_util::rt::TokioIo;
 use box_proto::mcp::BearerToken;
 
 use super::activity::{Activity, Busy};
+use super::clock::Moment;
 use super::headers::{
     downstream_headers, forbid_framing, header_str, is_upgrade, upstream_headers,
 };
@@ -201,7 +202,7 @@ pub async fn handle(
         .iter()
         .filter_map(|v| v.to_str().ok());
     let session = session::find_cookie(cookies, &name)
-        .and_then(|sid| lock(&shared.sessions).use_session(sid, Instant::now()));
+        .and_then(|sid| lock(&shared.sessions).use_session(sid, Moment::now()));
     let Some(session_end) = session else {
         return Ok(page(
             StatusCode::UNAUTHORIZED,
@@ -232,7 +233,7 @@ fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         .flat_map(|q| q.split('&'))
         .find_map(|kv| kv.strip_prefix("nonce="))
         .unwrap_or("");
-    let now = Instant::now();
+    let now = Moment::now();
     if !lock(&shared.nonces).redeem(nonce, now) {
         return page(StatusCode::UNAUTHORIZED, pages::link_used(&shared.box_name));
     }

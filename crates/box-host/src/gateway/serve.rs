@@ -7,7 +7,7 @@
 
 use std::os::unix::fs::PermissionsExt;
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 use hyper::service::service_fn;
@@ -15,6 +15,7 @@ use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, UnixListener};
 
+use super::clock::Moment;
 use super::control::{MAX_LINE, Request};
 use super::proxy::{self, Shared};
 use super::record::{self, GatewayInfo};
@@ -148,7 +149,7 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
         tokio::time::sleep(tick).await;
         // Unused sign-in pages must not outlive their minute; an expired session's streams
         // end now, not at their next request.
-        let now = Instant::now();
+        let now = Moment::now();
         shared
             .nonces
             .lock()
@@ -182,7 +183,7 @@ async fn watch_lifetime(shared: Arc<Shared>, idle_timeout: Duration) {
 /// A fresh nonce written into a sign-in page tied to it: the reply `page <path>`.
 fn sign_in_page(state: &StateDir, shared: &Shared, info: &GatewayInfo) -> String {
     let mut nonces = shared.nonces.lock().unwrap_or_else(|e| e.into_inner());
-    let nonce = nonces.issue(Instant::now());
+    let nonce = nonces.issue(Moment::now());
     let url = super::sign_in_url(info, &nonce);
     match sign_in_file::write(state, &shared.box_name, &url) {
         Ok(path) => {
@@ -224,7 +225,7 @@ async fn control_loop(
                             .nonces
                             .lock()
                             .unwrap_or_else(|e| e.into_inner())
-                            .issue(Instant::now());
+                            .issue(Moment::now());
                         format!("nonce {nonce}")
                     }
                     Some(Request::SignInPage) => {

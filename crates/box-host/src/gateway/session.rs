@@ -2,18 +2,21 @@
 //!
 //! A session ends after `OPEN_SESSION_IDLE_TIMEOUT` seconds without a request that
 //! presents it, or `OPEN_SESSION_MAX_AGE` seconds after sign-in, whichever comes first, or
-//! on `box open --sign-out`/`--stop`. Open streams and WebSockets do not count as use
-//! (else a leaked cookie holding one open would never expire) and end with their session.
+//! on `box open --sign-out`/`--stop`. Both count the time the machine sleeps
+//! ([`super::clock`]): a laptop closed overnight wakes up signed out. Open streams and
+//! WebSockets do not count as use (else a leaked cookie holding one open would never
+//! expire) and end with their session.
 //!
 //! Cookies are not isolated by port, so every gateway on 127.0.0.1 shares one cookie jar
 //! with every other local web app: the cookie's name carries the gateway's port, so two
 //! boxes' gateways never overwrite each other's session; Executor never sees it (the
 //! gateway forwards only Executor's own cookies, see `upstream_cookies`).
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use tokio::sync::watch;
 
+use super::clock::Moment;
 use super::nonce::{random_hex32, same_secret};
 
 /// Sessions kept at most; the oldest goes first.
@@ -64,8 +67,8 @@ impl Default for Lifetimes {
 /// One signed-in browser. Dropping it ends the session's streams.
 struct Live {
     id: String,
-    created: Instant,
-    last_used: Instant,
+    created: Moment,
+    last_used: Moment,
     ended: watch::Sender<bool>,
 }
 
@@ -100,7 +103,7 @@ impl Sessions {
         }
     }
 
-    pub fn create(&mut self, now: Instant) -> String {
+    pub fn create(&mut self, now: Moment) -> String {
         self.expire(now);
         if self.live.len() >= MAX_SESSIONS {
             self.live.remove(0);
@@ -117,7 +120,7 @@ impl Sessions {
 
     /// A request presenting `presented`: if that is a live session (checked against every
     /// entry in constant time), it counts as use and its end signal is returned.
-    pub fn use_session(&mut self, presented: &str, now: Instant) -> Option<SessionEnd> {
+    pub fn use_session(&mut self, presented: &str, now: Moment) -> Option<SessionEnd> {
         self.expire(now);
         let mut found = None;
         for (i, live) in self.live.iter().enumerate() {
@@ -131,12 +134,12 @@ impl Sessions {
     }
 
     /// Ends the sessions idle or old past their lifetimes; returns how many ended.
-    pub fn expire(&mut self, now: Instant) -> usize {
+    pub fn expire(&mut self, now: Moment) -> usize {
         let before = self.live.len();
         let limits = self.lifetimes;
         self.live.retain(|l| {
-            now.saturating_duration_since(l.last_used) < limits.idle
-                && now.saturating_duration_since(l.created) < limits.max_age
+            now.saturating_since(l.last_used) < limits.idle
+                && now.saturating_since(l.created) < limits.max_age
         });
         before - self.live.len()
     }
@@ -183,7 +186,7 @@ mod tests {
     #[test]
     fn sessions_are_checked_exactly_and_bounded() {
         let mut s = Sessions::new(Lifetimes::default());
-        let now = Instant::now();
+        let now = Moment::now();
         let first = s.create(now);
         assert!(s.use_session(&first, now).is_some());
         assert!(s.use_session("", now).is_none());
@@ -206,7 +209,7 @@ mod tests {
             max_age: Duration::from_secs(25),
         };
         let mut s = Sessions::new(limits);
-        let t0 = Instant::now();
+        let t0 = Moment::now();
         let sec = |n| t0 + Duration::from_secs(n);
         let idle = s.create(t0);
         let busy = s.create(t0);
@@ -220,10 +223,33 @@ mod tests {
         assert!(s.use_session(&busy, sec(25)).is_none(), "25s after sign-in");
     }
 
+    /// Signed in, then the laptop slept longer than the idle timeout (the clock read in a
+    /// time namespace where that much CLOCK_BOOTTIME passed and no CLOCK_MONOTONIC): on
+    /// wake the session is over, its streams told.
+    #[test]
+    fn a_session_idle_through_a_sleep_is_over_on_wake() {
+        let mut s = Sessions::new(Lifetimes {
+            idle: Duration::from_secs(12 * 3600),
+            max_age: Duration::from_secs(7 * 86400),
+        });
+        let id = s.create(Moment::now());
+        let end = s.use_session(&id, Moment::now()).unwrap();
+        let Some(woke) =
+            crate::gateway::clock::tests::after_a_sleep(Duration::from_secs(13 * 3600))
+        else {
+            return;
+        };
+        assert!(
+            s.use_session(&id, woke).is_none(),
+            "a session idle for 13 h of sleep is still live"
+        );
+        assert!(*end.borrow(), "its streams were not told");
+    }
+
     #[test]
     fn signing_out_ends_every_session_and_its_streams() {
         let mut s = Sessions::new(Lifetimes::default());
-        let now = Instant::now();
+        let now = Moment::now();
         let (a, b) = (s.create(now), s.create(now));
         let end = s.use_session(&a, now).unwrap();
         assert_eq!(s.end_all(), 2);

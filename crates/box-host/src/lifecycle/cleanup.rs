@@ -152,6 +152,7 @@ mod tests {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         })
         .unwrap();
         let smolvm = ambiguous_smolvm(tmp.path());

@@ -10,6 +10,11 @@
 //! same for the agent's shells. They live on the guest's disk, so stop/start keeps them;
 //! `box repair` and `box load` put them in again from the host's current values.
 //!
+//! A box on a remote host gets this machine's proxies only when `REMOTE_PROXY_HOSTS` names
+//! that host: a laptop's proxy (and the password in its URL) belongs to the laptop's
+//! network, and the remote's operator, its root and every guest there could read it. Any
+//! other remote box gets none, and loses any it had at its next repair or load.
+//!
 //! A proxy on the host's loopback is refused: smolvm's guest network does not reach the
 //! host's 127.0.0.1 (the 1.x NAT gives the guest 100.96.0.1, a smoltcp stack, not the host's
 //! loopback; newer smolvm blocks host loopback unless `--allow-host-loopback`, which box
@@ -22,6 +27,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context as _, Result, bail};
 use box_proto::{BoxEnv, proxy};
 use secrecy::{ExposeSecret as _, SecretString};
+
+use crate::remote::RemoteHost;
 
 /// Where the proxies go in the guest.
 pub const GUEST_PROXY_ENV: &str = "/etc/hermes-box/proxy.env";
@@ -61,8 +68,11 @@ impl std::fmt::Debug for ProxyVar {
 /// The host's proxy settings and extra CA certificates, checked.
 #[derive(Debug, Default)]
 pub struct GuestNetwork {
-    /// `PROPAGATE_PROXY=0`: the guest gets no proxies (and loses any it had).
+    /// `PROPAGATE_PROXY=0`, or a remote host `REMOTE_PROXY_HOSTS` does not name: the guest
+    /// gets no proxies (and loses any it had).
     pub propagate: bool,
+    /// The remote host proxies are withheld from (`REMOTE_PROXY_HOSTS` does not name it).
+    withheld_from: Option<String>,
     pub proxies: Vec<ProxyVar>,
     /// The GUEST_CA_CERTS files, in order, with their certificate counts.
     pub ca_files: Vec<(PathBuf, usize)>,
@@ -71,10 +81,21 @@ pub struct GuestNetwork {
 
 impl GuestNetwork {
     /// Reads `GUEST_CA_CERTS` and, with `PROPAGATE_PROXY=1`, the proxy variables `lookup`
-    /// gives (the host's environment). Errors name the key and say what to change.
-    pub fn from_host(env: &BoxEnv, lookup: impl Fn(&str) -> Option<String>) -> Result<Self> {
+    /// gives (the host's environment), for a box on `box_host` (`None`: this machine);
+    /// none for a remote host `REMOTE_PROXY_HOSTS` does not name. Errors name the key and
+    /// say what to change.
+    pub fn from_host(
+        env: &BoxEnv,
+        box_host: Option<&RemoteHost>,
+        lookup: impl Fn(&str) -> Option<String>,
+    ) -> Result<Self> {
+        let withheld_from = match box_host {
+            Some(h) if env.propagate_proxy && !proxies_named_for(env, h)? => Some(h.to_string()),
+            _ => None,
+        };
         let mut out = Self {
-            propagate: env.propagate_proxy,
+            propagate: env.propagate_proxy && withheld_from.is_none(),
+            withheld_from,
             ..Self::default()
         };
         for path in &env.guest_ca_certs {
@@ -85,7 +106,7 @@ impl GuestNetwork {
             }
             out.ca_files.push((path.clone(), count));
         }
-        if env.propagate_proxy {
+        if out.propagate {
             for name in proxy::NAMES {
                 if let Some(var) = proxy_var(name, &lookup)? {
                     out.proxies.push(var);
@@ -102,7 +123,11 @@ impl GuestNetwork {
 
     /// One line for the user and `box doctor`: what is in effect, credentials hidden.
     pub fn summary(&self) -> String {
-        let proxies = if !self.propagate {
+        let proxies = if let Some(host) = &self.withheld_from {
+            format!(
+                "proxies: none for {host} (this machine's go to a remote host only when REMOTE_PROXY_HOSTS names it)"
+            )
+        } else if !self.propagate {
             "proxies: off (PROPAGATE_PROXY=0)".to_string()
         } else if self.proxies.is_empty() {
             "proxies: none set on the host".to_string()
@@ -179,6 +204,18 @@ impl GuestNetwork {
         }
         Ok(())
     }
+}
+
+/// Whether `REMOTE_PROXY_HOSTS` names `host` (user, host and port all equal).
+fn proxies_named_for(env: &BoxEnv, host: &RemoteHost) -> Result<bool> {
+    for entry in &env.remote_proxy_hosts {
+        let named =
+            RemoteHost::parse(entry).with_context(|| format!("REMOTE_PROXY_HOSTS: {entry}"))?;
+        if &named == host {
+            return Ok(true);
+        }
+    }
+    Ok(false)
 }
 
 /// Reads one proxy variable in either case. Lower case wins when both are set (curl's
@@ -307,11 +344,17 @@ mod tests {
     use std::collections::HashMap;
 
     fn host(vars: &[(&str, &str)], env: &BoxEnv) -> Result<GuestNetwork> {
+        on(None, vars, env)
+    }
+
+    /// The settings for a box on `box_host` (`None`: this machine).
+    fn on(box_host: Option<&str>, vars: &[(&str, &str)], env: &BoxEnv) -> Result<GuestNetwork> {
         let map: HashMap<String, String> = vars
             .iter()
             .map(|(k, v)| (k.to_string(), v.to_string()))
             .collect();
-        GuestNetwork::from_host(env, |k| map.get(k).cloned())
+        let box_host = box_host.map(|h| RemoteHost::parse(h).unwrap());
+        GuestNetwork::from_host(env, box_host.as_ref(), |k| map.get(k).cloned())
     }
 
     #[test]
@@ -366,6 +409,55 @@ mod tests {
             .unwrap_err()
             .to_string();
         assert!(err.contains("no proxy host"), "{err}");
+    }
+
+    /// A remote box gets this machine's proxies only on a host REMOTE_PROXY_HOSTS names.
+    #[test]
+    fn proxies_go_to_a_remote_host_only_when_named() {
+        let vars = [("HTTPS_PROXY", "http://u:hunter2@proxy.corp:3128")];
+        let env = BoxEnv::default();
+        let n = on(Some("ssh://me@dc"), &vars, &env).unwrap();
+        assert!(n.proxies.is_empty() && !n.propagate);
+        assert!(
+            n.summary()
+                .contains("proxies: none for ssh://me@dc (this machine's go to a remote host only when REMOTE_PROXY_HOSTS names it)"),
+            "{}",
+            n.summary()
+        );
+        // Not even read: a loopback proxy (refused for a box that would get it) is no error.
+        assert!(
+            on(
+                Some("ssh://me@dc"),
+                &[("HTTP_PROXY", "http://127.0.0.1:1")],
+                &env
+            )
+            .is_ok()
+        );
+        let env = BoxEnv {
+            remote_proxy_hosts: vec!["ssh://other".into(), "ssh://me@ws:2222".into()],
+            ..BoxEnv::default()
+        };
+        let named = on(Some("ssh://me@ws:2222"), &vars, &env).unwrap();
+        assert_eq!(named.proxies.len(), 1);
+        assert!(named.proxy_env_text().expose_secret().contains("hunter2"));
+        // Another user or port is another host.
+        for other in ["ssh://ws:2222", "ssh://me@ws", "ssh://me@dc"] {
+            assert!(
+                on(Some(other), &vars, &env).unwrap().proxies.is_empty(),
+                "{other}"
+            );
+        }
+        assert_eq!(
+            host(&vars, &env).unwrap().proxies.len(),
+            1,
+            "this machine's boxes"
+        );
+        let env = BoxEnv {
+            remote_proxy_hosts: vec!["ssh://a;b".into()],
+            ..BoxEnv::default()
+        };
+        let err = format!("{:#}", on(Some("ssh://me@dc"), &vars, &env).unwrap_err());
+        assert!(err.starts_with("REMOTE_PROXY_HOSTS: ssh://a;b: "), "{err}");
     }
 
     #[test]

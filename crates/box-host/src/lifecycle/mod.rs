@@ -6,7 +6,7 @@
 //! certificates for the guest), `provisioning` (copy, provision, init, wire, health),
 //! `transcript` (each operation's log file), `readiness` (bounded waits after a start),
 //! `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's host
-//! half; `kvm` whether a VM can boot), `listeners` (doctor's loopback-only check of a
+//! half; `kvm` whether a VM can boot; `remote_checks` the same of a remote host), `listeners` (doctor's loopback-only check of a
 //! published port), `opener` (the browser opener, for open and doctor), `setup` (one box
 //! being set up, below `provisioning` and `guest_network`), `test_guest_env` (the tests'
 //! extra guest environment).
@@ -34,6 +34,7 @@ pub mod opener;
 pub mod ports;
 pub mod provisioning;
 pub mod readiness;
+pub mod remote_checks;
 pub mod setup;
 pub mod signals;
 pub mod test_guest_env;

@@ -71,7 +71,8 @@ impl Setup<'_> {
             timeouts::EXEC,
         )?;
         // Proxies and CA certificates before provisioning, which trusts and exports them.
-        let network = GuestNetwork::from_host(self.env, |k| std::env::var(k).ok())?;
+        let network =
+            GuestNetwork::from_host(self.env, self.smolvm.host(), |k| std::env::var(k).ok())?;
         ui::say(format!(
             "Network for '{}': {}",
             self.machine,

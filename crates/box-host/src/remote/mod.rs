@@ -11,18 +11,22 @@
 //! * [`wrapper`]: the inline sh that runs each call in its own process group on the
 //!   remote, kills it when box goes away, and ends with an exit trailer (a call's own 255
 //!   is told from a dropped connection).
+//! * [`ssh_command`]: what `BOX_SSH_COMMAND` may add (no forwarding, box's own socket).
 //! * [`quote`]: every word single-quoted for the remote shell.
 //! * [`copy`]: parts stream over the connection through a private remote temp dir, their
 //!   byte count checked; encryption stays on the laptop.
-//! * [`doctor`]: what `box doctor` says about a remote host.
+//! * [`keys`]: API keys for one `machine start`, over the connection's stdin.
 //!
-//! `crate::smolvm::Smolvm::for_host` puts it together: every driver method works over ssh
-//! with the same deadlines, cancel flags, line callbacks and error texts.
+//! It stands on the process runner ([`crate::process`]) and knows nothing of the smolvm
+//! driver above it, which picks this transport for a box on a remote host: every driver
+//! method works over ssh with the same deadlines, cancel flags, line callbacks and error
+//! texts. What `box doctor` says of a remote host is [`crate::lifecycle::remote_checks`].
 
 pub mod copy;
-pub mod doctor;
+pub mod keys;
 pub mod quote;
 pub mod ssh;
+pub mod ssh_command;
 pub mod wrapper;
 
 use std::fmt;

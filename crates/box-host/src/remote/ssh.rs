@@ -9,10 +9,13 @@
 //!   process is done it tries to turn that into an exclusive lock without waiting; only the
 //!   last user gets it, and it runs `ssh -O exit`.
 //! * Options box insists on: `BatchMode=yes` (no prompt can hang box), `ForwardAgent=no`,
-//!   `ForwardX11=no`, `ExitOnForwardFailure=yes`, and on the master `ClearAllForwardings=yes`
-//!   and `GatewayPorts=no` (a `LocalForward` in the user's config must not open a listener
-//!   box did not ask for). Everything else comes from the user's own `~/.ssh/config`
-//!   (ProxyJump, keys, known hosts) or `BOX_SSH_COMMAND` (`ssh -F ./cfg`).
+//!   `ForwardX11=no`, `ExitOnForwardFailure=yes`, `ClearAllForwardings=yes` on the master
+//!   and on every call (a `LocalForward` or `RemoteForward` in the user's config must not
+//!   open a listener box did not ask for: a call, as a mux client, would ask the master to
+//!   open its config's forwards), and `GatewayPorts=no` on the master; the control commands
+//!   read no config at all. Everything else comes from the user's own `~/.ssh/config`
+//!   (ProxyJump, keys, known hosts) or `BOX_SSH_COMMAND` (`ssh -F ./cfg`), which may not
+//!   turn forwarding on or touch the control socket ([`super::ssh_command`]).
 
 use std::ffi::OsString;
 use std::fs::File;
@@ -27,9 +30,12 @@ use super::RemoteHost;
 use super::quote::split_words;
 use super::wrapper::{self, Trailer};
 use crate::child_env::{self, ChildKind};
-use crate::smolvm::SmolvmError;
-use crate::smolvm::runner::{self, CallOpts, Feed, Io, Output, Program, Stream};
+use crate::process::SmolvmError;
+use crate::process::runner::{self, CallOpts, Feed, Io, Output, Program, Stream};
 
+/// On every call: the forwards of the user's config stay closed. Not on the control
+/// commands, where it would clear the very `-L` of `-O forward`/`-O cancel`.
+const CALL_CLEARS_FORWARDS: &str = "ClearAllForwardings=yes";
 /// sun_path holds 108 bytes, and ssh binds `<ControlPath>.<16 random chars>` first.
 const MAX_SOCKET_PATH: usize = 90;
 /// How long opening the master (or a control command) may take.
@@ -57,6 +63,10 @@ impl SshTarget {
             host: host.to_string(),
             problem: format!("BOX_SSH_COMMAND cannot be read: {problem}"),
         })?;
+        super::ssh_command::check(&words).map_err(|problem| SmolvmError::Connect {
+            host: host.to_string(),
+            problem,
+        })?;
         let name = format!("{}.sock", socket_hash(host, &words));
         let control_path = state_root
             .map(|root| root.join("ssh").join(&name))
@@ -77,6 +87,30 @@ impl SshTarget {
         &self.control_path
     }
 
+    /// A command to the running master (`-O check|exit|forward|cancel`, `extra`). It only
+    /// talks to the control socket, so it reads no ssh config (`-F /dev/null`) and none of
+    /// `BOX_SSH_COMMAND`'s words: with `-O forward` ssh would send the `LocalForward` and
+    /// `RemoteForward` of the user's config along with box's `-L`, and
+    /// `ClearAllForwardings` would clear box's `-L` with them.
+    pub(crate) fn control_command(&self, extra: &[&str]) -> Command {
+        let mut cmd = self.ssh_on_the_socket();
+        cmd.args(["-F", "/dev/null", "-o", "BatchMode=yes"])
+            .args(extra)
+            .arg(self.host.destination());
+        cmd
+    }
+
+    /// The ssh program in its child environment, with box's control socket.
+    fn ssh_on_the_socket(&self) -> Command {
+        let mut cmd = Command::new(&self.words[0]);
+        child_env::apply(&mut cmd, ChildKind::Ssh);
+        let mut path_opt = OsString::from("ControlPath=");
+        // ssh expands `%` tokens in ControlPath.
+        path_opt.push(self.control_path.to_string_lossy().replace('%', "%%"));
+        cmd.arg("-o").arg(path_opt);
+        cmd
+    }
+
     /// How a user runs the same ssh by hand (for fixes in messages).
     pub fn by_hand(&self) -> String {
         let mut w = self.words.clone();
@@ -93,16 +127,12 @@ impl SshTarget {
     }
 
     /// ssh with box's options, `extra` before the destination and `remote` after `--`,
-    /// in the ssh child environment. box's options come first: for each option ssh keeps
-    /// the first value it reads, so neither `BOX_SSH_COMMAND` nor `~/.ssh/config` can turn
-    /// on agent forwarding or prompts, or move the control socket.
+    /// in the ssh child environment. box's options come first: for each `-o` option ssh
+    /// keeps the first value it reads, so neither `BOX_SSH_COMMAND`'s `-o` words nor
+    /// `~/.ssh/config` can turn on agent forwarding or prompts, or move the control socket
+    /// (ssh's letter flags would win: [`super::ssh_command`] refuses them beforehand).
     pub(crate) fn command(&self, extra: &[&str], remote: Option<&str>) -> Command {
-        let mut cmd = Command::new(&self.words[0]);
-        child_env::apply(&mut cmd, ChildKind::Ssh);
-        let mut path_opt = OsString::from("ControlPath=");
-        // ssh expands `%` tokens in ControlPath.
-        path_opt.push(self.control_path.to_string_lossy().replace('%', "%%"));
-        cmd.arg("-o").arg(path_opt);
+        let mut cmd = self.ssh_on_the_socket();
         for o in [
             "BatchMode=yes",
             "ForwardAgent=no",
@@ -275,7 +305,7 @@ impl Session {
     }
 
     fn control(&self, extra: &[&str]) -> Result<Output, SmolvmError> {
-        let cmd = self.target.command(extra, None);
+        let cmd = self.target.control_command(extra);
         let call = format!("ssh {}", extra.join(" "));
         runner::run_command(
             cmd,
@@ -347,9 +377,10 @@ impl Session {
         self.ensure_open()?;
         let nonce = wrapper::nonce();
         let remote = wrapper::command(&nonce, stdin, smolvm, inner_script, args);
-        let cmd = self
-            .target
-            .command(&["-T", "-o", "ControlMaster=no"], Some(&remote));
+        let cmd = self.target.command(
+            &["-T", "-o", "ControlMaster=no", "-o", CALL_CLEARS_FORWARDS],
+            Some(&remote),
+        );
         let mut io = match io.stdin {
             // The wrapper must see EOF only when box is gone.
             Feed::Null => Io {
@@ -425,7 +456,13 @@ impl Session {
             super::quote::command_line(&words)
         );
         let cmd = self.target.command(
-            &[if tty { "-t" } else { "-T" }, "-o", "ControlMaster=no"],
+            &[
+                if tty { "-t" } else { "-T" },
+                "-o",
+                "ControlMaster=no",
+                "-o",
+                CALL_CLEARS_FORWARDS,
+            ],
             Some(&remote),
         );
         let code = runner::run_interactive_command(cmd, &self.target.program(), call)?;

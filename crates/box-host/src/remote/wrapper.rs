@@ -136,18 +136,18 @@ mod tests {
 
     /// Runs a command line as ssh's remote side would, its stdin held open by the runner
     /// (as over ssh) until it ends.
-    fn run_locally(cmd_line: &str) -> crate::smolvm::Output {
+    fn run_locally(cmd_line: &str) -> crate::process::Output {
         let mut cmd = Command::new("/bin/sh");
         cmd.arg("-c").arg(cmd_line);
-        crate::smolvm::runner::run_command(
+        crate::process::runner::run_command(
             cmd,
-            &crate::smolvm::runner::Program::Smolvm("sh".into()),
+            &crate::process::runner::Program::Smolvm("sh".into()),
             "test",
-            crate::smolvm::runner::CallOpts::with_timeout(std::time::Duration::from_secs(20)),
-            crate::smolvm::runner::Io {
-                stdin: crate::smolvm::runner::Feed::Hold,
-                stdout: crate::smolvm::runner::Sink::Capture,
-                ..crate::smolvm::runner::Io::default()
+            crate::process::runner::CallOpts::with_timeout(std::time::Duration::from_secs(20)),
+            crate::process::runner::Io {
+                stdin: crate::process::runner::Feed::Hold,
+                stdout: crate::process::runner::Sink::Capture,
+                ..crate::process::runner::Io::default()
             },
         )
         .unwrap()

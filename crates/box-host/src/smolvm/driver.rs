@@ -554,7 +554,8 @@ impl Smolvm {
 
     /// `machine start` with API keys bound to the machine (`--credential`) in the
     /// environment of this one call, which is where smolvm reads them: never argv, never a
-    /// file. On a remote host they are refused for now (see `lifecycle::containment`).
+    /// file. On a remote host they travel over the connection's stdin into that call's
+    /// environment alone (`remote::keys`).
     pub fn start_with_keys(
         &self,
         name: &str,
@@ -564,12 +565,35 @@ impl Smolvm {
         use secrecy::ExposeSecret as _;
         let a = args(["machine", "start", "--name", name]);
         let call = self.call_name(&a);
-        if !keys.is_empty() && !matches!(self.transport, Transport::Local) {
-            return Err(SmolvmError::Failed {
-                call,
-                message: "API keys bound to hosts (CREDENTIALS) are not handed to smolvm on a                           remote host yet: make this box on this machine, or drop CREDENTIALS"
-                    .to_string(),
-            });
+        if let (Transport::Ssh(s), false) = (&self.transport, keys.is_empty()) {
+            let (out, _) = s.call(
+                RemoteCall {
+                    smolvm: &self.bin.to_string_lossy(),
+                    inner_script: crate::remote::keys::START_WITH_KEYS,
+                    args: &strings(&a),
+                    stdin: wrapper::Stdin::Pass,
+                    call: &call,
+                },
+                CallOpts {
+                    timeout: self.deadline(timeouts::START),
+                    on_line: None,
+                    cancel,
+                    env: Vec::new(),
+                },
+                Io {
+                    stdin: Feed::Secret(crate::remote::keys::stdin_lines(keys)),
+                    ..Io::default()
+                },
+            )?;
+            if out.code == Some(125) {
+                return Err(SmolvmError::Failed {
+                    call,
+                    message: "the remote side did not take the API keys box sent over the \
+                              connection (cut short?); retry"
+                        .to_string(),
+                });
+            }
+            return check(&call, out).map(drop);
         }
         let out = self.run(
             &a,

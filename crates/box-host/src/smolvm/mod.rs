@@ -1,17 +1,16 @@
-//! Driving smolvm: the runner (spawn, deadline, capture), the `ls --json` model, the
-//! version quirks, and the driver with one method per smolvm call box makes.
+//! Driving smolvm: the `ls --json` model, the version quirks, and the driver with one
+//! method per smolvm call box makes, here or on a remote host through the ssh transport
+//! ([`crate::remote`]). Running one call as a process is the layer below both
+//! ([`crate::process`]), re-exported here for the layers above.
 
 pub mod driver;
-pub mod error;
 pub mod json;
 pub mod labels;
-pub mod runner;
 pub mod version;
 
+pub use crate::process::{Output, SmolvmError, Stream, error, runner};
 pub use driver::{CreateFromSpec, CreateSpec, ExecOpts, Smolvm, timeouts};
-pub use error::SmolvmError;
 pub use json::{Machine, MachineState};
-pub use runner::{Output, Stream};
 pub use version::SmolvmVersion;
 
 /// A stand-in `smolvm` for unit tests that play back canned texts: a shell script at

@@ -52,6 +52,11 @@ pub struct BoxRecord {
     /// made before containment existed (its LAN is open, its egress unrestricted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub containment: Option<crate::lifecycle::containment::Containment>,
+    /// Where `box save` last wrote a backup of this box (absolute): its chain is there,
+    /// whatever directory box runs from and whatever BACKUP_DIR says now. `None`: not
+    /// saved since records kept this (an older record, or a box never saved).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub backup_dir: Option<PathBuf>,
 }
 
 impl BoxRecord {
@@ -207,6 +212,19 @@ impl Registry {
         self.update(&record)
     }
 
+    /// Remembers where a save of `name` wrote ([`BoxRecord::backup_dir`]). The caller holds
+    /// the box lock; the record is read afresh, so nothing else in it is undone.
+    pub fn remember_backup_dir(&self, name: &BoxName, dir: &Path) -> Result<()> {
+        let Some(mut record) = self.get(name)? else {
+            return Ok(());
+        };
+        if record.backup_dir.as_deref() != Some(dir) {
+            record.backup_dir = Some(dir.to_path_buf());
+            self.update(&record)?;
+        }
+        Ok(())
+    }
+
     /// Removes a record. `Ok(false)` when there was none.
     pub fn remove(&self, name: &BoxName) -> Result<bool> {
         let path = self.record_path(name);
@@ -293,7 +311,32 @@ mod tests {
             machine_label: None,
             host: None,
             containment: None,
+            backup_dir: None,
         }
+    }
+
+    /// A save remembers where it wrote; a record written before the field existed reads
+    /// as never saved, and one that has it reads back.
+    #[test]
+    fn where_the_backups_went_is_remembered_and_old_records_still_read() {
+        let tmp = tempfile::tempdir().unwrap();
+        let reg = Registry::new(&StateDir::at(tmp.path().into()));
+        let old = br#"{"name":"old","machine":"old","web_port":null,"created_at":"x","box_version":"0.1.0","base_image":"u","host":null}"#;
+        StateDir::ensure_private_dir(&tmp.path().join("boxes")).unwrap();
+        fs::write(tmp.path().join("boxes/old.json"), old).unwrap();
+        let name = BoxName::parse("old").unwrap();
+        assert_eq!(reg.get(&name).unwrap().unwrap().backup_dir, None);
+        reg.remember_backup_dir(&name, Path::new("/srv/backups"))
+            .unwrap();
+        let record = reg.get(&name).unwrap().unwrap();
+        assert_eq!(
+            record.backup_dir.as_deref(),
+            Some(Path::new("/srv/backups"))
+        );
+        assert_eq!(record.machine, "old", "the rest of the record is kept");
+        let alpha = BoxName::parse("alpha").unwrap();
+        reg.remember_backup_dir(&alpha, Path::new("/x")).unwrap();
+        assert!(reg.get(&alpha).unwrap().is_none(), "no record is made up");
     }
 
     #[test]

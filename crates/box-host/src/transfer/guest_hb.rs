@@ -89,20 +89,104 @@ impl Guest<'_> {
         )
     }
 
-    /// `hb write-manifest` with this `box`'s version and the version of the smolvm that
-    /// runs the box: the manifest a backup carries names what made it.
-    pub fn write_manifest(&mut self) -> Result<Output> {
+    /// `hb write-manifest` with this `box`'s version, the version of the smolvm that runs
+    /// the box and the box's network policy (names only): the manifest a backup carries
+    /// names what made it, and `box load` makes the restored box with that policy.
+    pub fn write_manifest(
+        &mut self,
+        policy: Option<&crate::lifecycle::containment::Containment>,
+    ) -> Result<Output> {
         let smolvm = self.smolvm.version()?.to_string();
-        self.hb(
-            &[
-                "write-manifest",
-                "--box-version",
-                crate::version::LONG,
-                "--smolvm-version",
-                &smolvm,
-            ],
-            timeouts::SHORT,
-            true,
-        )
+        let entries = policy
+            .map(crate::lifecycle::containment::carried::manifest_entries)
+            .unwrap_or_default();
+        let versions = [
+            "write-manifest",
+            "--box-version",
+            crate::version::LONG,
+            "--smolvm-version",
+            &smolvm,
+        ];
+        let mut args = versions.to_vec();
+        for e in &entries {
+            args.extend(["--policy", e.as_str()]);
+        }
+        if !entries.is_empty() {
+            let mut argv = vec![HB_PATH];
+            argv.extend_from_slice(&args);
+            let out = self.exec(&argv, timeouts::SHORT, true)?;
+            // An hb from before policies were recorded (a box made by an older box; `box
+            // repair` brings its hb up to date): the manifest goes without the policy.
+            if out.code == Some(2) && out.stderr.contains("'--policy'") {
+                crate::ui::warn(format!(
+                    "the hb in '{}' is older than box: this manifest records no network policy \
+                     (a load of its backup takes box.env's); box repair updates hb",
+                    self.machine
+                ));
+            } else if out.success() {
+                return Ok(out);
+            } else {
+                bail!(
+                    "`hb write-manifest` in box '{}' failed ({}){}",
+                    self.machine,
+                    guest::status(&out),
+                    guest::last_lines(&out.stderr, &out.stdout)
+                );
+            }
+        }
+        self.hb(&versions, timeouts::SHORT, true)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::lifecycle::containment::{Containment, Overrides};
+
+    /// A box whose hb predates `--policy` (clap refuses it, exit 2) still saves: the
+    /// manifest is written without the policy, and said. A newer hb gets the policy.
+    #[test]
+    fn an_older_hb_writes_the_manifest_without_the_policy() {
+        let dir = tempfile::tempdir().unwrap();
+        let log = dir.path().join("calls");
+        let smolvm = crate::smolvm::fake_smolvm(
+            dir.path(),
+            &format!(
+                r#"echo "$*" >> {log}
+case "$*" in
+  --version) echo 'smolvm 1.33.0';;
+  *--policy*) [ -e {old} ] || exit 0
+    printf "error: unexpected argument '--policy' found\n\nUsage: hb write-manifest [OPTIONS]\n" >&2; exit 2;;
+  *) exit 0;;
+esac"#,
+                log = log.display(),
+                old = dir.path().join("old").display()
+            ),
+        );
+        let state = crate::state::StateDir::at(dir.path().join("state"));
+        let mut transcript = Transcript::create(&state, "alpha", "save").unwrap();
+        let policy =
+            Containment::from_config(&box_proto::BoxEnv::default(), &Overrides::default()).unwrap();
+        let mut guest = Guest {
+            smolvm: &smolvm,
+            machine: "alpha",
+            transcript: &mut transcript,
+            cancel: None,
+        };
+        guest.write_manifest(Some(&policy)).unwrap();
+        std::fs::write(dir.path().join("old"), "").unwrap();
+        guest.write_manifest(Some(&policy)).unwrap();
+        let calls: Vec<String> = std::fs::read_to_string(&log)
+            .unwrap()
+            .lines()
+            .filter(|l| l.contains("write-manifest"))
+            .map(String::from)
+            .collect();
+        assert_eq!(calls.len(), 3, "{calls:#?}");
+        assert!(calls[0].contains("--policy egress=open") && calls[1].contains("--policy"));
+        assert!(
+            !calls[2].contains("--policy") && calls[2].contains("--smolvm-version 1.33.0"),
+            "{calls:#?}"
+        );
     }
 }

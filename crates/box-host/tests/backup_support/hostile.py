@@ -72,16 +72,7 @@ kept = {
     "symlink-through-file": base() + [F("./home/agent/f"), L("./home/agent/l", "f/x")],
     "control-char-in-link": base() + [L("./home/agent/l", "a\x1bb")],
 }
-for name, members in kept.items():
-    buf = io.BytesIO()
-    with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
-        for info, data in members:
-            tf.addfile(info, io.BytesIO(data) if data is not None else None)
-    with open(os.path.join(out, name + ".tar"), "wb") as f:
-        f.write(buf.getvalue())
-    print(f"{name}\tKEPT")
-
-for name, (members, reason) in cases.items():
+def write_case(name, members, reason):
     buf = io.BytesIO()
     with tarfile.open(fileobj=buf, mode="w", format=tarfile.GNU_FORMAT) as tf:
         for info, data in members:
@@ -89,6 +80,11 @@ for name, (members, reason) in cases.items():
     with open(os.path.join(out, name + ".tar"), "wb") as f:
         f.write(buf.getvalue())
     print(f"{name}\t{reason}")
+
+for name, members in kept.items():
+    write_case(name, members, "KEPT")
+for name, (members, reason) in cases.items():
+    write_case(name, members, reason)
 
 # A PAX global header bomb: 1 MiB of global records, then 20,000 members, each of which
 # used to get its own copy of them (~100 MB of such archive cost hours of CPU).

@@ -37,6 +37,12 @@ pub fn secret_surfaces_but_raw_calls(
         .collect()
 }
 
+/// The simulator's unredacted call log under `sim_home` has `secret` only in the environment
+/// of `machine start` (a bound API key), never on an argv.
+pub fn assert_only_in_start_env(sim_home: &std::path::Path, secret: &str) {
+    sim_support::assert_only_in_start_env(&sim_support::raw_call_log(sim_home), secret);
+}
+
 /// One test's world.
 pub struct World {
     _serial: MutexGuard<'static, ()>,

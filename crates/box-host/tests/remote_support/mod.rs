@@ -8,7 +8,8 @@
 //!   guests), so a remote `box new` pulls and installs from the real registries.
 //! * Inside it, the laptop's test directory (the World's BOX_HOME, backups, TMPDIR, box.env
 //!   and passphrase file), `/tmp` and `/root` are empty tmpfs: whatever the remote sees, it
-//!   got over ssh.
+//!   got over ssh. Only the remote's own directory and the simulator binary's are brought
+//!   back, wherever the checkout is (under `/tmp` or `/root` too).
 //! * `ssh -F <cfg> boxremote` runs `sshd -i` inside the namespace as the ProxyCommand
 //!   (host key, authorized key and known_hosts generated here), so the connection is real
 //!   OpenSSH end to end and no port is ever opened.
@@ -332,6 +333,8 @@ pub struct Remote {
     /// logs): on this host's disk so the scans can read it, outside the World's directory.
     pub dir: tempfile::TempDir,
     pub world: World,
+    /// The smolvm-sim binary the remote's smolvm runs (this checkout's).
+    sim_bin: PathBuf,
 }
 
 impl Remote {
@@ -339,7 +342,16 @@ impl Remote {
     /// (already in the World's `extra_env`: every `world.run` goes to the remote unless a
     /// call overrides `BOX_HOST`).
     pub fn new() -> Self {
-        let world = World::new();
+        Self::with(World::new(), sim_support::sibling("smolvm-sim"))
+    }
+
+    /// A remote for a checkout elsewhere: the World made in `target_tmp` (its
+    /// `target/tmp`), the remote's smolvm running `sim_bin`.
+    pub fn new_in(target_tmp: &Path, sim_bin: PathBuf) -> Self {
+        Self::with(World::new_in(target_tmp), sim_bin)
+    }
+
+    fn with(world: World, sim_bin: PathBuf) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("box-remote-")
             .tempdir_in(world.dir.path().parent().expect("the World's parent dir"))
@@ -352,6 +364,7 @@ impl Remote {
             slirp,
             dir,
             world,
+            sim_bin,
         };
         remote.hide_the_laptop();
         remote.write_ssh_files();
@@ -419,6 +432,28 @@ impl Remote {
         ]
     }
 
+    /// The other secrets of a user's shell, set the way users set them (box's environment)
+    /// and added to the laptop's scans: a proxy whose URL holds a password (which
+    /// `PROPAGATE_PROXY`, on by default, hands to boxes on this machine) and model API keys
+    /// (bound to no box). Returns their values for the remote's scans.
+    pub fn use_user_secrets_env(&mut self) -> UserSecrets {
+        let s = UserSecrets {
+            proxy_password: format!("pw-{}", save_load_support::random_word()),
+            anthropic_key: format!("sk-ant-test-{}", save_load_support::random_word()),
+            openai_key: format!("sk-test-{}", save_load_support::random_word()),
+        };
+        let env = [
+            ("HTTPS_PROXY", s.proxy_url()),
+            ("ANTHROPIC_API_KEY", s.anthropic_key.clone()),
+            ("OPENAI_API_KEY", s.openai_key.clone()),
+        ];
+        for (k, v) in env {
+            self.world.extra_env.push((k.into(), v));
+        }
+        self.world.secrets.borrow_mut().extend(s.all());
+        s
+    }
+
     /// The passphrase as users set it: `BOX_PASSPHRASE` in box's environment, no file.
     pub fn use_passphrase_env(&mut self) {
         let pp = self.world.passphrase.clone();
@@ -428,22 +463,53 @@ impl Remote {
             .push(("BOX_PASSPHRASE_FILE".into(), String::new()));
     }
 
+    /// What the remote sees of this machine's `/tmp` and `/root` (the checkout may be
+    /// there): its own directory and the simulator binary's, nothing else.
+    pub fn brought_back(&self) -> Vec<PathBuf> {
+        vec![
+            self.dir.path().to_path_buf(),
+            self.sim_bin
+                .parent()
+                .expect("the simulator's dir")
+                .to_path_buf(),
+        ]
+    }
+
     /// Empty tmpfs over the laptop's test directory, `/tmp` and `/root` in the remote's
-    /// mount namespace, loopback up, sshd's privilege-separation dir, and slirp's DNS
-    /// forwarder as the remote's resolver.
+    /// mount namespace, with what the remote needs brought back (its own directory and the
+    /// simulator binary's, which live under `/tmp` or `/root` when the checkout does);
+    /// loopback up, sshd's privilege-separation dir, and slirp's DNS forwarder as the
+    /// remote's resolver.
     fn hide_the_laptop(&self) {
         let resolv = self.dir.path().join("resolv.conf");
         std::fs::write(&resolv, "nameserver 10.0.2.3\n").expect("resolv.conf");
+        let keep = self.brought_back();
+        let world = self.world.dir.path();
+        // A mount point for the kept directories while /tmp and /root are covered: one the
+        // remote does not need and that holds none of them.
+        let stash = ["/mnt", "/media", "/srv", "/opt"]
+            .into_iter()
+            .map(Path::new)
+            .find(|s| s.is_dir() && !keep.iter().any(|k| k.starts_with(s)) && !world.starts_with(s))
+            .expect("a free stash mount point (/mnt, /media, /srv or /opt)");
+        let q = |p: &Path| format!("'{}'", p.display());
+        // Each kept directory bound onto the stash, then moved back over the new tmpfs.
+        let (mut aside, mut back) = (String::new(), String::new());
+        for (i, k) in keep.iter().enumerate() {
+            let (s, k) = (q(stash), q(k));
+            aside.push_str(&format!("mkdir {s}/{i}\nmount --bind {k} {s}/{i}\n"));
+            back.push_str(&format!("mkdir -p {k}\nmount --move {s}/{i} {k}\n"));
+        }
         let script = format!(
-            "set -e
-ip link set lo up
-mount -t tmpfs -o mode=0700 laptop-hidden '{world}'
-mount -t tmpfs -o mode=1777 remote-tmp /tmp
-mount -t tmpfs -o mode=0700 remote-root /root
-mkdir -p -m 0755 /run/sshd
-mount --bind '{resolv}' /etc/resolv.conf",
-            world = self.world.dir.path().display(),
-            resolv = resolv.display(),
+            "set -e\nip link set lo up\n\
+             mount -t tmpfs -o mode=0700 box-remote-stash {stash}\n{aside}\
+             mount -t tmpfs -o mode=0700 laptop-hidden {world}\n\
+             mount -t tmpfs -o mode=1777 remote-tmp /tmp\n\
+             mount -t tmpfs -o mode=0700 remote-root /root\n{back}\
+             umount {stash}\nmkdir -p -m 0755 /run/sshd\nmount --bind {resolv} /etc/resolv.conf\n",
+            stash = q(stash),
+            world = q(world),
+            resolv = q(&resolv),
         );
         self.ns.sh(&script);
     }
@@ -537,7 +603,7 @@ Subsystem sftp internal-sftp
             extra = self.sim_env_file().display(),
             home = self.sim_home().display(),
             raw = self.raw_call_log().display(),
-            sim = sim_support::sibling("smolvm-sim").display(),
+            sim = self.sim_bin.display(),
         );
         // Written by a child (`install`), never through a descriptor of this process: a
         // test thread forking meanwhile would hold it open and exec would fail (ETXTBSY).
@@ -672,7 +738,7 @@ Subsystem sftp internal-sftp
     /// simulator's exec watchers: its internals, which a real smolvm has not), as an
     /// OOM kill or an operator would. Returns how many it killed.
     pub fn kill_remote_smolvm(&self) -> usize {
-        let sim = sim_support::sibling("smolvm-sim").display().to_string();
+        let sim = self.sim_bin.display().to_string();
         let script = self.smolvm().display().to_string();
         let mut killed = 0;
         for p in self.ns.processes() {
@@ -687,14 +753,44 @@ Subsystem sftp internal-sftp
         killed
     }
 
+    /// The remote's box temp dirs (`box-part.*` under its /tmp, or anywhere under /tmp and
+    /// /root with `box` in the name): what a save or load must never leave behind. The way
+    /// to what the harness brought back (a checkout under /tmp or /root) is not one.
+    pub fn box_temps(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        let harness = self.brought_back();
+        for d in ["/tmp", "/root"] {
+            let Ok(rd) = std::fs::read_dir(self.ns.path(d)) else {
+                continue;
+            };
+            for e in rd.flatten() {
+                let n = e.file_name().to_string_lossy().into_owned();
+                let on_the_way = Path::new(d).join(&n);
+                if harness.iter().any(|k| k.starts_with(&on_the_way)) {
+                    continue;
+                }
+                if n.contains("box") || n.starts_with("hb-") {
+                    left.push(format!("{d}/{n}"));
+                }
+            }
+        }
+        left
+    }
+
     /// Every regular file the remote holds that a leak could land in, as `(what, path)`:
     /// its directory (sshd's log, the simulator's home with its raw call log, machine
     /// records and the guests' disks), and its private tmpfs (`/tmp`, `/root`).
     pub fn file_surfaces(&self) -> Vec<PathBuf> {
         let mut out = Vec::new();
-        walk_files(self.dir.path(), &mut out);
+        walk_files(self.dir.path(), &[], &mut out);
+        // What the harness brought back under them is walked once, above, as itself.
+        let brought_back: Vec<PathBuf> = self
+            .brought_back()
+            .iter()
+            .map(|k| self.ns.path(&k.to_string_lossy()))
+            .collect();
         for d in ["/tmp", "/root"] {
-            walk_files(&self.ns.path(d), &mut out);
+            walk_files(&self.ns.path(d), &brought_back, &mut out);
         }
         out
     }
@@ -703,6 +799,17 @@ Subsystem sftp internal-sftp
     /// sshd's log, its raw call log — which must exist and have recorded calls, or the
     /// scan would prove nothing.
     pub fn files_holding(&self, secrets: &[String]) -> Vec<String> {
+        self.files_holding_where(secrets, |_| true)
+    }
+
+    /// [`Self::files_holding`] but for the guests' own storage (the simulator's `vms/`):
+    /// what a guest holds by right (Executor's token) must show nowhere else there.
+    pub fn files_outside_guests_holding(&self, secrets: &[String]) -> Vec<String> {
+        let guests = self.sim_home().join("vms");
+        self.files_holding_where(secrets, |p| !p.starts_with(&guests))
+    }
+
+    fn files_holding_where(&self, secrets: &[String], keep: impl Fn(&Path) -> bool) -> Vec<String> {
         let raw = std::fs::read_to_string(self.raw_call_log()).unwrap_or_default();
         assert!(
             raw.lines().count() > 0,
@@ -714,7 +821,7 @@ Subsystem sftp internal-sftp
             "sshd's log recorded no session: the scan would see nothing"
         );
         let mut found = Vec::new();
-        for path in self.file_surfaces() {
+        for path in self.file_surfaces().into_iter().filter(|p| keep(p)) {
             for (i, s) in secrets.iter().enumerate() {
                 if !s.is_empty() && file_contains(&path, s.as_bytes()) {
                     found.push(format!("secret #{i} in {}", path.display()));
@@ -793,6 +900,29 @@ impl Drop for Remote {
     }
 }
 
+/// What [`Remote::use_user_secrets_env`] put in box's environment.
+pub struct UserSecrets {
+    pub proxy_password: String,
+    pub anthropic_key: String,
+    pub openai_key: String,
+}
+
+impl UserSecrets {
+    /// `HTTPS_PROXY`: a name that never resolves (nothing goes through it), not loopback
+    /// (which box refuses).
+    pub fn proxy_url(&self) -> String {
+        format!("http://boxuser:{}@proxy.invalid:3128", self.proxy_password)
+    }
+
+    pub fn all(&self) -> Vec<String> {
+        vec![
+            self.proxy_password.clone(),
+            self.anthropic_key.clone(),
+            self.openai_key.clone(),
+        ]
+    }
+}
+
 /// Runs `cmd` (stdin closed, output captured) for at most `secs`; killed and `None` after.
 pub fn output_within(cmd: &mut Command, secs: u64) -> Option<Output> {
     let mut child = cmd
@@ -841,8 +971,9 @@ fn host_pids() -> Vec<u32> {
         .unwrap_or_default()
 }
 
-/// Regular files under `dir` (symlinks not followed), recursively.
-fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
+/// Regular files under `dir` (symlinks not followed), recursively, but for the trees in
+/// `skip`.
+fn walk_files(dir: &Path, skip: &[PathBuf], out: &mut Vec<PathBuf>) {
     let Ok(rd) = std::fs::read_dir(dir) else {
         return;
     };
@@ -852,7 +983,9 @@ fn walk_files(dir: &Path, out: &mut Vec<PathBuf>) {
             continue;
         };
         if m.is_dir() {
-            walk_files(&p, out);
+            if !skip.contains(&p) {
+                walk_files(&p, skip, out);
+            }
         } else if m.is_file() {
             out.push(p);
         }
@@ -880,17 +1013,32 @@ pub fn file_contains(path: &Path, needle: &[u8]) -> bool {
     }
 }
 
+/// One process as a sampler saw it.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct Sampled {
+    pub args: String,
+    pub environ: String,
+    /// Inside a guest (a PID namespace below the remote's own): the guest's trust domain.
+    pub in_guest: bool,
+}
+
+/// The processes of `seen` outside every guest: the remote host's own (sshd, box's calls,
+/// smolvm), where nothing of a guest's may show.
+pub fn outside_guests(seen: &[Sampled]) -> Vec<Sampled> {
+    seen.iter().filter(|p| !p.in_guest).cloned().collect()
+}
+
 /// Samples the remote's process table every 20 ms in a thread: each distinct
 /// (args, environment) seen, guests' processes included.
 pub struct ProcSampler {
     stop: Arc<AtomicBool>,
-    seen: Arc<Mutex<BTreeSet<(String, String)>>>,
+    seen: Arc<Mutex<BTreeSet<Sampled>>>,
     rounds: Arc<Mutex<usize>>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
 
 impl ProcSampler {
-    fn start(read: impl Fn() -> Vec<(String, String)> + Send + 'static) -> Self {
+    fn start(read: impl Fn() -> Vec<Sampled> + Send + 'static) -> Self {
         let stop = Arc::new(AtomicBool::new(false));
         let seen = Arc::new(Mutex::new(BTreeSet::new()));
         let rounds = Arc::new(Mutex::new(0));
@@ -914,8 +1062,8 @@ impl ProcSampler {
         }
     }
 
-    /// Stops sampling; every distinct `(args, environ)` seen and the number of rounds.
-    pub fn finish(mut self) -> (Vec<(String, String)>, usize) {
+    /// Stops sampling; every distinct process seen and the number of rounds.
+    pub fn finish(mut self) -> (Vec<Sampled>, usize) {
         self.stop.store(true, Ordering::SeqCst);
         if let Some(t) = self.thread.take() {
             let _ = t.join();
@@ -932,11 +1080,13 @@ impl Drop for ProcSampler {
     }
 }
 
-/// `(argv, environ)` of each process under `proc` whose argv `keep` accepts.
-fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)> {
+/// Each process under `proc` whose argv `keep` accepts; one in another PID namespace than
+/// `proc`'s PID 1 is in a guest.
+fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<Sampled> {
     let Ok(rd) = std::fs::read_dir(proc) else {
         return Vec::new();
     };
+    let own_pidns = std::fs::read_link(proc.join("1/ns/pid")).ok();
     let mut out = Vec::new();
     for e in rd.flatten() {
         if e.file_name().to_string_lossy().parse::<u32>().is_err() {
@@ -950,7 +1100,12 @@ fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)>
         let args = read("cmdline");
         let args = args.trim_end();
         if !args.is_empty() && keep(args) {
-            out.push((args.to_string(), read("environ")));
+            let pidns = std::fs::read_link(e.path().join("ns/pid")).ok();
+            out.push(Sampled {
+                args: args.to_string(),
+                environ: read("environ"),
+                in_guest: own_pidns.is_some() && pidns.is_some() && pidns != own_pidns,
+            });
         }
     }
     out
@@ -959,19 +1114,18 @@ fn read_procs(proc: &Path, keep: impl Fn(&str) -> bool) -> Vec<(String, String)>
 /// Sampled remote processes holding any of `secrets` in argv or environment (argv shown
 /// with the secret masked); the sample must have seen remote smolvm calls, or it proves
 /// nothing.
-pub fn processes_holding(
-    seen: &[(String, String)],
-    rounds: usize,
-    secrets: &[String],
-) -> Vec<String> {
+pub fn processes_holding(seen: &[Sampled], rounds: usize, secrets: &[String]) -> Vec<String> {
     assert!(rounds > 0, "the process sampler never ran");
     assert!(
-        seen.iter().any(|(a, _)| a.contains("smolvm")),
+        seen.iter().any(|p| p.args.contains("smolvm")),
         "the sampler saw no smolvm call ({} processes): it proves nothing",
         seen.len()
     );
     let mut found = Vec::new();
-    for (args, env) in seen {
+    for Sampled {
+        args, environ: env, ..
+    } in seen
+    {
         for (i, s) in secrets.iter().enumerate() {
             if s.is_empty() {
                 continue;
@@ -989,7 +1143,7 @@ pub fn processes_holding(
 }
 
 /// No `secret` in any sampled remote process (see [`processes_holding`]).
-pub fn assert_processes_free_of(seen: &[(String, String)], rounds: usize, secrets: &[String]) {
+pub fn assert_processes_free_of(seen: &[Sampled], rounds: usize, secrets: &[String]) {
     let found = processes_holding(seen, rounds, secrets);
     assert!(
         found.is_empty(),

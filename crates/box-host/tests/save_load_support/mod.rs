@@ -49,7 +49,7 @@ fn free_port_range() -> u16 {
     panic!("no free port")
 }
 
-fn random_word() -> String {
+pub fn random_word() -> String {
     let mut b = [0u8; 12];
     std::fs::File::open("/dev/urandom")
         .and_then(|mut f| std::io::Read::read_exact(&mut f, &mut b))
@@ -70,12 +70,17 @@ pub struct World {
 
 impl World {
     pub fn new() -> Self {
+        Self::new_in(
+            &std::env::var_os("CARGO_TARGET_TMPDIR")
+                .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
+        )
+    }
+
+    /// A world whose directory is made in `parent` (a checkout's `target/tmp` elsewhere).
+    pub fn new_in(parent: &Path) -> Self {
         let dir = tempfile::Builder::new()
             .prefix("box-saveload-")
-            .tempdir_in(
-                std::env::var_os("CARGO_TARGET_TMPDIR")
-                    .map_or_else(|| PathBuf::from(env!("CARGO_TARGET_TMPDIR")), PathBuf::from),
-            )
+            .tempdir_in(parent)
             .unwrap();
         let w = World {
             dir,
@@ -127,6 +132,10 @@ impl World {
     pub fn tmp(&self) -> PathBuf {
         self.dir.path().join("tmp")
     }
+    /// `XDG_DATA_HOME` of every box run.
+    pub fn data_home(&self) -> PathBuf {
+        self.dir.path().join("data")
+    }
     pub fn config(&self) -> PathBuf {
         self.dir.path().join("box.env")
     }
@@ -154,6 +163,8 @@ impl World {
                 sim_support::raw_call_log(&self.sim_home()),
             )
             .env("TMPDIR", self.tmp())
+            // The user's data dir (backups when BACKUP_DIR is unset): never the real one.
+            .env("XDG_DATA_HOME", self.data_home())
             .env("BOX_TEST_GUEST_ENV", sim_support::guest_env())
             .env("NO_COLOR", "1")
             .env("BOX_NO_PROGRESS", "1")
@@ -191,6 +202,12 @@ impl World {
 
     pub fn run(&self, args: &[&str], env: &[(&str, &str)]) -> Run {
         let out = self.command(args, env).output().unwrap();
+        self.record(args, &out)
+    }
+
+    /// [`World::run`] from the directory `cwd`, as a user who `cd`s first.
+    pub fn run_in(&self, cwd: &Path, args: &[&str], env: &[(&str, &str)]) -> Run {
+        let out = self.command(args, env).current_dir(cwd).output().unwrap();
         self.record(args, &out)
     }
 

@@ -183,6 +183,54 @@ pub fn raw_call_log(sim_home: &Path) -> PathBuf {
     sim_home.join(RAW_CALL_LOG)
 }
 
+/// The user's path for a `box` or simulator command: none of box's or the simulator's test
+/// hooks (host-userland guests, image map, version, faults, local tools, binaries, deadlines),
+/// no passphrase, no box.env key and no proxy from the environment the tests run in: every
+/// setting comes from the box.env file, as for a user who exported none.
+pub fn users_path(cmd: &mut Command) {
+    for hook in [
+        "SMOLVM_SIM_HOST_USERLAND",
+        "SMOLVM_SIM_IMAGE_MAP",
+        "SMOLVM_SIM_VERSION",
+        "SMOLVM_SIM_FAIL",
+        "BOX_TEST_GUEST_ENV",
+        "BOX_SMOLVM_TIMEOUT",
+        "BOX_KEEP_ON_FAILURE",
+        "BOX_HB_BINARY",
+        "BOX_PROVISION_DIR",
+        "BOX_PASSPHRASE",
+    ] {
+        cmd.env_remove(hook);
+    }
+    for key in box_proto::box_env::KEYS {
+        cmd.env_remove(key);
+    }
+    for key in box_proto::proxy::NAMES {
+        cmd.env_remove(key).env_remove(key.to_ascii_lowercase());
+    }
+}
+
+/// The unredacted call log at `raw_log` has `secret` only in the environment of `machine
+/// start` (where smolvm reads a bound API key), never on any call's argv.
+pub fn assert_only_in_start_env(raw_log: &Path, secret: &str) {
+    let raw = std::fs::read_to_string(raw_log).unwrap_or_default();
+    for line in raw.lines().filter(|l| l.contains(secret)) {
+        let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
+        let argv: Vec<&str> = v["argv"]
+            .as_array()
+            .map(|a| a.iter().filter_map(|a| a.as_str()).collect())
+            .unwrap_or_default();
+        assert!(
+            argv.get(1..3) == Some(&["machine", "start"][..])
+                && !argv.iter().any(|a| a.contains(secret)),
+            "the secret reached the call {:?}",
+            argv.iter()
+                .map(|a| a.replace(secret, "<SECRET>"))
+                .collect::<Vec<_>>()
+        );
+    }
+}
+
 /// Every place a secret could leak to on the host, as `(what, text)`: every file of box's
 /// state dir (registry rows, locks, logs, scratch), the simulator's machine records (its
 /// "DB": create flags and env), its redacted and unredacted call logs. The guests' disks

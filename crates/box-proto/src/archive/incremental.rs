@@ -245,8 +245,9 @@ fn check_name(name: &[u8]) -> Result<(), DumpdirError> {
     Ok(())
 }
 
+/// A name for a message: escaped, and cut short (a hostile dumpdir's name can be megabytes).
 fn shown(name: &[u8]) -> String {
-    crate::archive::validate::shown(name)
+    crate::archive::tarread::shown_name(name)
 }
 
 #[cfg(test)]

@@ -87,6 +87,8 @@ pub enum Rule {
     TooManyMembers,
     TooLarge,
     GlobalHeaders,
+    /// A name no filesystem takes: a component over 255 bytes, a link target over 4095.
+    NameTooLong,
     /// A dumpdir (GNU incremental listing) that is malformed, names something outside its
     /// directory, or would delete what every backup keeps.
     Dumpdir,
@@ -112,7 +114,9 @@ impl Rule {
             | ParentNotDirectory
             | HardlinkNotRegularFile
             | HardlinkBeforeTarget => 9,
-            TooManyMembers | TooLarge | GlobalHeaders | Dumpdir | IncrementalLink => 0,
+            TooManyMembers | TooLarge | GlobalHeaders | NameTooLong | Dumpdir | IncrementalLink => {
+                0
+            }
         }
     }
 
@@ -142,6 +146,9 @@ impl Rule {
             TooManyMembers => "archive has too many members",
             TooLarge => "archive is too large",
             GlobalHeaders => "archive has too many or too large PAX global headers",
+            NameTooLong => {
+                "archive name is longer than a filesystem takes (255 bytes a component, 4095 a link target)"
+            }
             Dumpdir => "archive has an unsafe or malformed incremental listing (dumpdir)",
             IncrementalLink => {
                 "archive is an incremental backup that keeps files from earlier backups; restore it with its chain"
@@ -507,6 +514,13 @@ impl Validator {
         if escapes(name) {
             return Err(ArchiveError::unsafe_(Rule::PathEscapes, shown_name(name)));
         }
+        // No box saved such a name (its filesystem would not take it), and no restore
+        // could write it: refused before anything is created.
+        if name.split(|b| *b == b'/').any(|part| part.len() > NAME_MAX)
+            || link.is_some_and(|l| l.len() > LINK_MAX)
+        {
+            return Err(ArchiveError::unsafe_(Rule::NameTooLong, shown_name(name)));
+        }
         // Rule 3, and a member a dumpdir says is kept from an earlier backup: one path
         // would be both (a directory member where a kept symlink is, written through it).
         let key = key_of(name);
@@ -724,6 +738,11 @@ impl Validator {
         self.files
     }
 }
+
+/// The longest file name component Linux and macOS filesystems take (`NAME_MAX`).
+const NAME_MAX: usize = 255;
+/// The longest symlink target `symlink(2)` takes (`PATH_MAX` less its NUL).
+const LINK_MAX: usize = 4095;
 
 /// Whether a member name (or a hard link target, which names a member) leaves the root.
 fn escapes(name: &[u8]) -> bool {
@@ -1404,6 +1423,19 @@ mod tests {
         empty.push((b"./home/agent/e", L, b""));
         let e = validate(raw_tar(&empty).as_slice(), &Limits::default()).unwrap_err();
         assert_eq!(e.rule(), Some(Rule::LinkTargetEmpty), "{e}");
+        // A name no filesystem takes (the chain fuzz target's find: it validated, then
+        // failed to unpack).
+        let long = format!("d./home/agent/{}\n", "n".repeat(256));
+        let data =
+            crate::fuzzing::build_tar(format!("d./\nd./home/\nd./home/agent/\n{long}").as_bytes())
+                .unwrap();
+        let e = validate(data.as_slice(), &Limits::default()).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::NameTooLong), "{e}");
+        let ok = format!("d./home/agent/{}\n", "n".repeat(255));
+        let data =
+            crate::fuzzing::build_tar(format!("d./\nd./home/\nd./home/agent/\n{ok}").as_bytes())
+                .unwrap();
+        validate(data.as_slice(), &Limits::default()).unwrap();
     }
 
     #[test]

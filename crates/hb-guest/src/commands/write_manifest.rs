@@ -1,6 +1,7 @@
 //! `hb write-manifest`: the runtime manifest (`~/.config/hermes-box/runtime-manifest`),
 //! atomic and 0600. Keys beyond ours (written by other versions) are kept. It names what
-//! made the box: hb itself, and the host's `box` and smolvm versions `box` passes in.
+//! made the box: hb itself, and the host's `box` and smolvm versions `box` passes in, and the
+//! box's network policy (`--policy`, box-proto's `POLICY_KEYS`), which `box load` reads back.
 
 use std::process::ExitCode;
 
@@ -67,8 +68,30 @@ pub fn write(
     if let Some(v) = &host.smolvm_version {
         m.set(SMOLVM_KEY, v);
     }
+    for entry in &host.policy {
+        let (key, value) = policy_entry(entry)?;
+        m.set(key, value);
+    }
     write_private(&paths.manifest(), m.render().as_bytes(), 0o600, owner)?;
     Ok(m)
+}
+
+/// One `--policy KEY=VALUE`: a policy key of the manifest's, a value without control
+/// characters (the manifest would refuse the line on its next read).
+fn policy_entry(entry: &str) -> Result<(&str, &str)> {
+    let (key, value) = entry
+        .split_once('=')
+        .with_context(|| format!("--policy {entry:?}: expected KEY=VALUE"))?;
+    if !box_proto::manifest::POLICY_KEYS.contains(&key) {
+        anyhow::bail!(
+            "--policy: '{key}' is not a policy key ({})",
+            box_proto::manifest::POLICY_KEYS.join(", ")
+        );
+    }
+    if value.chars().any(char::is_control) {
+        anyhow::bail!("--policy {key}: the value has a control character");
+    }
+    Ok((key, value))
 }
 
 pub fn run(ctx: &Context, host: &WriteManifestArgs) -> Result<ExitCode> {

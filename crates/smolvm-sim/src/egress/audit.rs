@@ -38,7 +38,10 @@ impl Audit {
             .append(true)
             .open(&self.path)
         {
-            let _ = writeln!(f, "{line}");
+            // One write per line: resolves of A and AAAA run at once, and `writeln!` on a
+            // file is two writes (text, then newline), which O_APPEND may interleave into
+            // one line holding two denials.
+            let _ = f.write_all(format!("{line}\n").as_bytes());
         }
     }
 }
@@ -143,5 +146,31 @@ mod tests {
         assert!(got[0].timestamp.ends_with('Z') && got[0].timestamp.len() == 20);
         assert_eq!(read(&dir.path().join(LOG), 1).len(), 1);
         assert!(read(&dir.path().join("missing"), 5).is_empty());
+    }
+
+    /// A and AAAA lookups of one name are denied at the same moment: every denial must
+    /// still be its own line, naming its own destination.
+    #[test]
+    fn denials_recorded_at_once_stay_one_per_line() {
+        let dir = tempfile::tempdir().unwrap_or_else(|e| panic!("{e}"));
+        let a = Audit::new(dir.path());
+        std::thread::scope(|s| {
+            for t in 0..8 {
+                let a = a.clone();
+                s.spawn(move || {
+                    for i in 0..300 {
+                        a.denied("resolve", &format!("n{t}-{i}.example"));
+                    }
+                });
+            }
+        });
+        let got = read(&dir.path().join(LOG), 10_000);
+        assert_eq!(got.len(), 8 * 300);
+        for d in &got {
+            assert!(
+                d.dest.starts_with('n') && d.dest.ends_with(".example") && !d.dest.contains(' '),
+                "{d:?}"
+            );
+        }
     }
 }

@@ -73,7 +73,10 @@ fn ip_in(pid: i32, args: &[&str]) -> Result<(), String> {
         .map_err(|e| format!("guest network namespace: {e}"))?;
     let fd = ns.as_raw_fd();
     let mut cmd = Command::new("ip");
+    // Run by `machine start`: none of its environment (bound credentials' values) goes on.
     cmd.args(args)
+        .env_clear()
+        .env("PATH", std::env::var_os("PATH").unwrap_or_default())
         .stdin(Stdio::null())
         .stdout(Stdio::null())
         .stderr(Stdio::piped());

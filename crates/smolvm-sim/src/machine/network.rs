@@ -48,8 +48,12 @@ pub fn start(
     if filtered {
         cmd.arg("--disable-dns");
     }
+    // smolvm's gateway runs inside its own VM process: no other process gets `machine
+    // start`'s environment, where the values of bound credentials are. slirp4netns, this
+    // simulator's stand-in for that gateway, needs none of it.
     cmd.arg(target_pid.to_string())
         .arg("tap0")
+        .env_clear()
         .stdin(Stdio::null());
     let program = filtered.then(crate::egress::connect_filter::program);
     // SAFETY: only async-signal-safe calls (dup2, prctl, seccomp) between fork and exec;

@@ -110,7 +110,10 @@ impl Drop for Netns {
 }
 
 /// A test CA (written to `dir/ca.pem`) and an HTTPS server for `host` inside `ns` on 443,
-/// which records every request it gets (head and body) and answers `200 {"ok":true}`.
+/// which records every request it gets (head and body) and answers `200 {"ok":true}`; a
+/// request with a `model` (an Anthropic Messages call, as Claude Code makes it) gets a
+/// message whose text is [`REPLY`] (as server-sent events when it asks for a stream), and
+/// `HEAD` the head alone.
 pub struct Https {
     pub ca: PathBuf,
     pub seen: Arc<Mutex<Vec<String>>>,
@@ -184,20 +187,73 @@ fn serve(c: TcpStream, config: Arc<rustls::ServerConfig>, seen: &Mutex<Vec<Strin
         if tls.read_exact(&mut body).is_err() {
             return;
         }
+        let is_head = head.starts_with("HEAD ");
+        let (content_type, out) = answer(&body);
         head.push_str(&String::from_utf8_lossy(&body));
         seen.lock().unwrap().push(head);
-        let out = b"{\"ok\":true}";
         let resp = format!(
-            "HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: {}\r\n\r\n",
+            "HTTP/1.1 200 OK\r\nContent-Type: {content_type}\r\nContent-Length: {}\r\n\r\n",
             out.len()
         );
         let w = tls.get_mut();
         if w.write_all(resp.as_bytes())
-            .and_then(|_| w.write_all(out))
+            .and_then(|_| if is_head { Ok(()) } else { w.write_all(&out) })
             .is_err()
         {
             return;
         }
         let _ = w.flush();
     }
+}
+
+/// The text of the message the server answers a Messages call with.
+pub const REPLY: &str = "hello from the test server";
+
+/// The body (and its type) for a request body: a Messages call gets a message, anything else
+/// `{"ok":true}`.
+fn answer(body: &[u8]) -> (&'static str, Vec<u8>) {
+    let req: serde_json::Value = serde_json::from_slice(body).unwrap_or_default();
+    let Some(model) = req.get("model").and_then(|m| m.as_str()) else {
+        return ("application/json", b"{\"ok\":true}".to_vec());
+    };
+    let usage = serde_json::json!({"input_tokens": 1, "output_tokens": 5});
+    let message = |content: serde_json::Value, stop: serde_json::Value| {
+        serde_json::json!({
+            "id": "msg_test", "type": "message", "role": "assistant", "model": model,
+            "content": content, "stop_reason": stop, "stop_sequence": null, "usage": usage,
+        })
+    };
+    if req.get("stream") != Some(&serde_json::Value::Bool(true)) {
+        let text = serde_json::json!([{"type": "text", "text": REPLY}]);
+        let m = message(text, "end_turn".into());
+        return ("application/json", m.to_string().into_bytes());
+    }
+    let events = [
+        (
+            "message_start",
+            serde_json::json!({"type": "message_start", "message": message(serde_json::json!([]), serde_json::Value::Null)}),
+        ),
+        (
+            "content_block_start",
+            serde_json::json!({"type": "content_block_start", "index": 0, "content_block": {"type": "text", "text": ""}}),
+        ),
+        (
+            "content_block_delta",
+            serde_json::json!({"type": "content_block_delta", "index": 0, "delta": {"type": "text_delta", "text": REPLY}}),
+        ),
+        (
+            "content_block_stop",
+            serde_json::json!({"type": "content_block_stop", "index": 0}),
+        ),
+        (
+            "message_delta",
+            serde_json::json!({"type": "message_delta", "delta": {"stop_reason": "end_turn", "stop_sequence": null}, "usage": {"output_tokens": 5}}),
+        ),
+        ("message_stop", serde_json::json!({"type": "message_stop"})),
+    ];
+    let sse: String = events
+        .iter()
+        .map(|(e, d)| format!("event: {e}\ndata: {d}\n\n"))
+        .collect();
+    ("text/event-stream", sse.into_bytes())
 }

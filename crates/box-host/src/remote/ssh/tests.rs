@@ -284,14 +284,14 @@ fn socket_paths_stay_short_and_private() {
     assert!(SshTarget::new(&host, "ssh 'open", None).is_err());
 }
 
-/// box's options precede the user's words: ssh keeps the first value of each option, so
-/// `BOX_SSH_COMMAND=ssh -o ForwardAgent=yes` cannot forward the agent.
+/// box's options precede the user's words: ssh keeps the first value of each `-o` option,
+/// so `BOX_SSH_COMMAND=ssh -o BatchMode=no` cannot make ssh prompt.
 #[test]
 fn box_options_win_over_the_users_ssh_command() {
     let host = RemoteHost::parse("ssh://u@h:2222").unwrap();
     let t = SshTarget::new(
         &host,
-        "ssh -o ForwardAgent=yes -o BatchMode=no -F ./cfg",
+        "ssh -o BatchMode=no -o ConnectTimeout=99 -F ./cfg",
         Some(std::path::Path::new("/s")),
     )
     .unwrap();
@@ -302,8 +302,11 @@ fn box_options_win_over_the_users_ssh_command() {
         .map(|a| a.to_string_lossy().into_owned())
         .collect();
     let pos = |w: &str| args.iter().position(|a| a == w).unwrap();
-    assert!(pos("ForwardAgent=no") < pos("ForwardAgent=yes"), "{args:?}");
     assert!(pos("BatchMode=yes") < pos("BatchMode=no"), "{args:?}");
+    assert!(
+        pos("ConnectTimeout=30") < pos("ConnectTimeout=99"),
+        "{args:?}"
+    );
     assert_eq!(
         args[args.len() - 4..],
         ["./cfg", "u@h", "--", "echo 'x'"],
@@ -322,6 +325,56 @@ fn box_options_win_over_the_users_ssh_command() {
     );
 }
 
+/// ssh's letter flags win over box's `-o` options (`-A` after `-o ForwardAgent=no` forwards
+/// the agent), so a `BOX_SSH_COMMAND` with one, or with the `-o` word, is refused before
+/// any ssh runs, naming the word.
+#[test]
+fn forwarding_in_the_users_ssh_command_is_refused_before_ssh_runs() {
+    let host = RemoteHost::parse("ssh://u@h").unwrap();
+    for (command, word) in [
+        ("ssh -A -F ./cfg", "-A"),
+        ("ssh -X", "-X"),
+        ("ssh -Y", "-Y"),
+        ("ssh -S /tmp/mine", "-S"),
+        ("ssh -M", "-M"),
+        ("ssh -o ForwardAgent=yes", "-o ForwardAgent"),
+        ("ssh -o ControlPath=/tmp/mine", "-o ControlPath"),
+    ] {
+        let err = SshTarget::new(&host, command, None).unwrap_err();
+        assert!(matches!(err, SmolvmError::Connect { .. }), "{err:?}");
+        assert!(
+            err.to_string().starts_with(&format!(
+                "cannot connect to ssh://u@h: BOX_SSH_COMMAND may not set {word}: "
+            )),
+            "{command}: {err}"
+        );
+    }
+}
+
+/// A `LocalForward` or `RemoteForward` in the user's ssh config opens no listener: a call
+/// (a mux client) would have the master open its config's forwards, for as long as the
+/// master lives. (The "remote" is this machine, so a remote forward would listen here.)
+#[test]
+fn forwards_in_the_users_config_open_no_listener() {
+    let Some(h) = test_host() else { return };
+    let (local, remote) = (free_local_port().unwrap(), free_local_port().unwrap());
+    let cfg = h.dir.path().join("ssh_config");
+    let mut text = std::fs::read_to_string(&cfg).unwrap();
+    text.push_str(&format!(
+        "  LocalForward 127.0.0.1:{local} 127.0.0.1:9\n  RemoteForward 127.0.0.1:{remote} 127.0.0.1:9\n"
+    ));
+    std::fs::write(&cfg, text).unwrap();
+    let listening = |port: u16| std::net::TcpStream::connect(("127.0.0.1", port)).is_ok();
+    let s = session(&h);
+    let out = sh(&s, "sleep 1; echo done", &[], Duration::from_secs(30)).unwrap();
+    assert_eq!(out.stdout, "done\n");
+    for port in [local, remote] {
+        assert!(!listening(port), "port {port} of the user's config listens");
+    }
+    let fwd = s.forward_local(9).unwrap();
+    assert!(listening(fwd.local_port()), "box's own forward still opens");
+}
+
 /// A call that leaves a daemon holding its output (as a VMM might) still ends: ssh would
 /// wait for that daemon, the runner stops at the trailer.
 #[test]
@@ -336,5 +389,53 @@ fn a_daemon_holding_the_output_does_not_hold_the_call() {
         start.elapsed() < Duration::from_secs(8),
         "{:?}",
         start.elapsed()
+    );
+}
+
+/// Without root (here: this test binary run again as `nobody`), the sshd-backed tests fail
+/// under `CI=true`, where a silent pass would leave the transport untested, and elsewhere
+/// pass with a visible `SKIPPED:` line.
+#[test]
+fn without_root_the_sshd_tests_fail_under_ci_and_say_skipped_elsewhere() {
+    let exe = std::env::current_exe().unwrap();
+    let run = |ci: Option<&str>| {
+        let mut cmd = if nix::unistd::getuid().is_root() {
+            let mut c = std::process::Command::new("setpriv");
+            c.args(["--reuid=65534", "--regid=65534", "--clear-groups", "--"])
+                .arg(&exe);
+            c
+        } else {
+            std::process::Command::new(&exe)
+        };
+        cmd.args([
+            "--exact",
+            "remote::ssh::tests::a_dead_master_is_opened_again",
+            "--test-threads=1",
+        ])
+        .env_remove("CI");
+        if let Some(v) = ci {
+            cmd.env("CI", v);
+        }
+        cmd.output().unwrap()
+    };
+    let in_ci = run(Some("true"));
+    let said = String::from_utf8_lossy(&in_ci.stdout).into_owned()
+        + &String::from_utf8_lossy(&in_ci.stderr);
+    assert!(!in_ci.status.success(), "passed under CI=true: {said}");
+    assert!(
+        said.contains("ssh transport tests need: root"),
+        "the failure does not say what is missing: {said}"
+    );
+    assert!(said.contains("1 failed"), "{said}");
+    let here = run(None);
+    let stderr = String::from_utf8_lossy(&here.stderr);
+    assert!(here.status.success(), "{here:?}");
+    assert!(
+        stderr.contains("SKIPPED: ssh transport tests need: root"),
+        "no visible SKIPPED line: {stderr}"
+    );
+    assert!(
+        String::from_utf8_lossy(&here.stdout).contains("1 passed"),
+        "the filter ran no test: {here:?}"
     );
 }

@@ -274,3 +274,115 @@ fn a_remote_smolvm_killed_by_a_signal_is_said_as_locally() {
     let out = s.exec("alpha", &["true"], ExecOpts::default()).unwrap();
     assert_eq!(out.code, Some(137));
 }
+
+/// Every regular file under `dir` that holds `needle`.
+fn files_holding(dir: &std::path::Path, needle: &[u8]) -> Vec<std::path::PathBuf> {
+    let mut found = Vec::new();
+    let Ok(entries) = std::fs::read_dir(dir) else {
+        return found;
+    };
+    for e in entries.flatten() {
+        let p = e.path();
+        match e.file_type() {
+            Ok(t) if t.is_dir() => found.extend(files_holding(&p, needle)),
+            Ok(t)
+                if t.is_file()
+                    && std::fs::read(&p)
+                        .is_ok_and(|b| b.windows(needle.len()).any(|w| w == needle)) =>
+            {
+                found.push(p);
+            }
+            _ => {}
+        }
+    }
+    found
+}
+
+/// The processes of this machine whose `file` (`cmdline`, `environ`) holds `needle`, as
+/// their command lines.
+fn processes_holding(file: &str, needle: &[u8]) -> Vec<String> {
+    let mut found = Vec::new();
+    for e in std::fs::read_dir("/proc").unwrap().flatten() {
+        let p = e.path();
+        if let Ok(b) = std::fs::read(p.join(file))
+            && b.windows(needle.len()).any(|w| w == needle)
+        {
+            let cmd = std::fs::read(p.join("cmdline")).unwrap_or_default();
+            found.push(String::from_utf8_lossy(&cmd).replace('\0', " "));
+        }
+    }
+    found
+}
+
+/// A bound API key for a remote `machine start` (issue 33): it travels on the connection's
+/// stdin into the environment of that one smolvm call there. smolvm sees it; while the start
+/// runs no argv on the machine holds it (local ssh, sshd, the remote shells), no process
+/// but smolvm's own has it in its environment, no file box or the remote account keeps does;
+/// the next call's environment has none. A start without keys takes the plain path.
+#[test]
+fn api_keys_reach_remote_smolvm_start_through_its_stdin_only() {
+    let Some(h) = test_host() else { return };
+    const KEY: &str = "sk-ant-remote-7c1d93e2";
+    let seen = h.dir.path().join("seen");
+    let s = remote_fake(
+        &h,
+        &format!(
+            r#"case "$1 $2" in
+  "machine start")
+    printf '%s %s\n' "$(printf %s "$ANTHROPIC_API_KEY" | sha256sum | cut -c1-16)" "${{OTHER_KEY-unset}}" >> {seen}
+    sleep 2;;
+  "machine stop") echo "stop sees ${{ANTHROPIC_API_KEY-no key}}" >> {seen};;
+  *) exit 9;;
+esac"#,
+            seen = seen.display()
+        ),
+    );
+    let keys = vec![
+        (
+            "ANTHROPIC_API_KEY".to_string(),
+            secrecy::SecretString::from(KEY),
+        ),
+        (
+            "OTHER_KEY".to_string(),
+            secrecy::SecretString::from("k2 $x"),
+        ),
+    ];
+    let watcher = std::thread::spawn(|| {
+        let mut argv = Vec::new();
+        let mut environ = Vec::new();
+        for _ in 0..15 {
+            argv.extend(processes_holding("cmdline", KEY.as_bytes()));
+            environ.extend(processes_holding("environ", KEY.as_bytes()));
+            std::thread::sleep(Duration::from_millis(100));
+        }
+        (argv, environ)
+    });
+    s.start_with_keys("alpha", None, &keys).unwrap();
+    let (argv, environ) = watcher.join().unwrap();
+    assert!(argv.is_empty(), "the key is on an argv: {argv:?}");
+    assert!(
+        !environ.is_empty()
+            && environ
+                .iter()
+                .all(|c| c.contains("/bin/smolvm machine start")
+                    || ["sleep ", "sha256sum", "cut "]
+                        .iter()
+                        .any(|p| c.starts_with(p))),
+        "the key is in the environment of {environ:?}"
+    );
+    s.stop("alpha").unwrap();
+    s.start_with_keys("alpha", None, &[]).unwrap();
+    use sha2::Digest as _;
+    let hash = hex::encode(sha2::Sha256::digest(KEY));
+    let empty = hex::encode(sha2::Sha256::digest(""));
+    assert_eq!(
+        std::fs::read_to_string(&seen).unwrap(),
+        format!(
+            "{} k2 $x\nstop sees no key\n{} unset\n",
+            &hash[..16],
+            &empty[..16]
+        )
+    );
+    let files = files_holding(h.dir.path(), KEY.as_bytes());
+    assert!(files.is_empty(), "the key is in {files:?}");
+}

@@ -176,6 +176,9 @@ pub(crate) enum Feed {
     /// file that gave fewer bytes than announced closes the pipe at once: the far side
     /// must see a short stream then, not wait for the rest until the deadline.
     File(std::fs::File, u64),
+    /// Secret bytes (API keys for a remote `machine start`), then held open like
+    /// [`Feed::Hold`]; wiped from memory once written.
+    Secret(zeroize::Zeroizing<Vec<u8>>),
 }
 
 /// Where a call's stdout goes.
@@ -214,7 +217,7 @@ pub(crate) fn run_command(
     let mut marker_at: Option<Instant> = None;
     cmd.stdin(match io.stdin {
         Feed::Null => Stdio::null(),
-        Feed::Hold | Feed::File(..) => Stdio::piped(),
+        Feed::Hold | Feed::File(..) | Feed::Secret(_) => Stdio::piped(),
     })
     .stdout(Stdio::piped())
     .stderr(Stdio::piped())
@@ -227,6 +230,19 @@ pub(crate) fn run_command(
         Feed::Hold => {
             if let Ok(mut held) = held_stdin.lock() {
                 *held = child.stdin.take();
+            }
+        }
+        Feed::Secret(bytes) => {
+            if let Some(mut pipe) = child.stdin.take() {
+                let held = std::sync::Arc::clone(&held_stdin);
+                std::thread::spawn(move || {
+                    use std::io::Write as _;
+                    if pipe.write_all(&bytes).and_then(|()| pipe.flush()).is_ok()
+                        && let Ok(mut slot) = held.lock()
+                    {
+                        *slot = Some(pipe);
+                    }
+                });
             }
         }
         Feed::File(mut file, announced) => {

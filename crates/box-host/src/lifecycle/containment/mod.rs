@@ -11,6 +11,8 @@
 //! * credentials: `--credential NAME=VAR@HOST` (smolvm 1.18+): the guest gets a placeholder in
 //!   VAR; the value goes only into the environment of each `machine start` ([`values`]).
 
+pub mod carried;
+
 use std::os::unix::fs::MetadataExt as _;
 use std::path::PathBuf;
 
@@ -41,6 +43,10 @@ pub const AGENTS: &[(&str, &str)] = &[
     (
         "nodesource.com",
         "Node.js where the distribution's is too old",
+    ),
+    (
+        "integrations.sh",
+        "Executor's catalog of integrations (integrations.sh/api.json, fetched at start)",
     ),
     ("pypi.org", "PyPI, for Hermes"),
     ("pythonhosted.org", "PyPI's files"),
@@ -119,14 +125,41 @@ pub struct Containment {
     pub lan_closed: bool,
 }
 
-/// `box new`'s own containment flags, on top of box.env.
+/// The containment flags of `box new`, `load` and `clone`, on top of the policy the box starts
+/// from (box.env's; a backup's; the clone's source's).
 #[derive(Debug, Clone, Default)]
 pub struct Overrides {
     pub egress: Option<String>,
     pub allow_hosts: Vec<String>,
     pub allow_cidrs: Vec<String>,
     pub allow_private: Vec<String>,
+    /// Names taken off the list (the carried policy's or box.env's own; never an agents
+    /// name).
+    pub deny_hosts: Vec<String>,
     pub credentials: Vec<String>,
+}
+
+impl crate::cli::PolicyArgs {
+    pub fn overrides(&self) -> Overrides {
+        Overrides {
+            egress: self.egress.clone(),
+            allow_hosts: self.allow_host.clone(),
+            allow_cidrs: self.allow_cidr.clone(),
+            allow_private: self.allow_private.clone(),
+            deny_hosts: self.deny_host.clone(),
+            credentials: self.credential.clone(),
+        }
+    }
+
+    /// Whether the user gave any of the flags.
+    pub fn any(&self) -> bool {
+        self.egress.is_some()
+            || !self.allow_host.is_empty()
+            || !self.allow_cidr.is_empty()
+            || !self.allow_private.is_empty()
+            || !self.deny_host.is_empty()
+            || !self.credential.is_empty()
+    }
 }
 
 fn valid_label(l: &str) -> bool {
@@ -164,6 +197,33 @@ fn check_cidr(c: &str, key: &str) -> Result<String> {
         bail!("{key}: '{c}' has a bad prefix length (0-{width})");
     }
     Ok(c.to_string())
+}
+
+fn parse_mode(word: &str, key: &str) -> Result<Mode> {
+    match word {
+        "open" => Ok(Mode::Open),
+        "allowlist" => Ok(Mode::Allowlist),
+        other => bail!("{key}: '{other}' is neither open nor allowlist"),
+    }
+}
+
+/// Every word through `check`, each named with `key` when it fails.
+fn checked(
+    words: &[String],
+    check: fn(&str, &str) -> Result<String>,
+    key: &str,
+) -> Result<Vec<String>> {
+    words.iter().map(|w| check(w, key)).collect()
+}
+
+/// Whether the allow-list entry `entry` admits `host` (smolvm's exact-or-subdomain match;
+/// `*.x` only subdomains).
+fn covers(entry: &str, host: &str) -> bool {
+    let name = host.strip_prefix("*.").unwrap_or(host);
+    match entry.strip_prefix("*.") {
+        Some(parent) => name.ends_with(&format!(".{parent}")),
+        None => name == entry || name.ends_with(&format!(".{entry}")),
+    }
 }
 
 fn valid_var(v: &str) -> bool {
@@ -220,62 +280,120 @@ pub fn parse_credential(spec: &str) -> Result<Credential> {
 impl Containment {
     /// From box.env with `box new`'s flags on top, every word checked.
     pub fn from_config(env: &BoxEnv, o: &Overrides) -> Result<Self> {
-        let mode = match o.egress.as_deref().unwrap_or(&env.egress) {
-            "open" => Mode::Open,
-            "allowlist" => Mode::Allowlist,
-            other => bail!("--egress: '{other}' is neither open nor allowlist"),
-        };
-        let hosts = env
-            .egress_allow_hosts
-            .iter()
-            .chain(&o.allow_hosts)
-            .map(|h| check_host(h, "EGRESS_ALLOW_HOSTS"))
-            .collect::<Result<Vec<_>>>()?;
-        let cidrs = env
-            .egress_allow_cidrs
-            .iter()
-            .chain(&o.allow_cidrs)
-            .map(|c| check_cidr(c, "EGRESS_ALLOW_CIDRS"))
-            .collect::<Result<Vec<_>>>()?;
-        let allow_private = env
-            .egress_allow_private
-            .iter()
-            .chain(&o.allow_private)
-            .map(|c| check_cidr(c, "EGRESS_ALLOW_PRIVATE"))
-            .collect::<Result<Vec<_>>>()?;
-        if mode == Mode::Open && (!hosts.is_empty() || !cidrs.is_empty()) {
-            bail!(
-                "EGRESS_ALLOW_HOSTS/EGRESS_ALLOW_CIDRS only apply with EGRESS=allowlist (this \
-                 box would be open to the whole internet): set EGRESS=allowlist, or drop them"
-            );
-        }
+        let mut c = Self::from_env(env)?;
+        c.apply(o)?;
+        Ok(c)
+    }
+
+    /// box.env's policy alone.
+    fn from_env(env: &BoxEnv) -> Result<Self> {
+        let mode = parse_mode(&env.egress, "EGRESS")?;
         let mut credentials: Vec<Credential> = Vec::new();
-        for spec in env.credentials.iter().chain(&o.credentials) {
+        for spec in &env.credentials {
             let c = parse_credential(spec)?;
             if credentials.iter().any(|d| d.var == c.var) {
                 bail!("CREDENTIALS: {} is bound twice", c.var);
             }
             credentials.push(c);
         }
-        Ok(Self {
+        let c = Self {
             mode,
-            hosts,
-            cidrs,
-            allow_private,
+            hosts: checked(&env.egress_allow_hosts, check_host, "EGRESS_ALLOW_HOSTS")?,
+            cidrs: checked(&env.egress_allow_cidrs, check_cidr, "EGRESS_ALLOW_CIDRS")?,
+            allow_private: checked(
+                &env.egress_allow_private,
+                check_cidr,
+                "EGRESS_ALLOW_PRIVATE",
+            )?,
             credentials,
             lan_closed: false,
-        })
+        };
+        Ok(c)
+    }
+
+    /// The user's flags on top of a policy (box.env's, a backup's, a clone's source's):
+    /// `--egress` sets the mode, the lists add, `--deny-host` takes a name off, and a
+    /// `--credential` for a variable already bound replaces that binding.
+    pub fn apply(&mut self, o: &Overrides) -> Result<()> {
+        if let Some(mode) = &o.egress {
+            self.mode = parse_mode(mode, "--egress")?;
+        }
+        for h in checked(&o.allow_hosts, check_host, "--allow-host")? {
+            if !self.hosts.contains(&h) {
+                self.hosts.push(h);
+            }
+        }
+        for c in checked(&o.allow_cidrs, check_cidr, "--allow-cidr")? {
+            if !self.cidrs.contains(&c) {
+                self.cidrs.push(c);
+            }
+        }
+        for c in checked(&o.allow_private, check_cidr, "--allow-private")? {
+            if !self.allow_private.contains(&c) {
+                self.allow_private.push(c);
+            }
+        }
+        for h in checked(&o.deny_hosts, check_host, "--deny-host")? {
+            self.deny(&h)?;
+        }
+        let mut flagged: Vec<String> = Vec::new();
+        for spec in &o.credentials {
+            let c = parse_credential(spec)?;
+            if flagged.contains(&c.var) {
+                bail!("--credential: {} is bound twice", c.var);
+            }
+            flagged.push(c.var.clone());
+            self.credentials.retain(|d| d.var != c.var);
+            self.credentials.push(c);
+        }
+        if self.mode == Mode::Open && (!self.hosts.is_empty() || !self.cidrs.is_empty()) {
+            bail!(
+                "EGRESS_ALLOW_HOSTS/EGRESS_ALLOW_CIDRS only apply with EGRESS=allowlist (this \
+                 box would be open to the whole internet): set EGRESS=allowlist, or drop them"
+            );
+        }
+        Ok(())
+    }
+
+    /// Takes a name the user added off the allow list.
+    fn deny(&mut self, host: &str) -> Result<()> {
+        if let Some(c) = self
+            .credentials
+            .iter()
+            .find(|c| c.hosts.iter().any(|h| h == host))
+        {
+            bail!(
+                "--deny-host {host}: {host} receives {} (a credential binding), which keeps it \
+                 reachable; make the box without that binding instead",
+                c.var
+            );
+        }
+        if self.hosts.iter().any(|h| h == host) {
+            self.hosts.retain(|h| h != host);
+            return Ok(());
+        }
+        if let Some((name, why)) = AGENTS.iter().find(|(n, _)| covers(n, host)) {
+            bail!(
+                "--deny-host {host}: {name} is on the shipped agents list ({why}), which every \
+                 box under EGRESS=allowlist keeps; use a host outside the list"
+            );
+        }
+        bail!(
+            "--deny-host {host}: not on this box's own list ({}); nothing to take off",
+            if self.hosts.is_empty() {
+                "it has none".to_string()
+            } else {
+                self.hosts.join(" ")
+            }
+        )
     }
 
     /// The allow-host list smolvm gets under `allowlist`: the agents' names, the user's,
     /// and every credential host not already covered.
     pub fn allow_hosts(&self) -> Vec<String> {
         let mut out: Vec<String> = AGENTS.iter().map(|(h, _)| h.to_string()).collect();
-        let covered = |out: &[String], h: &str| {
-            let name = h.strip_prefix("*.").unwrap_or(h);
-            out.iter()
-                .any(|e| !e.starts_with("*.") && (name == e || name.ends_with(&format!(".{e}"))))
-        };
+        let covered =
+            |out: &[String], h: &str| out.iter().any(|e| !e.starts_with("*.") && covers(e, h));
         for h in self
             .hosts
             .iter()
@@ -546,7 +664,8 @@ mod tests {
     use super::*;
     use secrecy::ExposeSecret as _;
 
-    fn env(lines: &[(&str, &str)]) -> BoxEnv {
+    /// A BoxEnv with `lines` set, as box.env would give them.
+    pub(super) fn env(lines: &[(&str, &str)]) -> BoxEnv {
         let mut e = BoxEnv::default();
         for (k, v) in lines {
             e.set(k, v).unwrap_or_else(|err| panic!("{k}: {err}"));

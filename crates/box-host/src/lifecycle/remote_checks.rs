@@ -1,4 +1,4 @@
-//! `box doctor` for a remote host: the connection, smolvm there, and what decides whether
+//! `box doctor` for a remote host (above the driver: it asks smolvm there, through it): the connection, smolvm there, and what decides whether
 //! VMs can boot and keep running there (KVM for the uid that runs them, systemd-logind
 //! killing a logged-out user's processes, free disk and memory).
 //!
