@@ -147,6 +147,17 @@ fn each_block_run(path: &Path, mut f: impl FnMut(InOutBuf<'_, '_, aes::Block>)) 
     .map(drop)
 }
 
+/// The digest `D` of all of `path` (thrown away: only its cost is wanted).
+fn digest_all<D: Digest>(path: &Path) -> Result<()> {
+    let mut h = D::new();
+    each_chunk(path, |c| {
+        h.update(&*c);
+        Ok(())
+    })?;
+    std::hint::black_box(h.finalize());
+    Ok(())
+}
+
 /// hb's parts, in order, as one file (the plaintext of the backup: a .tar.zst).
 fn join_parts(parts: &Path, out: &Path) -> Result<Vec<PathBuf>> {
     let index = box_host::backup::save::read_index(parts)?;
@@ -203,15 +214,7 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     })?;
     report("zstd -3, 2 workers", tar_bytes, &compressed, 1);
 
-    let t = timed(|| {
-        let mut h = Sha256::new();
-        each_chunk(&zst, |c| {
-            h.update(&*c);
-            Ok(())
-        })?;
-        std::hint::black_box(h.finalize());
-        Ok(())
-    })?;
+    let t = timed(|| digest_all::<Sha256>(&zst))?;
     report("SHA-256 (each part's check)", zst_bytes, &t, 2);
 
     let (key, iv) = ([7u8; 32], [0u8; 16]);
@@ -221,15 +224,7 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     })?;
     report("AES-256-CFB encrypt", zst_bytes, &t, 1);
 
-    let t = timed(|| {
-        let mut h = Sha1::new();
-        each_chunk(&zst, |c| {
-            h.update(&*c);
-            Ok(())
-        })?;
-        std::hint::black_box(h.finalize());
-        Ok(())
-    })?;
+    let t = timed(|| digest_all::<Sha1>(&zst))?;
     report("SHA-1 (the MDC)", zst_bytes, &t, 2);
 
     let out = scratch.join("stages.write");
