@@ -5,11 +5,11 @@
 #
 #   box base build                 (skipped, "current", when BENCH_BASE_DIR holds a fresh one)
 #   box new --fresh                provisioning from the network, no base
-#   box new from the base          smolvm 1.0.4 (private extraction per box) and 1.9.2
+#   box new from the base          smolvm 1.0.4 (private extraction per box), 1.9.2 and 1.33
 #                                  (the shared pack store: first create extracts, then warm)
 #   box load from the base         a box with BENCH_BASE_MB of /data (default 300, ~313 MiB
 #                                  with the layout: scripts/bench.sh's save/load shape), on
-#                                  1.0.4 and 1.9.2
+#                                  1.0.4, 1.9.2 and 1.33
 #
 #   BENCH_BASE=0    skip this part of `just bench`
 #   BENCH_BASE_DIR  state to reuse (box's state dir with its bases, the simulator's home);
@@ -110,6 +110,9 @@ rows.append(("box new from base, 1.0.4", new("bench-a", "1.0.4"), "private extra
 first = new("bench-b", "1.9.2")
 rows.append(("box new from base, 1.9.2 warm", new("bench-c", "1.9.2"),
              f"shared pack store (the first create: {first:.1f} s)"))
+first = new("bench-d", "1.33.0")
+rows.append(("box new from base, 1.33 warm", new("bench-e", "1.33.0"),
+             f"the current smolvm, LAN closed (the first create: {first:.1f} s)"))
 print(f"==> {mb} MiB of /data in bench-a, box save")
 corpus = f"""set -e
 C=/data/home/agent/corpus; mkdir -p $C && cd $C
@@ -124,9 +127,12 @@ if r.returncode != 0:
     sys.exit(f"corpus failed: {r.stderr}")
 data_mb = r.stdout.strip().splitlines()[-1]
 wall, out, _ = run("save", ["save", "bench-a"])
-backup = next(l for l in out.splitlines() if l.startswith("Saved and verified")).split(" -> ")[-1].strip()
+import re
+# "Saved and verified 151 MiB -> PATH (full: starts a chain)": the path, not what follows it.
+backup = next(re.search(r" -> (.+?\.tar\.zst\.gpg)", l).group(1)
+              for l in out.splitlines() if l.startswith("Saved and verified"))
 print("==> box load from the base")
-for version, name in (("1.0.4", "bench-l"), ("1.9.2", "bench-m")):
+for version, name in (("1.0.4", "bench-l"), ("1.9.2", "bench-m"), ("1.33.0", "bench-n")):
     boxes.append((name, version))
     wall, _, _ = run("load", ["load", backup, name], version)
     rows.append((f"box load {data_mb} MiB from base, {version}", wall, ""))

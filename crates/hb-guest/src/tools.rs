@@ -125,9 +125,12 @@ fn versions_cached(
 }
 
 /// Which file a tool is and which version of it: the file its command resolves to (a
-/// `claude` link to its package's script), that file's inode, size and times, and the
-/// times of its directory (a package upgraded in place changes them). A base's answers
-/// come with it into every box made from it.
+/// `claude` link to its package's script), that file's size and mtime, and its
+/// directory's mtime (a package upgraded in place rewrites files there). No inode and no
+/// ctime: a box made from a base gets its files by extraction (the base's pack), which
+/// keeps sizes and mtimes but gives every file a new inode and ctime, so with them a
+/// base's answers never matched in a box from it and each `box new`/`load` asked the
+/// five runtimes again (1.0 s on a pristine image).
 #[derive(Debug, Clone, PartialEq, Eq)]
 struct ToolStamp(String);
 
@@ -137,15 +140,7 @@ impl ToolStamp {
         let real = std::fs::canonicalize(bin).ok()?;
         let file = std::fs::metadata(&real).ok()?;
         let dir = std::fs::metadata(real.parent()?).ok()?;
-        let times = |m: &std::fs::Metadata| {
-            format!(
-                "{}.{} {}.{}",
-                m.mtime(),
-                m.mtime_nsec(),
-                m.ctime(),
-                m.ctime_nsec()
-            )
-        };
+        let mtime = |m: &std::fs::Metadata| format!("{}.{}", m.mtime(), m.mtime_nsec());
         let path = real.to_str()?;
         if path.contains(['\t', '\n']) {
             return None;
@@ -153,11 +148,10 @@ impl ToolStamp {
         // No device number: every box's root is its own mount (an overlay of its base's
         // layers), so the same file of the same base has another device in each box.
         Some(ToolStamp(format!(
-            "{path} {} {} {} {}",
-            file.ino(),
+            "{path} {} {} {}",
             file.len(),
-            times(&file),
-            times(&dir)
+            mtime(&file),
+            mtime(&dir)
         )))
     }
 }
@@ -243,5 +237,41 @@ mod tests {
         // A damaged cache is only a slower call.
         std::fs::write(&cache, "garbage\n").unwrap();
         assert_eq!(versions_cached(&cache, &find), patched);
+    }
+
+    /// A box from a base has the base's files extracted: the same paths, sizes and mtimes,
+    /// new inodes and ctimes. The base's answers hold there.
+    #[test]
+    fn an_answer_survives_the_extraction_a_box_from_a_base_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = dir.path().join("cache/tool-versions");
+        let node = fake_node(dir.path(), "v20.1.0");
+        let find = |cmd: &str| (cmd == "node").then(|| node.clone());
+        let first = versions_cached(&cache, &find);
+        assert_eq!(asked(dir.path()), 1);
+        let bin_dir = node.parent().unwrap();
+        let (file_mtime, dir_mtime) = (
+            std::fs::metadata(&node).unwrap().modified().unwrap(),
+            std::fs::metadata(bin_dir).unwrap().modified().unwrap(),
+        );
+        let ino = |p: &Path| std::os::unix::fs::MetadataExt::ino(&std::fs::metadata(p).unwrap());
+        let before = ino(&node);
+        // Extracted anew: another inode, times set back as tar and a pack do.
+        let bytes = std::fs::read(&node).unwrap();
+        std::fs::remove_file(&node).unwrap();
+        let _hold = tempfile::tempfile_in(bin_dir).unwrap(); // the old inode is not reused
+        std::fs::write(&node, bytes).unwrap();
+        std::fs::set_permissions(&node, std::fs::Permissions::from_mode(0o755)).unwrap();
+        let set = |p: &Path, t| {
+            std::fs::File::open(p)
+                .unwrap()
+                .set_times(std::fs::FileTimes::new().set_modified(t))
+                .unwrap()
+        };
+        set(&node, file_mtime);
+        set(bin_dir, dir_mtime);
+        assert_ne!(ino(&node), before);
+        assert_eq!(versions_cached(&cache, &find), first);
+        assert_eq!(asked(dir.path()), 1, "the base's answer is used");
     }
 }
