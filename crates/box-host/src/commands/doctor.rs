@@ -24,9 +24,10 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     let only = args.name.as_deref().map(BoxName::parse).transpose()?;
     let smolvm = Smolvm::from_env();
     let mut checks = host_checks::run(&smolvm);
-    // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY).
+    // What new/load/repair would hand a box now (GUEST_CA_CERTS, PROPAGATE_PROXY), on the
+    // host new boxes go to (a remote one gets proxies only when REMOTE_PROXY_HOSTS names it).
     checks.push(
-        match GuestNetwork::from_host(&ctx.config.env, None, |k| std::env::var(k).ok()) {
+        match GuestNetwork::from_host(&ctx.config.env, smolvm.host(), |k| std::env::var(k).ok()) {
             Ok(n) => Check::new(
                 "host",
                 "network",

@@ -106,7 +106,10 @@ pub struct CallOpts<'a> {
     /// `Interrupted` returned. Calls that must finish (`machine create`) leave it unset.
     pub cancel: Option<&'a AtomicUsize>,
     /// Extra environment for smolvm itself (its own knobs, e.g.
-    /// `SMOLVM_PACK_CACHE_MAX_BYTES`), on top of the allowlisted one; never secrets.
+    /// `SMOLVM_PACK_CACHE_MAX_BYTES`), on top of the allowlisted one. The one secret it may
+    /// carry is a local `machine start`'s API keys (`Smolvm::start_with_keys`), where it is
+    /// that child's own environment; over ssh it is written on the remote's command line,
+    /// so a remote call never carries one here (remote keys go on stdin).
     pub env: Vec<(String, String)>,
 }
 

@@ -27,6 +27,10 @@ const REFUSED_FLAGS: &[(char, &str)] = &[
     ('D', "opens a SOCKS proxy on this machine"),
     ('W', "replaces the session with a forwarded connection"),
     ('w', "forwards a tunnel device"),
+    (
+        't',
+        "gives each call a terminal on the remote, which echoes back what box sends on stdin (API keys)",
+    ),
 ];
 
 /// `-o` option names refused (compared without case), with what they would do.
@@ -50,6 +54,10 @@ const REFUSED_OPTIONS: &[(&str, &str)] = &[
     ("ClearAllForwardings", "changes the forwardings box clears"),
     ("Tunnel", "forwards a tunnel device"),
     ("TunnelDevice", "forwards a tunnel device"),
+    (
+        "RequestTTY",
+        "gives each call a terminal on the remote, which echoes back what box sends on stdin (API keys)",
+    ),
 ];
 
 /// Refuses a `BOX_SSH_COMMAND` (its words, the program first) that turns on forwarding or
@@ -131,6 +139,8 @@ mod tests {
             ("ssh -S/tmp/elsewhere", "-S"),
             ("ssh -M", "-M"),
             ("ssh -TA", "-A"),
+            ("ssh -tt", "-t"),
+            ("ssh -o RequestTTY=force", "-o RequestTTY"),
             ("ssh -vvA -F cfg", "-A"),
             ("ssh -F cfg -A", "-A"),
             ("ssh -L 8080:localhost:80", "-L"),

@@ -482,27 +482,6 @@ impl Containment {
         Ok((args, notes))
     }
 
-    /// The variables the guest's login environment needs from the machine's own (the
-    /// placeholders smolvm set, and the trust variables that come with them).
-    pub fn guest_vars(&self) -> Vec<String> {
-        if self.credentials.is_empty() {
-            return Vec::new();
-        }
-        let mut v: Vec<String> = self.credentials.iter().map(|c| c.var.clone()).collect();
-        v.extend(
-            [
-                "SSL_CERT_FILE",
-                "CURL_CA_BUNDLE",
-                "REQUESTS_CA_BUNDLE",
-                "GIT_SSL_CAINFO",
-                "NODE_EXTRA_CA_CERTS",
-                "DENO_CERT",
-            ]
-            .map(String::from),
-        );
-        v
-    }
-
     /// Lines for `box egress` and messages.
     pub fn describe(&self) -> Vec<String> {
         let mut out = vec![match self.mode {
@@ -724,7 +703,6 @@ mod tests {
         }
         // api.anthropic.com is under anthropic.com already: not added twice.
         assert!(!line.contains("--allow-host api.anthropic.com"), "{line}");
-        assert!(c.guest_vars().contains(&"ANTHROPIC_API_KEY".to_string()));
     }
 
     #[test]
