@@ -56,8 +56,7 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    assert!(w.run(&["new", "alpha"], &[]).ok(), "box new alpha");
+    let w = World::with_box("alpha");
     w.sh(
         "alpha",
         &format!(

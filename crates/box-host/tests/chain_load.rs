@@ -19,9 +19,7 @@ fn incremental_saves_load_and_extract_each_moment() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
     w.sh(
         "alpha",
         "set -e; mkdir -p /data/home/agent/workspace/proj/d2l/in && cd /data/home/agent/workspace/proj

@@ -91,9 +91,7 @@ fn each_link_loads_to_its_moment() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
     let own = "chown -R agent:agent /data/home/agent/workspace";
     w.sh(
         "alpha",

@@ -52,9 +52,7 @@ fn clone_branches_data_with_its_own_token_and_port() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
     w.sh("alpha", POPULATE);
     // Committed rows the source's open connection keeps in the WAL: the clone's quiesce
     // must checkpoint them, as a save's does.

@@ -271,6 +271,8 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
             && !refused.stderr.contains("box clone"),
         "{refused}"
     );
+    // Refused means unchanged: the policy in force is the one before.
+    assert_eq!(w.run(&["egress", "gamma"]).stdout, egress.stdout);
 
     // doctor: the policy and what was denied.
     assert_eq!(
@@ -292,6 +294,12 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
         assert!(doctor.stdout.contains(want), "{want}: {doctor}");
     }
     assert!(!w.transcript.contains(KEY), "box printed the key");
+    // load and repair passed the key to smolvm: only in machine start's environment, and
+    // nowhere box or the simulator keeps things.
+    lifecycle_support::assert_only_in_start_env(&w.sim_home, KEY);
+    for (what, text) in lifecycle_support::secret_surfaces_but_raw_calls(&w.home, &w.sim_home) {
+        assert!(!text.contains(KEY), "the key leaked into {what}");
+    }
     for name in ["alpha", "gamma"] {
         assert!(w.run(&["rm", name, "--force"]).ok());
     }

@@ -73,9 +73,7 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    let new = w.run(&["new", "alpha"], &[]);
-    assert!(new.ok(), "box new alpha: {}", new.all());
+    let w = World::with_box("alpha");
     w.sh("alpha", POPULATE);
     let wal = w.sh("alpha", WAL_HOLDER);
     assert!(

@@ -367,8 +367,7 @@ fn save_fault_matrix() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    assert!(w.run(&["new", "alpha"], &[]).ok(), "box new alpha");
+    let w = World::with_box("alpha");
     w.sh("alpha", DATA);
     let cases = save_cases();
     eprintln!("save fault matrix: {} cases", cases.len());
@@ -544,8 +543,7 @@ fn load_fault_matrix() {
         return;
     }
     let _serial = serial();
-    let w = World::new();
-    assert!(w.run(&["new", "alpha"], &[]).ok(), "box new alpha");
+    let w = World::with_box("alpha");
     w.sh("alpha", DATA);
     let saved = w.run(&["save", "alpha"], &[PART]);
     assert!(saved.ok(), "{}", saved.all());

@@ -41,6 +41,7 @@ fn quiesce_leaves_hermes_running_and_resume_restarts_what_an_older_hb_stopped() 
     assert!(b.hb_config().join("quiesced").exists());
     std::thread::sleep(Duration::from_millis(300));
     assert!(gw.try_wait().unwrap().is_none(), "quiesce stopped Hermes");
+    assert!(!frozen(gw.id()), "quiesce froze Hermes (SIGSTOP)");
     let r = b.ok(&["resume"]);
     assert!(!r.contains("hermes: started"), "{r}");
     assert!(gw.try_wait().unwrap().is_none());
@@ -73,4 +74,12 @@ fn quiesce_leaves_hermes_running_and_resume_restarts_what_an_older_hb_stopped() 
     );
     // A second resume has nothing to undo.
     assert!(b.ok(&["resume"]).contains("nothing to resume"));
+}
+
+/// Whether process `pid` is stopped (state `T` or `t` in /proc/PID/stat): alive, but not
+/// running.
+fn frozen(pid: u32) -> bool {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+    stat.rsplit_once(')')
+        .is_some_and(|(_, rest)| rest.trim_start().starts_with(['T', 't']))
 }

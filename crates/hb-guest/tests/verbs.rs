@@ -126,6 +126,7 @@ fn write_manifest_records_the_policy_box_passes() {
         Some("ANTHROPIC_API_KEY@api.anthropic.com")
     );
     assert_eq!(m.get("egress_allow_hosts"), Some(""));
+    let before = std::fs::read_to_string(&path).unwrap();
     for (bad, why) in [
         ("box=forged", "'box' is not a policy key"),
         ("egress", "expected KEY=VALUE"),
@@ -135,7 +136,8 @@ fn write_manifest_records_the_policy_box_passes() {
         let err = String::from_utf8_lossy(&out.stderr);
         assert!(!out.status.success() && err.contains(why), "{bad:?}: {err}");
     }
-    assert_eq!(read().get("egress"), Some("allowlist"));
+    // A refused word changes nothing: no forged key, no other value.
+    assert_eq!(std::fs::read_to_string(&path).unwrap(), before);
 }
 
 #[test]

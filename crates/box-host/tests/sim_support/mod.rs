@@ -214,6 +214,13 @@ pub fn users_path(cmd: &mut Command) {
 /// start` (where smolvm reads a bound API key), never on any call's argv.
 pub fn assert_only_in_start_env(raw_log: &Path, secret: &str) {
     let raw = std::fs::read_to_string(raw_log).unwrap_or_default();
+    // Every caller bound the key: a log without it (not written, or no longer recording
+    // environments) would make the check below pass on nothing.
+    assert!(
+        raw.lines().any(|l| l.contains(secret)),
+        "the raw call log {} never shows the key: this check proves nothing",
+        raw_log.display()
+    );
     for line in raw.lines().filter(|l| l.contains(secret)) {
         let v: serde_json::Value = serde_json::from_str(line).unwrap_or_default();
         let argv: Vec<&str> = v["argv"]
