@@ -877,7 +877,7 @@ mod tests {
             Ok(places.get(p).copied().flatten())
         };
         let first = discover_links(&tip, None, &place).unwrap();
-        let known = super::super::tree_cache::Known::of_chain(&first);
+        let known = super::super::tree_cache::Known::of_chain(&first, &Default::default());
         // A digest no hash of the file gives: seen in the result only if it was not read.
         let marked = [7u8; 32];
         let knowing = |p: &Path, state: &FileState| {

@@ -68,7 +68,24 @@ pub fn store(state: &StateDir, name: &BoxName, digest: &[u8; 32], tree: &ChainSt
 /// Drops what is kept for `name` (its box is gone).
 pub fn forget(state: &StateDir, name: &BoxName) {
     let _ = std::fs::remove_file(path_of(state, name));
-    let _ = std::fs::remove_file(path_of(state, name).with_extension("known"));
+    let _ = std::fs::remove_file(known_path(state, name));
+}
+
+fn known_path(state: &StateDir, name: &BoxName) -> PathBuf {
+    path_of(state, name).with_extension("known")
+}
+
+/// How long what a save learned of its chain's files is trusted: past it, the next save
+/// reads and hashes every file of the chain again. A file's metadata says it is unchanged,
+/// but media errors and filesystems that make up inode numbers or ctimes (sshfs, SMB,
+/// FAT) can change bytes under the same metadata, and a chain damaged so must start a new
+/// one rather than gain a link no load would take. A day bounds that to a day's saves.
+const KNOWN_TRUSTED_SECS: u64 = 24 * 3600;
+
+fn now_secs() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_secs())
 }
 
 /// The files of `name`'s newest chain as the last save knew them: for
@@ -76,12 +93,36 @@ pub fn forget(state: &StateDir, name: &BoxName) {
 #[derive(Debug, Default)]
 pub struct Known {
     rows: Vec<(PathBuf, FileState, [u8; 32], Option<Place>)>,
+    /// When every file in `rows` was last read and hashed (Unix seconds; 0: never).
+    hashed_at: u64,
 }
 
 impl Known {
-    /// What is kept for `name` (nothing, when nothing readable is).
+    /// Nothing known yet, as of now: for a chain just started (its one file just hashed).
+    pub fn fresh() -> Known {
+        Known {
+            rows: Vec::new(),
+            hashed_at: now_secs(),
+        }
+    }
+
+    /// What is kept for `name`; nothing when nothing readable is, or when its files were
+    /// last hashed longer ago than [`KNOWN_TRUSTED_SECS`] (or in the future).
     pub fn load(state: &StateDir, name: &BoxName) -> Known {
-        let Ok(text) = std::fs::read_to_string(path_of(state, name).with_extension("known")) else {
+        let Ok(text) = std::fs::read_to_string(known_path(state, name)) else {
+            return Known::default();
+        };
+        let mut lines = text.lines();
+        let hashed_at = lines
+            .next()
+            .and_then(|l| l.strip_prefix("hashed_at "))
+            .and_then(|t| t.parse::<u64>().ok())
+            .filter(|&t| {
+                now_secs()
+                    .checked_sub(t)
+                    .is_some_and(|age| age <= KNOWN_TRUSTED_SECS)
+            });
+        let Some(hashed_at) = hashed_at else {
             return Known::default();
         };
         let row = |line: &str| {
@@ -108,7 +149,8 @@ impl Known {
             ))
         };
         Known {
-            rows: text.lines().map_while(row).collect(),
+            rows: lines.map_while(row).collect(),
+            hashed_at,
         }
     }
 
@@ -120,8 +162,10 @@ impl Known {
             .map(|(_, _, digest, place)| (*digest, *place))
     }
 
-    /// The links of a chain, oldest first, as discovered (each as it was hashed).
-    pub fn of_chain(links: &[Link]) -> Known {
+    /// The links of a chain, oldest first, as discovered (each as it was hashed), taking
+    /// from `used` (what the discovery knew) when its files were last all hashed: now, when
+    /// it knew nothing and so read every one.
+    pub fn of_chain(links: &[Link], used: &Known) -> Known {
         let rows = links
             .iter()
             .enumerate()
@@ -133,7 +177,12 @@ impl Known {
                 Some((l.path.clone(), l.hashed?, l.digest, Some(place)))
             })
             .collect();
-        Known { rows }
+        let hashed_at = if used.rows.is_empty() {
+            now_secs()
+        } else {
+            used.hashed_at
+        };
+        Known { rows, hashed_at }
     }
 
     /// Adds the file at `path` as it is now (a backup just published).
@@ -145,11 +194,11 @@ impl Known {
 
     /// Keeps this as what is known of `name`'s chain, replacing what was.
     pub fn store(&self, state: &StateDir, name: &BoxName) -> Result<()> {
-        let path = path_of(state, name).with_extension("known");
+        let path = known_path(state, name);
         if let Some(dir) = path.parent() {
             StateDir::ensure_private_dir(dir)?;
         }
-        let mut text = String::new();
+        let mut text = format!("hashed_at {}\n", self.hashed_at);
         for (file, file_state, digest, place) in &self.rows {
             // A path no line can hold is only not known next time.
             let Some(file) = file.to_str().filter(|f| !f.contains(['\t', '\n'])) else {
@@ -234,7 +283,7 @@ mod tests {
         let link = dir.path().join("alpha-20261201-110000.tar.zst.gpg");
         std::fs::write(&full, b"full").unwrap();
         std::fs::write(&link, b"link").unwrap();
-        let mut known = Known::default();
+        let mut known = Known::fresh();
         let at = |link, parent| Some(Place { link, parent });
         known.add(&full, [1; 32], at(0, None)).unwrap();
         known.add(&link, [2; 32], at(1, Some([1; 32]))).unwrap();
@@ -251,6 +300,20 @@ mod tests {
         std::fs::write(&link, b"other").unwrap();
         assert_eq!(back.get(&link, &now(&link)), None);
         assert_eq!(back.get(&dir.path().join("x"), &now(&full)), None);
+        // Files last hashed more than a day ago (or in the future) are read again.
+        for hashed_at in [now_secs() - KNOWN_TRUSTED_SECS - 60, now_secs() + 3600] {
+            known.hashed_at = hashed_at;
+            known.store(&state, &name).unwrap();
+            assert_eq!(
+                Known::load(&state, &name).get(&full, &now(&full)),
+                None,
+                "hashed at {hashed_at}"
+            );
+        }
+        // What a chain's discovery knew keeps its time; knowing nothing, it read all now.
+        known.hashed_at = now_secs() - 7200;
+        assert_eq!(Known::of_chain(&[], &known).hashed_at, known.hashed_at);
+        assert!(Known::of_chain(&[], &Known::default()).hashed_at >= now_secs() - 60);
         // A damaged memo is only a slower save.
         let memo = kept_at(&state, &name).with_extension("known");
         std::fs::write(&memo, "nonsense\n").unwrap();

@@ -464,7 +464,7 @@ impl<'a> SaveRun<'a> {
             position: (links.len() - 1) as u32,
             stamp: tip.stamp.clone(),
             tree,
-            known: tree_cache::Known::of_chain(&links),
+            known: tree_cache::Known::of_chain(&links, &known),
         })
     }
 
@@ -507,7 +507,7 @@ impl<'a> SaveRun<'a> {
             .and_then(load::place_in);
         let mut known = match (place, plan.parent.as_mut()) {
             (Some(Place { link: 1.., .. }), Some(parent)) => std::mem::take(&mut parent.known),
-            _ => tree_cache::Known::default(),
+            _ => tree_cache::Known::fresh(),
         };
         let kept = known
             .add(&published.path, published.digest, place)
