@@ -29,6 +29,11 @@ impl Timings {
         let now = Instant::now();
         let took = now - self.last;
         self.last = now;
+        self.add(step, took);
+    }
+
+    /// Adds `took` to `step`'s entry (its first, when it ran before).
+    fn add(&mut self, step: &str, took: Duration) {
         match self.steps.iter_mut().find(|(name, _)| name == step) {
             Some((_, total)) => *total += took,
             None => self.steps.push((step.to_string(), took)),
@@ -39,7 +44,7 @@ impl Timings {
     /// part of its work to another's timings).
     pub fn absorb(&mut self, later: Timings) {
         for (name, took) in later.steps {
-            self.steps.push((name, took));
+            self.add(&name, took);
         }
         self.last = later.last.max(self.last);
     }
@@ -50,6 +55,7 @@ impl Timings {
     }
 
     /// How long `step` took in all (zero if it never ran).
+    #[cfg(test)]
     pub fn of(&self, step: &str) -> Duration {
         self.steps
             .iter()
@@ -97,6 +103,27 @@ mod tests {
         let total: Duration = [t.of("quiesce"), t.of("export")].into_iter().sum();
         assert!(
             line.ends_with(&format!("= {:.2} s", total.as_secs_f64())),
+            "{line}"
+        );
+    }
+
+    /// A verb that hands part of its work to another's timings (load: new's create and
+    /// provision) shows each step once, however many times it ran on either side.
+    #[test]
+    fn absorbed_steps_join_the_ones_of_the_same_name() {
+        let mut load = Timings::start();
+        load.mark("checks");
+        let mut new = Timings::start();
+        std::thread::sleep(Duration::from_millis(5));
+        new.mark("checks");
+        new.mark("provision");
+        load.absorb(new);
+        load.mark("import");
+        let line = load.line();
+        assert_eq!(line.matches("checks").count(), 1, "{line}");
+        assert!(load.of("checks") >= Duration::from_millis(5));
+        assert!(
+            line.contains("; provision ") && line.contains("; import "),
             "{line}"
         );
     }
