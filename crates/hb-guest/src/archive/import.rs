@@ -1,11 +1,12 @@
 //! `hb import`: restore a data root from parts, staged and swapped with rollback
 //! (hermes-box.md §2.2, V4).
 //!
-//! 1. Check the part index: every part a regular file of the listed size and SHA-256.
+//! 1. Check the part index: every part a regular file of the listed size.
 //! 2. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
 //!    every mode bit (as GNU tar as root), zero runs as holes and the room on `/data`'s
 //!    filesystem checked as bytes are written, validating every member (every rule, each
-//!    link after the tree the ones before it built) and re-hashing the parts as it goes.
+//!    link after the tree the ones before it built) and checking each part's SHA-256 as
+//!    it is read (once: a check of every part before the extraction read them all again).
 //!    Any failure discards the stage, so nothing of an archive that breaks a rule is ever
 //!    in `/data`; the host validated the same bytes before it copied them in. (A separate
 //!    validation pass before the extraction read and decompressed everything once more:
@@ -29,13 +30,13 @@ use std::path::{Path, PathBuf};
 use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
+use box_proto::archive::ArchiveError;
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::Unpacker;
 use box_proto::archive::validate::{self, ChainState, Limits, WalkError};
 use box_proto::layout;
-use sha2::Digest;
 
-use super::parts::{PartsReader, check_parts};
+use super::parts::{PartsReader, check_part_files, check_parts};
 
 /// Prefix of the staging dir inside the root.
 pub const STAGE_PREFIX: &str = ".hb-restore-stage-";
@@ -81,10 +82,11 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
     if !meta.is_dir() {
         bail!("data root {} is not a directory", root.display());
     }
-    // 1: every link's parts, before anything is written.
+    // 1: every link's parts are there, before anything is written; their bytes are
+    // checked as they are extracted into the private stage (a damaged part discards it).
     let indexes = links
         .iter()
-        .map(|from| check_parts(from))
+        .map(|from| check_part_files(from))
         .collect::<Result<Vec<PartIndex>>>()?;
     let Some(index) = indexes.last().cloned() else {
         bail!("no parts to import");
@@ -105,15 +107,33 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
             if i > 0 {
                 unpacker.next_link();
             }
-            let (reader, hasher) = PartsReader::new(from, index);
+            let mut reader = PartsReader::new(from, index);
             // Each link after the tree the ones before it built.
-            let walked =
-                validate::walk_link(reader, &Limits::default(), prior.clone(), |entry, key| {
-                    unpacker.unpack(entry, key)
-                });
+            let walked = validate::walk_link(
+                &mut reader,
+                &Limits::default(),
+                prior.clone(),
+                |entry, key| unpacker.unpack(entry, key),
+            )
+            // The walk stops at the archive's end: the rest is read too, so that the
+            // last part's bytes are checked whole.
+            .and_then(|walked| {
+                io::copy(&mut reader, &mut io::sink())
+                    .map(|_| walked)
+                    .map_err(|e| WalkError::Archive(ArchiveError::Invalid(e.to_string())))
+            });
             let broken = |e: &dyn std::fmt::Display| match links.len() {
                 1 => anyhow!("{e}"),
                 _ => anyhow!("link {} of the chain ({}): {e}", i + 1, from.display()),
+            };
+            let walked = match walked {
+                Ok(walked) => Ok(walked),
+                // A part unlike its index is the cause whatever the walk made of its
+                // bytes (a damaged part breaks the compression or a member first).
+                Err(e) => match check_parts(from) {
+                    Err(damaged) => return Err(broken(&damaged)),
+                    Ok(_) => Err(e),
+                },
             };
             let (found, state) = match walked {
                 Ok(walked) => walked,
@@ -122,7 +142,7 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
                     // The unpacker refuses what it cannot write safely; some rules are
                     // judged only further on in the stream, so when the archive breaks
                     // one, the rest of it is read to say which, in the rule's words.
-                    let (reader, _) = PartsReader::new(from, index);
+                    let reader = PartsReader::new(from, index);
                     if let Err(rule) = validate::validate_link(reader, &Limits::default(), prior) {
                         return Err(broken(&rule));
                     }
@@ -135,10 +155,6 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
                     index.compression.as_str(),
                     found.compression.as_str()
                 );
-            }
-            let got: [u8; 32] = hasher.borrow().clone().finalize().into();
-            if Some(got) != index.total_sha256 {
-                bail!("the parts changed while they were being imported");
             }
             prior = Some(Rc::new(state));
             report = Some(found);

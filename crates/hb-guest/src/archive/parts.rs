@@ -18,7 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
-use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, hash_part, part_name};
+use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 use sha2::{Digest, Sha256};
 
 /// How often a held-back writer looks whether the reader took a part.
@@ -228,21 +228,16 @@ impl Write for PartWriter {
     }
 }
 
-/// Reads `<dir>/parts.index` and checks every part: a regular file (not a link) of the
-/// listed size and SHA-256, and the whole stream's hash.
-pub fn check_parts(dir: &Path) -> Result<PartIndex> {
+/// Reads `<dir>/parts.index` and checks what needs no read of the data: every listed part
+/// is a regular file (not a link) of the listed size. Their bytes are checked by
+/// [`PartsReader`] as the import reads them (one SHA-256 pass, not one before and one
+/// during), or all at once by [`check_parts`].
+pub fn check_part_files(dir: &Path) -> Result<PartIndex> {
     let path = dir.join(INDEX_FILE);
     let text = fs::read_to_string(&path)
         .with_context(|| format!("cannot read part index {}", path.display()))?;
     let index =
         PartIndex::parse(&text).with_context(|| format!("bad part index {}", path.display()))?;
-    let Some(expected_total) = index.total_sha256 else {
-        bail!(
-            "bad part index {}: it lists no SHA-256 of the whole stream",
-            path.display()
-        );
-    };
-    let mut total = Sha256::new();
     for part in &index.parts {
         let p = dir.join(&part.name);
         let meta =
@@ -258,20 +253,15 @@ pub fn check_parts(dir: &Path) -> Result<PartIndex> {
                 part.size
             );
         }
-        let got = hash_part(open_nofollow(&p)?, &mut total)?;
-        if got != part.sha256 {
-            bail!(
-                "part {} does not match the index (SHA-256 {}, expected {})",
-                p.display(),
-                hex::encode(got),
-                hex::encode(part.sha256)
-            );
-        }
     }
-    let got: [u8; 32] = total.finalize().into();
-    if got != expected_total {
-        bail!("the parts together do not match the index's total SHA-256");
-    }
+    Ok(index)
+}
+
+/// [`check_part_files`], then every part's bytes against its size and SHA-256.
+pub fn check_parts(dir: &Path) -> Result<PartIndex> {
+    let index = check_part_files(dir)?;
+    io::copy(&mut PartsReader::new(dir, &index), &mut io::sink())
+        .map_err(|e| anyhow::anyhow!("{e}"))?;
     Ok(index)
 }
 
@@ -282,52 +272,109 @@ fn open_nofollow(p: &Path) -> io::Result<File> {
         .open(p)
 }
 
-/// The parts of an index read back as one stream, hashed on the way.
+/// The parts of an index read back as one stream. Each part is hashed as it is read and
+/// checked against the index when it ends, before a byte of the next is handed out; the
+/// stream's end is reported only after the last part passed. So a reader that reads to
+/// the end has read exactly the indexed bytes, and one that stops early has read a damaged
+/// part's bytes at most up to its end (an import extracts into a private stage it then
+/// discards).
 pub struct PartsReader {
     dir: PathBuf,
-    names: std::vec::IntoIter<String>,
-    current: Option<File>,
-    hasher: std::rc::Rc<std::cell::RefCell<Sha256>>,
+    parts: std::vec::IntoIter<Part>,
+    current: Option<Reading>,
+}
+
+/// The part being read: its file, what the index says of it, and what was read so far.
+struct Reading {
+    file: File,
+    part: Part,
+    hasher: Sha256,
+    read: u64,
 }
 
 impl PartsReader {
-    pub fn new(dir: &Path, index: &PartIndex) -> (Self, std::rc::Rc<std::cell::RefCell<Sha256>>) {
-        let hasher = std::rc::Rc::new(std::cell::RefCell::new(Sha256::new()));
-        (
-            PartsReader {
-                dir: dir.to_path_buf(),
-                names: index
-                    .parts
-                    .iter()
-                    .map(|p| p.name.clone())
-                    .collect::<Vec<_>>()
-                    .into_iter(),
-                current: None,
-                hasher: hasher.clone(),
-            },
-            hasher,
-        )
+    pub fn new(dir: &Path, index: &PartIndex) -> Self {
+        PartsReader {
+            dir: dir.to_path_buf(),
+            parts: index.parts.clone().into_iter(),
+            current: None,
+        }
+    }
+
+    /// The finished part's size and hash against the index.
+    fn check(&self, done: Reading) -> io::Result<()> {
+        let path = self.dir.join(&done.part.name);
+        if done.read != done.part.size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "part {} has {} bytes, the index says {}",
+                    path.display(),
+                    done.read,
+                    done.part.size
+                ),
+            ));
+        }
+        let got: [u8; 32] = done.hasher.finalize().into();
+        if got != done.part.sha256 {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "part {} does not match the index (SHA-256 {}, expected {})",
+                    path.display(),
+                    hex::encode(got),
+                    hex::encode(done.part.sha256)
+                ),
+            ));
+        }
+        Ok(())
     }
 }
 
 impl Read for PartsReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
         loop {
-            if self.current.is_none() {
-                match self.names.next() {
-                    Some(name) => self.current = Some(open_nofollow(&self.dir.join(name))?),
-                    None => return Ok(0),
-                }
-            }
-            let Some(f) = self.current.as_mut() else {
-                return Ok(0);
+            let Some(reading) = self.current.as_mut() else {
+                let Some(part) = self.parts.next() else {
+                    return Ok(0);
+                };
+                let file = open_nofollow(&self.dir.join(&part.name))?;
+                self.current = Some(Reading {
+                    file,
+                    part,
+                    hasher: Sha256::new(),
+                    read: 0,
+                });
+                continue;
             };
-            let n = f.read(buf)?;
-            if n == 0 && !buf.is_empty() {
-                self.current = None;
+            // Never past the listed size: a part that grew fails its check, its extra
+            // bytes unread.
+            let room = (reading.part.size - reading.read).min(buf.len() as u64) as usize;
+            let n = if room == 0 {
+                // Only the end of the file is left to see.
+                let mut probe = [0u8; 1];
+                reading.file.read(&mut probe)?
+            } else {
+                reading.file.read(&mut buf[..room])?
+            };
+            if n == 0 {
+                if let Some(done) = self.current.take() {
+                    self.check(done)?;
+                }
                 continue;
             }
-            self.hasher.borrow_mut().update(&buf[..n]);
+            reading.read += n as u64;
+            if room == 0 {
+                // It goes on past its size.
+                if let Some(done) = self.current.take() {
+                    self.check(done)?;
+                }
+                continue;
+            }
+            reading.hasher.update(&buf[..n]);
             return Ok(n);
         }
     }
@@ -441,24 +488,59 @@ mod tests {
     }
 
     #[test]
-    fn an_index_for_import_must_list_the_whole_streams_hash() {
+    fn the_reader_fails_at_the_end_of_a_part_unlike_its_index_before_the_next() {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("x");
         let mut w = PartWriter::create(&dir, 10).unwrap();
-        w.write_all(&[1u8; 15]).unwrap();
+        let data: Vec<u8> = (0..25u8).collect();
+        w.write_all(&data).unwrap();
         let index = w.finish(Compression::Zstd).unwrap();
-        assert_eq!(
-            index.total_sha256,
-            Some(<[u8; 32]>::from(Sha256::digest([1u8; 15])))
-        );
-        let stripped = PartIndex {
-            total_sha256: None,
-            ..index
+        let read_all = |index: &PartIndex| {
+            let mut got = Vec::new();
+            let r = PartsReader::new(&dir, index).read_to_end(&mut got);
+            (r, got)
         };
-        fs::write(dir.join(INDEX_FILE), stripped.render()).unwrap();
-        let err = check_parts(&dir).unwrap_err().to_string();
+        let (r, got) = read_all(&index);
+        r.unwrap();
+        assert_eq!(got, data);
+
+        // A flipped byte in the middle part: its bytes are read, then the error; nothing
+        // of the last part is handed out.
+        let middle = dir.join("part-000001");
+        let mut bytes = fs::read(&middle).unwrap();
+        bytes[3] ^= 1;
+        fs::write(&middle, &bytes).unwrap();
+        let (r, got) = read_all(&index);
+        let err = r.unwrap_err().to_string();
         assert!(
-            err.contains("lists no SHA-256 of the whole stream"),
+            err.contains("part-000001 does not match the index"),
+            "{err}"
+        );
+        assert_eq!(got.len(), 20, "read past the damaged part");
+        assert!(check_parts(&dir).is_err());
+        assert!(
+            check_part_files(&dir).is_ok(),
+            "metadata alone cannot see it"
+        );
+
+        // A part that grew after the metadata check: its extra bytes are never handed out.
+        bytes[3] ^= 1;
+        bytes.push(9);
+        fs::write(&middle, &bytes).unwrap();
+        let (r, got) = read_all(&index);
+        let err = r.unwrap_err().to_string();
+        assert!(
+            err.contains("part-000001 has 11 bytes, the index says 10"),
+            "{err}"
+        );
+        assert_eq!(got, data[..20]);
+        // One that shrank.
+        bytes.truncate(9);
+        fs::write(&middle, &bytes).unwrap();
+        let (r, _) = read_all(&index);
+        let err = r.unwrap_err().to_string();
+        assert!(
+            err.contains("part-000001 has 9 bytes, the index says 10"),
             "{err}"
         );
     }
