@@ -138,7 +138,7 @@ pub fn wait_port(port: u16, want_open: bool, timeout: Duration) -> bool {
         if start.elapsed() >= timeout {
             return false;
         }
-        std::thread::sleep(Duration::from_millis(200));
+        std::thread::sleep(Duration::from_millis(50));
     }
 }
 

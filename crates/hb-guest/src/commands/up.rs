@@ -13,6 +13,8 @@ use crate::{config, pause, token};
 
 /// How long `up`/`resume` wait for Executor to answer.
 pub const READY_WAIT: Duration = Duration::from_secs(60);
+/// How often the wait looks again.
+const PROBE_EVERY: Duration = Duration::from_millis(50);
 /// How long to wait for a workload that has not written its state yet.
 const WORKLOAD_GRACE: Duration = Duration::from_secs(10);
 
@@ -25,7 +27,7 @@ pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Hea
         let Some(state) = WorkloadState::read_live(paths) else {
             // The workload may be just starting (box installs hb, the launcher execs it).
             if start.elapsed() < WORKLOAD_GRACE {
-                std::thread::sleep(Duration::from_millis(200));
+                std::thread::sleep(PROBE_EVERY);
                 continue;
             }
             bail!(
@@ -41,7 +43,9 @@ pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Hea
             Ok(h) => return Ok(h),
             Err(e) => last = format!("{e} [{}]", state.note),
         }
-        std::thread::sleep(Duration::from_millis(300));
+        // A refused connect costs nothing, and Executor's first answer ends every save,
+        // load and new: look often.
+        std::thread::sleep(PROBE_EVERY);
     }
     bail!(
         "Executor did not pass the MCP handshake within {}s: {last}; see `hb logs executor`",
