@@ -205,6 +205,57 @@ fn valid_but_not_an_archive_is_told_apart_from_a_wrong_passphrase() {
     assert!(!t.path().join("d").exists());
 }
 
+/// gpg's symmetric AES-256 files have a key packet without an encrypted session key (any
+/// passphrase derives some key) and go to load's bulk reader: uncompressed (`-z 0`, the
+/// hand-written pipeline's) it reads them; compressed (gpg's default) it hands them to
+/// sequoia once the key opened them. Either way a wrong passphrase reads as one and the
+/// right one restores the tree.
+#[test]
+fn gpg_files_the_bulk_reader_opens_tell_a_wrong_passphrase_and_restore() {
+    let t = tempfile::tempdir().unwrap();
+    let root = t.path().join("data");
+    sample_tree(&root);
+    let tgz = Command::new("tar")
+        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
+        .output()
+        .unwrap();
+    let home = gpg_home(t.path());
+    for (n, compress) in ["none", "zlib"].into_iter().enumerate() {
+        let args = [
+            "--cipher-algo",
+            "AES256",
+            "--compress-algo",
+            compress,
+            "--s2k-count",
+            "65536",
+            "--symmetric",
+            "-o",
+            "-",
+        ];
+        let enc = t.path().join(format!("gpg{n}.tar.gz.gpg"));
+        fs::write(&enc, run_gpg(Gpg::Host, &home, &args, &tgz.stdout).unwrap()).unwrap();
+        let wrong = box_host::backup::load::validate_backup(&enc, &secret("not the passphrase"));
+        assert!(
+            matches!(
+                wrong
+                    .as_ref()
+                    .map_err(|e| e.downcast_ref::<box_host::backup::BackupError>()),
+                Err(Some(box_host::backup::BackupError::WrongPassphrase))
+            ),
+            "{compress}: {:?}",
+            wrong.err()
+        );
+        let target = t.path().join(format!("out{n}"));
+        let out = box_extract(t.path(), &enc, &target);
+        assert!(
+            out.status.success(),
+            "{compress}: {}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        assert!(snapshot(&target) == snapshot(&root), "{compress}");
+    }
+}
+
 #[test]
 fn refusing_to_overwrite_an_existing_backup_before_any_work() {
     let t = tempfile::tempdir().unwrap();

@@ -21,6 +21,7 @@ use anyhow::{Context as _, Result};
 use secrecy::{ExposeSecret, SecretString};
 use sequoia_openpgp as openpgp;
 
+use openpgp::Packet;
 use openpgp::crypto::{Password, SessionKey};
 use openpgp::packet::{PKESK, SKESK};
 use openpgp::parse::Parse;
@@ -31,7 +32,7 @@ use openpgp::policy::StandardPolicy;
 use openpgp::serialize::stream::{Encryptor, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
-use super::{BackupError, envelope};
+use super::{BackupError, envelope, seipd};
 
 /// The decrypt buffer: ≥ the largest read we do (rust-stack.md §1.3).
 pub const DECRYPT_BUFFER: usize = 1 << 20;
@@ -304,10 +305,37 @@ impl DecryptStatus {
 /// Plaintext of an encrypted backup. EOF is reported only after the MDC checked out and
 /// the message was fully processed; any failure is also recorded in [`DecryptStatus`].
 pub struct DecryptReader {
-    inner: openpgp::parse::stream::Decryptor<'static, Helper>,
+    inner: Inner,
     status: DecryptStatus,
     done: bool,
     bytes: u64,
+}
+
+/// Who decrypts: the bulk reader for files of the shape box writes whose key packet gives
+/// an AES-256 key (twice sequoia's speed: its SHA-1 for the MDC has no SHA-NI), sequoia
+/// for everything else.
+enum Inner {
+    Sequoia(Box<openpgp::parse::stream::Decryptor<'static, Helper>>),
+    Bulk(Box<seipd::BulkReader>),
+}
+
+/// The session key of a file shaped as box writes it ([`envelope::bulk_shape`]) when its
+/// key packet gives an AES-256 key for `password`; `None` leaves the file to sequoia
+/// (which then tells a wrong passphrase, another cipher or damage in its words).
+fn bulk_key(head: &[u8], password: &Password) -> Option<(SKESK, SessionKey)> {
+    let packet = envelope::bulk_shape(head)?;
+    let skesk = match contain_parser_panic(|| Packet::from_bytes(packet))
+        .ok()?
+        .ok()?
+    {
+        Packet::SKESK(skesk @ SKESK::V4(_)) => skesk,
+        _ => return None,
+    };
+    let (algo, key) = match session_keys::lookup(&skesk, password) {
+        Some(hit) => hit,
+        None => skesk.decrypt(password).ok()?,
+    };
+    (algo == Some(SymmetricAlgorithm::AES256)).then_some((skesk, key))
 }
 
 impl DecryptReader {
@@ -322,18 +350,43 @@ impl DecryptReader {
                 path.display()
             )));
         }
-        Self::from_reader(file, &path.display().to_string(), passphrase)
+        let what = path.display().to_string();
+        if let Some(reader) = Self::from_source(file, &what, passphrase, true)? {
+            return Ok(reader);
+        }
+        // Opened, but not of the bulk reader's shape inside: sequoia reads it again from
+        // the start (with the key the first try derived remembered).
+        let file = File::open(path)
+            .map_err(|e| BackupError::Io(format!("cannot open {}: {e}", path.display())))?;
+        Self::from_source(file, &what, passphrase, false)?
+            .ok_or_else(|| BackupError::Io(format!("cannot decrypt {what}")))
+    }
+
+    /// [`Self::open`] always through sequoia: for tests that compare the two readers.
+    #[cfg(test)]
+    pub(crate) fn open_via_sequoia(
+        path: &Path,
+        passphrase: &SecretString,
+    ) -> Result<Self, BackupError> {
+        let file = File::open(path).map_err(|e| BackupError::Io(e.to_string()))?;
+        Self::from_source(file, &path.display().to_string(), passphrase, false)?
+            .ok_or_else(|| BackupError::Io("cannot decrypt".into()))
     }
 
     /// Decrypts what `source` yields; `what` names it in errors. Blocks until `source` has
     /// given enough to check the passphrase. An envelope box refuses (AEAD packet 20, a
     /// weak cipher, no MDC) is [`BackupError::Unsupported`], a file that ends inside its
     /// first packets [`BackupError::Corrupt`], both before any key is derived.
-    pub fn from_reader(
+    ///
+    /// With `bulk`, a file of the bulk reader's shape goes to it; `None` then means it
+    /// opened the file and found no literal packet directly inside (gpg's compression):
+    /// the caller reads it again with `bulk` off.
+    fn from_source(
         mut source: impl Read + Send + Sync + 'static,
         what: &str,
         passphrase: &SecretString,
-    ) -> Result<Self, BackupError> {
+        bulk: bool,
+    ) -> Result<Option<Self>, BackupError> {
         let head = envelope::read_head(&mut source)
             .map_err(|e| BackupError::Io(format!("cannot read {what}: {e}")))?;
         let unsupported = |refusal| {
@@ -347,11 +400,30 @@ impl DecryptReader {
             Some(envelope::Verdict::Truncated(what)) => return Err(BackupError::Corrupt(what)),
             None => {}
         }
+        let password = Password::from(passphrase.expose_secret());
+        if let Some((skesk, key)) = bulk.then(|| bulk_key(&head, &password)).flatten() {
+            let source = io::Cursor::new(head).chain(source);
+            let remembered = key.clone();
+            let opened = seipd::BulkReader::open_with(source, what, move |_| Ok(key))?;
+            // It opened: the first block decrypted, so the key is the file's.
+            session_keys::remember(
+                &skesk,
+                &password,
+                Some(SymmetricAlgorithm::AES256),
+                &remembered,
+            );
+            return Ok(opened.map(|reader| DecryptReader {
+                inner: Inner::Bulk(Box::new(reader)),
+                status: DecryptStatus::default(),
+                done: false,
+                bytes: 0,
+            }));
+        }
         let source = io::Cursor::new(head).chain(source);
         let decrypted = Arc::new(AtomicBool::new(false));
         let weak = Arc::new(Mutex::new(None));
         let helper = Helper {
-            password: Password::from(passphrase.expose_secret()),
+            password,
             decrypted: decrypted.clone(),
             weak: weak.clone(),
         };
@@ -377,16 +449,22 @@ impl DecryptReader {
                 BackupError::NotOpenPgp(format!("{what}: {e}"))
             }
         })?;
-        Ok(DecryptReader {
-            inner,
+        Ok(Some(DecryptReader {
+            inner: Inner::Sequoia(Box::new(inner)),
             status: DecryptStatus::default(),
             done: false,
             bytes: 0,
-        })
+        }))
     }
 
     pub fn status(&self) -> DecryptStatus {
         self.status.clone()
+    }
+
+    /// Whether the bulk reader decrypts (not sequoia).
+    #[cfg(test)]
+    pub(crate) fn is_bulk(&self) -> bool {
+        matches!(self.inner, Inner::Bulk(_))
     }
 
     /// Whether EOF was reached with the MDC checked.
@@ -402,11 +480,32 @@ impl DecryptReader {
 impl Read for DecryptReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let buf_len = buf.len().min(DECRYPT_BUFFER);
-        let read = contain_parser_panic(|| self.inner.read(&mut buf[..buf_len]))
+        let inner = match &mut self.inner {
+            Inner::Sequoia(inner) => inner,
+            Inner::Bulk(bulk) => {
+                // It returns 0 only after the MDC matched and nothing followed.
+                return match bulk.read(&mut buf[..buf_len]) {
+                    Ok(0) if !buf.is_empty() => {
+                        self.done = true;
+                        Ok(0)
+                    }
+                    Ok(n) => {
+                        self.bytes += n as u64;
+                        Ok(n)
+                    }
+                    Err(e) => {
+                        self.status
+                            .set(bulk.failure().unwrap_or_else(|| e.to_string()));
+                        Err(e)
+                    }
+                };
+            }
+        };
+        let read = contain_parser_panic(|| inner.read(&mut buf[..buf_len]))
             .unwrap_or_else(|why| Err(io::Error::other(format!("malformed OpenPGP data ({why})"))));
         match read {
             Ok(0) if !buf.is_empty() => {
-                if !self.inner.message_processed() {
+                if !inner.message_processed() {
                     let what = "the OpenPGP message ended early".to_string();
                     self.status.set(what.clone());
                     return Err(io::Error::other(what));

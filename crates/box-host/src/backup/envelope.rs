@@ -284,6 +284,21 @@ fn ends_early(b: &[u8], at: usize, hlen: usize, len: Len) -> bool {
     }
 }
 
+/// The key packet (header and body) of a file shaped as box writes it: binary, one SKESK4
+/// directly followed by a SEIPDv1 packet. Such a file can go to the bulk reader
+/// (`seipd::BulkReader`) once the key packet gives an AES-256 key; anything else, or a
+/// head this cannot read, is sequoia's.
+pub fn bulk_shape(head: &[u8]) -> Option<&[u8]> {
+    let (tag, hlen, len) = header(head)?;
+    let Len::Full(n) = len else { return None };
+    if tag != SKESK || head.get(hlen) != Some(&4) {
+        return None;
+    }
+    let key_packet = head.get(..hlen + n)?;
+    let (next, next_hlen, _) = header(head.get(hlen + n..)?)?;
+    (next == SEIP && head.get(hlen + n + next_hlen) == Some(&1)).then_some(key_packet)
+}
+
 /// Walks the key packets to the encrypted packet. `whole`: `b` is the entire file.
 fn walk(b: &[u8], whole: bool) -> Option<Verdict> {
     let truncated = |what: &str| whole.then(|| Verdict::Truncated(what.to_string()));
@@ -364,6 +379,25 @@ mod tests {
     fn with(mut head: Vec<u8>, tail: &[u8]) -> Vec<u8> {
         head.extend_from_slice(tail);
         head
+    }
+
+    #[test]
+    fn only_one_key_packet_then_seipd_v1_is_the_bulk_readers() {
+        let seipd1 = [0xd2, 0x3b, 0x01, 0xaa, 0xbb];
+        let head = with(SKESK4_AES256.to_vec(), &seipd1);
+        assert_eq!(bulk_shape(&head), Some(&SKESK4_AES256[..]));
+        // SEIPD v2, a second key packet, a leading marker: sequoia's.
+        assert_eq!(
+            bulk_shape(&with(SKESK4_AES256.to_vec(), &[0xd2, 0x3b, 0x02, 9])),
+            None
+        );
+        let two_keys = with(SKESK4_AES256.to_vec(), &SKESK4_AES256);
+        assert_eq!(bulk_shape(&with(two_keys, &seipd1)), None);
+        let marked = with(vec![0xca, 0x03, b'P', b'G', b'P'], &head);
+        assert_eq!(bulk_shape(&marked), None);
+        // Cut inside the key packet or before the encrypted packet's version.
+        assert_eq!(bulk_shape(&head[..8]), None);
+        assert_eq!(bulk_shape(&head[..SKESK4_AES256.len() + 2]), None);
     }
 
     #[test]

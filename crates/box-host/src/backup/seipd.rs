@@ -390,9 +390,7 @@ impl BodyReader {
             // The quick check: the prefix's last two bytes repeat. For a file we just wrote
             // under our own session key, a mismatch means it is not what we wrote.
             if self.len < PREFIX_LEN || self.buf[14..16] != self.buf[16..18] {
-                return Err(self
-                    .state
-                    .fail("the encrypted data does not start as written".into()));
+                return Err(self.state.fail(QUICK_CHECK_FAILED.into()));
             }
             self.prefix_checked = true;
         }
@@ -494,103 +492,219 @@ pub struct OwnPlaintext {
     pub bytes: u64,
 }
 
+/// What [`BulkReader::open_with`] fails with when the first block does not decrypt to the
+/// quick check: under the key of the file's own key packet, that is a wrong passphrase
+/// (a key packet without an encrypted session key derives some key from any passphrase),
+/// or a damaged first block, which sequoia tells the same way.
+const QUICK_CHECK_FAILED: &str = "the encrypted data does not start as written";
+
+/// The literal data of a file of the shape [`SeipdWriter`] writes (one SKESK4 giving an
+/// AES-256 key, one SEIPDv1 packet holding one literal packet, binary), decrypted with the
+/// bulk path and read as a stream. Framing and both packet layers are sequoia's parser;
+/// the SEIP body is [`BodyReader`]'s. Every byte is unauthenticated until `read` returns 0,
+/// which it does only after the MDC matched and nothing followed either packet.
+pub struct BulkReader {
+    literal: Option<PacketParser<'static>>,
+    state: ReadState,
+    bytes: u64,
+    mdc: Option<MdcDigest>,
+}
+
+impl BulkReader {
+    /// Opens `source`, taking the session key from its key packet with `key_of` (which
+    /// decides what a key packet it cannot use means: [`BackupError::WrongPassphrase`]).
+    /// `Ok(None)`: the key opened it, but the encrypted packet holds something other than
+    /// a literal packet (gpg compresses by default): not for this reader.
+    pub fn open_with(
+        source: impl Read + Send + Sync + 'static,
+        what: &str,
+        key_of: impl FnOnce(&SKESK4) -> Result<SessionKey, BackupError>,
+    ) -> Result<Option<Self>, BackupError> {
+        let corrupt = |e: &dyn std::fmt::Display| BackupError::Corrupt(format!("{what}: {e}"));
+        let contained = |r: Result<openpgp::Result<PacketParserResult<'static>>, String>| match r {
+            Ok(Ok(ppr)) => Ok(ppr),
+            Ok(Err(e)) => Err(corrupt(&e)),
+            Err(why) => Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
+        };
+        let ppr = contained(super::crypto::contain_parser_panic(|| parser(source)))?;
+        let PacketParserResult::Some(pp) = ppr else {
+            return Err(corrupt(&"no OpenPGP packets"));
+        };
+        let key = match &pp.packet {
+            Packet::SKESK(SKESK::V4(skesk)) => key_of(skesk)?,
+            _ => return Err(corrupt(&"it does not start with the key packet box writes")),
+        };
+        let (_, ppr) = match super::crypto::contain_parser_panic(|| pp.next()) {
+            Ok(Ok(next)) => next,
+            Ok(Err(e)) => return Err(corrupt(&e)),
+            Err(why) => return Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
+        };
+        let pp = match ppr {
+            PacketParserResult::Some(pp) if matches!(pp.packet, Packet::SEIP(SEIP::V1(_))) => pp,
+            _ => {
+                return Err(corrupt(
+                    &"the key packet is not followed by a SEIPDv1 packet",
+                ));
+            }
+        };
+        let state = ReadState::default();
+        let body = BodyReader::new(pp, &key, state.clone()).map_err(|e| corrupt(&e))?;
+        drop(key);
+        // Whatever went wrong underneath (MDC, truncation) is the better error.
+        let classify = |e: &dyn std::fmt::Display| match state.failure() {
+            Some(failure) if failure == QUICK_CHECK_FAILED => BackupError::WrongPassphrase,
+            Some(failure) => corrupt(&failure),
+            None => corrupt(e),
+        };
+        let ppr = match super::crypto::contain_parser_panic(|| parser(body)) {
+            Ok(Ok(ppr)) => ppr,
+            Ok(Err(e)) => return Err(classify(&e)),
+            Err(why) => return Err(classify(&format!("malformed OpenPGP data ({why})"))),
+        };
+        let literal = match ppr {
+            PacketParserResult::Some(pp) if matches!(pp.packet, Packet::Literal(_)) => pp,
+            PacketParserResult::Some(_) if state.failure().is_none() => return Ok(None),
+            _ => return Err(classify(&"the encrypted packet does not hold literal data")),
+        };
+        Ok(Some(BulkReader {
+            literal: Some(literal),
+            state,
+            bytes: 0,
+            mdc: None,
+        }))
+    }
+
+    /// The MDC's digest, once `read` returned 0.
+    pub fn mdc(&self) -> Option<MdcDigest> {
+        self.mdc
+    }
+
+    /// What failed underneath (the MDC, a truncation), when something did.
+    pub fn failure(&self) -> Option<String> {
+        self.state.failure()
+    }
+
+    /// The literal data ended: nothing may follow it, and the MDC must have matched.
+    fn end(&mut self) -> io::Result<()> {
+        let Some(pp) = self.literal.take() else {
+            return Ok(());
+        };
+        match super::crypto::contain_parser_panic(|| pp.next()) {
+            Ok(Ok((_, PacketParserResult::EOF(_)))) => {}
+            Ok(Ok((_, PacketParserResult::Some(_)))) => {
+                return Err(self
+                    .state
+                    .fail("more than one packet inside the encrypted packet".into()));
+            }
+            Ok(Err(e)) => return Err(self.fail_with(&e)),
+            Err(why) => return Err(self.fail_with(&format!("malformed OpenPGP data ({why})"))),
+        }
+        if let Some(failure) = self.state.failure() {
+            return Err(io::Error::other(failure));
+        }
+        match self.state.authenticated() {
+            Some(mdc) => {
+                self.mdc = Some(mdc);
+                Ok(())
+            }
+            None => Err(self
+                .state
+                .fail("the encrypted data did not reach its integrity check".into())),
+        }
+    }
+
+    /// An error of the parser above, unless the layer below failed first (its failure is
+    /// the cause).
+    fn fail_with(&self, e: &dyn std::fmt::Display) -> io::Error {
+        match self.state.failure() {
+            Some(failure) => io::Error::other(failure),
+            None => self.state.fail(e.to_string()),
+        }
+    }
+}
+
+impl Read for BulkReader {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if buf.is_empty() {
+            return Ok(0);
+        }
+        loop {
+            let Some(pp) = self.literal.as_mut() else {
+                return Ok(0);
+            };
+            let n = match super::crypto::contain_parser_panic(|| pp.read(buf)) {
+                Ok(Ok(n)) => n,
+                Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+                Ok(Err(e)) => return Err(self.fail_with(&e)),
+                Err(why) => return Err(self.fail_with(&format!("malformed OpenPGP data ({why})"))),
+            };
+            if n == 0 {
+                self.end()?;
+                return Ok(0);
+            }
+            self.bytes += n as u64;
+            return Ok(n);
+        }
+    }
+}
+
 /// Decrypts the backup box is writing (read through `source`, e.g. a follower of the temp
-/// file) with the bulk path, handing each piece of the literal data to `on_data`. Only
-/// for files this process wrote with [`SeipdWriter`]: it accepts exactly one SKESK4
-/// (AES-256) and one SEIPDv1 packet holding one literal packet. Any mismatch, a failed
-/// MDC or a truncation is [`BackupError::Corrupt`]. Compare the returned digest with the
-/// writer's to know the file holds what was encrypted.
+/// file) with the bulk path, handing each piece of the literal data to `on_data`. It
+/// accepts exactly one SKESK4 (AES-256) and one SEIPDv1 packet holding one literal packet.
+/// Any mismatch, a failed MDC or a truncation is [`BackupError::Corrupt`]. Compare the
+/// returned digest with the writer's to know the file holds what was encrypted.
 pub fn verify_own(
     source: impl Read + Send + Sync + 'static,
     what: &str,
     passphrase: &SecretString,
     mut on_data: impl FnMut(&[u8]),
 ) -> Result<OwnPlaintext, BackupError> {
-    let corrupt = |e: &dyn std::fmt::Display| BackupError::Corrupt(format!("{what}: {e}"));
-    let contained = |r: Result<openpgp::Result<PacketParserResult<'static>>, String>| match r {
-        Ok(Ok(ppr)) => Ok(ppr),
-        Ok(Err(e)) => Err(corrupt(&e)),
-        Err(why) => Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
-    };
-    let ppr = contained(super::crypto::contain_parser_panic(|| parser(source)))?;
-    let PacketParserResult::Some(pp) = ppr else {
-        return Err(corrupt(&"no OpenPGP packets"));
-    };
-    let key = match &pp.packet {
-        Packet::SKESK(SKESK::V4(skesk)) => {
-            let password = Password::from(passphrase.expose_secret());
-            match skesk.decrypt(&password) {
-                Ok((SymmetricAlgorithm::AES256, key)) => key,
-                _ => return Err(BackupError::WrongPassphrase),
+    let keyed = std::cell::Cell::new(false);
+    let mut reader = BulkReader::open_with(source, what, |skesk| {
+        let password = Password::from(passphrase.expose_secret());
+        match skesk.decrypt(&password) {
+            Ok((SymmetricAlgorithm::AES256, key)) => {
+                keyed.set(true);
+                Ok(key)
             }
+            _ => Err(BackupError::WrongPassphrase),
         }
-        _ => return Err(corrupt(&"it does not start with the key packet box writes")),
-    };
-    let (_, ppr) = match super::crypto::contain_parser_panic(|| pp.next()) {
-        Ok(Ok(next)) => next,
-        Ok(Err(e)) => return Err(corrupt(&e)),
-        Err(why) => return Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
-    };
-    let pp = match ppr {
-        PacketParserResult::Some(pp) if matches!(pp.packet, Packet::SEIP(SEIP::V1(_))) => pp,
-        _ => {
-            return Err(corrupt(
-                &"the key packet is not followed by a SEIPDv1 packet",
-            ));
+    })
+    .map_err(|e| match e {
+        // The key packet this process wrote gave the key: a first block that does not
+        // decrypt is damage, not the passphrase.
+        BackupError::WrongPassphrase if keyed.get() => {
+            BackupError::Corrupt(format!("{what}: {QUICK_CHECK_FAILED}"))
         }
-    };
-    let state = ReadState::default();
-    let body = BodyReader::new(pp, &key, state.clone()).map_err(|e| corrupt(&e))?;
-    drop(key);
-    // Whatever went wrong underneath (MDC, truncation) is the better error.
-    let classify = |e: &dyn std::fmt::Display| match state.failure() {
-        Some(failure) => corrupt(&failure),
-        None => corrupt(e),
-    };
-    let ppr = match super::crypto::contain_parser_panic(|| parser(body)) {
-        Ok(Ok(ppr)) => ppr,
-        Ok(Err(e)) => return Err(classify(&e)),
-        Err(why) => return Err(classify(&format!("malformed OpenPGP data ({why})"))),
-    };
-    let mut pp = match ppr {
-        PacketParserResult::Some(pp) if matches!(pp.packet, Packet::Literal(_)) => pp,
-        _ => return Err(classify(&"the encrypted packet does not hold literal data")),
-    };
-    let mut bytes = 0u64;
+        e => e,
+    })?
+    .ok_or_else(|| {
+        BackupError::Corrupt(format!(
+            "{what}: the encrypted packet does not hold literal data"
+        ))
+    })?;
     let mut chunk = vec![0u8; CHUNK];
     loop {
         super::cleanup::check().map_err(|e| BackupError::Io(e.to_string()))?;
-        let n = match super::crypto::contain_parser_panic(|| pp.read(&mut chunk)) {
-            Ok(Ok(n)) => n,
-            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Ok(Err(e)) => return Err(classify(&e)),
-            Err(why) => return Err(classify(&format!("malformed OpenPGP data ({why})"))),
+        let n = match reader.read(&mut chunk) {
+            Ok(n) => n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Err(e) => return Err(BackupError::Corrupt(format!("{what}: {e}"))),
         };
         if n == 0 {
             break;
         }
         on_data(&chunk[..n]);
-        bytes += n as u64;
     }
-    match super::crypto::contain_parser_panic(|| pp.next()) {
-        Ok(Ok((_, PacketParserResult::EOF(_)))) => {}
-        Ok(Ok((_, PacketParserResult::Some(_)))) => {
-            return Err(classify(
-                &"more than one packet inside the encrypted packet",
-            ));
-        }
-        Ok(Err(e)) => return Err(classify(&e)),
-        Err(why) => return Err(classify(&format!("malformed OpenPGP data ({why})"))),
-    }
-    if let Some(failure) = state.failure() {
-        return Err(corrupt(&failure));
-    }
-    let Some(mdc) = state.authenticated() else {
-        return Err(corrupt(
-            &"the encrypted data did not reach its integrity check",
-        ));
+    let Some(mdc) = reader.mdc() else {
+        return Err(BackupError::Corrupt(format!(
+            "{what}: the encrypted data did not reach its integrity check"
+        )));
     };
-    Ok(OwnPlaintext { mdc, bytes })
+    Ok(OwnPlaintext {
+        mdc,
+        bytes: reader.bytes,
+    })
 }
 
 #[cfg(test)]
@@ -644,7 +758,7 @@ mod tests {
     }
 
     fn sequoia_decrypt(path: &Path, pass: &str) -> Result<Vec<u8>, BackupError> {
-        let mut r = DecryptReader::open(path, &SecretString::from(pass))?;
+        let mut r = DecryptReader::open_via_sequoia(path, &SecretString::from(pass))?;
         let mut out = Vec::new();
         r.read_to_end(&mut out)
             .map_err(|e| BackupError::Corrupt(e.to_string()))?;
@@ -807,6 +921,56 @@ mod tests {
         std::fs::create_dir(&sub).unwrap();
         let other = encrypt(&sub, b"other", &[5]);
         assert_eq!(sequoia_decrypt(&other, PASS).unwrap(), b"other");
+    }
+
+    #[test]
+    fn load_reads_a_file_box_wrote_with_the_bulk_reader_exactly_or_not_at_all() {
+        let dir = tempfile::tempdir().unwrap();
+        let plain = bytes((5 << 20) + 3, 11);
+        let path = encrypt(dir.path(), &plain, &[1 << 20]);
+        let read = |path: &Path, pass: &str| -> Result<(bool, Vec<u8>), BackupError> {
+            let mut r = DecryptReader::open(path, &SecretString::from(pass))?;
+            let bulk = r.is_bulk();
+            let mut out = Vec::new();
+            r.read_to_end(&mut out).map_err(|e| {
+                BackupError::Corrupt(r.status().failure().unwrap_or_else(|| e.to_string()))
+            })?;
+            assert!(r.authenticated(), "EOF without the MDC");
+            Ok((bulk, out))
+        };
+        assert_eq!(read(&path, PASS).unwrap(), (true, plain.clone()));
+        // Twice (load's two passes): the remembered key opens it again.
+        assert_eq!(read(&path, PASS).unwrap(), (true, plain.clone()));
+        assert!(matches!(
+            read(&path, "not it"),
+            Err(BackupError::WrongPassphrase)
+        ));
+        let good = std::fs::read(&path).unwrap();
+        let bad = dir.path().join("bad");
+        // A flipped byte deep in the data, the MDC, a cut, a byte after the end.
+        for at in [3 << 20, good.len() - 3] {
+            let mut b = good.clone();
+            b[at] ^= 1;
+            std::fs::write(&bad, &b).unwrap();
+            let err = read(&bad, PASS).unwrap_err().to_string();
+            assert!(err.contains("integrity check (MDC)"), "{at}: {err}");
+        }
+        std::fs::write(&bad, &good[..good.len() - 100]).unwrap();
+        assert!(read(&bad, PASS).is_err());
+        let mut longer = good.clone();
+        longer.push(0);
+        std::fs::write(&bad, &longer).unwrap();
+        assert!(read(&bad, PASS).is_err());
+        // sequoia's own writer: the same shape, read the same way.
+        let seq = dir.path().join("seq");
+        let mut w = crate::backup::crypto::EncryptWriter::new(
+            File::create(&seq).unwrap(),
+            &SecretString::from(PASS),
+        )
+        .unwrap();
+        w.write_all(&plain[..1000]).unwrap();
+        w.finish().unwrap();
+        assert_eq!(read(&seq, PASS).unwrap(), (true, plain[..1000].to_vec()));
     }
 
     #[test]
