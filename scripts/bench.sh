@@ -259,7 +259,7 @@ c = {}
 # (Optional: a harness older than issue 14 has none of these verbs.)
 c["box encrypt (bulk SEIPDv1 writer)"] = run([harness, "encrypt", plain, path("enc.gpg")], optional=True)
 c["box decrypt, save's verifier (bulk)"] = run([harness, "decrypt-own", path("enc.gpg")], optional=True)
-c["box decrypt, load (sequoia)"] = run([harness, "decrypt", path("enc.gpg")], optional=True)
+c["box decrypt, load (bulk, box's shape)"] = run([harness, "decrypt", path("enc.gpg")], optional=True)
 c["gpg encrypt (-z 0)"] = sh(f"{gpg} -z 0 --symmetric --cipher-algo AES256 -o {path('gpg-enc.gpg')} {plain}")
 c["gpg decrypt"] = sh(f"{gpg} -d {path('gpg-enc.gpg')} >/dev/null")
 print(f"load average after:  {os.getloadavg()[0]:.2f} {os.getloadavg()[1]:.2f} {os.getloadavg()[2]:.2f}")

@@ -53,8 +53,9 @@ fn take_finished(finished: &Finished) -> Option<u64> {
 
 /// The decrypted plaintext arrives from a decrypt thread (which also shows progress)
 /// through a bounded channel, so decryption and decompression + validation run on two
-/// cores. sequoia's decryption (its SHA-1 collision detection) is the slower side, so
-/// the plaintext's SHA-256 is taken on the consuming side (see [`decrypt_validate`]).
+/// cores. The plaintext's SHA-256 is taken on the consuming side (see
+/// [`decrypt_validate`]), which had the lighter load while sequoia decrypted box's own
+/// files too (they now go to the bulk reader; sequoia still reads foreign ones).
 /// The byte count is published only when the thread reached an authenticated EOF.
 fn open_tapped(
     path: &Path,

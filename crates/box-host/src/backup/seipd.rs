@@ -7,9 +7,11 @@
 //! `aes` (AES-NI picked at run time), `cfb-mode` and `sha1` (SHA-NI picked at run time).
 //!
 //! The output is what sequoia's own `Encryptor` writes for one password (SKESK4 + SEIPDv1,
-//! AES-256), so `gpg -d` 2.2 and sequoia read it. [`verify_own`] reads back only the file
-//! the save itself is writing; every other file (load, extract, foreign backups) goes
-//! through sequoia's full parser in [`super::crypto::DecryptReader`].
+//! AES-256), so `gpg -d` 2.2 and sequoia read it. [`verify_own`] reads back the file the
+//! save itself is writing. [`BulkReader`] is also how [`super::crypto::DecryptReader`]
+//! (load, extract) reads any file of that exact shape whose key packet gives an AES-256
+//! key (box's own backups, gpg's `-z 0`); every other file goes through sequoia's full
+//! parser.
 //!
 //! The MDC is what ties the two ends: the writer returns the SHA-1 it sealed the body
 //! with, and the verifier recomputes it over what it decrypted. Equal digests (and the
