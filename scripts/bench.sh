@@ -30,6 +30,7 @@ FILES=${BENCH_FILES:-50000}
 LARGE=${BENCH_LARGE_MB:-1024}
 TARGET=${CARGO_TARGET_DIR:-target}
 WORK=${BENCH_DIR:-$(mktemp -d)}
+mkdir -p "$WORK"
 [ -n "${BENCH_DIR:-}" ] || trap 'rm -rf "$WORK"' EXIT
 
 if [ -n "${BENCH_HB:-}" ] && [ -n "${BENCH_HARNESS:-}" ]; then
