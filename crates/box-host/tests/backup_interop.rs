@@ -215,10 +215,7 @@ fn gpg_files_the_bulk_reader_opens_tell_a_wrong_passphrase_and_restore() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("data");
     sample_tree(&root);
-    let tgz = Command::new("tar")
-        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
-        .output()
-        .unwrap();
+    let tgz = seed_archive(&root);
     let home = gpg_home(t.path());
     for (n, compress) in ["none", "zlib"].into_iter().enumerate() {
         let args = [
@@ -233,7 +230,7 @@ fn gpg_files_the_bulk_reader_opens_tell_a_wrong_passphrase_and_restore() {
             "-",
         ];
         let enc = t.path().join(format!("gpg{n}.tar.gz.gpg"));
-        fs::write(&enc, run_gpg(Gpg::Host, &home, &args, &tgz.stdout).unwrap()).unwrap();
+        fs::write(&enc, run_gpg(Gpg::Host, &home, &args, &tgz).unwrap()).unwrap();
         let wrong = box_host::backup::load::validate_backup(&enc, &secret("not the passphrase"));
         assert!(
             matches!(
@@ -553,12 +550,7 @@ fn seed_backups_from_gnupg_2_2_and_2_4_restore_or_are_refused_for_their_true_rea
     let root = t.path().join("data");
     sample_tree(&root);
     let home = gpg_home(t.path());
-    // The seed's archive: tar czf - -C /data .
-    let tgz = Command::new("tar")
-        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
-        .output()
-        .unwrap();
-    assert!(tgz.status.success());
+    let tgz = seed_archive(&root);
     let want = snapshot(&root);
     let mut failures = Vec::new();
     for (n, (gpg, args, verdict)) in gpg_cases().into_iter().enumerate() {
@@ -566,7 +558,7 @@ fn seed_backups_from_gnupg_2_2_and_2_4_restore_or_are_refused_for_their_true_rea
         let mut full = args.clone();
         full.extend(["--symmetric", "-o", "-"]);
         let enc = t.path().join(format!("case{n}.tar.gz.gpg"));
-        let written = run_gpg(gpg, &home, &full, &tgz.stdout)
+        let written = run_gpg(gpg, &home, &full, &tgz)
             .unwrap_or_else(|e| panic!("{case}: gpg failed to write it: {e}"));
         fs::write(&enc, written).unwrap();
         let target = t.path().join(format!("case{n}-out"));
@@ -652,10 +644,7 @@ fn rfc9580_seipd_v2_backups_restore_exactly() {
     let t = tempfile::tempdir().unwrap();
     let root = t.path().join("data");
     sample_tree(&root);
-    let tgz = Command::new("tar")
-        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
-        .output()
-        .unwrap();
+    let tgz = seed_archive(&root);
     for aead in [AEADAlgorithm::OCB, AEADAlgorithm::EAX, AEADAlgorithm::GCM] {
         let enc = t.path().join(format!("v6-{aead:?}.tar.gz.gpg"));
         let mut sink = Vec::new();
@@ -667,7 +656,7 @@ fn rfc9580_seipd_v2_backups_restore_exactly() {
                 .build()
                 .unwrap();
             let mut w = LiteralWriter::new(message).build().unwrap();
-            w.write_all(&tgz.stdout).unwrap();
+            w.write_all(&tgz).unwrap();
             w.finalize().unwrap();
         }
         // It really is RFC 9580's: an SKESK (tag 3) of version 6 first.
@@ -682,4 +671,18 @@ fn rfc9580_seipd_v2_backups_restore_exactly() {
         );
         assert_eq!(snapshot(&target), snapshot(&root), "{aead:?}");
     }
+}
+
+/// The seed's archive of `root`: `tar czf - -C <root> .`.
+fn seed_archive(root: &std::path::Path) -> Vec<u8> {
+    let out = Command::new("tar")
+        .args(["-czf", "-", "-C", root.to_str().unwrap(), "."])
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    out.stdout
 }

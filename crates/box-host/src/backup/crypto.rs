@@ -480,36 +480,31 @@ impl DecryptReader {
 impl Read for DecryptReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let buf_len = buf.len().min(DECRYPT_BUFFER);
-        let inner = match &mut self.inner {
-            Inner::Sequoia(inner) => inner,
-            Inner::Bulk(bulk) => {
-                // It returns 0 only after the MDC matched and nothing followed.
-                return match bulk.read(&mut buf[..buf_len]) {
-                    Ok(0) if !buf.is_empty() => {
-                        self.done = true;
-                        Ok(0)
+        // What was read, or the error and what the status says of it.
+        let read = match &mut self.inner {
+            // It returns 0 only after the MDC matched and nothing followed.
+            Inner::Bulk(bulk) => bulk.read(&mut buf[..buf_len]).map_err(|e| {
+                let why = bulk.failure().unwrap_or_else(|| e.to_string());
+                (e, why)
+            }),
+            Inner::Sequoia(inner) => {
+                let read = contain_parser_panic(|| inner.read(&mut buf[..buf_len])).unwrap_or_else(
+                    |why| Err(io::Error::other(format!("malformed OpenPGP data ({why})"))),
+                );
+                match read {
+                    Ok(0) if !buf.is_empty() && !inner.message_processed() => {
+                        let what = "the OpenPGP message ended early".to_string();
+                        Err((io::Error::other(what.clone()), what))
                     }
-                    Ok(n) => {
-                        self.bytes += n as u64;
-                        Ok(n)
-                    }
-                    Err(e) => {
-                        self.status
-                            .set(bulk.failure().unwrap_or_else(|| e.to_string()));
-                        Err(e)
-                    }
-                };
+                    other => other.map_err(|e| {
+                        let why = e.to_string();
+                        (e, why)
+                    }),
+                }
             }
         };
-        let read = contain_parser_panic(|| inner.read(&mut buf[..buf_len]))
-            .unwrap_or_else(|why| Err(io::Error::other(format!("malformed OpenPGP data ({why})"))));
         match read {
             Ok(0) if !buf.is_empty() => {
-                if !inner.message_processed() {
-                    let what = "the OpenPGP message ended early".to_string();
-                    self.status.set(what.clone());
-                    return Err(io::Error::other(what));
-                }
                 self.done = true;
                 Ok(0)
             }
@@ -517,8 +512,8 @@ impl Read for DecryptReader {
                 self.bytes += n as u64;
                 Ok(n)
             }
-            Err(e) => {
-                self.status.set(e.to_string());
+            Err((e, why)) => {
+                self.status.set(why);
                 Err(e)
             }
         }
