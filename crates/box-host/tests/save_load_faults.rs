@@ -39,9 +39,10 @@ enum Act {
     /// An injected smolvm fault (SMOLVM_SIM_FAIL), optionally with a short smolvm deadline.
     Fault(&'static str, Option<&'static str>),
     /// In machine `.0`, the guest command of the exec call containing the needle has
-    /// started and is frozen mid-run (`exec:held@<needle>`) when the signal arrives: the
-    /// caller must kill the call (the guest command dies with it) and clean up what the
-    /// command had already done.
+    /// started and is frozen (`exec:held@<needle>`; mid-run, or at its exec for one too
+    /// quick to catch there: [`held_run_secs`]) when the signal arrives: the caller must
+    /// kill the call (the guest command dies with it) and clean up what the command had
+    /// already done.
     Held(&'static str, &'static str, Signal),
     /// The guest's `hb export` misbehaves as this wrapper makes it; box must fail with a
     /// message containing `.1`.
