@@ -111,14 +111,17 @@ mod tests {
         use std::os::unix::fs::PermissionsExt as _;
         let tmp = tempfile::tempdir().unwrap();
         let state = StateDir::at(tmp.path().to_path_buf());
-        let url = "http://127.0.0.1:5000/__box/sign-in?nonce=ab";
-        let path = write(&state, "alpha", url).unwrap();
+        // Any 16 of its digits turn up in the name's 16 random ones with odds of 2^-64.
+        let nonce = "0123456789abcdef0123456789abcdef";
+        let url = format!("http://127.0.0.1:5000/__box/sign-in?nonce={nonce}");
+        let path = write(&state, "alpha", &url).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
         assert_eq!(mode(&dir(&state)), 0o700);
         let text = std::fs::read_to_string(&path).unwrap();
         assert!(text.contains(&format!("content=\"0;url={url}\"")), "{text}");
-        assert!(!path.to_string_lossy().contains("ab.html"));
+        let name = path.file_name().unwrap().to_string_lossy().into_owned();
+        assert!(!name.contains(&nonce[..16]), "{name}");
         remove(&path);
         assert!(!path.exists());
         remove(&path);
