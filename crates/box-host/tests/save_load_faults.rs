@@ -14,8 +14,9 @@
 //! copied out and encrypted while the export goes on), so the matrix also runs a guest
 //! `hb` that misbehaves mid-stream (a wrapper around the real one, [`GuestHb`]): it dies
 //! after the first part, a part changes after it was announced, the index disagrees with
-//! the announcements, an announcement goes missing; and an older `hb` that does not know
-//! the flag, which must still save (the sequential path).
+//! the announcements, an announcement goes missing; and older `hb`s that do not know
+//! `--part-hash` (which must still save streaming, with SHA-256 part hashes) or either
+//! flag (which must still save, the sequential path).
 //!
 //! By default a representative subset runs (one case per kind of step and fault); with
 //! `SAVE_LOAD_FULL_MATRIX=1` every step × every signal and every fault runs.
@@ -58,12 +59,14 @@ enum GuestHb {
     DiesAfterFirstPart,
     /// part-000001 changes after it was announced (a byte overwritten in the guest).
     PartChangedAfterAnnounce,
-    /// The index written at the end lists another SHA-256 for part-000001 than announced.
+    /// The index written at the end lists another hash for part-000001 than announced.
     IndexDisagrees,
     /// The announcement of part-000002 never reaches box.
     AnnouncementMissing,
     /// An `hb` from before `--stream-parts`: clap's usage error, exit 2.
     Old,
+    /// An `hb` from before `--part-hash` that streams: clap's usage error for it, exit 2.
+    NoPartHash,
 }
 
 impl GuestHb {
@@ -93,8 +96,24 @@ sed -i "s/^part part-000001 \([0-9]*\) .*/part part-000001 \1 $(printf '0%.0s' $
             }
             GuestHb::Old => {
                 r#"for a in "$@"; do
-  if [ "$a" = --stream-parts ]; then
-    printf "error: unexpected argument '--stream-parts' found
+  case "$a" in --stream-parts|--part-hash)
+    printf "error: unexpected argument '%s' found
+
+Usage: hb export [OPTIONS] --out <DIR>
+
+For more information, try '--help'.
+" "$a" >&2
+    exit 2;;
+  esac
+done
+exec /usr/local/bin/hb.real "$@""#
+            }
+            GuestHb::NoPartHash => {
+                r#"for a in "$@"; do
+  if [ "$a" = --part-hash ]; then
+    printf "error: unexpected argument '--part-hash' found
+
+  tip: to pass '--part-hash' as a value, use '-- --part-hash'
 
 Usage: hb export [OPTIONS] --out <DIR>
 
@@ -456,44 +475,54 @@ fn save_fault_matrix() {
         }
         assert_eq!(w.machines().len(), 1, "{what}: no other VM");
     }
-    // An older hb in the box (it does not know --stream-parts): the save still works, the
-    // old way — export everything, then copy — and the backup is complete.
-    let calls0 = w.calls().len();
-    let r = run_case(
-        &w,
-        &["save", "alpha"],
-        Act::Guest(GuestHb::Old, ""),
-        &[PART],
-    );
-    assert!(r.ok(), "an older guest hb still saves: {}", r.all());
-    let calls = w.calls_since(calls0);
-    let exports: Vec<&String> = calls
-        .iter()
-        .filter(|c| c.contains("-- /usr/local/bin/hb export"))
-        .collect();
-    assert_eq!(exports.len(), 2, "{exports:#?}");
-    assert!(exports[0].contains("--stream-parts") && !exports[1].contains("--stream-parts"));
-    assert!(
-        !calls
+    // Older hbs in the box: one that streams but does not know --part-hash saves
+    // streaming with SHA-256 part hashes; one that does not know --stream-parts either
+    // saves the old way (export everything, then copy). Both backups are complete.
+    for (old, tries) in [(GuestHb::NoPartHash, 2), (GuestHb::Old, 3)] {
+        let calls0 = w.calls().len();
+        let r = run_case(&w, &["save", "alpha"], Act::Guest(old, ""), &[PART]);
+        assert!(
+            r.ok(),
+            "{old:?}: an older guest hb still saves: {}",
+            r.all()
+        );
+        let calls = w.calls_since(calls0);
+        let exports: Vec<&String> = calls
             .iter()
-            .any(|c| c.contains("-- rm -f -- /root/hb-save-")),
-        "no part released one by one: {calls:#?}"
-    );
-    w.assert_no_plaintext(&["alpha"]);
-    w.assert_running_unpaused("alpha");
-    let published = w.backups_published();
-    assert_eq!(published.len(), 1, "{published:?}");
-    let x = w.run(
-        &[
-            "extract",
-            &published[0].display().to_string(),
-            &w.dir.path().join("x").display().to_string(),
-        ],
-        &[],
-    );
-    assert!(x.ok(), "the sequential save is complete: {}", x.all());
-    std::fs::remove_dir_all(w.dir.path().join("x")).unwrap();
-    std::fs::remove_file(&published[0]).unwrap();
+            .filter(|c| c.contains("-- /usr/local/bin/hb export"))
+            .collect();
+        assert_eq!(exports.len(), tries, "{old:?}: {exports:#?}");
+        assert!(exports[0].contains("--stream-parts") && exports[0].contains("--part-hash"));
+        assert!(exports[1].contains("--stream-parts") && !exports[1].contains("--part-hash"));
+        let released_one_by_one = calls
+            .iter()
+            .any(|c| c.contains("-- rm -f -- /root/hb-save-"));
+        match old {
+            GuestHb::Old => {
+                assert!(!exports[2].contains("--stream-parts"));
+                assert!(
+                    !released_one_by_one,
+                    "no part released one by one: {calls:#?}"
+                );
+            }
+            _ => assert!(released_one_by_one, "{old:?} streamed: {calls:#?}"),
+        }
+        w.assert_no_plaintext(&["alpha"]);
+        w.assert_running_unpaused("alpha");
+        let published = w.backups_published();
+        assert_eq!(published.len(), 1, "{published:?}");
+        let x = w.run(
+            &[
+                "extract",
+                &published[0].display().to_string(),
+                &w.dir.path().join("x").display().to_string(),
+            ],
+            &[],
+        );
+        assert!(x.ok(), "{old:?}: the save is complete: {}", x.all());
+        std::fs::remove_dir_all(w.dir.path().join("x")).unwrap();
+        std::fs::remove_file(&published[0]).unwrap();
+    }
     // A resume that fails: the backup is complete and verified and published, and the
     // user is told the box stays paused.
     let r = run_case(

@@ -5,6 +5,7 @@
 use std::io::{self, Read};
 use std::sync::mpsc::Receiver;
 
+use box_proto::archive::part_hash::{PartHash, PartHasher};
 use sha2::{Digest, Sha256};
 
 use super::cleanup;
@@ -50,21 +51,35 @@ impl Read for ChannelReader {
     }
 }
 
-/// A reader that hashes (SHA-256) and counts what passes through it: on the consuming
-/// side of a [`ChannelReader`], it keeps the hash off the producing thread.
-pub(super) struct HashingReader<R> {
+/// A reader that hashes and counts what passes through it: on the consuming side of a
+/// [`ChannelReader`], it keeps the hash off the producing thread. SHA-256 (load's whole
+/// plaintext) unless made [`HashingReader::with`] a part's hasher.
+pub(super) struct HashingReader<R, H = Sha256> {
     inner: R,
-    hasher: Sha256,
+    hasher: H,
     bytes: u64,
+}
+
+/// What a [`HashingReader`] can hash with.
+pub(super) trait Absorb {
+    fn absorb(&mut self, data: &[u8]);
+}
+
+impl Absorb for Sha256 {
+    fn absorb(&mut self, data: &[u8]) {
+        self.update(data);
+    }
+}
+
+impl Absorb for PartHasher {
+    fn absorb(&mut self, data: &[u8]) {
+        self.update(data);
+    }
 }
 
 impl<R> HashingReader<R> {
     pub(super) fn new(inner: R) -> Self {
-        Self {
-            inner,
-            hasher: Sha256::new(),
-            bytes: 0,
-        }
+        Self::with(inner, Sha256::new())
     }
 
     /// The SHA-256 and size of everything read.
@@ -73,10 +88,27 @@ impl<R> HashingReader<R> {
     }
 }
 
-impl<R: Read> Read for HashingReader<R> {
+impl<R, H> HashingReader<R, H> {
+    pub(super) fn with(inner: R, hasher: H) -> Self {
+        Self {
+            inner,
+            hasher,
+            bytes: 0,
+        }
+    }
+}
+
+impl<R> HashingReader<R, PartHasher> {
+    /// The part hash and size of everything read.
+    pub(super) fn finish_part(self) -> (PartHash, u64) {
+        (self.hasher.finish(), self.bytes)
+    }
+}
+
+impl<R: Read, H: Absorb> Read for HashingReader<R, H> {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.inner.read(buf)?;
-        self.hasher.update(&buf[..n]);
+        self.hasher.absorb(&buf[..n]);
         self.bytes += n as u64;
         Ok(n)
     }

@@ -12,6 +12,7 @@ use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::RuntimeManifest;
+use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::parts::{Part, PartIndex, part_name};
 use box_proto::archive::unpack::Unpacker;
 use box_proto::archive::validate::{self, ChainState, Limits, Report, WalkError};
@@ -331,7 +332,9 @@ pub fn write_parts(
     while !eof {
         let (temp, mut file) = Temp::create_file(dir, ".box-part-")
             .with_context(|| format!("cannot create a part file in {}", dir.display()))?;
-        let mut hasher = Sha256::new();
+        // XXH3-128: `hb import` checks the copy with it, and the `hb` of a box being
+        // loaded into is always this box's own (installed as the box is made).
+        let mut hasher = PartHasher::new(PartHashAlgo::Xxh3_128);
         let mut written = 0u64;
         while written < part_size {
             cleanup::check()?;
@@ -364,7 +367,7 @@ pub fn write_parts(
         let part = Part {
             name: part_name(parts.len() + usize::from(pending.is_some())),
             size: written,
-            sha256: hasher.finalize().into(),
+            hash: hasher.finish(),
         };
         if let Some((t, p)) = pending.take() {
             on_part(t.path(), &p)?;

@@ -12,8 +12,9 @@
 //! Why the MDC and not a second SHA-256 over the plaintext: the writer's digest covers
 //! its own random prefix and every byte it encrypted, so a verifier that recomputes the
 //! same digest from the file has decrypted exactly those bytes — a flipped byte, a cut or
-//! another backup swapped in cannot match. The SHA-256 on the way in stays: it is what
-//! checks each part against `hb export`. (One hash pass fewer over the whole backup.)
+//! another backup swapped in cannot match. The part hash on the way in stays (XXH3-128
+//! from a current `hb`, SHA-256 from an older one): it is what checks each part against
+//! `hb export`. (One hash pass fewer over the whole backup.)
 
 use std::fs::File;
 use std::io::{self, Read, Write};
@@ -23,17 +24,18 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
+use box_proto::archive::part_hash::{PartHash, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
 use box_proto::archive::validate::{self, ChainState, Limits, Report};
 use secrecy::SecretString;
 
+use super::BackupError;
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::publish;
 use super::segments::SegmentHasher;
 use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
-use super::{BackupError, hex_sha};
 use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
@@ -101,9 +103,10 @@ type Verifier = JoinHandle<VerifierResult>;
 pub struct Sealed {
     out: PathBuf,
     temp: Temp,
-    /// SHA-256 of each segment of the plaintext (the compressed tar stream): of each part
-    /// in a save in parts, of the whole stream otherwise.
-    pub segments: Vec<[u8; 32]>,
+    /// The hash of each segment of the plaintext (the compressed tar stream): of each part
+    /// in a save in parts (with the part's algorithm), the SHA-256 of the whole stream
+    /// otherwise.
+    pub segments: Vec<PartHash>,
     segment_size: u64,
     /// Bytes of plaintext.
     pub plaintext_size: u64,
@@ -262,7 +265,7 @@ impl Pipeline {
         Ok(total)
     }
 
-    /// Streams one part file; with `expected`, its size and SHA-256 must match (the part
+    /// Streams one part file; with `expected`, its size and hash must match (the part
     /// index, or the export's announcement of the part), or the save fails. In a save in
     /// parts, every part but the last has the part size.
     pub fn feed_part(&mut self, path: &Path, expected: Option<&Part>) -> Result<()> {
@@ -275,12 +278,16 @@ impl Pipeline {
         let segment = self.segments.segment_size();
         if segment == u64::MAX {
             // One stream: the part needs a hash of its own.
-            let mut hashing = HashingReader::new(file);
+            let hasher = PartHasher::new(part.hash.algorithm());
+            let mut hashing = HashingReader::with(file, hasher);
             self.feed(&mut hashing)?;
-            let (got, bytes) = hashing.finish();
+            let (got, bytes) = hashing.finish_part();
             return check_part(path, part, bytes, &got);
         }
-        if self.short_part_fed || !self.segments.at_boundary() || part.size > segment {
+        if self.short_part_fed
+            || !self.segments.hash_next_with(part.hash.algorithm())
+            || part.size > segment
+        {
             bail!(
                 "part {} is {} bytes where box asked for parts of {segment} (only the last may be shorter); nothing was published, retry the save",
                 path.display(),
@@ -293,11 +300,11 @@ impl Pipeline {
             self.segments.cut();
             self.short_part_fed = true;
         }
-        let got = match (fed, self.segments.last()) {
-            (0, _) | (_, None) => [0u8; 32],
-            (_, Some(h)) => *h,
-        };
-        check_part(path, part, fed, &got)
+        match (fed, self.segments.last()) {
+            (1.., Some(got)) => check_part(path, part, fed, got),
+            // Nothing arrived: the size alone says it is not the part.
+            _ => check_part(path, part, fed, &PartHash::of(part.hash.algorithm(), &[])),
+        }
     }
 
     /// Feeds every part listed in `<dir>/parts.index`, checking each and the total.
@@ -337,15 +344,14 @@ impl Pipeline {
 }
 
 /// A part's size and hash against what the export said of it.
-fn check_part(path: &Path, part: &Part, size: u64, got: &[u8; 32]) -> Result<()> {
-    if size != part.size || *got != part.sha256 {
+fn check_part(path: &Path, part: &Part, size: u64, got: &PartHash) -> Result<()> {
+    if size != part.size || *got != part.hash {
         bail!(
-            "part {} is not what hb export listed for it (size {} vs {}, SHA-256 {} vs {}); nothing was published, retry the save",
+            "part {} is not what hb export listed for it (size {} vs {}, {got} vs {}); nothing was published, retry the save",
             path.display(),
             size,
             part.size,
-            hex_sha(got),
-            hex_sha(&part.sha256)
+            part.hash
         );
     }
     Ok(())
@@ -437,11 +443,15 @@ impl Sealed {
     /// What was encrypted must be exactly the export `index` describes: its parts, in
     /// order (each hashed as it was encrypted), and its size.
     pub fn matches_index(&self, index: &PartIndex) -> Result<()> {
-        let listed: Vec<[u8; 32]> = if self.segment_size == u64::MAX {
+        let listed: Vec<PartHash> = if self.segment_size == u64::MAX {
             // Hashed as one stream: only an index with the whole stream's hash can match.
-            index.total_sha256.into_iter().collect()
+            index
+                .total_sha256
+                .map(PartHash::Sha256)
+                .into_iter()
+                .collect()
         } else {
-            index.parts.iter().map(|p| p.sha256).collect()
+            index.parts.iter().map(|p| p.hash).collect()
         };
         if self.segments != listed || self.plaintext_size != index.total_size {
             bail!(

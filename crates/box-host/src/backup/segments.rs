@@ -1,33 +1,47 @@
-//! SHA-256 per fixed-size segment of a stream: how save checks each part with one hash
+//! A hash per fixed-size segment of a stream: how save checks each part with one hash
 //! pass over the plaintext.
 //!
-//! A save's plaintext arrives in parts of one size (all but the last), each with its
-//! SHA-256 from `hb export`. The encrypting side hashes the stream in segments of that
-//! size, so the segment that ends with a part is that part's hash (checked against what
+//! A save's plaintext arrives in parts of one size (all but the last), each with its hash
+//! (XXH3-128, or SHA-256 from an older `hb`) from `hb export`. The encrypting side hashes
+//! the stream in segments of that size, each with the algorithm of the part it is about to
+//! take, so the segment that ends with a part is that part's hash (checked against what
 //! the export said); equal lists mean the backup holds exactly the checked parts, in
 //! order, with no separate whole-stream hash. (The verification pass then proves the file
 //! decrypts to those bytes through the MDC: backup/save.rs.) A segment size of `u64::MAX`
 //! is one segment: the whole-stream SHA-256.
 
-use sha2::{Digest, Sha256};
+use box_proto::archive::part_hash::{PartHash, PartHashAlgo, PartHasher};
 
 /// Hashes a stream in segments of a set size.
 pub struct SegmentHasher {
     size: u64,
-    current: Sha256,
+    current: PartHasher,
     filled: u64,
-    done: Vec<[u8; 32]>,
+    done: Vec<PartHash>,
 }
 
 impl SegmentHasher {
-    /// Segments of `size` bytes (at least 1; `u64::MAX`: the whole stream).
+    /// Segments of `size` bytes (at least 1; `u64::MAX`: the whole stream), SHA-256 until
+    /// [`Self::hash_next_with`] says otherwise.
     pub fn new(size: u64) -> Self {
         SegmentHasher {
             size: size.max(1),
-            current: Sha256::new(),
+            current: PartHasher::new(PartHashAlgo::Sha256),
             filled: 0,
             done: Vec::new(),
         }
+    }
+
+    /// Hashes the segment about to start, and those after it, with `algo`. Only at a
+    /// boundary: a segment has one algorithm (false, and nothing changed, otherwise).
+    pub fn hash_next_with(&mut self, algo: PartHashAlgo) -> bool {
+        if !self.at_boundary() {
+            return false;
+        }
+        if self.current.algorithm() != algo {
+            self.current = PartHasher::new(algo);
+        }
+        true
     }
 
     pub fn segment_size(&self) -> u64 {
@@ -48,8 +62,9 @@ impl SegmentHasher {
 
     /// Ends the current segment here, however full (a last, shorter part).
     pub fn cut(&mut self) {
-        let digest = std::mem::replace(&mut self.current, Sha256::new()).finalize();
-        self.done.push(digest.into());
+        let next = PartHasher::new(self.current.algorithm());
+        self.done
+            .push(std::mem::replace(&mut self.current, next).finish());
         self.filled = 0;
     }
 
@@ -59,12 +74,12 @@ impl SegmentHasher {
     }
 
     /// The most recently finished segment's hash.
-    pub fn last(&self) -> Option<&[u8; 32]> {
+    pub fn last(&self) -> Option<&PartHash> {
         self.done.last()
     }
 
     /// Every segment's hash (a stream of no bytes has one, of nothing).
-    pub fn finish(mut self) -> Vec<[u8; 32]> {
+    pub fn finish(mut self) -> Vec<PartHash> {
         if self.filled > 0 || self.done.is_empty() {
             self.cut();
         }
@@ -76,8 +91,12 @@ impl SegmentHasher {
 mod tests {
     use super::*;
 
-    fn sha(data: &[u8]) -> [u8; 32] {
-        Sha256::digest(data).into()
+    fn sha(data: &[u8]) -> PartHash {
+        PartHash::of(PartHashAlgo::Sha256, data)
+    }
+
+    fn xxh(data: &[u8]) -> PartHash {
+        PartHash::of(PartHashAlgo::Xxh3_128, data)
     }
 
     #[test]
@@ -122,5 +141,28 @@ mod tests {
         h.cut();
         assert_eq!(h.last(), Some(&sha(b"abc")));
         assert_eq!(h.finish(), [sha(b"abc")]);
+    }
+
+    #[test]
+    fn each_segment_takes_the_algorithm_set_at_its_start() {
+        let data: Vec<u8> = (0..2500u32).map(|i| (i * 7 % 251) as u8).collect();
+        let mut h = SegmentHasher::new(1000);
+        assert!(h.hash_next_with(PartHashAlgo::Xxh3_128));
+        h.update(&data[..10]);
+        // Mid-segment: refused, the segment keeps its algorithm.
+        assert!(!h.hash_next_with(PartHashAlgo::Sha256));
+        h.update(&data[10..1000]);
+        assert!(h.hash_next_with(PartHashAlgo::Xxh3_128));
+        h.update(&data[1000..2000]);
+        assert!(h.hash_next_with(PartHashAlgo::Sha256));
+        h.update(&data[2000..]);
+        assert_eq!(
+            h.finish(),
+            [
+                xxh(&data[..1000]),
+                xxh(&data[1000..2000]),
+                sha(&data[2000..])
+            ]
+        );
     }
 }

@@ -29,7 +29,7 @@ use super::Context;
 use super::load::LoadRun;
 use super::new;
 use super::save::SaveRun;
-use crate::backup::{cleanup, hex_sha};
+use crate::backup::cleanup;
 use crate::lifecycle::boxes;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
@@ -200,18 +200,18 @@ impl PartSink for IntoGuest<'_> {
     }
 }
 
-/// A part's SHA-256 against the export's word for it (a part damaged on its way out is
+/// A part's hash against the export's word for it (a part damaged on its way out is
 /// named here, not as a failed import in the other box), its bytes added to `total`.
 fn check_hash(local: &Path, part: &Part, total: &mut Sha256) -> Result<()> {
     let file =
         std::fs::File::open(local).with_context(|| format!("cannot read {}", local.display()))?;
-    let got = hash_part(file, total).with_context(|| format!("cannot read {}", local.display()))?;
-    if got != part.sha256 {
+    let got = hash_part(file, part.hash.algorithm(), total)
+        .with_context(|| format!("cannot read {}", local.display()))?;
+    if got != part.hash {
         bail!(
-            "{} changed on its way out of the box (SHA-256 {}, the export said {}); retry the clone",
+            "{} changed on its way out of the box ({got}, the export said {}); retry the clone",
             part.name,
-            hex_sha(&got),
-            hex_sha(&part.sha256)
+            part.hash
         );
     }
     Ok(())
@@ -220,24 +220,30 @@ fn check_hash(local: &Path, part: &Part, total: &mut Sha256) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use box_proto::archive::part_hash::{PartHash, PartHashAlgo};
 
     #[test]
     fn a_part_must_hash_as_announced() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("part-000000");
         std::fs::write(&f, b"abc").unwrap();
-        let mut part = Part {
-            name: "part-000000".into(),
-            size: 3,
-            sha256: Sha256::digest(b"abc").into(),
-        };
-        let mut total = Sha256::new();
-        check_hash(&f, &part, &mut total).unwrap();
-        assert_eq!(<[u8; 32]>::from(total.finalize()), part.sha256);
-        part.sha256[0] ^= 1;
-        let e = check_hash(&f, &part, &mut Sha256::new())
-            .unwrap_err()
-            .to_string();
-        assert!(e.contains("part-000000 changed on its way out"), "{e}");
+        for algo in [PartHashAlgo::Sha256, PartHashAlgo::Xxh3_128] {
+            let mut part = Part {
+                name: "part-000000".into(),
+                size: 3,
+                hash: PartHash::of(algo, b"abc"),
+            };
+            let mut total = Sha256::new();
+            check_hash(&f, &part, &mut total).unwrap();
+            assert_eq!(
+                <[u8; 32]>::from(total.finalize()),
+                <[u8; 32]>::from(Sha256::digest(b"abc"))
+            );
+            part.hash = PartHash::of(algo, b"abd");
+            let e = check_hash(&f, &part, &mut Sha256::new())
+                .unwrap_err()
+                .to_string();
+            assert!(e.contains("part-000000 changed on its way out"), "{e}");
+        }
     }
 }

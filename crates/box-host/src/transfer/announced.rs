@@ -12,7 +12,7 @@
 //! 1. the name must be the next in sequence and the size one smolvm can copy;
 //! 2. copy it to the host scratch dir (0600), check the size;
 //! 3. release it in the guest (remove it: the export holds back until it has room);
-//! 4. hand it to the [`PartSink`] (the engine streams it, checking its SHA-256 against the
+//! 4. hand it to the [`PartSink`] (the engine streams it, checking its hash against the
 //!    announcement; clone checks it and copies it into the new box);
 //! 5. delete the host copy — the host holds one plaintext part at a time.
 //!
@@ -30,7 +30,6 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 
 use super::checkpoint;
-use crate::backup::hex_sha;
 use crate::backup::save::{Pipeline, Sealed, read_index};
 use crate::ui::progress::Phase;
 
@@ -294,12 +293,12 @@ fn check_index_against(index: &PartIndex, announced: &[Part]) -> Result<()> {
         };
         if got != listed {
             bail!(
-                "{} was announced as {} bytes, SHA-256 {}, but the part index says {} bytes, SHA-256 {}; nothing was published, retry the save",
+                "{} was announced as {} bytes, {}, but the part index says {} bytes, {}; nothing was published, retry the save",
                 listed.name,
                 got.size,
-                hex_sha(&got.sha256),
+                got.hash,
                 listed.size,
-                hex_sha(&listed.sha256)
+                listed.hash
             );
         }
     }
@@ -317,12 +316,13 @@ fn check_index_against(index: &PartIndex, announced: &[Part]) -> Result<()> {
 mod tests {
     use super::*;
     use box_proto::archive::Compression;
+    use box_proto::archive::part_hash::PartHash;
 
     fn part(n: usize, size: u64, fill: u8) -> Part {
         Part {
             name: part_name(n),
             size,
-            sha256: [fill; 32],
+            hash: PartHash::Xxh3_128([fill; 16]),
         }
     }
 

@@ -2,7 +2,7 @@
 //! in the host scratch dir; each is copied into the guest scratch dir as it is cut and then
 //! deleted. The engine hands out the last part only after the OpenPGP integrity check and
 //! a hash equal to pass 1's; the index is written only then, and `hb import` does nothing
-//! without it (and checks every part's size and SHA-256 against it, so a part damaged on
+//! without it (and checks every part's size and XXH3-128 hash against it, so a part damaged on
 //! its way in stops the import before anything is extracted).
 
 use std::io::Write;

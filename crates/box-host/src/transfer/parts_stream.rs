@@ -8,9 +8,12 @@
 //! kills what a vanished client ran) and the part copy in flight; so does a failure on this
 //! side. The caller's cleanup then removes the guest scratch, host temporaries, and resumes.
 //!
-//! An `hb` that does not know `--stream-parts` (an older one in a box created before)
-//! rejects it with clap's usage error, exit 2, before touching anything: the export then
-//! runs again the old way and [`super::parts_out`] copies its parts afterwards.
+//! Box asks for XXH3-128 part hashes (`--part-hash xxh3-128`: a sixth of SHA-256's CPU,
+//! twice per byte; box_proto::archive::part_hash says why it is enough). An `hb` that does
+//! not know `--part-hash` (an older one in a box created before) rejects it with clap's
+//! usage error, exit 2, before touching anything: the export runs again streaming with
+//! SHA-256. One that does not know `--stream-parts` rejects that the same way: the export
+//! then runs again the old way and [`super::parts_out`] copies its parts afterwards.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -18,6 +21,7 @@ use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
+use box_proto::archive::part_hash::PartHashAlgo;
 use box_proto::archive::parts::{Part, PartIndex};
 
 use super::announced::{self, Consumed, ExportEvent, ExportExit, PartSink, PartSource, Stages};
@@ -28,6 +32,8 @@ use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
 
 /// The flag an `hb` that streams its parts knows.
 pub const STREAM_FLAG: &str = "--stream-parts";
+/// The flag an `hb` that hashes its parts with XXH3-128 when asked knows.
+pub const PART_HASH_FLAG: &str = "--part-hash";
 
 /// How often the signal forwarder looks.
 const TICK: Duration = Duration::from_millis(20);
@@ -63,9 +69,42 @@ pub fn export_into<S: PartSink>(
         return sequential(guest, &plain, scratch, host_dir, sink);
     };
     let pending_arg = pending.to_string();
-    let mut argv = vec![HB_PATH];
-    argv.extend_from_slice(&plain);
-    argv.extend_from_slice(&[STREAM_FLAG, &pending_arg]);
+    let mut sink = sink;
+    for flags in [
+        &[
+            STREAM_FLAG,
+            &pending_arg,
+            PART_HASH_FLAG,
+            PartHashAlgo::Xxh3_128.as_str(),
+        ][..],
+        &[STREAM_FLAG, &pending_arg],
+    ] {
+        let mut argv = vec![HB_PATH];
+        argv.extend_from_slice(&plain);
+        argv.extend_from_slice(flags);
+        match streamed(guest, &argv, scratch, host_dir, sink)? {
+            Ok(exported) => return Ok(exported),
+            Err(untouched) => {
+                guest.transcript.line(&format!(
+                    "this box's hb does not know {}: trying without it",
+                    flags[flags.len() - 2]
+                ));
+                sink = untouched;
+            }
+        }
+    }
+    sequential(guest, &plain, scratch, host_dir, sink)
+}
+
+/// One streaming export with `argv`: what it exported, or the sink back untouched when
+/// the guest's `hb` refused a flag before it did anything.
+fn streamed<S: PartSink>(
+    guest: &mut Guest<'_>,
+    argv: &[&str],
+    scratch: &str,
+    host_dir: &Path,
+    sink: S,
+) -> Result<std::result::Result<ExportedInto<S>, S>> {
     guest.transcript.line(&format!("$ {}", argv.join(" ")));
 
     let (smolvm, machine, signals) = (guest.smolvm, guest.machine, guest.cancel);
@@ -74,7 +113,7 @@ pub fn export_into<S: PartSink>(
     let mut stages = Stages::default();
     let (tx, rx) = mpsc::channel();
     let (consumed, exec) = std::thread::scope(|s| {
-        let exec = s.spawn(|| run_export(smolvm, machine, &argv, &stop, tx));
+        let exec = s.spawn(|| run_export(smolvm, machine, argv, &stop, tx));
         let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
         let mut source = GuestParts {
             guest: &mut *guest,
@@ -104,33 +143,28 @@ pub fn export_into<S: PartSink>(
         return Err(anyhow!("the thread running hb export panicked"));
     }
     match consumed? {
-        Consumed::All { sink, index } => Ok(ExportedInto {
+        Consumed::All { sink, index } => Ok(Ok(ExportedInto {
             sink,
             index,
             stages: Some(stages),
             export_wall,
-        }),
+        })),
         Consumed::NotStreamed {
             mut sink,
             exported: true,
         } => {
             let index = parts_out::copy_out(guest, scratch, host_dir, &mut sink, signals)?;
-            Ok(ExportedInto {
+            Ok(Ok(ExportedInto {
                 sink,
                 index,
                 stages: None,
                 export_wall,
-            })
+            }))
         }
         Consumed::NotStreamed {
             sink,
             exported: false,
-        } => {
-            guest.transcript.line(&format!(
-                "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
-            ));
-            sequential(guest, &plain, scratch, host_dir, sink)
-        }
+        } => Ok(Err(sink)),
     }
 }
 
@@ -191,8 +225,13 @@ fn run_export(
     };
     let exit = match &out {
         Ok(o) if o.success() => ExportExit::Done,
-        // clap's "error: unexpected argument '--stream-parts' found", exit 2: an older hb.
-        Ok(o) if o.code == Some(2) && announced == 0 && o.stderr.contains(STREAM_FLAG) => {
+        // clap's "error: unexpected argument '--stream-parts' found" (or of the value
+        // of '--part-hash'), exit 2: an older hb.
+        Ok(o)
+            if o.code == Some(2)
+                && announced == 0
+                && (o.stderr.contains(STREAM_FLAG) || o.stderr.contains(PART_HASH_FLAG)) =>
+        {
             ExportExit::Unsupported
         }
         Ok(o) => ExportExit::Failed(anyhow!(

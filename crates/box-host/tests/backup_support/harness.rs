@@ -41,7 +41,7 @@ impl announced::PartSource for LocalParts {
     }
 }
 
-/// `hb export --stream-parts` as a child, its announcements as events, then its exit.
+/// `hb export --stream-parts --part-hash xxh3-128` as a child, its announcements as events, then its exit.
 fn spawn_export(
     hb: &str,
     data: &str,
@@ -55,6 +55,8 @@ fn spawn_export(
         .arg(part_size.to_string())
         .arg("--stream-parts")
         .arg(pending.to_string())
+        // As box asks for them.
+        .args(["--part-hash", "xxh3-128"])
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
         .spawn()

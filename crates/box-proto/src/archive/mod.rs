@@ -3,7 +3,8 @@
 //!
 //! * [`validate`]: the streaming validator (hermes-box.md §1.3, V4 rules in order, plus caps).
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
-//! * [`parts`]: the part index `hb export` writes beside its parts (size + SHA-256 each).
+//! * [`parts`]: the part index `hb export` writes beside its parts (size + hash each);
+//!   [`part_hash`]: that hash, SHA-256 or XXH3-128.
 //! * [`incremental`]: GNU tar's dumpdirs, which make a chain of backups restorable with
 //!   stock `tar -x -g /dev/null`; [`chain_state`]: the tree a chain built, which the next
 //!   link is validated against.
@@ -19,6 +20,7 @@ pub mod excludes;
 pub mod holes;
 pub mod incremental;
 pub mod naming;
+pub mod part_hash;
 pub mod parts;
 pub mod room;
 pub mod tarread;

@@ -5,9 +5,13 @@
 //! hermes-box-parts 1
 //! compression zstd
 //! total <bytes> <sha256 hex of the whole stream>
-//! part part-000000 <bytes> <sha256 hex>
-//! part part-000001 <bytes> <sha256 hex>
+//! part part-000000 <bytes> <part hash>
+//! part part-000001 <bytes> <part hash>
 //! ```
+//!
+//! A part hash is a SHA-256 in 64 lowercase hex digits, or `xxh3-128:` and 32 of them
+//! where box asked `hb export` for XXH3-128 ([`super::part_hash`]). The whole stream's
+//! hash is always SHA-256.
 //!
 //! The whole stream's hash is left out (`total <bytes>`) by `hb export --stream-parts`:
 //! box checks each part as it takes it and never reads the total, and the guest saves a
@@ -21,29 +25,30 @@
 //!
 //! While it runs, `hb export --stream-parts N` announces each part on stdout as soon as
 //! it is complete under its final name (synced, renamed), one [`READY`] line per part in
-//! the index's own `<name> <bytes> <sha256>` form, so `box save` can copy and encrypt part
+//! the index's own `<name> <bytes> <hash>` form, so `box save` can copy and encrypt part
 //! N while part N+1 is being written. The index written at the end must list exactly the
 //! announced parts.
 
 use std::fmt::Write as _;
 
 use crate::archive::Compression;
+use crate::archive::part_hash::{PartHash, PartHashAlgo, PartHasher};
 
 /// The index file name inside an export directory.
 pub const INDEX_FILE: &str = "parts.index";
 /// The first line of every index.
 pub const HEADER: &str = "hermes-box-parts 1";
-/// The first word of a part announcement: `part-ready part-000000 <bytes> <sha256>`.
+/// The first word of a part announcement: `part-ready part-000000 <bytes> <hash>`.
 pub const READY: &str = "part-ready";
 /// The most parts an index may list (1 TiB in 1 GiB parts, with room to spare).
 pub const MAX_PARTS: usize = 100_000;
 
-/// One part: its file name, size and SHA-256.
+/// One part: its file name, size and hash.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Part {
     pub name: String,
     pub size: u64,
-    pub sha256: [u8; 32],
+    pub hash: PartHash,
 }
 
 /// The whole index.
@@ -64,15 +69,16 @@ pub enum PartIndexError {
     Whole(String),
 }
 
-/// Reads a part to its end: returns its SHA-256 and adds its bytes to `total` (the whole
-/// stream's hash, parts taken in order). Both sides check parts this way: `hb import`
-/// against the index, `box clone` against the export's announcements.
+/// Reads a part to its end: returns its hash with `algo` and adds its bytes to `total`
+/// (the whole stream's SHA-256, parts taken in order). `box clone` checks the export's
+/// announcements this way.
 pub fn hash_part(
     mut part: impl std::io::Read,
+    algo: PartHashAlgo,
     total: &mut sha2::Sha256,
-) -> std::io::Result<[u8; 32]> {
+) -> std::io::Result<PartHash> {
     use sha2::Digest as _;
-    let mut hasher = sha2::Sha256::new();
+    let mut hasher = PartHasher::new(algo);
     let mut buf = vec![0u8; 1 << 20];
     loop {
         let n = match part.read(&mut buf) {
@@ -84,7 +90,7 @@ pub fn hash_part(
         hasher.update(&buf[..n]);
         total.update(&buf[..n]);
     }
-    Ok(hasher.finalize().into())
+    Ok(hasher.finish())
 }
 
 /// The name of part number `n` (0-based).
@@ -110,16 +116,16 @@ fn parse_hash(s: &str) -> Option<[u8; 32]> {
 }
 
 impl Part {
-    /// `<name> <bytes> <sha256>`: how the index and an announcement both list a part.
+    /// `<name> <bytes> <hash>`: how the index and an announcement both list a part.
     fn fields(&self) -> String {
-        format!("{} {} {}", self.name, self.size, hex::encode(self.sha256))
+        format!("{} {} {}", self.name, self.size, self.hash.render())
     }
 
     /// Reads [`Part::fields`]: the name checked for form only (its place in the sequence
     /// is the caller's to check), a size above zero, the hash.
     fn parse_fields(fields: &[&str]) -> Result<Part, &'static str> {
         let [name, size, hash] = fields else {
-            return Err("expected '<name> <bytes> <sha256>'");
+            return Err("expected '<name> <bytes> <hash>'");
         };
         if !valid_part_name(name) {
             return Err("the part name is not part-NNNNNN");
@@ -130,11 +136,13 @@ impl Part {
         if size == 0 {
             return Err("empty part");
         }
-        let sha256 = parse_hash(hash).ok_or("the hash is not 64 lowercase hex digits")?;
+        let hash = PartHash::parse(hash).ok_or(
+            "the hash is neither 64 lowercase hex digits (SHA-256) nor 'xxh3-128:' and 32",
+        )?;
         Ok(Part {
             name: name.to_string(),
             size,
-            sha256,
+            hash,
         })
     }
 
@@ -214,7 +222,7 @@ impl PartIndex {
         for (n, line) in lines {
             let fields: Vec<&str> = line.split(' ').collect();
             let ["part", rest @ ..] = fields.as_slice() else {
-                return Err(bad(n, "expected 'part <name> <bytes> <sha256>'"));
+                return Err(bad(n, "expected 'part <name> <bytes> <hash>'"));
             };
             let part = Part::parse_fields(rest).map_err(|what| bad(n, what))?;
             if part.name != part_name(parts.len()) {
@@ -270,12 +278,12 @@ mod tests {
                 Part {
                     name: part_name(0),
                     size: 10,
-                    sha256: [1; 32],
+                    hash: PartHash::Sha256([1; 32]),
                 },
                 Part {
                     name: part_name(1),
                     size: 5,
-                    sha256: [2; 32],
+                    hash: PartHash::Xxh3_128([2; 16]),
                 },
             ],
         }
@@ -297,7 +305,13 @@ mod tests {
     fn announcements_round_trip_and_reject_garbage() {
         let p = sample().parts[1].clone();
         let line = p.render_ready();
-        assert!(line.starts_with("part-ready part-000001 5 0202"), "{line}");
+        assert!(
+            line.starts_with("part-ready part-000001 5 xxh3-128:0202"),
+            "{line}"
+        );
+        let sha = sample().parts[0].render_ready();
+        assert!(sha.starts_with("part-ready part-000000 10 0101"), "{sha}");
+        assert_eq!(Part::parse_ready(&sha).unwrap().unwrap(), sample().parts[0]);
         assert_eq!(Part::parse_ready(&line).unwrap().unwrap(), p);
         assert_eq!(
             Part::parse_ready(&format!("{line}\r\n")).unwrap().unwrap(),
@@ -317,6 +331,9 @@ mod tests {
             line.replace(" 5 ", " -5 "),
             line.replace("0202", "0G02"),
             line.replace("0202", "02"),
+            line.replace("xxh3-128:", ""),
+            line.replace("xxh3-128:", "xxh3-64:"),
+            line.replace("xxh3-128:", "XXH3-128:"),
             format!("{line} extra"),
             "part-ready ".to_string(),
             "part-ready".to_string(),
@@ -341,6 +358,8 @@ mod tests {
             text.replace("hermes-box-parts 1", "hermes-box-parts 2"),
             text.replace("compression zstd", "compression xz"),
             text.replace(" 5 ", " 0 "),
+            text.replace("xxh3-128:", "sha256:"),
+            text.replace(" 10 0101", " 10 xxh3-128:0101"),
             text.lines().take(3).collect::<Vec<_>>().join("\n"),
         ] {
             assert!(PartIndex::parse(&bad).is_err(), "accepted:\n{bad}");

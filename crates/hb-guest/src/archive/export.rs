@@ -27,6 +27,7 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
+use box_proto::archive::part_hash::PartHashAlgo;
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
@@ -44,6 +45,8 @@ pub struct ExportOptions {
     pub root: PathBuf,
     pub out: PathBuf,
     pub part_size: u64,
+    /// What each part is hashed with in the index (`--part-hash`).
+    pub part_hash: PartHashAlgo,
     /// zstd worker threads (0 = single-threaded).
     pub threads: u32,
     pub level: i32,
@@ -68,6 +71,7 @@ impl ExportOptions {
             root: root.to_path_buf(),
             out: out.to_path_buf(),
             part_size,
+            part_hash: PartHashAlgo::default(),
             threads: cpus.clamp(1, 4),
             level: 3,
             chain: None,
@@ -790,7 +794,7 @@ pub fn export_announcing(
     if !root_meta.is_dir() {
         bail!("data root {} is not a directory", opts.root.display());
     }
-    let mut parts = PartWriter::create(&opts.out, opts.part_size)?;
+    let mut parts = PartWriter::create(&opts.out, opts.part_size)?.hashing(opts.part_hash);
     if let Some(announce) = announce {
         parts = parts.announcing(announce);
     }

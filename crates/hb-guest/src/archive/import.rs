@@ -5,7 +5,7 @@
 //! 2. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
 //!    every mode bit (as GNU tar as root), zero runs as holes and the room on `/data`'s
 //!    filesystem checked as bytes are written, validating every member (every rule, each
-//!    link after the tree the ones before it built) and checking each part's SHA-256 as
+//!    link after the tree the ones before it built) and checking each part's hash as
 //!    it is read (once: a check of every part before the extraction read them all again).
 //!    Any failure discards the stage, so nothing of an archive that breaks a rule is ever
 //!    in `/data`; the host validated the same bytes before it copied them in. (A separate

@@ -18,6 +18,7 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
+use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 use sha2::{Digest, Sha256};
 
@@ -45,7 +46,9 @@ pub struct Announce {
 pub struct PartWriter {
     dir: PathBuf,
     part_size: u64,
-    current: Option<(File, Sha256, u64)>,
+    /// What each part is hashed with (SHA-256 unless box asked for XXH3-128).
+    part_hash: PartHashAlgo,
+    current: Option<(File, PartHasher, u64)>,
     parts: Vec<Part>,
     /// The whole stream's hash: for the index of an export that is read back as a whole
     /// (`hb export` without `--stream-parts`). A streamed export's reader checks each
@@ -79,6 +82,7 @@ impl PartWriter {
         Ok(PartWriter {
             dir: dir.to_path_buf(),
             part_size,
+            part_hash: PartHashAlgo::default(),
             current: None,
             parts: Vec::new(),
             total: Some(Sha256::new()),
@@ -86,6 +90,12 @@ impl PartWriter {
             announce: None,
             pending: VecDeque::new(),
         })
+    }
+
+    /// Hash each part with `algo`.
+    pub fn hashing(mut self, algo: PartHashAlgo) -> Self {
+        self.part_hash = algo;
+        self
     }
 
     /// Announce every finished part and hold back as [`Announce`] says. The index then
@@ -113,7 +123,7 @@ impl PartWriter {
             let part = Part {
                 name: part_name(self.parts.len()),
                 size,
-                sha256: hasher.finalize().into(),
+                hash: hasher.finish(),
             };
             fs::rename(
                 self.dir.join(partial_name(&part.name)),
@@ -204,7 +214,7 @@ impl Write for PartWriter {
                 .create_new(true)
                 .mode(0o600)
                 .open(&path)?;
-            self.current = Some((file, Sha256::new(), 0));
+            self.current = Some((file, PartHasher::new(self.part_hash), 0));
         }
         let Some((file, hasher, size)) = self.current.as_mut() else {
             return Err(io::Error::other("no current part"));
@@ -230,7 +240,7 @@ impl Write for PartWriter {
 
 /// Reads `<dir>/parts.index` and checks what needs no read of the data: every listed part
 /// is a regular file (not a link) of the listed size. Their bytes are checked by
-/// [`PartsReader`] as the import reads them (one SHA-256 pass, not one before and one
+/// [`PartsReader`] as the import reads them (one hash pass, not one before and one
 /// during), or all at once by [`check_parts`].
 pub fn check_part_files(dir: &Path) -> Result<PartIndex> {
     let path = dir.join(INDEX_FILE);
@@ -257,7 +267,7 @@ pub fn check_part_files(dir: &Path) -> Result<PartIndex> {
     Ok(index)
 }
 
-/// [`check_part_files`], then every part's bytes against its size and SHA-256.
+/// [`check_part_files`], then every part's bytes against its size and hash.
 pub fn check_parts(dir: &Path) -> Result<PartIndex> {
     let index = check_part_files(dir)?;
     io::copy(&mut PartsReader::new(dir, &index), &mut io::sink())
@@ -288,7 +298,7 @@ pub struct PartsReader {
 struct Reading {
     file: File,
     part: Part,
-    hasher: Sha256,
+    hasher: PartHasher,
     read: u64,
 }
 
@@ -315,15 +325,14 @@ impl PartsReader {
                 ),
             ));
         }
-        let got: [u8; 32] = done.hasher.finalize().into();
-        if got != done.part.sha256 {
+        let got = done.hasher.finish();
+        if got != done.part.hash {
             return Err(io::Error::new(
                 io::ErrorKind::InvalidData,
                 format!(
-                    "part {} does not match the index (SHA-256 {}, expected {})",
+                    "part {} does not match the index ({got}, expected {})",
                     path.display(),
-                    hex::encode(got),
-                    hex::encode(done.part.sha256)
+                    done.part.hash
                 ),
             ));
         }
@@ -344,8 +353,8 @@ impl Read for PartsReader {
                 let file = open_nofollow(&self.dir.join(&part.name))?;
                 self.current = Some(Reading {
                     file,
+                    hasher: PartHasher::new(part.hash.algorithm()),
                     part,
-                    hasher: Sha256::new(),
                     read: 0,
                 });
                 continue;
@@ -385,6 +394,7 @@ mod tests {
     #![allow(clippy::unwrap_used)]
 
     use super::*;
+    use box_proto::archive::part_hash::PartHash;
     use std::sync::{Arc, Mutex};
 
     /// A `Write` the test can read while the writer owns it.
@@ -440,11 +450,15 @@ mod tests {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("x");
         let lines = Lines::default();
-        let mut w = PartWriter::create(&dir, 4).unwrap().announcing(Announce {
-            out: Box::new(lines.clone()),
-            max_pending: 2,
-            patience: Duration::from_secs(30),
-        });
+        // As box asks for it: XXH3-128 part hashes.
+        let mut w = PartWriter::create(&dir, 4)
+            .unwrap()
+            .hashing(PartHashAlgo::Xxh3_128)
+            .announcing(Announce {
+                out: Box::new(lines.clone()),
+                max_pending: 2,
+                patience: Duration::from_secs(30),
+            });
         let writer = std::thread::spawn(move || {
             w.write_all(&[7u8; 4 * 6 + 1]).unwrap();
             w.finish(Compression::Zstd).unwrap()
@@ -471,7 +485,7 @@ mod tests {
                 let p = &ready[taken];
                 let bytes = fs::read(dir.join(&p.name)).unwrap();
                 assert_eq!(bytes.len() as u64, p.size);
-                assert_eq!(<[u8; 32]>::from(Sha256::digest(&bytes)), p.sha256);
+                assert_eq!(PartHash::of(PartHashAlgo::Xxh3_128, &bytes), p.hash);
                 fs::remove_file(dir.join(&p.name)).unwrap();
                 taken += 1;
             } else {
@@ -489,12 +503,19 @@ mod tests {
 
     #[test]
     fn the_reader_fails_at_the_end_of_a_part_unlike_its_index_before_the_next() {
+        for algo in [PartHashAlgo::Sha256, PartHashAlgo::Xxh3_128] {
+            a_damaged_part_fails_at_its_end(algo);
+        }
+    }
+
+    fn a_damaged_part_fails_at_its_end(algo: PartHashAlgo) {
         let d = tempfile::tempdir().unwrap();
         let dir = d.path().join("x");
-        let mut w = PartWriter::create(&dir, 10).unwrap();
+        let mut w = PartWriter::create(&dir, 10).unwrap().hashing(algo);
         let data: Vec<u8> = (0..25u8).collect();
         w.write_all(&data).unwrap();
         let index = w.finish(Compression::Zstd).unwrap();
+        assert!(index.parts.iter().all(|p| p.hash.algorithm() == algo));
         let read_all = |index: &PartIndex| {
             let mut got = Vec::new();
             let r = PartsReader::new(&dir, index).read_to_end(&mut got);

@@ -17,6 +17,7 @@ const PATIENCE: std::time::Duration = std::time::Duration::from_secs(30 * 60);
 pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
     let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
     let mut opts = ExportOptions::new(&root, &args.out, args.part_size);
+    opts.part_hash = args.part_hash;
     if args.listed_incremental {
         let current = Paths::new(&root).backup_snapshot();
         let (parent, why) = match &args.parent {
