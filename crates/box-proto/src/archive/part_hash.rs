@@ -85,7 +85,8 @@ impl PartHash {
     }
 }
 
-fn lower_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
+/// `N` bytes written as `2N` lowercase hex digits, and nothing else.
+pub(crate) fn lower_hex<const N: usize>(s: &str) -> Option<[u8; N]> {
     let mut out = [0u8; N];
     if s.len() != 2 * N
         || !s

@@ -32,7 +32,7 @@
 use std::fmt::Write as _;
 
 use crate::archive::Compression;
-use crate::archive::part_hash::{PartHash, PartHashAlgo, PartHasher};
+use crate::archive::part_hash::{PartHash, PartHashAlgo, PartHasher, lower_hex};
 
 /// The index file name inside an export directory.
 pub const INDEX_FILE: &str = "parts.index";
@@ -100,19 +100,6 @@ pub fn part_name(n: usize) -> String {
 
 fn valid_part_name(name: &str) -> bool {
     name.len() == 11 && name.starts_with("part-") && name[5..].bytes().all(|b| b.is_ascii_digit())
-}
-
-fn parse_hash(s: &str) -> Option<[u8; 32]> {
-    let mut out = [0u8; 32];
-    if s.len() != 64
-        || !s
-            .bytes()
-            .all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
-    {
-        return None;
-    }
-    hex::decode_to_slice(s, &mut out).ok()?;
-    Some(out)
 }
 
 impl Part {
@@ -210,7 +197,7 @@ impl PartIndex {
                     .map_err(|_| bad(n, "total size is not a number"))?,
                 match rest {
                     [hash] => Some(
-                        parse_hash(hash)
+                        lower_hex::<32>(hash)
                             .ok_or_else(|| bad(n, "total hash is not 64 lowercase hex digits"))?,
                     ),
                     _ => None,
