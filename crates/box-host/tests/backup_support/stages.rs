@@ -14,6 +14,8 @@
 //! write the parts   hb's parts (into the page cache, no fsync)
 //! copy a part       what `machine cp` is on one host: a file copy
 //! AES-256-CFB dec   the verifier (parallel blocks)
+//! SHA-256           the verifier's name for the backup file (what a chain knows it by)
+//! XXH3-128          the verifier's fingerprint of what it read, and the final re-read's
 //! zstd decode       the validator's first half
 //! tar walk + rules  the validator's second half, minus its zstd decode
 //! ```
@@ -34,7 +36,7 @@ use anyhow::{Context as _, Result};
 use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::validate::{self, Limits};
 use sha1::Sha1;
-use sha2::Digest;
+use sha2::{Digest, Sha256};
 
 const CHUNK: usize = 1 << 20;
 
@@ -270,6 +272,21 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
         each_block_run(&zst, |blocks| cfb.decrypt_blocks_inout_mut(blocks))
     })?;
     report("AES-256-CFB decrypt (verify)", zst_bytes, &t, 1);
+
+    // The verifier also names the file it read: the SHA-256 a chain's next link and prune
+    // know it by, and the fingerprint the final re-read is compared with (twice).
+    let t = timed(|| digest_all::<Sha256>(&zst))?;
+    report("SHA-256 of the backup (its name)", zst_bytes, &t, 1);
+    let t = timed(|| {
+        let mut h = xxhash_rust::xxh3::Xxh3::new();
+        each_chunk(&zst, |c| {
+            h.update(c);
+            Ok(())
+        })?;
+        std::hint::black_box(h.digest128());
+        Ok(())
+    })?;
+    report("XXH3-128 fingerprint (verify)", zst_bytes, &t, 2);
 
     let decoded = timed(|| {
         zstd::stream::copy_decode(File::open(&zst)?, io::sink())?;
