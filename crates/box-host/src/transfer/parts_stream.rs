@@ -12,8 +12,9 @@
 //! twice per byte; box_proto::archive::part_hash says why it is enough). An `hb` that does
 //! not know `--part-hash` (an older one in a box created before) rejects it with clap's
 //! usage error, exit 2, before touching anything: the export runs again streaming with
-//! SHA-256. One that does not know `--stream-parts` rejects that the same way: the export
-//! then runs again the old way and [`super::parts_out`] copies its parts afterwards.
+//! SHA-256. One that does not know `--stream-parts` (clap names the first unknown flag,
+//! and that one comes first) rejects that the same way: the export then runs again the old
+//! way and [`super::parts_out`] copies its parts afterwards.
 
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
@@ -69,42 +70,58 @@ pub fn export_into<S: PartSink>(
         return sequential(guest, &plain, scratch, host_dir, sink);
     };
     let pending_arg = pending.to_string();
+    let stream = [STREAM_FLAG, &pending_arg];
+    let hashed = [
+        STREAM_FLAG,
+        &pending_arg,
+        PART_HASH_FLAG,
+        PartHashAlgo::Xxh3_128.as_str(),
+    ];
     let mut sink = sink;
-    for flags in [
-        &[
-            STREAM_FLAG,
-            &pending_arg,
-            PART_HASH_FLAG,
-            PartHashAlgo::Xxh3_128.as_str(),
-        ][..],
-        &[STREAM_FLAG, &pending_arg],
-    ] {
+    for flags in [&hashed[..], &stream[..]] {
         let mut argv = vec![HB_PATH];
         argv.extend_from_slice(&plain);
         argv.extend_from_slice(flags);
         match streamed(guest, &argv, scratch, host_dir, sink)? {
-            Ok(exported) => return Ok(exported),
-            Err(untouched) => {
-                guest.transcript.line(&format!(
-                    "this box's hb does not know {}: trying without it",
-                    flags[flags.len() - 2]
-                ));
+            Streamed::Exported(exported) => return Ok(exported),
+            Streamed::Refused {
+                sink: untouched,
+                flag,
+            } => {
                 sink = untouched;
+                if flag == STREAM_FLAG {
+                    guest.transcript.line(&format!(
+                        "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
+                    ));
+                    break;
+                }
+                guest.transcript.line(&format!(
+                    "this box's hb does not know {flag}: streaming with SHA-256 part hashes"
+                ));
             }
         }
     }
     sequential(guest, &plain, scratch, host_dir, sink)
 }
 
-/// One streaming export with `argv`: what it exported, or the sink back untouched when
-/// the guest's `hb` refused a flag before it did anything.
+/// How one streaming export went.
+enum Streamed<S> {
+    Exported(ExportedInto<S>),
+    /// The guest's `hb` refused `flag` before it did anything: the sink, untouched.
+    Refused {
+        sink: S,
+        flag: &'static str,
+    },
+}
+
+/// One streaming export with `argv`.
 fn streamed<S: PartSink>(
     guest: &mut Guest<'_>,
     argv: &[&str],
     scratch: &str,
     host_dir: &Path,
     sink: S,
-) -> Result<std::result::Result<ExportedInto<S>, S>> {
+) -> Result<Streamed<S>> {
     guest.transcript.line(&format!("$ {}", argv.join(" ")));
 
     let (smolvm, machine, signals) = (guest.smolvm, guest.machine, guest.cancel);
@@ -143,7 +160,7 @@ fn streamed<S: PartSink>(
         return Err(anyhow!("the thread running hb export panicked"));
     }
     match consumed? {
-        Consumed::All { sink, index } => Ok(Ok(ExportedInto {
+        Consumed::All { sink, index } => Ok(Streamed::Exported(ExportedInto {
             sink,
             index,
             stages: Some(stages),
@@ -154,7 +171,7 @@ fn streamed<S: PartSink>(
             exported: true,
         } => {
             let index = parts_out::copy_out(guest, scratch, host_dir, &mut sink, signals)?;
-            Ok(Ok(ExportedInto {
+            Ok(Streamed::Exported(ExportedInto {
                 sink,
                 index,
                 stages: None,
@@ -164,7 +181,18 @@ fn streamed<S: PartSink>(
         Consumed::NotStreamed {
             sink,
             exported: false,
-        } => Ok(Err(sink)),
+        } => {
+            // clap names the first flag it does not know.
+            let refused_stream = matches!(&exec, Ok(Some(out)) if out.stderr.contains(STREAM_FLAG));
+            Ok(Streamed::Refused {
+                sink,
+                flag: if refused_stream {
+                    STREAM_FLAG
+                } else {
+                    PART_HASH_FLAG
+                },
+            })
+        }
     }
 }
 
