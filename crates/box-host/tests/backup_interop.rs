@@ -335,10 +335,11 @@ fn verification_catches_a_temp_file_changed_after_encryption() {
         let out = t
             .path()
             .join(format!("{what}/a-20261129-120000.tar.zst.gpg"));
-        let mut p = save::Pipeline::begin(&out, &pass).unwrap();
+        // A named temp: what another process could change (an unnamed one has no path).
+        let mut p = save::Pipeline::begin_named_temp(&out, &pass).unwrap();
         p.feed_parts_dir(&t.path().join("parts")).unwrap();
         let sealed = p.finish().unwrap();
-        let temp = sealed.temp_path().to_path_buf();
+        let temp = sealed.temp_path().unwrap().to_path_buf();
         if what == "flipped" {
             let mut bytes = std::fs::read(&temp).unwrap();
             let at = bytes.len() / 2;

@@ -2,10 +2,13 @@
 //! encrypted backup during encryption instead of after it.
 //!
 //! The writer only ever appends (OpenPGP streams with partial body lengths, no seeking
-//! back), so what a follower has read is always a prefix of the final file. The follower
-//! also fingerprints what it read; once the writer is done, comparing that fingerprint with
-//! a fresh read of the finished file proves the verified bytes are the bytes on disk (a
-//! later change or a swapped-in file would otherwise go unnoticed).
+//! back), so what a follower has read is always a prefix of the final file. Following a
+//! named temp, the follower also fingerprints what it read; once the writer is done,
+//! comparing that fingerprint with a fresh read of the finished file proves the verified
+//! bytes are the bytes on disk (a later change or a swapped-in file would otherwise go
+//! unnoticed). An unnamed file cannot be changed that way ([`super::unpublished`]) and is
+//! never read again: the follower drops what it read from the page cache instead
+//! ([`super::page_cache`]).
 
 use std::fs::File;
 use std::io::{self, Read};
@@ -15,6 +18,8 @@ use std::time::Duration;
 
 use sha2::{Digest as _, Sha256};
 use xxhash_rust::xxh3::Xxh3;
+
+use super::page_cache::DropBehind;
 
 /// How long a follower sleeps at the end of the data before looking again, should a
 /// wake-up from the writer be missed.
@@ -41,14 +46,26 @@ pub(super) struct FollowReader {
     file: File,
     shared: Arc<(Mutex<Phase>, Condvar)>,
     tally: ReadTally,
+    /// Set when nothing reads the file again before it is published.
+    behind: Option<DropBehind>,
+}
+
+/// Whether the file is read once more after the follower, before it is published.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub(super) enum Afterwards {
+    /// A named temp: fingerprint what was read (to compare with the re-read), and leave it
+    /// in the page cache for that re-read.
+    ReadAgain,
+    /// An unnamed file: no fingerprint, and what was read leaves the page cache.
+    NotReadAgain,
 }
 
 /// What a [`FollowReader`] has read so far, readable after the reader itself was handed
 /// to a decryptor that keeps it: its length, a fingerprint, and the SHA-256 a chain names
 /// the file by (hashed here, on the verifier's thread while the save goes on, rather than
-/// by reading the published file again).
+/// by reading the published file again). The fingerprint only for a file read again.
 #[derive(Clone)]
-pub(super) struct ReadTally(Arc<Mutex<(Xxh3, u64, Sha256)>>);
+pub(super) struct ReadTally(Arc<Mutex<(Option<Xxh3>, u64, Sha256)>>);
 
 /// What a follower read: its length and a fingerprint of its bytes.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -63,8 +80,9 @@ fn lock(shared: &(Mutex<Phase>, Condvar)) -> MutexGuard<'_, Phase> {
 
 /// A follower of `file` (opened separately from the writer's handle) and the writer's
 /// side of it.
-pub(super) fn follow(file: File) -> (WriteProgress, FollowReader) {
+pub(super) fn follow(file: File, afterwards: Afterwards) -> (WriteProgress, FollowReader) {
     let shared = Arc::new((Mutex::new(Phase::Writing), Condvar::new()));
+    let read_again = afterwards == Afterwards::ReadAgain;
     (
         WriteProgress {
             shared: shared.clone(),
@@ -72,7 +90,12 @@ pub(super) fn follow(file: File) -> (WriteProgress, FollowReader) {
         FollowReader {
             file,
             shared,
-            tally: ReadTally(Arc::new(Mutex::new((Xxh3::new(), 0, Sha256::new())))),
+            tally: ReadTally(Arc::new(Mutex::new((
+                read_again.then(Xxh3::new),
+                0,
+                Sha256::new(),
+            )))),
+            behind: (!read_again).then(DropBehind::behind_a_writer),
         },
     )
 }
@@ -105,13 +128,15 @@ impl Drop for WriteProgress {
 }
 
 impl ReadTally {
-    /// Length and fingerprint of everything read so far.
-    pub fn fingerprint(&self) -> Fingerprint {
+    /// Length and fingerprint of everything read so far (`None` for a file not read
+    /// again, [`Afterwards::NotReadAgain`]).
+    pub fn fingerprint(&self) -> Option<Fingerprint> {
         let tally = self.0.lock().unwrap_or_else(|e| e.into_inner());
-        Fingerprint {
+        let xxh3 = tally.0.as_ref()?.digest128();
+        Some(Fingerprint {
             bytes: tally.1,
-            xxh3: tally.0.digest128(),
-        }
+            xxh3,
+        })
     }
 
     /// SHA-256 of everything read so far.
@@ -129,9 +154,16 @@ impl FollowReader {
     fn read_file(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let n = self.file.read(buf)?;
         let mut tally = self.tally.0.lock().unwrap_or_else(|e| e.into_inner());
-        tally.0.update(&buf[..n]);
+        if let Some(xxh3) = tally.0.as_mut() {
+            xxh3.update(&buf[..n]);
+        }
         tally.1 += n as u64;
         tally.2.update(&buf[..n]);
+        let read = tally.1;
+        drop(tally);
+        if let Some(behind) = self.behind.as_mut() {
+            behind.read_up_to(&self.file, read);
+        }
         Ok(n)
     }
 }
@@ -202,7 +234,7 @@ mod tests {
         let dir = tempfile::tempdir().unwrap();
         let path = dir.path().join("f");
         let writer = File::create(&path).unwrap();
-        let (progress, reader) = follow(File::open(&path).unwrap());
+        let (progress, reader) = follow(File::open(&path).unwrap(), Afterwards::ReadAgain);
         (dir, writer, progress, reader)
     }
 
@@ -230,7 +262,7 @@ mod tests {
         assert_eq!(all, expected);
         assert_eq!(
             fingerprint,
-            fingerprint_file(&dir.path().join("f")).unwrap()
+            Some(fingerprint_file(&dir.path().join("f")).unwrap())
         );
         assert_eq!(
             tally.sha256(),
@@ -266,7 +298,7 @@ mod tests {
         std::fs::write(&path, &bytes).unwrap();
         assert_ne!(
             reader.tally().fingerprint(),
-            fingerprint_file(&path).unwrap()
+            Some(fingerprint_file(&path).unwrap())
         );
     }
 }

@@ -5,7 +5,7 @@
 //!
 //! ```text
 //! save::check_destination(out)?;                  // "refusing to overwrite existing backup"
-//! let mut p = save::Pipeline::begin(out, &pass)?; // 0600 temp beside `out`
+//! let mut p = save::Pipeline::begin(out, &pass)?; // unnamed 0600 file in out's dir
 //! for part in parts { p.feed_part(path, Some(&index_entry))?; remove part }
 //! let sealed = p.finish()?;                       // encrypted + validated + hashed, one pass
 //! let verified = sealed.verify()?;                // the concurrent decryption agreed
@@ -29,12 +29,14 @@ pub mod envelope;
 mod follow;
 pub mod load;
 pub mod location;
+mod page_cache;
 pub mod passphrase;
 pub mod publish;
 pub mod save;
 pub mod segments;
 pub mod seipd;
 pub mod tree_cache;
+mod unpublished;
 pub mod writeback;
 
 use box_proto::archive::ArchiveError;

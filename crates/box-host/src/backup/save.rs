@@ -1,12 +1,13 @@
 //! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
-//! [`super::seipd`]) → 0600 temp file beside the destination, hashed in segments of the
+//! [`super::seipd`]) → an unnamed 0600 file in the destination's directory (a named temp
+//! where the system has none: [`super::unpublished`]), hashed in segments of the
 //! part size on the way ([`super::segments`]: each part's check), while a zstd decoder +
 //! tar walker validates the members (on a second thread, fed through a bounded channel) —
 //! one pass. A third thread verifies as the file grows: it follows the temp file and
 //! decrypts it with the bulk path (this process wrote it; files from anywhere else go
 //! through sequoia), recomputing the MDC (nothing written). [`Sealed::verify`] waits for
-//! it, compares its MDC digest and size with the writer's, and checks the file on disk is
-//! still the one it decrypted; then [`Verified::publish`] links it into place without
+//! it, compares its MDC digest and size with the writer's, and (for a named temp, which
+//! another process could open) checks the file on disk is still the one it decrypted; then [`Verified::publish`] links it into place without
 //! ever replacing.
 //!
 //! Why the MDC and not a second SHA-256 over the plaintext: the writer's digest covers
@@ -31,11 +32,12 @@ use secrecy::SecretString;
 
 use super::BackupError;
 use super::channel::{ChannelReader, HashingReader};
-use super::cleanup::{self, Temp};
+use super::cleanup;
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
 use super::publish;
 use super::segments::SegmentHasher;
 use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
+use super::unpublished::{Created, TempKind, Unpublished};
 use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
@@ -51,7 +53,7 @@ pub fn check_destination(out: &Path) -> Result<()> {
 /// A save in progress. Dropping it removes the temp file.
 pub struct Pipeline {
     out: PathBuf,
-    temp: Temp,
+    temp: Unpublished,
     writer: SeipdWriter,
     bytes: u64,
     segments: SegmentHasher,
@@ -95,14 +97,14 @@ impl GeneratedInvalid {
 }
 
 /// What the verifier thread found: the MDC's digest and the plaintext's size, and what it
-/// read of the encrypted file (a fingerprint, and the file's SHA-256).
-type VerifierResult = Result<(OwnPlaintext, Fingerprint, [u8; 32]), BackupError>;
+/// read of the encrypted file (a fingerprint of a named temp, and the file's SHA-256).
+type VerifierResult = Result<(OwnPlaintext, Option<Fingerprint>, [u8; 32]), BackupError>;
 type Verifier = JoinHandle<VerifierResult>;
 
 /// The encrypted temp file, validated and hashed, not yet verified or published.
 pub struct Sealed {
     out: PathBuf,
-    temp: Temp,
+    temp: Unpublished,
     /// The hash of each segment of the plaintext (the compressed tar stream): of each part
     /// in a save in parts (with the part's algorithm), the SHA-256 of the whole stream
     /// otherwise.
@@ -151,6 +153,19 @@ impl Pipeline {
         Self::begin_with_limits(out, passphrase, Limits::default(), u64::MAX, None)
     }
 
+    /// [`Self::begin`] into a named temp whatever the system offers: the path macOS takes,
+    /// for tests that change the temp behind the verifier's back.
+    pub fn begin_named_temp(out: &Path, passphrase: &SecretString) -> Result<Self> {
+        Self::begin_with(
+            out,
+            passphrase,
+            Limits::default(),
+            u64::MAX,
+            None,
+            TempKind::Named,
+        )
+    }
+
     /// [`Self::begin`] for plaintext fed in parts of `part_size` bytes (all but the last):
     /// each part is checked with the same hash pass the verification uses.
     pub fn begin_in_parts(out: &Path, passphrase: &SecretString, part_size: u64) -> Result<Self> {
@@ -176,6 +191,17 @@ impl Pipeline {
         segment_size: u64,
         prior: Option<ChainState>,
     ) -> Result<Self> {
+        Self::begin_with(out, passphrase, limits, segment_size, prior, TempKind::Best)
+    }
+
+    fn begin_with(
+        out: &Path,
+        passphrase: &SecretString,
+        limits: Limits,
+        segment_size: u64,
+        prior: Option<ChainState>,
+        kind: TempKind,
+    ) -> Result<Self> {
         check_destination(out)?;
         let dir = match out.parent() {
             Some(p) if !p.as_os_str().is_empty() => p.to_path_buf(),
@@ -188,13 +214,20 @@ impl Pipeline {
             .ok_or_else(|| anyhow!("backup path {} has no file name", out.display()))?
             .to_string_lossy()
             .into_owned();
-        let (temp, file) = Temp::create_file(&dir, &format!(".{name}.tmp-"))
+        let Created {
+            unpublished: temp,
+            writer,
+            follower,
+        } = Unpublished::create(&dir, &name, kind)
             .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-        let follower = File::open(temp.path())
-            .with_context(|| format!("cannot reopen {} to verify it", temp.path().display()))?;
-        let writer = SeipdWriter::new(file, passphrase)?;
-        let (written, follower) = follow::follow(follower);
-        let verifier = spawn_verifier(follower, temp.path(), passphrase)?;
+        let writer = SeipdWriter::new(writer, passphrase)?;
+        let afterwards = if temp.named_path().is_some() {
+            follow::Afterwards::ReadAgain
+        } else {
+            follow::Afterwards::NotReadAgain
+        };
+        let (written, follower) = follow::follow(follower, afterwards);
+        let verifier = spawn_verifier(follower, out, passphrase)?;
         let (tx, rx) = sync_channel::<Vec<u8>>(4);
         let validator = std::thread::Builder::new()
             .name("box-validate".into())
@@ -368,10 +401,10 @@ pub fn read_index(dir: &Path) -> Result<PartIndex> {
 /// Starts the thread that decrypts the temp file as it is written, recomputing its MDC.
 fn spawn_verifier(
     follower: FollowReader,
-    temp: &Path,
+    out: &Path,
     passphrase: &SecretString,
 ) -> Result<Verifier> {
-    let what = temp.display().to_string();
+    let what = format!("the new backup {}", out.display());
     let passphrase = passphrase.clone();
     std::thread::Builder::new()
         .name("box-verify".into())
@@ -414,12 +447,16 @@ impl Sealed {
                 }
             )));
         }
-        let on_disk = follow::fingerprint_file(self.temp.path())
-            .with_context(|| format!("cannot re-read {}", self.temp.path().display()))?;
-        if on_disk != read {
-            return Err(fail(
-                &"the encrypted file changed on disk after it was decrypted",
-            ));
+        // A named temp could have been changed since the verifier read it; an unnamed
+        // file has no path anything else could open it by ([`super::unpublished`]).
+        if let Some(path) = self.temp.named_path() {
+            let on_disk = follow::fingerprint_file(path)
+                .with_context(|| format!("cannot re-read {}", path.display()))?;
+            if Some(on_disk) != read {
+                return Err(fail(
+                    &"the encrypted file changed on disk after it was decrypted",
+                ));
+            }
         }
         Ok(Verified {
             sealed: self,
@@ -436,8 +473,9 @@ impl Sealed {
         };
     }
 
-    pub fn temp_path(&self) -> &Path {
-        self.temp.path()
+    /// The named temp's path (`None` for an unnamed file).
+    pub fn temp_path(&self) -> Option<&Path> {
+        self.temp.named_path()
     }
 
     /// What was encrypted must be exactly the export `index` describes: its parts, in
@@ -477,15 +515,9 @@ impl Verified {
             tree,
             ..
         } = self.sealed;
-        let size = std::fs::metadata(temp.path())?.len();
-        let linked = cleanup::with_lock(|reg| -> io::Result<()> {
-            publish::link_noreplace(temp.path(), &out)?;
-            let _ = std::fs::remove_file(temp.path());
-            reg.forget(temp.id());
-            Ok(())
-        });
-        match linked {
-            Ok(()) => temp.disarm(),
+        let size = temp.size()?;
+        match temp.publish(&out) {
+            Ok(()) => {}
             Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
                 bail!("backup destination appeared during save: {}", out.display())
             }
@@ -511,6 +543,10 @@ mod tests {
     use super::*;
 
     fn sealed(dir: &Path, pass: &SecretString) -> Sealed {
+        sealed_in(dir, pass, TempKind::Best)
+    }
+
+    fn sealed_in(dir: &Path, pass: &SecretString, kind: TempKind) -> Sealed {
         let mut tar = tar::Builder::new(Vec::new());
         for dir in ["./", "./home/", "./home/agent/"] {
             let mut header = tar::Header::new_gnu();
@@ -527,7 +563,15 @@ mod tests {
         tar.append_data(&mut header, "./home/agent/note", &b"hello"[..])
             .unwrap();
         let plain = zstd::encode_all(&tar.into_inner().unwrap()[..], 3).unwrap();
-        let mut pipeline = Pipeline::begin(&dir.join("a.tar.zst.gpg"), pass).unwrap();
+        let mut pipeline = Pipeline::begin_with(
+            &dir.join("a.tar.zst.gpg"),
+            pass,
+            Limits::default(),
+            u64::MAX,
+            None,
+            kind,
+        )
+        .unwrap();
         pipeline.feed(&plain[..]).unwrap();
         pipeline.finish().unwrap()
     }
@@ -536,10 +580,10 @@ mod tests {
     fn a_file_changed_after_the_verifier_read_it_is_not_published() {
         let dir = tempfile::tempdir().unwrap();
         let pass = SecretString::from("pass");
-        let mut sealed = sealed(dir.path(), &pass);
+        let mut sealed = sealed_in(dir.path(), &pass, TempKind::Named);
         sealed.wait_for_verifier();
         assert!(matches!(sealed.verifier, VerifierState::Done(Ok(_))));
-        let temp = sealed.temp_path().to_path_buf();
+        let temp = sealed.temp_path().unwrap().to_path_buf();
         let mut bytes = std::fs::read(&temp).unwrap();
         let last = bytes.len() - 1;
         bytes[last] ^= 0x40;
@@ -559,9 +603,9 @@ mod tests {
         let pass = SecretString::from("pass");
         let mut ours = sealed(dir.path(), &pass);
         ours.wait_for_verifier();
-        let other = sealed(other_dir.path(), &pass);
+        let other = sealed_in(other_dir.path(), &pass, TempKind::Named);
         let theirs = seipd::verify_own(
-            File::open(other.temp_path()).unwrap(),
+            File::open(other.temp_path().unwrap()).unwrap(),
             "other",
             &pass,
             |_| {},
@@ -582,13 +626,27 @@ mod tests {
 
     #[test]
     fn an_unchanged_file_verifies_and_publishes() {
+        for kind in [TempKind::Best, TempKind::Named] {
+            an_unchanged_file_verifies_and_publishes_from(kind);
+        }
+    }
+
+    fn an_unchanged_file_verifies_and_publishes_from(kind: TempKind) {
         let dir = tempfile::tempdir().unwrap();
         let pass = SecretString::from("pass");
-        let published = sealed(dir.path(), &pass)
-            .verify()
-            .unwrap()
-            .publish()
-            .unwrap();
+        let sealed = sealed_in(dir.path(), &pass, kind);
+        let listed = std::fs::read_dir(dir.path()).unwrap().count();
+        assert_eq!(
+            listed,
+            usize::from(sealed.temp_path().is_some()),
+            "{kind:?}: only a named temp shows in the directory before publishing"
+        );
+        let published = sealed.verify().unwrap().publish().unwrap();
+        assert_eq!(
+            std::fs::read_dir(dir.path()).unwrap().count(),
+            1,
+            "{kind:?}: the backup alone"
+        );
         assert_eq!(
             published.size,
             std::fs::metadata(dir.path().join("a.tar.zst.gpg"))
