@@ -7,8 +7,8 @@
 //! decrypts it with the bulk path (this process wrote it; files from anywhere else go
 //! through sequoia), recomputing the MDC (nothing written). [`Sealed::verify`] waits for
 //! it, compares its MDC digest and size with the writer's, and (for a named temp, which
-//! another process could open) checks the file on disk is still the one it decrypted; then [`Verified::publish`] links it into place without
-//! ever replacing.
+//! another process could open) checks the file on disk is still the one it decrypted;
+//! then [`Verified::publish`] links it into place without ever replacing.
 //!
 //! Why the MDC and not a second SHA-256 over the plaintext: the writer's digest covers
 //! its own random prefix and every byte it encrypted, so a verifier that recomputes the
