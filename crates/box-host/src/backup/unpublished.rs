@@ -6,9 +6,10 @@
 //! ([`super::follow`]). A named temp can be opened by any process of the user, so before
 //! publishing, save reads the whole named file once more and compares it with what the
 //! verifier read (0.3 s of a 4.5 s save of the bench corpus, serial at its very end, and
-//! the whole file again from a slow disk). Nothing can open an unnamed file by a path; the
-//! only way in is this process's own `/proc/<pid>/fd`, open to what may trace box and so
-//! could as well change box's memory, or the published backup a moment later. So an
+//! the whole file again from a slow disk). Nothing can open an unnamed file by a path: no
+//! editor, sync client or stray `box` run meets it in the directory. The only way in is
+//! `/proc/<box's pid>/fd`, which a process of the same user must aim at box on purpose,
+//! and such a process could as well rewrite the published backup a moment later. So an
 //! unnamed file needs no re-read. It also leaves nothing behind however box dies: the
 //! kernel frees it with the last descriptor.
 //!
