@@ -33,6 +33,7 @@ use aes::Aes256;
 use aes::cipher::inout::InOutBuf;
 use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use anyhow::{Context as _, Result};
+use box_proto::archive::compress;
 use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::validate::{self, Limits};
 use sha1::Sha1;
@@ -221,8 +222,8 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     let compressed = timed(|| {
         let mut enc = zstd::stream::write::Encoder::new(io::sink(), 3)?;
         enc.include_checksum(true)?;
-        enc.multithread(2)?;
-        enc.set_parameter(zstd::stream::raw::CParameter::JobSize(2 << 20))?;
+        // hb export's job shape (`box_proto::archive::compress`).
+        compress::use_workers(&mut enc, 2)?;
         each_chunk(&tar_path, |c| Ok(enc.write_all(c)?))?;
         enc.finish()?;
         Ok(())

@@ -2,6 +2,7 @@
 //! rules both sides hold it to.
 //!
 //! * [`validate`]: the streaming validator (hermes-box.md §1.3, V4 rules in order, plus caps).
+//! * [`compress`]: the zstd workers' job shape, for `hb export` and the bench.
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
 //! * [`parts`]: the part index `hb export` writes beside its parts (size + hash each);
 //!   [`part_hash`]: that hash, SHA-256 or XXH3-128.
@@ -16,6 +17,7 @@
 //! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
 
 pub mod chain_state;
+pub mod compress;
 pub mod excludes;
 pub mod holes;
 pub mod incremental;

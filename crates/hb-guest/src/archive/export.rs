@@ -25,6 +25,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
 use box_proto::archive::Compression;
+use box_proto::archive::compress;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
 use box_proto::archive::part_hash::PartHashAlgo;
@@ -35,9 +36,6 @@ use super::incremental::{Snapshot, Stamp};
 use super::live_db::{Archive, LiveDatabases};
 use super::parts::{Announce, PartWriter};
 use super::sparse;
-
-/// zstd job size with worker threads.
-pub const JOB_SIZE: u32 = 2 << 20;
 
 /// Options of one export.
 #[derive(Debug, Clone)]
@@ -814,16 +812,8 @@ pub fn export_announcing(
     encoder
         .include_checksum(true)
         .context("cannot configure zstd")?;
-    if opts.threads > 1 {
-        encoder
-            .multithread(opts.threads)
-            .context("cannot start zstd worker threads")?;
-        // Smaller jobs than zstd's default (4 windows, 8 MiB at level 3) keep the peak RSS
-        // of two workers well under 64 MiB at no measurable cost in ratio.
-        encoder
-            .set_parameter(zstd::stream::raw::CParameter::JobSize(JOB_SIZE))
-            .context("cannot configure zstd")?;
-    }
+    compress::use_workers(&mut encoder, opts.threads)
+        .context("cannot start zstd worker threads")?;
     let mut builder = tar::Builder::new(encoder);
     builder.follow_symlinks(false);
     builder.mode(tar::HeaderMode::Complete);
