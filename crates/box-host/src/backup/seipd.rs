@@ -50,6 +50,16 @@ const BLOCK: usize = 16;
 /// How much plaintext is encrypted (or ciphertext decrypted) per call: big enough that
 /// per-call costs vanish, small enough for constant memory.
 const CHUNK: usize = 1 << 20;
+/// Plaintext hashed and en- or decrypted per step, alternately, rather than one whole
+/// [`CHUNK`] through the MDC's SHA-1 and then through AES: a SHA-1 block, four AES blocks.
+/// CFB encryption is one serial chain of AES rounds and SHA-NI's rounds are another, each
+/// waiting on its own last result; interleaved this finely, both chains are in the CPU's
+/// out-of-order window at once and run side by side instead of one after the other. On
+/// this project's bench machine (AES-NI, SHA-NI) encrypt + hash went from 507 to 760 MiB/s
+/// at 64 bytes (256 bytes: 606, 1 MiB: 507); decrypt (parallel blocks already) + hash from
+/// 1100 to 1290 MiB/s at 1 KiB, less at 64 bytes, where too few blocks run in parallel.
+const STITCH_ENCRYPT: usize = 64;
+const STITCH_DECRYPT: usize = 1024;
 /// The MDC packet at the end of the SEIP body: `D3 14` and a 20-byte SHA-1.
 const MDC_LEN: usize = 22;
 /// The random prefix: one block and a repeat of its last two bytes (the quick check).
@@ -87,14 +97,24 @@ struct BodyWriter {
 
 impl BodyWriter {
     /// Encrypts and writes the whole blocks of `buf`, and with `last` the partial one.
-    fn encrypt(&mut self, last: bool) -> io::Result<()> {
+    /// With `hash`, also hashes those whole blocks into the MDC, stitched ([`STITCH_ENCRYPT`]);
+    /// without, they were hashed already.
+    fn encrypt(&mut self, last: bool, hash: bool) -> io::Result<()> {
         let whole = self.buf.len() / BLOCK * BLOCK;
         let out = self
             .out
             .as_mut()
             .ok_or_else(|| io::Error::other("encryption already finished"))?;
-        let (blocks, _) = InOutBuf::from(&mut self.buf[..whole]).into_chunks();
-        self.cfb.encrypt_blocks_inout_mut(blocks);
+        if hash {
+            for piece in self.buf[..whole].chunks_mut(STITCH_ENCRYPT) {
+                self.mdc.update(&*piece);
+                let (blocks, _) = InOutBuf::from(piece).into_chunks();
+                self.cfb.encrypt_blocks_inout_mut(blocks);
+            }
+        } else {
+            let (blocks, _) = InOutBuf::from(&mut self.buf[..whole]).into_chunks();
+            self.cfb.encrypt_blocks_inout_mut(blocks);
+        }
         if whole > 0 {
             self.last_ct
                 .copy_from_slice(&self.buf[whole - BLOCK..whole]);
@@ -119,8 +139,8 @@ impl BodyWriter {
             self.buf.extend_from_slice(&data[..take]);
             data = &data[take..];
             if self.buf.len() == CHUNK {
-                self.mdc.update(&self.buf);
-                self.encrypt(false)?;
+                // CHUNK is whole blocks: all of `buf` is hashed and encrypted.
+                self.encrypt(false, true)?;
             }
         }
         Ok(())
@@ -135,7 +155,7 @@ impl BodyWriter {
             .finalize()
             .into();
         self.buf.extend_from_slice(&digest);
-        self.encrypt(true)
+        self.encrypt(true, false)
             .context("cannot write the encrypted backup")?;
         let out = self
             .out
@@ -367,25 +387,35 @@ impl BodyReader {
         };
         self.buf.truncate(start + n);
         let at_end = n == 0;
-        // Decrypt the whole blocks of ciphertext; at the end, the partial one too.
-        let ct = &mut self.buf[self.len..];
-        let whole = ct.len() / BLOCK * BLOCK;
-        if whole > 0 {
+        // Decrypt the whole blocks of ciphertext; at the end, the partial one too. Before
+        // the end, hash on the way what is decrypted and cannot be the MDC (the body's last
+        // 22 bytes lie at or after the last 22 decrypted), stitched ([`STITCH_DECRYPT`]).
+        let before = self.len;
+        let whole_end = before + (self.buf.len() - before) / BLOCK * BLOCK;
+        let mut hashed = 0;
+        if whole_end > before {
             let mut last = [0u8; BLOCK];
-            last.copy_from_slice(&ct[whole - BLOCK..whole]);
-            let (blocks, _) = InOutBuf::from(&mut ct[..whole]).into_chunks();
-            self.cfb.decrypt_blocks_inout_mut(blocks);
+            last.copy_from_slice(&self.buf[whole_end - BLOCK..whole_end]);
+            for from in (before..whole_end).step_by(STITCH_DECRYPT) {
+                let to = (from + STITCH_DECRYPT).min(whole_end);
+                let (blocks, _) = InOutBuf::from(&mut self.buf[from..to]).into_chunks();
+                self.cfb.decrypt_blocks_inout_mut(blocks);
+                let not_mdc = to.saturating_sub(MDC_LEN);
+                if !at_end && not_mdc > hashed {
+                    self.mdc.update(&self.buf[hashed..not_mdc]);
+                    hashed = not_mdc;
+                }
+            }
             self.last_ct = last;
         }
-        let before = self.len;
         if at_end {
             let ks = keystream(&self.aes, &self.last_ct);
-            for (b, k) in ct[whole..].iter_mut().zip(ks) {
+            for (b, k) in self.buf[whole_end..].iter_mut().zip(ks) {
                 *b ^= k;
             }
             self.len = self.buf.len();
         } else {
-            self.len += whole;
+            self.len = whole_end;
         }
         self.decrypted += (self.len - before) as u64;
         if !self.prefix_checked && (self.len >= PREFIX_LEN || at_end) {
@@ -399,9 +429,12 @@ impl BodyReader {
         if at_end {
             return self.end();
         }
-        // Everything but the last 22 decrypted bytes is data: hash it and hand it out.
+        // Everything but the last 22 decrypted bytes is data: hash the rest of it and hand
+        // it out.
         let ready = self.len.saturating_sub(MDC_LEN);
-        self.mdc.update(&self.buf[..ready]);
+        if ready > hashed {
+            self.mdc.update(&self.buf[hashed..ready]);
+        }
         self.ready = ready;
         Ok(())
     }
