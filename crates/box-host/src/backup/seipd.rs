@@ -58,8 +58,8 @@ const CHUNK: usize = 1 << 20;
 /// this project's bench machine (AES-NI, SHA-NI) encrypt + hash went from 507 to 760 MiB/s
 /// at 64 bytes (256 bytes: 606, 1 MiB: 507); decrypt (parallel blocks already) + hash from
 /// 1100 to 1290 MiB/s at 1 KiB, less at 64 bytes, where too few blocks run in parallel.
-const STITCH_ENCRYPT: usize = 64;
-const STITCH_DECRYPT: usize = 1024;
+pub const STITCH_ENCRYPT: usize = 64;
+pub const STITCH_DECRYPT: usize = 1024;
 /// The MDC packet at the end of the SEIP body: `D3 14` and a 20-byte SHA-1.
 const MDC_LEN: usize = 22;
 /// The random prefix: one block and a repeat of its last two bytes (the quick check).
