@@ -29,7 +29,7 @@ pub mod envelope;
 mod follow;
 pub mod load;
 pub mod location;
-mod page_cache;
+pub mod page_cache;
 pub mod passphrase;
 pub mod publish;
 pub mod save;

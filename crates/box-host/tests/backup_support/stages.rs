@@ -11,7 +11,7 @@
 //! AES-256-CFB enc   the SEIPD body (serial: each block needs the one before), alone
 //! SHA-1             the MDC, alone
 //! enc + SHA-1       the writer's pass: both, stitched 64 bytes at a time as box runs them
-//! write + fsync     the backup file, with box's early writeback
+//! write + fsync     the backup file, with box's early writeback and drop-behind
 //! write the parts   hb's parts (into the page cache, no fsync)
 //! copy a part       what `machine cp` is on one host: a file copy
 //! AES-256-CFB dec   parallel blocks, alone
@@ -29,13 +29,14 @@
 
 use std::fs::{self, File};
 use std::io::{self, Read, Write};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::time::Instant;
 
 use aes::Aes256;
 use aes::cipher::inout::InOutBuf;
 use aes::cipher::{BlockDecryptMut, BlockEncryptMut, KeyIvInit};
 use anyhow::{Context as _, Result};
+use box_host::backup::page_cache::DropBehind;
 use box_host::backup::seipd;
 use box_proto::archive::compress;
 use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
@@ -178,17 +179,40 @@ fn xxh3_128_all(path: &Path) -> Result<()> {
     Ok(())
 }
 
+/// Part-size files in `scratch`, one after another, each filled by `fill` (given the part
+/// size, it says how many bytes it wrote; fewer ends it) and removed two parts later.
+fn rolling_parts(
+    scratch: &Path,
+    mut fill: impl FnMut(&mut File, u64) -> Result<u64>,
+) -> Result<()> {
+    let name = |n: u64| scratch.join(format!("stages.part{n}"));
+    let part_size = box_host::transfer::DEFAULT_PART_SIZE;
+    let mut n = 0;
+    loop {
+        let mut part = File::create(name(n))?;
+        let filled = fill(&mut part, part_size)?;
+        if n >= 2 {
+            fs::remove_file(name(n - 2))?;
+        }
+        if filled < part_size {
+            break;
+        }
+        n += 1;
+    }
+    for left in n.saturating_sub(1)..=n {
+        fs::remove_file(name(left))?;
+    }
+    Ok(())
+}
+
 /// hb's parts, in order, as one file (the plaintext of the backup: a .tar.zst).
-fn join_parts(parts: &Path, out: &Path) -> Result<Vec<PathBuf>> {
+fn join_parts(parts: &Path, out: &Path) -> Result<()> {
     let index = box_host::backup::save::read_index(parts)?;
     let mut joined = File::create(out)?;
-    let mut files = Vec::new();
     for part in &index.parts {
-        let path = parts.join(&part.name);
-        io::copy(&mut File::open(&path)?, &mut joined)?;
-        files.push(path);
+        io::copy(&mut File::open(parts.join(&part.name))?, &mut joined)?;
     }
-    Ok(files)
+    Ok(())
 }
 
 fn read_all(path: &Path) -> Result<()> {
@@ -199,7 +223,7 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     fs::create_dir_all(scratch)?;
     let zst = scratch.join("stages.tar.zst");
     let tar_path = scratch.join("stages.tar");
-    let part_files = join_parts(parts, &zst)?;
+    join_parts(parts, &zst)?;
     // hb's own tar stream, for the compressor (untimed).
     zstd::stream::copy_decode(File::open(&zst)?, File::create(&tar_path)?)?;
     read_all(&zst)?;
@@ -266,31 +290,52 @@ pub fn run(data: &Path, parts: &Path, scratch: &Path) -> Result<()> {
     report("AES-256-CFB encrypt + SHA-1, stitched", zst_bytes, &t, 1);
 
     let out = scratch.join("stages.write");
+    // As box writes it: early writeback, and each range dropped from the page cache once
+    // it is on the disk (box's verifier does that behind its reads), so that later writes
+    // reuse those pages.
     let t = timed(|| {
         let file = File::create(&out)?;
         let mut w = box_host::backup::writeback::EarlyWriteback::new(file.try_clone()?);
-        each_chunk(&zst, |c| Ok(w.write_all(c)?))?;
+        let mut behind = DropBehind::behind_a_writer();
+        let mut written = 0;
+        each_chunk(&zst, |c| {
+            w.write_all(c)?;
+            written += c.len() as u64;
+            behind.read_up_to(&file, written);
+            Ok(())
+        })?;
         file.sync_all()?;
         Ok(())
     })?;
     report("write + fsync the backup", zst_bytes, &t, 1);
     fs::remove_file(&out)?;
 
+    // hb's parts as a save has them: part-size files, each removed once the host has it,
+    // two parts later (hb keeps two pending), so their pages are reused as in a save.
     let t = timed(|| {
-        let mut file = File::create(&out)?;
-        each_chunk(&zst, |c| Ok(file.write_all(c)?))?;
-        Ok(())
+        let mut plain = File::open(&zst)?;
+        let mut buf = vec![0u8; CHUNK];
+        rolling_parts(scratch, |part, size| {
+            let mut filled = 0;
+            while filled < size {
+                let want = (size - filled).min(CHUNK as u64) as usize;
+                let n = plain.read(&mut buf[..want])?;
+                if n == 0 {
+                    break;
+                }
+                part.write_all(&buf[..n])?;
+                filled += n as u64;
+            }
+            Ok(filled)
+        })
     })?;
     report("write the parts (hb, no fsync)", zst_bytes, &t, 1);
-    fs::remove_file(&out)?;
 
     let t = timed(|| {
-        for (n, part) in part_files.iter().enumerate() {
-            let to = scratch.join(format!("stages.part{n}"));
-            fs::copy(part, &to)?;
-            fs::remove_file(&to)?;
-        }
-        Ok(())
+        let mut plain = File::open(&zst)?;
+        rolling_parts(scratch, |part, size| {
+            Ok(io::copy(&mut (&mut plain).take(size), part)?)
+        })
     })?;
     report("copy each part out", zst_bytes, &t, 1);
 
