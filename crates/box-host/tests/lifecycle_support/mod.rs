@@ -60,7 +60,8 @@ pub struct World {
 
 fn free_port_pair() -> u16 {
     for _ in 0..200 {
-        let base = 20000 + rand::random::<u16>() % 20000;
+        // Below the ephemeral ports (32768 up), which outgoing connections take.
+        let base = 10000 + rand::random::<u16>() % 22000;
         let ok = |p: u16| TcpListener::bind(("127.0.0.1", p)).is_ok();
         if ok(base) && ok(base + 1) {
             return base;

@@ -36,17 +36,21 @@ pub fn prerequisites() -> bool {
 }
 
 fn free_port_range() -> u16 {
-    for _ in 0..50 {
-        let p = TcpListener::bind("127.0.0.1:0")
-            .unwrap()
-            .local_addr()
-            .unwrap()
-            .port();
-        if p < 65000 {
-            return p;
+    // Below the kernel's ephemeral range: a port there can be taken by any outgoing
+    // connection (ssh, the registries, other tests) between box's choice and the machine's
+    // start, and the start then fails with "Address already in use".
+    let ephemeral_lo = std::fs::read_to_string("/proc/sys/net/ipv4/ip_local_port_range")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse::<u16>().ok())
+        .unwrap_or(32768);
+    let top = ephemeral_lo.saturating_sub(41).max(10_041);
+    for _ in 0..200 {
+        let base = 10_000 + rand::random::<u16>() % (top - 10_000);
+        if (base..=base + 40).all(|p| TcpListener::bind(("127.0.0.1", p)).is_ok()) {
+            return base;
         }
     }
-    panic!("no free port")
+    panic!("no free port range below the ephemeral ports")
 }
 
 pub fn random_word() -> String {
