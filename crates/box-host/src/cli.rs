@@ -339,6 +339,29 @@ pub struct PolicyArgs {
     pub deny_host: Vec<String>,
 }
 
+impl PolicyArgs {
+    pub fn overrides(&self) -> crate::policy::Overrides {
+        crate::policy::Overrides {
+            egress: self.egress.clone(),
+            allow_hosts: self.allow_host.clone(),
+            allow_cidrs: self.allow_cidr.clone(),
+            allow_private: self.allow_private.clone(),
+            deny_hosts: self.deny_host.clone(),
+            credentials: self.credential.clone(),
+        }
+    }
+
+    /// Whether the user gave any of the flags.
+    pub fn any(&self) -> bool {
+        self.egress.is_some()
+            || !self.allow_host.is_empty()
+            || !self.allow_cidr.is_empty()
+            || !self.allow_private.is_empty()
+            || !self.deny_host.is_empty()
+            || !self.credential.is_empty()
+    }
+}
+
 #[derive(Debug, Subcommand)]
 pub enum BaseCmd {
     /// Build the base for the current configuration (shows progress)

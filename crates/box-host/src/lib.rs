@@ -10,6 +10,7 @@ pub mod config;
 pub mod context;
 pub mod gateway;
 pub mod lifecycle;
+pub mod policy;
 pub mod process;
 pub mod remote;
 pub mod smolvm;

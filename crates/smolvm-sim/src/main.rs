@@ -12,6 +12,7 @@ mod machine;
 mod output;
 mod pack;
 mod personality;
+mod policy;
 mod progress;
 mod registry;
 mod verbs;

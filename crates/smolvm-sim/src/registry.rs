@@ -165,7 +165,7 @@ pub struct Record {
     pub allow_private: Vec<String>,
     /// `--credential` bindings (1.18+); never a value.
     #[serde(default)]
-    pub credentials: Vec<crate::credentials::Binding>,
+    pub credentials: Vec<crate::policy::credential::Binding>,
     /// Each binding's placeholder, minted at create, stable for the machine's life.
     #[serde(default)]
     pub placeholders: BTreeMap<String, String>,
@@ -276,7 +276,7 @@ impl Record {
     /// placeholders and trust variables.
     pub fn guest_base_env(&self) -> Vec<(String, String)> {
         let mut env = self.env.clone();
-        env.extend(crate::credentials::guest_env(
+        env.extend(crate::policy::credential::guest_env(
             &self.credentials,
             &self.placeholders,
         ));

@@ -69,7 +69,7 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     // A clone keeps its source's policy and API key bindings, the user's flags on top (the
     // keys themselves come from this shell at each start; the clone gets placeholders of
     // its own).
-    let (containment, line) = crate::lifecycle::containment::carried::for_clone(
+    let (containment, line) = crate::policy::carried::for_clone(
         &ctx.config.env,
         &source_name,
         source.record.containment.as_ref(),

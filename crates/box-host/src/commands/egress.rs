@@ -19,7 +19,7 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::lifecycle::boxes;
-use crate::lifecycle::containment::{Containment, Overrides};
+use crate::policy::{Containment, Overrides};
 use crate::smolvm::driver::EgressDenial;
 use crate::state::{BoxRecord, Registry};
 use crate::ui;
@@ -151,7 +151,7 @@ fn change_commands(
     deny: &[String],
 ) -> Result<String> {
     // An open box reaches every name already: a list means making it an allowlist box.
-    let open = current.mode == crate::lifecycle::containment::Mode::Open;
+    let open = current.mode == crate::policy::Mode::Open;
     current.apply(&Overrides {
         egress: open.then(|| "allowlist".to_string()),
         allow_hosts: allow.to_vec(),
@@ -203,7 +203,7 @@ fn free_name(ctx: &Context, name: &BoxName) -> Result<String> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::containment::Mode;
+    use crate::policy::Mode;
 
     fn policy(mode: Mode, hosts: &[&str]) -> Containment {
         Containment {

@@ -109,7 +109,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     timings.mark("validate (pass 1)");
     // The restored box gets the policy the backup recorded (the user's flags on top), and
     // placeholders of its own machine.
-    let (containment, warnings, line) = crate::lifecycle::containment::carried::for_load(
+    let (containment, warnings, line) = crate::policy::carried::for_load(
         &ctx.config.env,
         validated.manifest.as_ref(),
         &args.making.policy.overrides(),

@@ -8,13 +8,14 @@ use box_proto::BoxName;
 
 use super::Context;
 use crate::lifecycle::cleanup::{self, Rollback};
-use crate::lifecycle::containment::{self, Containment};
+use crate::lifecycle::containment;
 use crate::lifecycle::guest;
 use crate::lifecycle::ports;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::test_guest_env;
 use crate::lifecycle::transcript::Transcript;
+use crate::policy::Containment;
 use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 use crate::ui;
@@ -189,9 +190,12 @@ impl NewRun<'_> {
         self.base = self.pick_base();
         // The policy on this smolvm (what it cannot do is refused or said), and the API
         // keys' values, before any VM exists.
-        let (policy, notes) =
-            self.containment
-                .create_args(version, self.base.is_some(), env.egress_require)?;
+        let (policy, notes) = containment::create_args(
+            &mut self.containment,
+            version,
+            self.base.is_some(),
+            env.egress_require,
+        )?;
         for note in notes {
             self.transcript.line(&note);
             ui::warn(note);

@@ -51,7 +51,7 @@ pub struct BoxRecord {
     /// Where the box may connect and which API keys are bound to it (never a value). `None`:
     /// made before containment existed (its LAN is open, its egress unrestricted).
     #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub containment: Option<crate::lifecycle::containment::Containment>,
+    pub containment: Option<crate::policy::Containment>,
     /// Where `box save` last wrote a backup of this box (absolute): its chain is there,
     /// whatever directory box runs from and whatever BACKUP_DIR says now. `None`: not
     /// saved since records kept this (an older record, or a box never saved).

@@ -94,11 +94,11 @@ impl Guest<'_> {
     /// names what made it, and `box load` makes the restored box with that policy.
     pub fn write_manifest(
         &mut self,
-        policy: Option<&crate::lifecycle::containment::Containment>,
+        policy: Option<&crate::policy::Containment>,
     ) -> Result<Output> {
         let smolvm = self.smolvm.version()?.to_string();
         let entries = policy
-            .map(crate::lifecycle::containment::carried::manifest_entries)
+            .map(crate::policy::carried::manifest_entries)
             .unwrap_or_default();
         let versions = [
             "write-manifest",
@@ -141,7 +141,7 @@ impl Guest<'_> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::containment::{Containment, Overrides};
+    use crate::policy::{Containment, Overrides};
 
     /// A box whose hb predates `--policy` (clap refuses it, exit 2) still saves: the
     /// manifest is written without the policy, and said. A newer hb gets the policy.

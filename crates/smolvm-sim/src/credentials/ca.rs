@@ -12,7 +12,7 @@ use rcgen::{
     KeyPair, KeyUsagePurpose, NameConstraints,
 };
 
-use super::Binding;
+use crate::policy::credential::Binding;
 
 pub fn dir(data: &Path) -> PathBuf {
     data.join("credentials")

@@ -6,7 +6,7 @@
 use std::collections::BTreeMap;
 use std::io::{self, BufRead, Read, Write};
 
-use super::{Binding, METHODS, PLACEHOLDER_PREFIX};
+use crate::policy::credential::{Binding, METHODS, PLACEHOLDER_PREFIX};
 
 /// Headers a placeholder may never be substituted in (`PROTECTED_HEADERS`).
 const PROTECTED: [&str; 12] = [
@@ -369,7 +369,7 @@ mod tests {
     use super::*;
 
     fn setup() -> (Vec<Binding>, BTreeMap<String, String>) {
-        let b = super::super::parse("anthropic=ANTHROPIC_API_KEY@api.anthropic.com")
+        let b = crate::policy::credential::parse("anthropic=ANTHROPIC_API_KEY@api.anthropic.com")
             .unwrap_or_else(|e| panic!("{e}"));
         let mut p = BTreeMap::new();
         p.insert(

@@ -20,10 +20,10 @@ use std::time::Duration;
 
 use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
-use super::Binding;
 use super::ca::Ca;
 use super::http::{self, Refusal, UPSTREAM_FAILED};
 use crate::egress::connect_filter::Redirects;
+use crate::policy::credential::Binding;
 
 const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 

@@ -200,7 +200,7 @@ pub fn assemble_and_pivot(data: &Path, root: &GuestRoot, net: GuestNet) -> Resul
 /// own roots as they are at boot, then the CA. Runs in the guest after the pivot, so the
 /// image's bundle (often a symlink) resolves inside the guest.
 pub fn install_credential_ca(ca_pem: &str) -> Result<(), String> {
-    use crate::credentials::{GUEST_CA, GUEST_CA_BUNDLE, GUEST_CA_DIR};
+    use crate::policy::credential::{GUEST_CA, GUEST_CA_BUNDLE, GUEST_CA_DIR};
     mkdir_all_mode(Path::new(GUEST_CA_DIR), 0o755)?;
     fs::write(GUEST_CA, ca_pem).map_err(|e| format!("{GUEST_CA}: {e}"))?;
     fs::set_permissions(GUEST_CA, fs::Permissions::from_mode(0o444))

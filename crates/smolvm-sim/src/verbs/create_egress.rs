@@ -8,9 +8,10 @@ use std::path::Path;
 
 use crate::Ctx;
 use crate::cli::CreateCmd;
-use crate::credentials::{self, Binding};
-use crate::egress::policy::{Cidr, encode_pattern};
+use crate::credentials::ca;
 use crate::output::{SimError, config};
+use crate::policy::addresses::{Cidr, encode_pattern};
+use crate::policy::credential::{self, Binding};
 
 /// The policy fields of a machine record.
 pub struct Egress {
@@ -60,16 +61,16 @@ pub fn from_flags(ctx: &Ctx, c: &CreateCmd) -> Result<Egress, SimError> {
     let bindings = x
         .credentials
         .iter()
-        .map(|s| credentials::parse(s))
+        .map(|s| credential::parse(s))
         .collect::<Result<Vec<_>, _>>()
         .map_err(|e| config("credentials", e))?;
-    credentials::validate(&bindings, hosts.as_deref()).map_err(|e| config("credentials", e))?;
+    credential::validate(&bindings, hosts.as_deref()).map_err(|e| config("credentials", e))?;
     Ok(Egress {
         allowed_cidrs: cidrs,
         allowed_hosts: hosts,
         block_private: x.block_private || !x.allow_private.is_empty(),
         allow_private: x.allow_private.clone(),
-        placeholders: credentials::mint_all(&bindings),
+        placeholders: credential::mint_all(&bindings),
         credentials: bindings,
     })
 }
@@ -79,5 +80,5 @@ pub fn mint_ca(data: &Path, name: &str, bindings: &[Binding]) -> Result<(), SimE
     if bindings.is_empty() {
         return Ok(());
     }
-    credentials::ca::create(data, name, bindings).map_err(|e| config("credentials", e))
+    ca::create(data, name, bindings).map_err(|e| config("credentials", e))
 }

@@ -12,10 +12,8 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::manifest::RuntimeManifest;
 use box_proto::{BoxEnv, BoxName};
 
-use super::{
-    Containment, Credential, Mode, Overrides, SHORTHANDS, check_cidr, check_host, parse_credential,
-    parse_mode,
-};
+use super::words::{check_cidr, check_host, parse_mode};
+use super::{Containment, Credential, Mode, Overrides, SHORTHANDS, parse_credential};
 
 /// The manifest entries of a policy (`hb write-manifest --policy KEY=VALUE` each).
 pub fn manifest_entries(c: &Containment) -> Vec<String> {
@@ -196,8 +194,8 @@ fn policy_line(origin: &str, flagged: bool) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::lifecycle::containment::Source;
-    use crate::lifecycle::containment::tests::env;
+    use crate::policy::Source;
+    use crate::policy::tests::env;
 
     fn manifest_of(c: &Containment) -> RuntimeManifest {
         let mut m = RuntimeManifest::new();

@@ -1,0 +1,316 @@
+//! What smolvm makes of a box's policy ([`crate::policy::Containment`]): its create flags,
+//! the values of the bound API keys handed to each `machine start`, and the check that a
+//! binding took. The policy itself is plain data on the ground floor; this is the only room
+//! that turns it into smolvm's own words:
+//!
+//! * the LAN is closed: `--block-private` (smolvm 1.33), with `EGRESS_ALLOW_PRIVATE` ranges
+//!   re-opened by `--allow-private`; cloud metadata is closed by smolvm whatever we say;
+//! * `EGRESS=allowlist`: `--allow-host` for the shipped agents' names, the user's names and
+//!   every credential host, `--allow-cidr` for `EGRESS_ALLOW_CIDRS`. smolvm's DNS filter
+//!   answers any other name NXDOMAIN, so a denied name looks like a DNS failure in the box;
+//! * credentials: `--credential NAME=VAR@HOST` (smolvm 1.18+): the guest gets a placeholder in
+//!   VAR; the value goes only into the environment of each `machine start` ([`values`]).
+
+use std::os::unix::fs::MetadataExt as _;
+
+use anyhow::{Result, bail};
+use secrecy::SecretString;
+
+use crate::policy::{Containment, Credential, Mode, Source};
+use crate::smolvm::SmolvmVersion;
+
+/// smolvm's name for a binding: the variable, lowercased.
+fn smolvm_binding(c: &Credential) -> String {
+    c.var.to_ascii_lowercase()
+}
+
+/// smolvm's create flags for this policy on smolvm `v` (`from_base`: `create --from`),
+/// and what the user must be told. Refuses what `v` cannot do and must not be dropped:
+/// credentials, an allow list, and (with `require_lan`) the closed LAN.
+pub fn create_args(
+    c: &mut Containment,
+    v: SmolvmVersion,
+    from_base: bool,
+    require_lan: bool,
+) -> Result<(Vec<String>, Vec<String>)> {
+    let mut args = Vec::new();
+    let mut notes = Vec::new();
+    if v.has_block_private() {
+        args.push("--block-private".to_string());
+        for r in &c.allow_private {
+            args.extend(["--allow-private".to_string(), r.clone()]);
+        }
+        c.lan_closed = true;
+    } else if require_lan {
+        bail!(
+            "smolvm {v} cannot close the LAN to a box (--block-private needs smolvm 1.33 or \
+             newer) and EGRESS_REQUIRE=1: upgrade smolvm, or set EGRESS_REQUIRE=0 to go on \
+             with the LAN reachable"
+        );
+    } else {
+        notes.push(format!(
+            "smolvm {v} cannot close the LAN (--block-private needs 1.33 or newer): this box \
+             can reach your local network; EGRESS_REQUIRE=1 refuses instead"
+        ));
+        c.lan_closed = false;
+    }
+    if c.mode == Mode::Allowlist {
+        if !v.enforces_allow_lists() {
+            bail!(
+                "EGRESS=allowlist needs smolvm 1.9 or newer (this is {v}: its allow lists are \
+                 not enforced on every backend); upgrade smolvm or use EGRESS=open"
+            );
+        }
+        for h in c.allow_hosts() {
+            match h.strip_prefix("*.") {
+                Some(_) if v.has_host_patterns() => {
+                    args.extend(["--allow-host-pattern".to_string(), h.clone()])
+                }
+                // Older releases have only exact-or-subdomain entries: the parent itself
+                // is admitted too.
+                Some(parent) => args.extend(["--allow-host".to_string(), parent.to_string()]),
+                None => args.extend(["--allow-host".to_string(), h.clone()]),
+            }
+        }
+        for r in &c.cidrs {
+            args.extend(["--allow-cidr".to_string(), r.clone()]);
+        }
+    }
+    if !c.credentials.is_empty() {
+        if !v.has_credentials() {
+            bail!(
+                "API keys bound to hosts (CREDENTIALS, --credential) need smolvm 1.18 or newer; \
+                 this is {v}: upgrade smolvm"
+            );
+        }
+        if from_base && !v.honours_credentials_from_packs() {
+            bail!(
+                "a box made from a base needs smolvm 1.22.2 or newer to bind API keys (1.18.x \
+                 silently ignored --credential on a machine created from a pack); this is \
+                 {v}: upgrade smolvm, or run box new --fresh"
+            );
+        }
+        for b in &c.credentials {
+            args.extend([
+                "--credential".to_string(),
+                format!("{}={}@{}", smolvm_binding(b), b.var, b.hosts.join(",")),
+            ]);
+        }
+    }
+    Ok((args, notes))
+}
+
+/// The values of `credentials`, for the environment of one `machine start`. A variable that
+/// is not set is `Err` with what to do (the caller decides whether that stops it).
+pub fn values(credentials: &[Credential]) -> Result<Vec<(String, SecretString)>> {
+    let mut out = Vec::new();
+    for c in credentials {
+        let value = match &c.source {
+            Source::Env => std::env::var(&c.var)
+                .ok()
+                .filter(|v| !v.is_empty())
+                .ok_or_else(|| {
+                    anyhow::anyhow!(
+                        "{} is not set in this shell: box hands it to smolvm for {} when it starts \
+                     the box; export it, or bind it to a file with {}=@/path/to/file@{}",
+                        c.var,
+                        c.hosts.join(","),
+                        c.var,
+                        c.hosts.join(",")
+                    )
+                })?,
+            Source::File(p) => read_key_file(p, &c.var)?,
+        };
+        if value.chars().any(char::is_control) {
+            bail!(
+                "{}: the key has a control character (a stray newline inside?): smolvm would \
+                 refuse it",
+                c.var
+            );
+        }
+        out.push((c.var.clone(), SecretString::from(value)));
+    }
+    Ok(out)
+}
+
+/// `machine start` of a box, with the values of its bound API keys in that call's
+/// environment. A key box cannot read is said, and the box starts anyway: smolvm then
+/// answers requests that need it `502 smolvm credentials: credential unavailable`.
+pub fn start_box(
+    smolvm: &crate::smolvm::Smolvm,
+    record: &crate::state::BoxRecord,
+    cancel: Option<&std::sync::atomic::AtomicUsize>,
+) -> Result<()> {
+    let credentials = record
+        .containment
+        .as_ref()
+        .map(|c| c.credentials.as_slice())
+        .unwrap_or_default();
+    let keys = match values(credentials) {
+        Ok(k) => k,
+        Err(e) => {
+            crate::ui::warn(format!(
+                "{e:#}; starting '{}' without its API keys: requests that need them get 502 \
+                 from smolvm until box starts it again with them",
+                record.name
+            ));
+            Vec::new()
+        }
+    };
+    smolvm.start_with_keys(&record.machine, cancel, &keys)?;
+    Ok(())
+}
+
+/// After the first start: every binding took (smolvm put a placeholder in its variable).
+/// smolvm 1.18.2 silently ignored `--credential` on a machine made from a pack.
+pub fn check_bound(
+    smolvm: &crate::smolvm::Smolvm,
+    machine: &str,
+    credentials: &[Credential],
+) -> Result<()> {
+    if credentials.is_empty() {
+        return Ok(());
+    }
+    let mut argv = vec![
+        "/bin/sh",
+        "-c",
+        r#"for v; do case $(printenv "$v") in SMOL_PLACEHOLDER_*) ;; *) echo "$v";; esac; done"#,
+        "sh",
+    ];
+    argv.extend(credentials.iter().map(|c| c.var.as_str()));
+    let out = smolvm.exec(machine, &argv, crate::smolvm::ExecOpts::default())?;
+    let unbound: Vec<&str> = out.stdout.split_whitespace().collect();
+    if !out.success() || !unbound.is_empty() {
+        bail!(
+            "smolvm did not bind {} in '{machine}' (no placeholder in the box): the installed \
+             smolvm ignored --credential; upgrade smolvm (1.22.2 or newer for a box made from a \
+             base)",
+            if unbound.is_empty() {
+                "the API keys".to_string()
+            } else {
+                unbound.join(", ")
+            }
+        );
+    }
+    Ok(())
+}
+
+fn read_key_file(p: &std::path::Path, var: &str) -> Result<String> {
+    let md = std::fs::metadata(p)
+        .map_err(|e| anyhow::anyhow!("{var}: cannot read {}: {e}", p.display()))?;
+    if md.mode() & 0o077 != 0 {
+        bail!(
+            "{var}: {} can be read by others (mode {:o}): run chmod 600 {} first",
+            p.display(),
+            md.mode() & 0o777,
+            p.display()
+        );
+    }
+    let text = std::fs::read_to_string(p)
+        .map_err(|e| anyhow::anyhow!("{var}: cannot read {}: {e}", p.display()))?;
+    let v = text.trim_end_matches(['\n', '\r']).to_string();
+    if v.is_empty() {
+        bail!("{var}: {} is empty", p.display());
+    }
+    Ok(v)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::policy::tests::env;
+    use crate::policy::{Overrides, parse_credential};
+    use box_proto::BoxEnv;
+    use secrecy::ExposeSecret as _;
+
+    #[test]
+    fn the_default_closes_the_lan_and_nothing_else() {
+        let mut c = Containment::from_config(&BoxEnv::default(), &Overrides::default()).unwrap();
+        let (args, notes) =
+            create_args(&mut c, SmolvmVersion::new(1, 33, 0), false, false).unwrap();
+        assert_eq!(args, vec!["--block-private"]);
+        assert!(notes.is_empty() && c.lan_closed);
+        // Too old: said, and refused only with EGRESS_REQUIRE=1.
+        let mut c = Containment::from_config(&BoxEnv::default(), &Overrides::default()).unwrap();
+        let (args, notes) =
+            create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, false).unwrap();
+        assert!(args.is_empty() && !c.lan_closed);
+        assert!(notes[0].contains("needs 1.33"), "{notes:?}");
+        let err = create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, true)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("EGRESS_REQUIRE=1"), "{err}");
+    }
+
+    #[test]
+    fn an_allowlist_carries_the_agents_names_the_users_and_the_credential_hosts() {
+        let e = env(&[
+            ("EGRESS", "allowlist"),
+            ("EGRESS_ALLOW_HOSTS", "example.com, *.internal.example"),
+            ("EGRESS_ALLOW_CIDRS", "203.0.113.0/24"),
+            ("EGRESS_ALLOW_PRIVATE", "10.1.2.3/32"),
+            ("CREDENTIALS", "anthropic KEY2@api.other.test"),
+        ]);
+        let mut c = Containment::from_config(&e, &Overrides::default()).unwrap();
+        let (args, _) = create_args(&mut c, SmolvmVersion::new(1, 33, 0), false, false).unwrap();
+        let line = args.join(" ");
+        for want in [
+            "--block-private --allow-private 10.1.2.3/32",
+            "--allow-host anthropic.com",
+            "--allow-host npmjs.org",
+            "--allow-host example.com",
+            "--allow-host-pattern *.internal.example",
+            "--allow-host api.other.test",
+            "--allow-cidr 203.0.113.0/24",
+            "--credential anthropic_api_key=ANTHROPIC_API_KEY@api.anthropic.com",
+            "--credential key2=KEY2@api.other.test",
+        ] {
+            assert!(line.contains(want), "{want}: {line}");
+        }
+        // api.anthropic.com is under anthropic.com already: not added twice.
+        assert!(!line.contains("--allow-host api.anthropic.com"), "{line}");
+    }
+
+    #[test]
+    fn versions_that_lack_a_feature_are_refused_with_the_version_needed() {
+        let e = env(&[("CREDENTIALS", "anthropic")]);
+        let mut c = Containment::from_config(&e, &Overrides::default()).unwrap();
+        let err = create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("need smolvm 1.18 or newer"), "{err}");
+        let err = create_args(&mut c, SmolvmVersion::new(1, 22, 1), true, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("1.22.2"), "{err}");
+        assert!(create_args(&mut c, SmolvmVersion::new(1, 22, 2), true, false).is_ok());
+        let mut a =
+            Containment::from_config(&env(&[("EGRESS", "allowlist")]), &Overrides::default())
+                .unwrap();
+        let err = create_args(&mut a, SmolvmVersion::new(1, 0, 4), false, false)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("EGRESS=allowlist needs smolvm 1.9"), "{err}");
+    }
+
+    #[test]
+    fn values_come_from_the_environment_or_a_private_file() {
+        let dir = tempfile::tempdir().unwrap();
+        let file = dir.path().join("key");
+        std::fs::write(&file, "sk-from-file\n").unwrap();
+        let spec = format!("BOXTEST_FILE_KEY=@{}@api.x.test", file.display());
+        let c = parse_credential(&spec).unwrap();
+        assert_eq!(c.spec(), spec);
+        use std::os::unix::fs::PermissionsExt as _;
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o644)).unwrap();
+        let err = values(std::slice::from_ref(&c)).unwrap_err().to_string();
+        assert!(err.contains("chmod 600"), "{err}");
+        std::fs::set_permissions(&file, std::fs::Permissions::from_mode(0o600)).unwrap();
+        let got = values(&[c]).unwrap();
+        assert_eq!(got[0].0, "BOXTEST_FILE_KEY");
+        assert_eq!(got[0].1.expose_secret(), "sk-from-file");
+        let missing = parse_credential("BOXTEST_SURELY_UNSET_VAR@api.x.test").unwrap();
+        let err = values(&[missing]).unwrap_err().to_string();
+        assert!(err.contains("is not set in this shell"), "{err}");
+    }
+}
