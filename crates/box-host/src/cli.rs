@@ -509,6 +509,11 @@ pub struct LoadArgs {
     /// Where the rest of an incremental backup's chain is (default: beside FILE)
     #[arg(long, value_name = "DIR")]
     pub chain_dir: Option<PathBuf>,
+    /// For a backup made before box sealed its policy into backups: take the policy words
+    /// of its runtime manifest (written inside the box, where its agent could change them;
+    /// bindings still only to hosts your CREDENTIALS name) instead of box.env's
+    #[arg(long)]
+    pub policy_from_backup: bool,
     #[command(flatten)]
     pub making: MakeBoxArgs,
 }
@@ -532,8 +537,29 @@ pub struct MakeBoxArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    /// Make the new box without this API key binding of the box it comes from
+    /// (repeatable; the variable's name, e.g. OPENAI_API_KEY)
+    #[arg(long, value_name = "NAME")]
+    pub no_credential: Vec<String>,
+    /// Make the new box even where the installed smolvm cannot close its LAN, although the
+    /// box it comes from had its LAN closed (without: refused, naming the smolvm needed)
+    #[arg(long)]
+    pub accept_open_lan: bool,
     #[command(flatten)]
     pub policy: PolicyArgs,
+}
+
+impl MakeBoxArgs {
+    /// The user's words on the policy the new box carries over.
+    pub fn carry_flags(&self, policy_from_backup: bool) -> crate::policy::carried::CarryFlags {
+        crate::policy::carried::CarryFlags {
+            overrides: self.policy.overrides(),
+            flagged: self.policy.any() || !self.no_credential.is_empty(),
+            no_credentials: self.no_credential.clone(),
+            policy_from_backup,
+            accept_open_lan: self.accept_open_lan,
+        }
+    }
 }
 
 #[derive(Debug, Args)]

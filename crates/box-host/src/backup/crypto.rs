@@ -32,7 +32,9 @@ use openpgp::policy::StandardPolicy;
 use openpgp::serialize::stream::{Encryptor, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
+use super::host_facts::{SealKey, Sealing};
 use super::{BackupError, envelope, seipd};
+use box_proto::archive::host_facts::{self, Head};
 
 /// The decrypt buffer: ≥ the largest read we do (rust-stack.md §1.3).
 pub const DECRYPT_BUFFER: usize = 1 << 20;
@@ -165,6 +167,8 @@ impl std::error::Error for WeakCipher {}
 
 struct Helper {
     password: Password,
+    /// The key of the host facts, from the session key that opened the message.
+    seal_key: Arc<Mutex<Option<SealKey>>>,
     /// A session key was accepted: from here on, failures are integrity failures.
     decrypted: Arc<AtomicBool>,
     /// The weak cipher an encrypted session key turned out to use.
@@ -210,6 +214,8 @@ impl DecryptionHelper for Helper {
                     *self.weak.lock().unwrap_or_else(|e| e.into_inner()) = Some(weak);
                     return Err(WeakCipher(weak).into());
                 }
+                *self.seal_key.lock().unwrap_or_else(|e| e.into_inner()) =
+                    Some(SealKey::from_session_key(&key));
                 self.decrypted.store(true, Ordering::SeqCst);
                 return Ok(None);
             }
@@ -309,6 +315,11 @@ pub struct DecryptReader {
     status: DecryptStatus,
     done: bool,
     bytes: u64,
+    /// What the plaintext's first bytes said of the host facts (read at open).
+    sealing: Sealing,
+    /// Plaintext read at open that is the archive's own: handed out first.
+    pending: Vec<u8>,
+    pending_at: usize,
 }
 
 /// Who decrypts: the bulk reader for files of the shape box writes whose key packet gives
@@ -404,6 +415,7 @@ impl DecryptReader {
         if let Some((skesk, key)) = bulk.then(|| bulk_key(&head, &password)).flatten() {
             let source = io::Cursor::new(head).chain(source);
             let remembered = key.clone();
+            let seal_key = SealKey::from_session_key(&key);
             let opened = seipd::BulkReader::open_with(source, what, move |_| Ok(key))?;
             // It opened: the first block decrypted, so the key is the file's.
             session_keys::remember(
@@ -412,18 +424,18 @@ impl DecryptReader {
                 Some(SymmetricAlgorithm::AES256),
                 &remembered,
             );
-            return Ok(opened.map(|reader| DecryptReader {
-                inner: Inner::Bulk(Box::new(reader)),
-                status: DecryptStatus::default(),
-                done: false,
-                bytes: 0,
-            }));
+            return match opened {
+                Some(reader) => Self::peeled(Inner::Bulk(Box::new(reader)), &seal_key).map(Some),
+                None => Ok(None),
+            };
         }
         let source = io::Cursor::new(head).chain(source);
         let decrypted = Arc::new(AtomicBool::new(false));
         let weak = Arc::new(Mutex::new(None));
+        let seal_key = Arc::new(Mutex::new(None));
         let helper = Helper {
             password,
+            seal_key: seal_key.clone(),
             decrypted: decrypted.clone(),
             weak: weak.clone(),
         };
@@ -449,12 +461,64 @@ impl DecryptReader {
                 BackupError::NotOpenPgp(format!("{what}: {e}"))
             }
         })?;
-        Ok(Some(DecryptReader {
-            inner: Inner::Sequoia(Box::new(inner)),
+        let seal_key = seal_key
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .take()
+            .ok_or_else(|| BackupError::Corrupt(format!("{what}: no session key opened it")))?;
+        Self::peeled(Inner::Sequoia(Box::new(inner)), &seal_key).map(Some)
+    }
+
+    /// A reader of `inner` that has read the host facts at the plaintext's start (if it
+    /// begins with them) and hands out only what follows them.
+    fn peeled(inner: Inner, seal_key: &SealKey) -> Result<Self, BackupError> {
+        let mut reader = DecryptReader {
+            inner,
             status: DecryptStatus::default(),
             done: false,
             bytes: 0,
-        }))
+            sealing: Sealing::Unsealed,
+            pending: Vec::new(),
+            pending_at: 0,
+        };
+        let mut head = Vec::new();
+        let mut want = 8;
+        loop {
+            while head.len() < want {
+                let at = head.len();
+                head.resize(want, 0);
+                let n = reader.read_plaintext(&mut head[at..]).map_err(|e| {
+                    BackupError::Corrupt(reader.status.failure().unwrap_or_else(|| e.to_string()))
+                })?;
+                head.truncate(at + n);
+                if n == 0 {
+                    break;
+                }
+            }
+            match host_facts::parse(&head) {
+                Head::Incomplete { len } if len > head.len() && !reader.done => want = len,
+                Head::Frame { frame, len } => {
+                    reader.sealing = super::host_facts::open(&frame, seal_key);
+                    head.drain(..len);
+                    break;
+                }
+                Head::Malformed { why, .. } => {
+                    // Left in the stream: the archive's readers refuse what they cannot read.
+                    reader.sealing = Sealing::NotBoxs(why);
+                    break;
+                }
+                Head::NotAFrame | Head::Incomplete { .. } => break,
+            }
+        }
+        // The bytes counted are the archive's own, as every reader sees them.
+        reader.bytes = head.len() as u64;
+        reader.pending = head;
+        Ok(reader)
+    }
+
+    /// What the backup's first bytes said of its host facts.
+    pub fn sealing(&self) -> &Sealing {
+        &self.sealing
     }
 
     pub fn status(&self) -> DecryptStatus {
@@ -479,6 +543,23 @@ impl DecryptReader {
 
 impl Read for DecryptReader {
     fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        if self.pending_at < self.pending.len() {
+            let n = buf.len().min(self.pending.len() - self.pending_at);
+            buf[..n].copy_from_slice(&self.pending[self.pending_at..self.pending_at + n]);
+            self.pending_at += n;
+            if self.pending_at == self.pending.len() {
+                self.pending = Vec::new();
+                self.pending_at = 0;
+            }
+            return Ok(n);
+        }
+        self.read_plaintext(buf)
+    }
+}
+
+impl DecryptReader {
+    /// The decrypted plaintext, host facts included.
+    fn read_plaintext(&mut self, buf: &mut [u8]) -> io::Result<usize> {
         let buf_len = buf.len().min(DECRYPT_BUFFER);
         // What was read, or the error and what the status says of it.
         let read = match &mut self.inner {

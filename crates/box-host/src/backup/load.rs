@@ -24,6 +24,7 @@ use super::chain::{FileState, Link, Place};
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup::{self, Temp};
 use super::crypto::{DecryptReader, DecryptStatus};
+use super::host_facts::Sealing;
 use super::{BackupError, envelope, hex_sha, publish};
 use crate::ui::progress::Phase;
 
@@ -42,6 +43,21 @@ pub struct ValidatedBackup {
     pub manifest: Option<RuntimeManifest>,
     /// Why the manifest could not be read, when it is present but bad.
     pub manifest_error: Option<String>,
+    /// The host facts box sealed into it (its policy, versions and chain place), or why
+    /// there are none.
+    pub sealing: Sealing,
+}
+
+impl ValidatedBackup {
+    /// Where it sits in its chain: as box sealed it; from the runtime manifest (which the
+    /// guest wrote, and which the save that made it checked) for a backup made before box
+    /// sealed its facts.
+    pub fn place(&self) -> Option<Place> {
+        match &self.sealing {
+            Sealing::Sealed(facts) => facts.place,
+            _ => self.manifest.as_ref().and_then(place_in),
+        }
+    }
 }
 
 /// How many plaintext bytes the decrypt thread handed on, set only once it reached an
@@ -62,9 +78,10 @@ fn open_tapped(
     path: &Path,
     passphrase: &SecretString,
     label: &'static str,
-) -> Result<(ChannelReader, DecryptStatus, Finished), BackupError> {
+) -> Result<(ChannelReader, DecryptStatus, Finished, Sealing), BackupError> {
     let mut reader = DecryptReader::open(path, passphrase)?;
     let status = reader.status();
+    let sealing = reader.sealing().clone();
     let size = std::fs::metadata(path).ok().map(|m| m.len());
     let finished: Finished = Default::default();
     let (tx, rx) = std::sync::mpsc::sync_channel::<Vec<u8>>(4);
@@ -99,44 +116,54 @@ fn open_tapped(
             }
         })
         .map_err(|e| BackupError::Io(format!("cannot start the decrypt thread: {e}")))?;
-    Ok((ChannelReader::new(rx, true), status, finished))
+    Ok((ChannelReader::new(rx, true), status, finished, sealing))
 }
 
-/// Decrypts and validates `path` without writing anything; returns the plaintext hash,
-/// size and the validation report.
-pub fn decrypt_validate(
-    path: &Path,
-    passphrase: &SecretString,
-    label: &'static str,
-) -> Result<([u8; 32], u64, Report), BackupError> {
-    decrypt_validate_link(path, passphrase, label, None)
-        .map(|(sha, size, report, _)| (sha, size, report))
+/// What pass 1 found in one backup file.
+struct Pass1 {
+    /// SHA-256 and size of the archive (the plaintext after the host facts).
+    sha256: [u8; 32],
+    size: u64,
+    report: Report,
+    /// The tree after it (a chain's next link is checked against it).
+    state: ChainState,
+    sealing: Sealing,
 }
 
-/// [`decrypt_validate`] of one link of a chain, after the tree the links before it built;
-/// returns the tree after it too.
-pub fn decrypt_validate_link(
+/// Decrypts and validates `path` (a link of a chain, after the tree the links before it
+/// built) without writing anything.
+fn decrypt_validate_link(
     path: &Path,
     passphrase: &SecretString,
     label: &'static str,
     prior: Option<Rc<ChainState>>,
-) -> Result<([u8; 32], u64, Report, ChainState), BackupError> {
-    let (tap, status, finished) = open_tapped(path, passphrase, label)?;
+) -> Result<Pass1, BackupError> {
+    let (tap, status, finished, sealing) = open_tapped(path, passphrase, label)?;
     let mut hashed = HashingReader::new(tap);
     let (report, state) = validate::validate_link(&mut hashed, &Limits::default(), prior)
         .map_err(|e| BackupError::from_archive(e, &status))?;
-    let (sha, size) = finish_tap(hashed, &status, &finished)?;
-    Ok((sha, size, report, state))
+    let (sha256, size) = finish_tap(hashed, &status, &finished)?;
+    Ok(Pass1 {
+        sha256,
+        size,
+        report,
+        state,
+        sealing,
+    })
 }
 
-/// Where `path` says it sits in a chain: its runtime manifest, read by decrypting only as
+/// Where `path` says it sits in a chain: its sealed host facts (its first bytes), or, for
+/// a backup made before box sealed them, its runtime manifest, read by decrypting only as
 /// far as it (nothing validated yet, and the MDC not reached: [`validate_chain`] checks the
-/// same words again once every link passed every rule).
+/// same place again once every link passed every rule).
 ///
 /// A file it cannot read that far is said to be no link of a chain (`None`): its
 /// validation, which comes next, says what is wrong with it, by the rule it breaks.
 pub fn peek_place(path: &Path, passphrase: &SecretString) -> Result<Option<Place>> {
     let reader = DecryptReader::open(path, passphrase)?;
+    if let Sealing::Sealed(facts) = reader.sealing() {
+        return Ok(facts.place);
+    }
     let Ok(manifest) = validate::peek_manifest(reader, &Limits::default()) else {
         return Ok(None);
     };
@@ -175,7 +202,7 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
             .with_context(|| format!("no such backup: {}", path.display()))?
             .len();
         let validated = decrypt_validate_link(path, passphrase, "decrypting", prior.clone());
-        let (sha256, plaintext_size, report, state) = match validated {
+        let mut pass1 = match validated {
             Ok(v) => v,
             // A single backup's errors stay as they were (callers tell them apart).
             Err(e) if links.len() == 1 => return Err(e.into()),
@@ -187,12 +214,9 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
                 )));
             }
         };
-        let validated = validated_backup(path, file_size, sha256, plaintext_size, report);
-        let says = validated
-            .manifest
-            .as_ref()
-            .and_then(place_in)
-            .and_then(|p| p.parent);
+        let state = std::mem::take(&mut pass1.state);
+        let validated = validated_backup(path, file_size, pass1);
+        let says = validated.place().and_then(|p| p.parent);
         let changed = link
             .hashed
             .is_some_and(|hashed| FileState::at(path).ok() != Some(hashed));
@@ -242,13 +266,14 @@ impl ValidatedChain {
 }
 
 /// What pass 1 learned, with the runtime manifest parsed.
-fn validated_backup(
-    path: &Path,
-    file_size: u64,
-    sha256: [u8; 32],
-    plaintext_size: u64,
-    report: Report,
-) -> ValidatedBackup {
+fn validated_backup(path: &Path, file_size: u64, pass1: Pass1) -> ValidatedBackup {
+    let Pass1 {
+        sha256,
+        size: plaintext_size,
+        report,
+        sealing,
+        ..
+    } = pass1;
     let (manifest, manifest_error) =
         match report.manifest.as_deref().map(RuntimeManifest::parse_bytes) {
             Some(Ok(m)) => (Some(m), None),
@@ -263,6 +288,7 @@ fn validated_backup(
         report,
         manifest,
         manifest_error,
+        sealing,
     }
 }
 
@@ -293,14 +319,8 @@ pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<Validat
     let file_size = std::fs::metadata(path)
         .with_context(|| format!("no such backup: {}", path.display()))?
         .len();
-    let (sha256, plaintext_size, report) = decrypt_validate(path, passphrase, "decrypting")?;
-    Ok(validated_backup(
-        path,
-        file_size,
-        sha256,
-        plaintext_size,
-        report,
-    ))
+    let pass1 = decrypt_validate_link(path, passphrase, "decrypting", None)?;
+    Ok(validated_backup(path, file_size, pass1))
 }
 
 /// Pass 2 of a load: decrypts `path` again into part files of `part_size` bytes in `dir`
@@ -459,7 +479,7 @@ pub fn extract_chain(
         if i > 0 {
             unpacker.next_link();
         }
-        let (tap, status, finished) = open_tapped(&validated.path, passphrase, "extracting")?;
+        let (tap, status, finished, _) = open_tapped(&validated.path, passphrase, "extracting")?;
         let mut hashed = HashingReader::new(tap);
         let walked = validate::walk_link(
             &mut hashed,

@@ -27,6 +27,7 @@ pub mod cleanup;
 pub mod crypto;
 pub mod envelope;
 mod follow;
+pub mod host_facts;
 pub mod load;
 pub mod location;
 pub mod page_cache;

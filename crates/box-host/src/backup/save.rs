@@ -25,15 +25,18 @@ use std::thread::JoinHandle;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
+use box_proto::archive::chain_line::ChainSaid;
 use box_proto::archive::part_hash::{PartHash, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
 use box_proto::archive::validate::{self, ChainState, Limits, Report};
 use secrecy::SecretString;
 
 use super::BackupError;
+use super::chain::Place;
 use super::channel::{ChannelReader, HashingReader};
 use super::cleanup;
 use super::follow::{self, Fingerprint, FollowReader, WriteProgress};
+use super::host_facts::HostFacts;
 use super::publish;
 use super::segments::SegmentHasher;
 use super::seipd::{self, MdcDigest, OwnPlaintext, SeipdWriter};
@@ -50,11 +53,74 @@ pub fn check_destination(out: &Path) -> Result<()> {
     Ok(())
 }
 
+/// What a save seals into its backup before the first byte of the guest's stream
+/// ([`super::host_facts`]): the facts, with the chain place still to be fixed by what the
+/// export says it makes ([`Pipeline::chain_said`]).
+#[derive(Debug, Clone)]
+pub struct SealPlan {
+    /// The facts; their `place` is set when they are sealed.
+    pub facts: HostFacts,
+    pub chain: ChainIntent,
+}
+
+/// What this save asked `hb export` for.
+#[derive(Debug, Clone, Copy)]
+pub enum ChainIntent {
+    /// No chain (an `hb` without chain mode): the export must not say it makes one.
+    Outside,
+    /// Chain mode: a full backup, or the next link on this parent (its digest and its
+    /// position in its chain) when there is one.
+    InChain { parent: Option<([u8; 32], u32)> },
+}
+
+impl SealPlan {
+    /// Where the backup sits, from what the export said: only what this save asked for.
+    fn place(&self, said: Option<ChainSaid>) -> Result<Option<Place>> {
+        let place = match (self.chain, said) {
+            (ChainIntent::Outside, None) => None,
+            (ChainIntent::InChain { .. }, Some(ChainSaid::Full)) => Some(Place {
+                link: 0,
+                parent: None,
+            }),
+            (
+                ChainIntent::InChain {
+                    parent: Some((digest, at)),
+                },
+                Some(ChainSaid::Link(n)),
+            ) if Some(n) == at.checked_add(1) => Some(Place {
+                link: n,
+                parent: Some(digest),
+            }),
+            (ChainIntent::InChain { .. }, None) => bail!(
+                "hb export did not say whether it makes a full backup or a link; nothing was published, retry the save"
+            ),
+            (intent, Some(said)) => bail!(
+                "hb export said it makes {said:?}, which is not what this save asked for ({intent:?}); nothing was published, retry the save"
+            ),
+        };
+        Ok(place)
+    }
+}
+
+/// The seal of a save in progress.
+enum Seal {
+    /// Not written yet: what the export said of its chain so far.
+    Pending {
+        plan: SealPlan,
+        said: Option<ChainSaid>,
+    },
+    /// Written: the facts, and how many bytes they took.
+    Written { facts: HostFacts, len: u64 },
+    /// No host facts (the engine driven without a box: tests, the bench).
+    None,
+}
+
 /// A save in progress. Dropping it removes the temp file.
 pub struct Pipeline {
     out: PathBuf,
     temp: Unpublished,
     writer: SeipdWriter,
+    seal: Seal,
     bytes: u64,
     segments: SegmentHasher,
     /// A part shorter than the part size was fed: it must have been the last.
@@ -110,7 +176,11 @@ pub struct Sealed {
     /// otherwise.
     pub segments: Vec<PartHash>,
     segment_size: u64,
-    /// Bytes of plaintext.
+    /// The host facts sealed before the stream (`None`: none were asked for).
+    pub facts: Option<HostFacts>,
+    /// Their bytes, before the stream's.
+    seal_len: u64,
+    /// Bytes of plaintext: the stream's (the part index's total).
     pub plaintext_size: u64,
     /// The MDC digest the writer sealed the file with.
     mdc: MdcDigest,
@@ -143,6 +213,8 @@ pub struct Published {
     pub report: Report,
     /// The tree a restore of it builds.
     pub tree: ChainState,
+    /// The host facts sealed into it.
+    pub facts: Option<HostFacts>,
 }
 
 impl Pipeline {
@@ -248,6 +320,7 @@ impl Pipeline {
             out: out.to_path_buf(),
             temp,
             writer,
+            seal: Seal::None,
             bytes: 0,
             segments: SegmentHasher::new(segment_size),
             short_part_fed: false,
@@ -257,6 +330,53 @@ impl Pipeline {
             verifier,
             progress: Phase::start("encrypting", None),
         })
+    }
+
+    /// Seals `plan`'s facts into the backup before the first byte of the stream (`box
+    /// save` always does; without, the backup has no host facts, as before box sealed them).
+    pub fn seal_with(&mut self, plan: SealPlan) -> Result<()> {
+        if self.bytes > 0 || !matches!(self.seal, Seal::None) {
+            bail!("the host facts go before anything else");
+        }
+        self.seal = Seal::Pending { plan, said: None };
+        Ok(())
+    }
+
+    /// What the export said it makes (its one chain line, before any part).
+    pub fn chain_said(&mut self, said: ChainSaid) -> Result<()> {
+        match &mut self.seal {
+            Seal::Pending {
+                said: slot @ None, ..
+            } => {
+                *slot = Some(said);
+                Ok(())
+            }
+            Seal::Pending { .. } => {
+                bail!("hb export said twice what it makes; nothing was published, retry the save")
+            }
+            Seal::Written { .. } => bail!(
+                "hb export said what it makes after its first part; nothing was published, retry the save"
+            ),
+            Seal::None => Ok(()),
+        }
+    }
+
+    /// Writes the pending seal (once, before the stream's first byte).
+    fn write_seal(&mut self) -> Result<()> {
+        let Seal::Pending { plan, said } = &self.seal else {
+            return Ok(());
+        };
+        let mut facts = plan.facts.clone();
+        facts.place = plan.place(*said)?;
+        let frame = facts.seal(self.writer.seal_key())?;
+        self.writer
+            .write_all(&frame)
+            .context("cannot write the encrypted backup")?;
+        self.seal = Seal::Written {
+            facts,
+            len: frame.len() as u64,
+        };
+        Ok(())
     }
 
     fn validator_error(&mut self) -> anyhow::Error {
@@ -271,6 +391,7 @@ impl Pipeline {
 
     /// Streams plaintext bytes into the backup. Returns how many were read.
     pub fn feed(&mut self, mut reader: impl Read) -> Result<u64> {
+        self.write_seal()?;
         let mut total = 0u64;
         loop {
             cleanup::check()?;
@@ -351,6 +472,7 @@ impl Pipeline {
 
     /// Ends encryption (fsync) and validation; returns the sealed temp file.
     pub fn finish(mut self) -> Result<Sealed> {
+        self.write_seal()?;
         self.tx.take();
         let (report, tree) = match self.validator.take().map(|h| h.join()) {
             Some(Ok(Ok(found))) => found,
@@ -362,11 +484,17 @@ impl Pipeline {
         self.written.complete();
         let segment_size = self.segments.segment_size();
         let segments = self.segments.finish();
+        let (facts, seal_len) = match self.seal {
+            Seal::Written { facts, len } => (Some(facts), len),
+            _ => (None, 0),
+        };
         Ok(Sealed {
             out: self.out,
             temp: self.temp,
             segments,
             segment_size,
+            facts,
+            seal_len,
             plaintext_size: self.bytes,
             mdc,
             report,
@@ -434,12 +562,13 @@ impl Sealed {
         // The plaintext was validated member by member and checked part by part while it
         // was encrypted; the writer's own MDC digest recomputed over what decrypted proves
         // the file holds exactly those bytes (see the module's comment).
-        if found.mdc != self.mdc || found.bytes != self.plaintext_size {
+        let written = self.seal_len + self.plaintext_size;
+        if found.mdc != self.mdc || found.bytes != written {
             // (No digests in the message: they are hashes of the plaintext.)
             return Err(fail(&format!(
                 "the file does not decrypt to what was encrypted ({} bytes decrypted, {} written, {})",
                 found.bytes,
-                self.plaintext_size,
+                written,
                 if found.mdc == self.mdc {
                     "same MDC"
                 } else {
@@ -513,6 +642,7 @@ impl Verified {
             temp,
             report,
             tree,
+            facts,
             ..
         } = self.sealed;
         let size = temp.size()?;
@@ -532,6 +662,7 @@ impl Verified {
             digest,
             report,
             tree,
+            facts,
         })
     }
 }

@@ -44,6 +44,7 @@ use openpgp::serialize::stream::{ArbitraryWriter, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
 use super::BackupError;
+use super::host_facts::SealKey;
 use super::writeback::EarlyWriteback;
 
 const BLOCK: usize = 16;
@@ -192,6 +193,8 @@ pub struct SeipdWriter {
     literal: Option<Message<'static>>,
     body: Arc<Mutex<BodyWriter>>,
     file: File,
+    /// Tags the host facts written into this file (derived from its session key).
+    seal_key: SealKey,
 }
 
 impl std::fmt::Debug for SeipdWriter {
@@ -227,6 +230,7 @@ impl SeipdWriter {
         seip.write_all(&[1])
             .context("cannot start the OpenPGP encrypted packet")?;
         let aes = aes_key(&session_key)?;
+        let seal_key = SealKey::from_session_key(&session_key);
         let mut body = BodyWriter {
             out: Some(seip),
             cfb: CfbEnc::inner_iv_init(aes.clone(), &Default::default()),
@@ -248,7 +252,13 @@ impl SeipdWriter {
             literal: Some(literal),
             body,
             file,
+            seal_key,
         })
+    }
+
+    /// The key that tags the host facts sealed into this file.
+    pub fn seal_key(&self) -> &SealKey {
+        &self.seal_key
     }
 
     /// Ends the literal packet, writes the MDC and the last packet lengths, and fsyncs.

@@ -24,11 +24,13 @@ use secrecy::SecretString;
 use super::Context;
 use super::new::{self, Provisioned};
 use crate::backup::chain;
+use crate::backup::host_facts::Sealing;
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
+use crate::policy::carried::Recorded;
 use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
 use crate::transfer::{self, guest_dir, host_dir, parts_in};
@@ -107,18 +109,22 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 
     timings.mark("validate (pass 1)");
-    // The restored box gets the policy the backup recorded (the user's flags on top), and
-    // placeholders of its own machine.
-    let (containment, warnings, line) = crate::policy::carried::for_load(
+    // The restored box gets the policy box sealed into the backup (the user's flags on
+    // top), and placeholders of its own machine.
+    let mut carried = crate::policy::carried::for_load(
         &ctx.config.env,
-        validated.manifest.as_ref(),
-        &args.making.policy.overrides(),
-        args.making.policy.any(),
+        recorded(validated),
+        &args.making.carry_flags(args.policy_from_backup),
     )?;
-    for w in warnings {
+    carried
+        .said
+        .extend(crate::lifecycle::containment::drop_unreadable(
+            &mut carried.policy,
+        ));
+    for w in std::mem::take(&mut carried.said) {
         ui::warn(w);
     }
-    ui::say(line);
+    ui::say(&carried.line);
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
     let mut provisioned = match new::create_and_provision(
         ctx,
@@ -126,7 +132,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
         "load",
         args.making.keep_on_failure,
         args.making.fresh,
-        containment,
+        carried,
     ) {
         Ok(p) => p,
         Err(code) => {
@@ -159,6 +165,21 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
             Ok(ExitCode::SUCCESS)
         }
         Err(e) => Ok(run.fail(&e)),
+    }
+}
+
+/// What the backup holds of its box's policy: sealed by box, or only in its manifest.
+fn recorded(v: &ValidatedBackup) -> Recorded<'_> {
+    match &v.sealing {
+        Sealing::Sealed(facts) => Recorded::Sealed(facts.policy.as_ref()),
+        Sealing::Unsealed => Recorded::Unsealed {
+            manifest: v.manifest.as_ref(),
+            why: None,
+        },
+        Sealing::NotBoxs(why) => Recorded::Unsealed {
+            manifest: v.manifest.as_ref(),
+            why: Some(why),
+        },
     }
 }
 

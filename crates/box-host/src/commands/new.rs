@@ -15,7 +15,8 @@ use crate::lifecycle::provisioning::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::test_guest_env;
 use crate::lifecycle::transcript::Transcript;
-use crate::policy::Containment;
+use crate::policy::carried::Carried;
+use crate::policy::{Containment, LanDemand};
 use crate::smolvm::{CreateSpec, Smolvm, SmolvmError};
 use crate::state::{BoxRecord, LockGuard, LockKey, Registry, locks};
 use crate::ui;
@@ -70,6 +71,9 @@ struct NewRun<'a> {
     timings: Timings,
     /// Where the box may connect and which API keys it may use.
     containment: Containment,
+    /// The box it comes from (`load`, `clone`) had its LAN closed: a smolvm that cannot
+    /// close it refuses.
+    lan_recorded: bool,
     /// The values of those keys, read before any VM exists, for `machine start` only.
     keys: Vec<(String, secrecy::SecretString)>,
 }
@@ -113,6 +117,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
         restore_follows: false,
         timings: Timings::start(),
         containment,
+        lan_recorded: false,
         keys: Vec::new(),
     };
     match run.steps() {
@@ -190,12 +195,15 @@ impl NewRun<'_> {
         self.base = self.pick_base();
         // The policy on this smolvm (what it cannot do is refused or said), and the API
         // keys' values, before any VM exists.
-        let (policy, notes) = containment::create_args(
-            &mut self.containment,
-            version,
-            self.base.is_some(),
-            env.egress_require,
-        )?;
+        let lan = if self.lan_recorded {
+            LanDemand::Recorded
+        } else if env.egress_require {
+            LanDemand::Required
+        } else {
+            LanDemand::WhereSmolvmCan
+        };
+        let (policy, notes) =
+            containment::create_args(&mut self.containment, version, self.base.is_some(), lan)?;
         for note in notes {
             self.transcript.line(&note);
             ui::warn(note);
@@ -566,7 +574,7 @@ pub fn create_and_provision(
     verb: &str,
     keep_on_failure: bool,
     fresh: bool,
-    containment: Containment,
+    carried: Carried,
 ) -> Result<Provisioned, ExitCode> {
     let setup = || -> Result<(DeferredSignals, Transcript, String)> {
         Ok((
@@ -599,7 +607,8 @@ pub fn create_and_provision(
         base: None,
         restore_follows: true,
         timings: Timings::start(),
-        containment,
+        containment: carried.policy,
+        lan_recorded: carried.lan_required,
         keys: Vec::new(),
     };
     match run.build() {

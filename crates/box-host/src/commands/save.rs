@@ -30,7 +30,10 @@ use secrecy::SecretString;
 use super::Context;
 use crate::backup::chain::{self, Place};
 use crate::backup::hex_sha;
-use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, Sealed};
+use crate::backup::host_facts::HostFacts;
+use crate::backup::save::{
+    self, ChainIntent, GeneratedInvalid, Pipeline, Published, SealPlan, Sealed,
+};
 use crate::backup::{cleanup, load, location, passphrase, tree_cache};
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest::HB_PATH;
@@ -99,7 +102,6 @@ struct Parent {
     digest: [u8; 32],
     /// Its position in its chain (0: the full backup).
     position: u32,
-    stamp: String,
     /// The tree a restore of its chain builds: the new link is validated against it.
     tree: box_proto::archive::validate::ChainState,
     /// Its chain's files as found: what the next save knows of them with the new link.
@@ -119,37 +121,51 @@ impl ChainPlan {
         }
     }
 
-    /// What the backup says of its place (its manifest, which the agent can write) must be
-    /// what this save asked for: a full backup, or the next link on exactly this parent.
-    /// Anything else would claim a parent nobody chose, and two links of one parent make a
-    /// fork no restore takes.
-    fn check_place(&self, report: &Report) -> Result<()> {
-        let manifest = report
+    /// What this save seals of its chain: outside chains (an `hb` without them), or in
+    /// one, on the planned parent when there is one.
+    fn intent(&self) -> ChainIntent {
+        if self.flags.is_empty() {
+            ChainIntent::Outside
+        } else {
+            ChainIntent::InChain {
+                parent: self.parent.as_ref().map(|p| (p.digest, p.position)),
+            }
+        }
+    }
+
+    /// What the backup's manifest says of its place (the guest wrote it, and `hb import`
+    /// and a stock restore read it) must be what box sealed: a full backup, or the next
+    /// link on exactly the parent this save chose. Anything else would claim a parent
+    /// nobody chose, and two links of one parent make a fork no restore takes.
+    fn check_place(sealed: &Sealed) -> Result<()> {
+        let manifest = sealed
+            .report
             .manifest
             .as_deref()
             .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok());
         let get = |key| manifest.as_ref().and_then(|m| m.get(key)).unwrap_or("");
         let (link, parent) = (get(CHAIN_LINK_KEY), get(CHAIN_PARENT_KEY));
-        let fits = match (&self.parent, link, parent) {
-            // Outside a chain, or a full one: no parent named.
-            (_, "" | "0", "") => self.flags.is_empty() == link.is_empty(),
-            (Some(p), link, parent) => {
-                parent.eq_ignore_ascii_case(&hex_sha(&p.digest))
-                    && link.parse::<u32>().ok() == Some(p.position + 1)
+        let place = sealed.facts.as_ref().and_then(|f| f.place);
+        let fits = match place {
+            None => link.is_empty() && parent.is_empty(),
+            Some(place) => {
+                link.parse::<u32>().ok() == Some(place.link)
+                    && match place.parent {
+                        Some(digest) => parent.eq_ignore_ascii_case(&hex_sha(&digest)),
+                        None => parent.is_empty(),
+                    }
             }
-            (None, _, _) => false,
         };
         if !fits {
             bail!(
-                "the backup's manifest says it is link {link:?} on parent {parent:?}, which is not what this save asked for{}; nothing was published, retry the save",
-                match &self.parent {
-                    Some(p) => format!(
-                        " (a full backup, or link {} on {} of {})",
-                        p.position + 1,
-                        hex_sha(&p.digest),
-                        p.stamp
-                    ),
-                    None => " (a full backup)".to_string(),
+                "the backup's manifest says it is link {link:?} on parent {parent:?}, which is not what box sealed into it ({}); nothing was published, retry the save",
+                match place {
+                    Some(Place {
+                        link,
+                        parent: Some(d),
+                    }) => format!("link {link} on {}", hex_sha(&d)),
+                    Some(_) => "a full backup".to_string(),
+                    None => "outside any chain".to_string(),
                 }
             );
         }
@@ -462,7 +478,6 @@ impl<'a> SaveRun<'a> {
         Some(Parent {
             digest: tip.digest,
             position: (links.len() - 1) as u32,
-            stamp: tip.stamp.clone(),
             tree,
             known: tree_cache::Known::of_chain(&links, &known),
         })
@@ -498,13 +513,7 @@ impl<'a> SaveRun<'a> {
     /// `published` (none when it starts a chain) and `published` itself. Only a memo: when
     /// it cannot be kept, the next save reads the files.
     fn remember(&self, published: &Published, plan: &mut ChainPlan) {
-        let place = published
-            .report
-            .manifest
-            .as_deref()
-            .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
-            .as_ref()
-            .and_then(load::place_in);
+        let place = published.facts.as_ref().and_then(|f| f.place);
         let mut known = match (place, plan.parent.as_mut()) {
             (Some(Place { link: 1.., .. }), Some(parent)) => std::mem::take(&mut parent.known),
             _ => tree_cache::Known::fresh(),
@@ -529,7 +538,11 @@ impl<'a> SaveRun<'a> {
     ) -> Result<(Sealed, String)> {
         let flags: Vec<&str> = plan.flags.iter().map(String::as_str).collect();
         let prior = plan.parent.as_ref().map(|p| p.tree.clone());
-        let pipeline = Pipeline::begin_link(out, pass, part_size, prior)?;
+        let mut pipeline = Pipeline::begin_link(out, pass, part_size, prior)?;
+        pipeline.seal_with(SealPlan {
+            facts: self.host_facts(),
+            chain: plan.intent(),
+        })?;
         let exported = match self.export_into(pipeline, part_size, pending, &flags) {
             Ok(exported) => exported,
             Err(e) => {
@@ -539,7 +552,7 @@ impl<'a> SaveRun<'a> {
         };
         let sealed = exported.sink.finish()?;
         sealed.matches_index(&exported.index)?;
-        plan.check_place(&sealed.report)?;
+        ChainPlan::check_place(&sealed)?;
         let mut timings = format!(
             "stages: export {:.2}s (in the guest)",
             exported.export_wall.as_secs_f64()
@@ -552,6 +565,19 @@ impl<'a> SaveRun<'a> {
             None => timings.push_str(", then copied out and encrypted (sequential)"),
         }
         Ok((sealed, timings))
+    }
+
+    /// What box vouches for in this backup, its chain place aside (the pipeline fixes it
+    /// from the export's word): written by the host, from the box's registry row.
+    fn host_facts(&self) -> HostFacts {
+        HostFacts {
+            box_name: self.record.name.to_string(),
+            box_version: crate::version::LONG.to_string(),
+            smolvm: self.smolvm.version().ok().map(|v| v.to_string()),
+            saved_at: chrono::Utc::now().to_rfc3339_opts(chrono::SecondsFormat::Secs, true),
+            policy: self.record.containment.clone(),
+            place: None,
+        }
     }
 
     /// The guest scratch dir, if a failed export left it (plaintext: before anything else).
@@ -729,15 +755,14 @@ fn warn_damaged_databases(name: &BoxName, report: &Report) {
     }
 }
 
-/// ` (incremental: link N of its chain)` or ` (full)` for a chain-mode backup, from the
-/// manifest inside it; nothing for one without chain keys.
+/// ` (incremental: link N of its chain)` or ` (full)` for a chain-mode backup, from its
+/// sealed place; nothing for one outside chains.
 fn chain_words(published: &Published) -> String {
     let link = published
-        .report
-        .manifest
-        .as_deref()
-        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
-        .and_then(|m| m.get(CHAIN_LINK_KEY).and_then(|l| l.parse::<u32>().ok()));
+        .facts
+        .as_ref()
+        .and_then(|f| f.place)
+        .map(|p| p.link);
     match link {
         Some(0) => " (full: starts a chain)".to_string(),
         Some(n) => format!(" (incremental: link {} of its chain)", n + 1),

@@ -16,7 +16,7 @@ use std::os::unix::fs::MetadataExt as _;
 use anyhow::{Result, bail};
 use secrecy::SecretString;
 
-use crate::policy::{Containment, Credential, Mode, Source};
+use crate::policy::{Containment, Credential, LanDemand, Mode, Source};
 use crate::smolvm::SmolvmVersion;
 
 /// smolvm's name for a binding: the variable, lowercased.
@@ -26,12 +26,12 @@ fn smolvm_binding(c: &Credential) -> String {
 
 /// smolvm's create flags for this policy on smolvm `v` (`from_base`: `create --from`),
 /// and what the user must be told. Refuses what `v` cannot do and must not be dropped:
-/// credentials, an allow list, and (with `require_lan`) the closed LAN.
+/// credentials, an allow list, and (as `lan` demands) the closed LAN.
 pub fn create_args(
     c: &mut Containment,
     v: SmolvmVersion,
     from_base: bool,
-    require_lan: bool,
+    lan: LanDemand,
 ) -> Result<(Vec<String>, Vec<String>)> {
     let mut args = Vec::new();
     let mut notes = Vec::new();
@@ -41,11 +41,17 @@ pub fn create_args(
             args.extend(["--allow-private".to_string(), r.clone()]);
         }
         c.lan_closed = true;
-    } else if require_lan {
+    } else if lan == LanDemand::Required {
         bail!(
             "smolvm {v} cannot close the LAN to a box (--block-private needs smolvm 1.33 or \
              newer) and EGRESS_REQUIRE=1: upgrade smolvm, or set EGRESS_REQUIRE=0 to go on \
              with the LAN reachable"
+        );
+    } else if lan == LanDemand::Recorded {
+        bail!(
+            "the box this one comes from had its LAN closed, and smolvm {v} cannot close it \
+             (--block-private needs smolvm 1.33 or newer): upgrade smolvm, or pass \
+             --accept-open-lan to make this box with the LAN reachable"
         );
     } else {
         notes.push(format!(
@@ -131,6 +137,27 @@ pub fn values(credentials: &[Credential]) -> Result<Vec<(String, SecretString)>>
         out.push((c.var.clone(), SecretString::from(value)));
     }
     Ok(out)
+}
+
+/// Takes out of a carried policy (`box load`, `box clone`) every binding whose key box
+/// cannot read now (its variable unset, its file unreadable): the new box is made without
+/// it, and each is said. A box made anew (`box new`) refuses instead.
+pub fn drop_unreadable(c: &mut Containment) -> Vec<String> {
+    let mut said = Vec::new();
+    c.credentials
+        .retain(|b| match values(std::slice::from_ref(b)) {
+            Ok(_) => true,
+            Err(e) => {
+                said.push(format!(
+                    "{e:#}; the new box is made without the {} binding (box new/clone/load \
+                 --credential {} adds it once the key is there)",
+                    b.var,
+                    b.spec()
+                ));
+                false
+            }
+        });
+    said
 }
 
 /// `machine start` of a box, with the values of its bound API keys in that call's
@@ -226,20 +253,48 @@ mod tests {
     #[test]
     fn the_default_closes_the_lan_and_nothing_else() {
         let mut c = Containment::from_config(&BoxEnv::default(), &Overrides::default()).unwrap();
-        let (args, notes) =
-            create_args(&mut c, SmolvmVersion::new(1, 33, 0), false, false).unwrap();
+        let (args, notes) = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 33, 0),
+            false,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap();
         assert_eq!(args, vec!["--block-private"]);
         assert!(notes.is_empty() && c.lan_closed);
         // Too old: said, and refused only with EGRESS_REQUIRE=1.
         let mut c = Containment::from_config(&BoxEnv::default(), &Overrides::default()).unwrap();
-        let (args, notes) =
-            create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, false).unwrap();
+        let (args, notes) = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 17, 0),
+            false,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap();
         assert!(args.is_empty() && !c.lan_closed);
         assert!(notes[0].contains("needs 1.33"), "{notes:?}");
-        let err = create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, true)
-            .unwrap_err()
-            .to_string();
+        let err = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 17, 0),
+            false,
+            LanDemand::Required,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("EGRESS_REQUIRE=1"), "{err}");
+        // A box recorded LAN-closed (a backup's, a clone's source) names the flag instead.
+        let err = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 32, 0),
+            false,
+            LanDemand::Recorded,
+        )
+        .unwrap_err()
+        .to_string();
+        assert!(
+            err.contains("needs smolvm 1.33") && err.contains("--accept-open-lan"),
+            "{err}"
+        );
     }
 
     #[test]
@@ -252,7 +307,13 @@ mod tests {
             ("CREDENTIALS", "anthropic KEY2@api.other.test"),
         ]);
         let mut c = Containment::from_config(&e, &Overrides::default()).unwrap();
-        let (args, _) = create_args(&mut c, SmolvmVersion::new(1, 33, 0), false, false).unwrap();
+        let (args, _) = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 33, 0),
+            false,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap();
         let line = args.join(" ");
         for want in [
             "--block-private --allow-private 10.1.2.3/32",
@@ -275,21 +336,44 @@ mod tests {
     fn versions_that_lack_a_feature_are_refused_with_the_version_needed() {
         let e = env(&[("CREDENTIALS", "anthropic")]);
         let mut c = Containment::from_config(&e, &Overrides::default()).unwrap();
-        let err = create_args(&mut c, SmolvmVersion::new(1, 17, 0), false, false)
-            .unwrap_err()
-            .to_string();
+        let err = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 17, 0),
+            false,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("need smolvm 1.18 or newer"), "{err}");
-        let err = create_args(&mut c, SmolvmVersion::new(1, 22, 1), true, false)
-            .unwrap_err()
-            .to_string();
+        let err = create_args(
+            &mut c,
+            SmolvmVersion::new(1, 22, 1),
+            true,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("1.22.2"), "{err}");
-        assert!(create_args(&mut c, SmolvmVersion::new(1, 22, 2), true, false).is_ok());
+        assert!(
+            create_args(
+                &mut c,
+                SmolvmVersion::new(1, 22, 2),
+                true,
+                LanDemand::WhereSmolvmCan
+            )
+            .is_ok()
+        );
         let mut a =
             Containment::from_config(&env(&[("EGRESS", "allowlist")]), &Overrides::default())
                 .unwrap();
-        let err = create_args(&mut a, SmolvmVersion::new(1, 0, 4), false, false)
-            .unwrap_err()
-            .to_string();
+        let err = create_args(
+            &mut a,
+            SmolvmVersion::new(1, 0, 4),
+            false,
+            LanDemand::WhereSmolvmCan,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("EGRESS=allowlist needs smolvm 1.9"), "{err}");
     }
 

@@ -59,6 +59,18 @@ impl Credential {
     }
 }
 
+/// How firmly a new box's LAN must be closed, and why.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum LanDemand {
+    /// Closed where smolvm can; said where it cannot.
+    WhereSmolvmCan,
+    /// `EGRESS_REQUIRE=1`: refused where smolvm cannot close it.
+    Required,
+    /// The box it comes from (a backup's, a clone's source) had its LAN closed: refused
+    /// where smolvm cannot close it, unless the user accepts an open LAN.
+    Recorded,
+}
+
 /// A box's policy, as its registry row keeps it.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct Containment {

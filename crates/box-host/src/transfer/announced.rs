@@ -27,6 +27,7 @@ use std::sync::mpsc::{Receiver, RecvTimeoutError};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
+use box_proto::archive::chain_line::ChainSaid;
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 
 use super::checkpoint;
@@ -38,6 +39,8 @@ const TICK: Duration = Duration::from_millis(20);
 
 /// What the producer of the export reports, in order: parts, then one exit.
 pub enum ExportEvent {
+    /// The export's chain line (box_proto::archive::chain_line), before any part.
+    Chain(ChainSaid),
     /// A `part-ready` line, parsed.
     Ready(Part),
     /// A line that starts like an announcement but is not one.
@@ -69,6 +72,12 @@ pub trait PartSink {
     /// whose SHA-256 the sink must check.
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()>;
 
+    /// What the export said it makes, before its first part (a save seals it into the
+    /// backup's host facts; others need not care).
+    fn chain_said(&mut self, _said: ChainSaid) -> Result<()> {
+        Ok(())
+    }
+
     /// Whether the sink shows the progress of what it takes itself (a save's encryption
     /// counts the same bytes, finer than a part at a time).
     fn shows_progress(&self) -> bool {
@@ -79,6 +88,10 @@ pub trait PartSink {
 impl PartSink for Pipeline {
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()> {
         self.feed_part(local, Some(part))
+    }
+
+    fn chain_said(&mut self, said: ChainSaid) -> Result<()> {
+        Pipeline::chain_said(self, said)
     }
 
     fn shows_progress(&self) -> bool {
@@ -189,13 +202,14 @@ pub fn consume_announced<S: PartSink>(
         };
         stages.waiting += waiting_since.elapsed();
         match event {
+            ExportEvent::Chain(said) => sink.chain_said(said)?,
             ExportEvent::Ready(part) => {
                 take_part(&part, announced.len(), source, host_dir, &mut sink, stages)?;
                 phase.add(part.size);
                 announced.push(part);
             }
             ExportEvent::Malformed(line) => bail!(
-                "hb export announced a part box cannot read: {}",
+                "hb export printed a line box cannot read: {}",
                 line.chars().take(120).collect::<String>()
             ),
             ExportEvent::Exited(ExportExit::Done) if announced.is_empty() => {

@@ -22,6 +22,7 @@ use std::sync::mpsc::{self, Sender};
 use std::time::Duration;
 
 use anyhow::{Result, anyhow};
+use box_proto::archive::chain_line::{self, ChainSaid};
 use box_proto::archive::part_hash::PartHashAlgo;
 use box_proto::archive::parts::{Part, PartIndex};
 
@@ -206,6 +207,9 @@ fn sequential<S: PartSink>(
 ) -> Result<ExportedInto<S>> {
     let out = guest.hb(args, timeouts::BULK, true)?;
     super::checkpoint(guest.cancel)?;
+    for said in chain_lines(&out.stdout)? {
+        sink.chain_said(said)?;
+    }
     let cancel = guest.cancel;
     let index = parts_out::copy_out(guest, scratch, host_dir, &mut sink, cancel)?;
     Ok(ExportedInto {
@@ -214,6 +218,15 @@ fn sequential<S: PartSink>(
         stages: None,
         export_wall: out.elapsed,
     })
+}
+
+/// The chain lines of an export's whole output (the sequential path reads it at the end).
+fn chain_lines(stdout: &str) -> Result<Vec<ChainSaid>> {
+    stdout
+        .lines()
+        .filter_map(chain_line::parse)
+        .map(|said| said.map_err(|e| anyhow!("{e}")))
+        .collect()
 }
 
 /// The export's thread: a streaming exec whose `part-ready` lines go to the consumer as
@@ -231,10 +244,11 @@ fn run_export(
             if stream != Stream::Stdout {
                 return;
             }
-            let event = match Part::parse_ready(line) {
-                Some(Ok(part)) => ExportEvent::Ready(part),
-                Some(Err(_)) => ExportEvent::Malformed(line.to_string()),
-                None => return,
+            let event = match (Part::parse_ready(line), chain_line::parse(line)) {
+                (Some(Ok(part)), _) => ExportEvent::Ready(part),
+                (_, Some(Ok(said))) => ExportEvent::Chain(said),
+                (Some(Err(_)), _) | (_, Some(Err(_))) => ExportEvent::Malformed(line.to_string()),
+                (None, None) => return,
             };
             announced += 1;
             // A consumer that gave up has dropped its end; the stop flag ends this call.

@@ -9,6 +9,8 @@
 //! * [`incremental`]: GNU tar's dumpdirs, which make a chain of backups restorable with
 //!   stock `tar -x -g /dev/null`; [`chain_state`]: the tree a chain built, which the next
 //!   link is validated against.
+//! * [`host_facts`]: what `box` itself vouches for about a backup (policy, versions, chain
+//!   place), sealed into its first bytes; [`chain_line`]: what `hb export` says it makes.
 //! * [`naming`]: backup file names and finding a box's newest backup.
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
@@ -16,10 +18,12 @@
 //! Compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
 //! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
 
+pub mod chain_line;
 pub mod chain_state;
 pub mod compress;
 pub mod excludes;
 pub mod holes;
+pub mod host_facts;
 pub mod incremental;
 pub mod naming;
 pub mod part_hash;

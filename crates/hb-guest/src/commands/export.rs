@@ -3,6 +3,7 @@
 use std::process::ExitCode;
 
 use anyhow::Result;
+use box_proto::archive::chain_line;
 
 use super::Context;
 use crate::archive::export::{ChainOptions, ExportOptions, export_announcing};
@@ -24,10 +25,11 @@ pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
             Some(digest) => incremental::parent_for(&current, digest, args.chain_max)?,
             None => (None, "no parent backup given".to_string()),
         };
-        // One line box reads: what kind of link this export is.
+        // One line box reads, before any part: what kind of link this export is (box
+        // seals it into the backup's host facts).
         match &parent {
-            Some(p) => println!("chain: incremental, link {}", p.link + 1),
-            None => println!("chain: full ({why})"),
+            Some(p) => println!("{}", chain_line::link(p.link + 1)),
+            None => println!("{}", chain_line::full(&why)),
         }
         opts.chain = Some(ChainOptions {
             parent,
