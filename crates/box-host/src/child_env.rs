@@ -18,6 +18,10 @@ use std::process::Command;
 pub enum ChildKind {
     /// `smolvm` (or the simulator): its own knobs, where it keeps its data.
     Smolvm,
+    /// The one `machine start` that holds API keys in its environment: smolvm's knobs but
+    /// not its logging's (`RUST_LOG` at debug or trace could make it log the requests it
+    /// puts the keys into; the machine process keeps that environment for its life).
+    SmolvmHoldingKeys,
     /// `xdg-open`, `open`, `gio open`, `BOX_BROWSER`: the desktop session.
     Opener,
     /// `box __gateway`: box itself, which reads box.env keys from the environment and runs
@@ -62,6 +66,9 @@ const SMOLVM_EXTRA: &[&str] = &[
     "SSL_CERT_FILE",
     "SSL_CERT_DIR",
 ];
+
+/// smolvm's logging knobs, which a start holding API keys never gets.
+const LOGGING: &[&str] = &["RUST_LOG"];
 
 /// What an opener needs to reach the user's desktop and browser.
 const DESKTOP: &[&str] = &[
@@ -115,6 +122,9 @@ pub fn allowed(kind: ChildKind, name: &str) -> bool {
         || name.starts_with("LC_")
         || match kind {
             ChildKind::Smolvm => smolvm_own || SMOLVM_EXTRA.contains(&name),
+            ChildKind::SmolvmHoldingKeys => {
+                (smolvm_own || SMOLVM_EXTRA.contains(&name)) && !LOGGING.contains(&name)
+            }
             ChildKind::Opener => DESKTOP.contains(&name),
             ChildKind::Ssh => false,
             ChildKind::Gateway => {
@@ -210,6 +220,20 @@ mod tests {
         assert_eq!(
             names(ChildKind::Opener, &env),
             ["HOME", "LC_ALL", "DISPLAY"]
+        );
+        // smolvm's logging reaches smolvm, but not the start that holds API keys.
+        let mut logged = env.clone();
+        logged.extend(vars(&[("RUST_LOG", "trace"), ("RUST_BACKTRACE", "1")]));
+        assert!(names(ChildKind::Smolvm, &logged).contains(&"RUST_LOG".to_string()));
+        assert_eq!(
+            names(ChildKind::SmolvmHoldingKeys, &logged),
+            [
+                "HOME",
+                "LC_ALL",
+                "SMOLVM",
+                "SMOLVM_DATA_DIR",
+                "RUST_BACKTRACE"
+            ]
         );
         assert_eq!(
             names(ChildKind::Gateway, &env),

@@ -62,6 +62,13 @@ fn gpg_decrypts_our_backup_and_tar_reproduces_the_tree() {
     // The SQLite sidecar under .hermes was left out, the database kept.
     assert!(dest.join("home/agent/.hermes/state.db").exists());
     assert!(!dest.join("home/agent/.hermes/state.db-wal").exists());
+    // Stock tools skipped the host facts box sealed in front; box reads them back.
+    let validated = box_host::backup::load::validate_backup(&out, &secret(PASS)).unwrap();
+    assert_eq!(
+        validated.sealing,
+        box_host::backup::host_facts::Sealing::Sealed(Box::new(sample_facts()))
+    );
+    assert_eq!(published.facts, Some(sample_facts()));
 }
 
 #[test]

@@ -193,12 +193,25 @@ fn interrupted(signals: &DeferredSignals, name: &BoxName) -> ExitCode {
 }
 
 fn describe(v: &ValidatedBackup) {
-    let created = v
-        .manifest
-        .as_ref()
-        .and_then(|m| m.get("created_at"))
-        .map(|t| format!(", saved {t}"))
-        .unwrap_or_default();
+    // When it was saved: as box sealed it; as the manifest says, for an older backup.
+    let created = match &v.sealing {
+        Sealing::Sealed(facts) => format!(
+            ", saved {} by box {}",
+            facts.saved_at,
+            box_proto::archive::validate::shown(facts.box_version.as_bytes())
+        ),
+        _ => v
+            .manifest
+            .as_ref()
+            .and_then(|m| m.get("created_at"))
+            .map(|t| {
+                format!(
+                    ", saved {}",
+                    box_proto::archive::validate::shown(t.as_bytes())
+                )
+            })
+            .unwrap_or_default(),
+    };
     ui::say(format!(
         "Archive ok: {} members, {} of {} data{created}",
         v.report.members,

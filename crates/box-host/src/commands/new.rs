@@ -338,6 +338,7 @@ impl NewRun<'_> {
             .start_with_keys(&self.machine, Some(self.signals.flag()), &self.keys)?;
         self.checkpoint()?;
         containment::check_bound(&self.smolvm, &self.machine, &self.containment.credentials)?;
+        containment::check_enforced(&self.smolvm, &self.machine, &self.containment)?;
         self.timings.mark("start");
 
         self.stage = STAGE_PROVISION;

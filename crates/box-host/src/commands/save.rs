@@ -133,11 +133,11 @@ impl ChainPlan {
         }
     }
 
-    /// What the backup's manifest says of its place (the guest wrote it, and `hb import`
-    /// and a stock restore read it) must be what box sealed: a full backup, or the next
-    /// link on exactly the parent this save chose. Anything else would claim a parent
-    /// nobody chose, and two links of one parent make a fork no restore takes.
-    fn check_place(sealed: &Sealed) -> Result<()> {
+    /// Where the backup's runtime manifest (which the guest wrote) puts it in its chain,
+    /// when that is not what box sealed: said, never taken (box reads the sealed place; an
+    /// agent that rewrites its manifest while a save runs cannot make the save fail or
+    /// move the backup in its chain).
+    fn manifest_disagrees(sealed: &Sealed) -> Option<String> {
         let manifest = sealed
             .report
             .manifest
@@ -146,7 +146,7 @@ impl ChainPlan {
         let get = |key| manifest.as_ref().and_then(|m| m.get(key)).unwrap_or("");
         let (link, parent) = (get(CHAIN_LINK_KEY), get(CHAIN_PARENT_KEY));
         let place = sealed.facts.as_ref().and_then(|f| f.place);
-        let fits = match place {
+        let agrees = match place {
             None => link.is_empty() && parent.is_empty(),
             Some(place) => {
                 link.parse::<u32>().ok() == Some(place.link)
@@ -156,9 +156,13 @@ impl ChainPlan {
                     }
             }
         };
-        if !fits {
-            bail!(
-                "the backup's manifest says it is link {link:?} on parent {parent:?}, which is not what box sealed into it ({}); nothing was published, retry the save",
+        (!agrees).then(|| {
+            let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
+            format!(
+                "the runtime manifest in this backup calls it link {} on parent {} (something \
+                 in the box rewrote it while the save ran); box goes by what it sealed: {}",
+                shown(link),
+                shown(parent),
                 match place {
                     Some(Place {
                         link,
@@ -167,9 +171,8 @@ impl ChainPlan {
                     Some(_) => "a full backup".to_string(),
                     None => "outside any chain".to_string(),
                 }
-            );
-        }
-        Ok(())
+            )
+        })
     }
 }
 
@@ -552,7 +555,10 @@ impl<'a> SaveRun<'a> {
         };
         let sealed = exported.sink.finish()?;
         sealed.matches_index(&exported.index)?;
-        ChainPlan::check_place(&sealed)?;
+        if let Some(said) = ChainPlan::manifest_disagrees(&sealed) {
+            self.transcript.line(&said);
+            ui::warn(format!("box '{}': {said}", self.record.name));
+        }
         let mut timings = format!(
             "stages: export {:.2}s (in the guest)",
             exported.export_wall.as_secs_f64()

@@ -222,6 +222,148 @@ pub fn check_bound(
     Ok(())
 }
 
+/// Private addresses a box whose LAN is closed must not reach, one per closed range; the
+/// probe tries the first that `allow_private` does not reopen and the allow list does not
+/// name (addresses nothing should answer at: it is smolvm's refusal that is looked for).
+const CLOSED_PROBES: &[&str] = &[
+    "10.255.255.254",
+    "172.31.255.254",
+    "192.168.255.254",
+    "100.127.255.254",
+];
+
+/// How long box waits for smolvm's record of the probes' refusal.
+const PROBE_RECORD_WAIT: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// After the first start: smolvm enforces the policy the box was made with. From inside
+/// the guest, a connection to a private address (when the LAN must be closed) and a lookup
+/// of a name outside the allow list (under `allowlist`); then smolvm's own record of what
+/// it refused (`machine egress-events`, which nothing in the guest can write) must show
+/// each. A box made from a base, restored or cloned is checked as a new one is: a smolvm
+/// that dropped a flag (as 1.18.2 dropped `--credential` for packs) makes no box.
+pub fn check_enforced(
+    smolvm: &crate::smolvm::Smolvm,
+    machine: &str,
+    c: &Containment,
+) -> Result<()> {
+    let lan = c
+        .lan_closed
+        .then(|| {
+            CLOSED_PROBES.iter().copied().find(|ip| {
+                let covered = |ranges: &[String]| ranges.iter().any(|r| cidr_covers(r, ip));
+                !covered(&c.allow_private) && !covered(&c.cidrs)
+            })
+        })
+        .flatten();
+    let nonce = {
+        let mut b = [0u8; 8];
+        rand::Rng::fill(&mut rand::rng(), &mut b[..]);
+        hex::encode(b)
+    };
+    let port = 40_000 + u16::from_le_bytes([nonce.as_bytes()[0], nonce.as_bytes()[1]]) % 20_000;
+    let name = format!("box-probe-{nonce}.invalid");
+    let denied_name = (c.mode == Mode::Allowlist).then_some(name.as_str());
+    if lan.is_none() && denied_name.is_none() {
+        return Ok(());
+    }
+    // bash's /dev/tcp and getent: in every image box supports, before anything is
+    // provisioned; both at once, each cut short (smolvm refuses at the first packet or
+    // question: a silent drop must not cost the user seconds). Failures are the point;
+    // what counts is smolvm's record.
+    let mut script = String::new();
+    if let Some(ip) = lan {
+        script.push_str(&format!(
+            "timeout 0.5 bash -c 'exec 3<>/dev/tcp/{ip}/{port}' >/dev/null 2>&1 & "
+        ));
+    }
+    if let Some(n) = denied_name {
+        script.push_str(&format!("timeout 0.5 getent ahosts {n} >/dev/null 2>&1 & "));
+    }
+    script.push_str("wait; exit 0");
+    let probe = smolvm.exec(
+        machine,
+        &["/bin/sh", "-c", &script],
+        crate::smolvm::ExecOpts::default(),
+    )?;
+    if !probe.success() {
+        bail!(
+            "cannot check that smolvm enforces the network policy of '{machine}' (the probe \
+             in the box failed: {})",
+            crate::lifecycle::guest::status(&probe)
+        );
+    }
+    let connect_dest = lan.map(|ip| format!("{ip}:{port}"));
+    let started = std::time::Instant::now();
+    loop {
+        let events = smolvm.egress_events(machine)?;
+        let refused_lan = connect_dest.as_ref().is_none_or(|dest| {
+            events
+                .iter()
+                .any(|e| e.operation == "connect" && e.dest.ends_with(dest.as_str()))
+        });
+        let refused_name = denied_name.is_none_or(|n| {
+            events
+                .iter()
+                .any(|e| e.operation == "resolve" && e.dest.trim_end_matches('.') == n)
+        });
+        if refused_lan && refused_name {
+            return Ok(());
+        }
+        if started.elapsed() > PROBE_RECORD_WAIT {
+            let mut missing = Vec::new();
+            if !refused_lan {
+                missing.push(format!(
+                    "its LAN is not closed (a connection to {} was not refused)",
+                    connect_dest.unwrap_or_default()
+                ));
+            }
+            if !refused_name {
+                missing.push(format!(
+                    "its allow list is not applied (the name {name} was not refused)"
+                ));
+            }
+            bail!(
+                "smolvm does not enforce the network policy box made '{machine}' with: {}; \
+                 box does not report a box it cannot contain (upgrade smolvm, or report this \
+                 with `box doctor`)",
+                missing.join("; ")
+            );
+        }
+        std::thread::sleep(std::time::Duration::from_millis(100));
+    }
+}
+
+/// Whether CIDR `range` (or a single address) holds `ip`.
+fn cidr_covers(range: &str, ip: &str) -> bool {
+    let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let (net, bits) = range.split_once('/').unwrap_or((range, ""));
+    let Ok(net) = net.parse::<std::net::IpAddr>() else {
+        return false;
+    };
+    let (net, ip, width) = match (net, ip) {
+        (std::net::IpAddr::V4(n), std::net::IpAddr::V4(i)) => {
+            (u128::from(u32::from(n)), u128::from(u32::from(i)), 32)
+        }
+        (std::net::IpAddr::V6(n), std::net::IpAddr::V6(i)) => (u128::from(n), u128::from(i), 128),
+        _ => return false,
+    };
+    let bits: u32 = if bits.is_empty() {
+        width
+    } else {
+        match bits.parse() {
+            Ok(b) if b <= width => b,
+            _ => return false,
+        }
+    };
+    if bits == 0 {
+        return true;
+    }
+    let shift = width - bits;
+    (net >> shift) == (ip >> shift)
+}
+
 fn read_key_file(p: &std::path::Path, var: &str) -> Result<String> {
     let md = std::fs::metadata(p)
         .map_err(|e| anyhow::anyhow!("{var}: cannot read {}: {e}", p.display()))?;
@@ -330,6 +472,17 @@ mod tests {
         }
         // api.anthropic.com is under anthropic.com already: not added twice.
         assert!(!line.contains("--allow-host api.anthropic.com"), "{line}");
+    }
+
+    #[test]
+    fn ranges_cover_their_addresses() {
+        assert!(cidr_covers("10.0.0.0/8", "10.255.255.254"));
+        assert!(!cidr_covers("10.0.0.0/9", "10.255.255.254"));
+        assert!(cidr_covers("10.255.255.254", "10.255.255.254"));
+        assert!(cidr_covers("0.0.0.0/0", "192.168.255.254"));
+        assert!(!cidr_covers("192.168.1.0/24", "192.168.255.254"));
+        assert!(!cidr_covers("fd00::/8", "10.255.255.254"));
+        assert!(!cidr_covers("10.0.0.0/40", "10.255.255.254"));
     }
 
     #[test]

@@ -138,8 +138,19 @@ pub fn run(
     call: &str,
     opts: CallOpts<'_>,
 ) -> Result<Output, SmolvmError> {
+    run_as(bin, args, call, opts, ChildKind::Smolvm)
+}
+
+/// [`run`] with the environment of a child of `kind` (a start holding API keys gets less).
+pub fn run_as(
+    bin: &OsString,
+    args: &[OsString],
+    call: &str,
+    opts: CallOpts<'_>,
+    kind: ChildKind,
+) -> Result<Output, SmolvmError> {
     let mut cmd = Command::new(bin);
-    child_env::apply(&mut cmd, ChildKind::Smolvm);
+    child_env::apply(&mut cmd, kind);
     cmd.args(args);
     for (k, v) in &opts.env {
         cmd.env(k, v);

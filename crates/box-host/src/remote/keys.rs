@@ -22,7 +22,9 @@ pub const START_WITH_KEYS: &str = concat!(
     r#"l=; while IFS= read -r l; do [ "$l" = . ] && break; "#,
     r#"case ${l%%=*} in ''|[0-9]*|*[!A-Za-z0-9_]*) exit 125;; esac; "#,
     r#"case $l in *=*) ;; *) exit 125;; esac; export "$l"; l=; done; "#,
-    r#"[ "$l" = . ] || exit 125; unset l; "#,
+    // smolvm's logging stays off in the start that holds the keys (RUST_LOG at debug or
+    // trace could log the requests it puts them into).
+    r#"[ "$l" = . ] || exit 125; unset l RUST_LOG; "#,
     // An asynchronous list reads /dev/null unless told otherwise (POSIX): the watcher
     // gets the connection through fd 3.
     r#"exec 3<&0; "$@" </dev/null 3<&- & p=$!; "#,

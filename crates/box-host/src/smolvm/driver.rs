@@ -15,6 +15,7 @@ use super::error::SmolvmError;
 use super::json::{Machine, parse_machine_list};
 use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
+use crate::child_env::ChildKind;
 use crate::remote::RemoteHost;
 use crate::remote::ssh::{Forward, RemoteCall, Session, SshTarget};
 use crate::remote::{copy, wrapper};
@@ -595,19 +596,21 @@ impl Smolvm {
             }
             return check(&call, out).map(drop);
         }
-        let out = self.run(
-            &a,
-            &call,
-            CallOpts {
-                timeout: self.deadline(timeouts::START),
-                on_line: None,
-                cancel,
-                env: keys
-                    .iter()
-                    .map(|(k, v)| (k.clone(), v.expose_secret().to_string()))
-                    .collect(),
-            },
-        )?;
+        let opts = CallOpts {
+            timeout: self.deadline(timeouts::START),
+            on_line: None,
+            cancel,
+            env: keys
+                .iter()
+                .map(|(k, v)| (k.clone(), v.expose_secret().to_string()))
+                .collect(),
+        };
+        let out = match (&self.transport, keys.is_empty()) {
+            (Transport::Local, false) => {
+                runner::run_as(&self.bin, &a, &call, opts, ChildKind::SmolvmHoldingKeys)?
+            }
+            _ => self.run(&a, &call, opts)?,
+        };
         check(&call, out).map(drop)
     }
 

@@ -70,10 +70,36 @@ pub fn export(root: &Path, out: &Path, part_size: u64) -> box_proto::archive::pa
         .index
 }
 
-/// The save pipeline through the library: parts dir → published backup.
+/// Host facts as `box save` seals them (an allow list, a binding, the LAN closed).
+pub fn sample_facts() -> box_host::backup::host_facts::HostFacts {
+    let mut env = box_proto::BoxEnv::default();
+    env.set("EGRESS", "allowlist").unwrap();
+    env.set("EGRESS_ALLOW_HOSTS", "saved.example").unwrap();
+    env.set("CREDENTIALS", "openai").unwrap();
+    let mut policy =
+        box_host::policy::Containment::from_config(&env, &box_host::policy::Overrides::default())
+            .unwrap();
+    policy.lan_closed = true;
+    box_host::backup::host_facts::HostFacts {
+        box_name: "alpha".into(),
+        box_version: "0.1.0 (test)".into(),
+        smolvm: Some("1.33.0".into()),
+        saved_at: "2026-11-29T12:00:00Z".into(),
+        policy: Some(policy),
+        place: None,
+    }
+}
+
+/// The save pipeline through the library, sealed as `box save` seals: parts dir →
+/// published backup.
 pub fn save_parts(parts: &Path, out: &Path, pass: &str) -> save::Published {
     let pass = secret(pass);
     let mut p = save::Pipeline::begin(out, &pass).unwrap();
+    p.seal_with(save::SealPlan {
+        facts: sample_facts(),
+        chain: save::ChainIntent::Outside,
+    })
+    .unwrap();
     p.feed_parts_dir(parts).unwrap();
     p.finish().unwrap().verify().unwrap().publish().unwrap()
 }
