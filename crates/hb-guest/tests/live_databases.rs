@@ -234,9 +234,9 @@ fn a_damaged_database_is_restored_with_the_rows_of_its_wal() {
     let out = t.path().join("out");
     let (_, warnings) = exported(&src, &out, None);
     assert!(
-        warnings
-            .iter()
-            .any(|w| w.contains(&format!("the database {CODEX_DB} fails SQLite's quick_check"))),
+        warnings.iter().any(|w| w.contains(&format!(
+            "the database {CODEX_DB} fails SQLite's quick_check"
+        ))),
         "{warnings:?}"
     );
     assert!(sqlite_check(&src).starts_with(&format!("damaged {CODEX_DB}")));
@@ -266,7 +266,8 @@ fn link(root: &Path, out: &Path, parent: Option<&str>) -> (String, Vec<String>) 
 }
 
 fn snapshot_path(root: &Path) -> PathBuf {
-    root.join(box_proto::layout::BACKUP_SNAPSHOT).join("current")
+    root.join(box_proto::layout::BACKUP_SNAPSHOT)
+        .join("current")
 }
 
 /// The next link after one that archived a database as it is copies it again, and so

@@ -282,6 +282,26 @@ mod tests {
     }
 
     #[test]
+    fn a_version_1_snapshot_is_read_as_legacy_and_stays_so() {
+        let line = format!(
+            "{} f 1 2 3 4 5 6 7\n",
+            hex::encode("home/agent/.hermes/state.db")
+        );
+        let old = Snapshot::parse(&format!("box-snapshot 1 - 0\n{line}")).unwrap();
+        assert!(old.legacy);
+        assert_eq!(old.entries.len(), 1);
+        // Committed, it still says what wrote it.
+        assert!(old.render().starts_with("box-snapshot 1 "));
+        assert!(Snapshot::default().render().starts_with("box-snapshot 2 "));
+        assert!(
+            !Snapshot::parse(&format!("box-snapshot 2 - 0\n{line}"))
+                .unwrap()
+                .legacy
+        );
+        assert!(Snapshot::parse("box-snapshot 3 - 0\n").is_err());
+    }
+
+    #[test]
     fn a_same_second_same_size_rewrite_is_caught_by_the_ctime() {
         let d = tempfile::tempdir().unwrap();
         let f = d.path().join("f");

@@ -209,12 +209,11 @@ fn copy_checked(db: &Path, copy: &Path) -> Result<Copied, CopyFailure> {
     loop {
         tries += 1;
         remove_copy(copy);
-        let failure = match sqlite::snapshot(db, copy, HOLD_WAIT)
-            .and_then(|()| sqlite::quick_check(copy))
-        {
-            Ok(()) => return Ok(Copied::Checked),
-            Err(failure) => failure,
-        };
+        let failure =
+            match sqlite::snapshot(db, copy, HOLD_WAIT).and_then(|()| sqlite::quick_check(copy)) {
+                Ok(()) => return Ok(Copied::Checked),
+                Err(failure) => failure,
+            };
         remove_copy(copy);
         if fs::symlink_metadata(db).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
             return Ok(Copied::Gone);
@@ -258,9 +257,9 @@ fn copy_failed(key: &[u8], db: &Path, failure: &CopyFailure) -> anyhow::Error {
                  then save again"
             )
         }
-        CopyFailure::Full(_) => anyhow!(
-            "{what}: the disk is full ({said}); free space in the box, then save again"
-        ),
+        CopyFailure::Full(_) => {
+            anyhow!("{what}: the disk is full ({said}); free space in the box, then save again")
+        }
         CopyFailure::Damaged(_) | CopyFailure::Other(_) => {
             anyhow!("{what}: {said}; save again once that is fixed")
         }
