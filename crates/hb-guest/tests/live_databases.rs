@@ -70,6 +70,15 @@ impl Drop for ExclusiveWriter {
     }
 }
 
+/// A data root in `dir` with Hermes's home made: the root, and where Hermes's database goes.
+fn hermes_root(dir: &Path) -> (PathBuf, PathBuf) {
+    let src = dir.join("src");
+    data_root(&src);
+    let db = src.join(HERMES_DB);
+    fs::create_dir_all(db.parent().unwrap()).unwrap();
+    (src, db)
+}
+
 /// `hb export --root root --out out`, as box runs it: (success, stderr).
 fn hb_export(root: &Path, out: &Path) -> (bool, String) {
     let e = Command::new(common::hb_bin())
@@ -98,10 +107,7 @@ fn rows_in(db: &Path, table: &str) -> i64 {
 #[test]
 fn an_exclusive_writer_through_an_export_loses_no_row() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    data_root(&src);
-    let db = src.join(HERMES_DB);
-    fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let (src, db) = hermes_root(t.path());
     let Some(writer) = ExclusiveWriter::start(&db, 500) else {
         return;
     };
@@ -139,10 +145,7 @@ fn a_full_disk_fails_the_export_naming_the_database() {
         return;
     }
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    data_root(&src);
-    let db = src.join(HERMES_DB);
-    fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let (src, db) = hermes_root(t.path());
     make_db(&db, 1000);
     let small = t.path().join("small");
     fs::create_dir(&small).unwrap();
@@ -307,10 +310,7 @@ fn a_database_archived_as_it_is_is_copied_again_by_the_next_link() {
 #[test]
 fn a_snapshot_of_an_older_hb_keeps_no_database() {
     let t = tempfile::tempdir().unwrap();
-    let src = t.path().join("src");
-    data_root(&src);
-    let db = src.join(HERMES_DB);
-    fs::create_dir_all(db.parent().unwrap()).unwrap();
+    let (src, db) = hermes_root(t.path());
     make_db(&db, 100);
     let (first, _) = link(&src, &t.path().join("l0"), None);
     assert_eq!(sqlite_check(&src), "ok");
