@@ -221,9 +221,12 @@ pub fn snapshot(from: &Path, to: &Path, wait: Duration) -> Result<(), CopyFailur
         src.busy_timeout(wait)
             .map_err(|e| CopyFailure::of(&e, "cannot open it"))?;
         // Our own new file: whatever goes wrong with it says nothing of the database.
-        let mut dst = Connection::open(to).map_err(|e| match CopyFailure::of(&e, "") {
-            CopyFailure::Full(_) => CopyFailure::Full(format!("cannot create the copy: {e}")),
-            _ => CopyFailure::Other(format!("cannot create the copy {}: {e}", to.display())),
+        let mut dst = Connection::open(to).map_err(|e| {
+            let said = format!("cannot create the copy {}: {e}", to.display());
+            match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DiskFull) => CopyFailure::Full(said),
+                _ => CopyFailure::Other(said),
+            }
         })?;
         let backup = rusqlite::backup::Backup::new(&src, &mut dst)
             .map_err(|e| CopyFailure::of(&e, "cannot start the copy"))?;
