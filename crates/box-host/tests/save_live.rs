@@ -33,6 +33,21 @@ while True:
     time.sleep(0.002)
 "#;
 
+/// Issue 39's writer: it holds its database for itself (`locking_mode=EXCLUSIVE`), with 500
+/// rows committed to its WAL alone, until it is killed.
+const EXCLUSIVE_WRITER: &str = r#"
+import sqlite3, time
+db = sqlite3.connect("/data/home/agent/.hermes/exclusive.db", isolation_level=None)
+db.execute("PRAGMA locking_mode=EXCLUSIVE")
+db.execute("PRAGMA journal_mode=WAL")
+db.execute("PRAGMA wal_autocheckpoint=0")
+db.execute("CREATE TABLE t (id INTEGER PRIMARY KEY, pad TEXT)")
+for i in range(500):
+    db.execute("INSERT INTO t (pad) VALUES (?)", ("x" * 200,))
+open("/tmp/exclusive.ready", "w").close()
+time.sleep(3600)
+"#;
+
 fn sqlite(db: &Path, sql: &str) -> String {
     let out = Command::new("sqlite3").arg(db).arg(sql).output().unwrap();
     assert!(
@@ -135,7 +150,52 @@ fn a_hermes_writer_runs_through_saves_and_each_backup_holds_whole_transactions()
         );
     }
     w.sh("alpha", &format!("kill {pid}"));
+    an_exclusive_writer_through_a_save_loses_no_row(&w);
     w.assert_running_unpaused("alpha");
     w.assert_no_plaintext(&["alpha"]);
     w.scan_secrets();
+}
+
+/// Issue 39: the exclusive writer holds its database through `box save`: the backup has
+/// its 500 rows, or the save fails saying which database and why, and publishes nothing
+/// (SQLite's online backup cannot read such a database, so today it fails).
+fn an_exclusive_writer_through_a_save_loses_no_row(w: &World) {
+    w.sh(
+        "alpha",
+        &format!(
+            "set -e; cat > /tmp/exclusive.py <<'EOF'\n{EXCLUSIVE_WRITER}\nEOF
+             su agent -s /bin/bash -c 'setsid python3 /tmp/exclusive.py \
+                </dev/null >/tmp/exclusive.log 2>&1 & echo $! > /tmp/exclusive.pid'
+             for i in $(seq 100); do [ -e /tmp/exclusive.ready ] && break; sleep 0.1; done
+             [ -e /tmp/exclusive.ready ]"
+        ),
+    );
+    let before = w.backups_published();
+    let save = w.run(&["save", "alpha"], &[]);
+    let new: Vec<_> = w
+        .backups_published()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    if save.ok() {
+        let into = w.dir.path().join("extract-exclusive");
+        let ex = w.run(
+            &["extract", new[0].to_str().unwrap(), into.to_str().unwrap()],
+            &[],
+        );
+        assert!(ex.ok(), "box extract: {}", ex.all());
+        let db = into.join("home/agent/.hermes/exclusive.db");
+        assert_eq!(sqlite(&db, "SELECT count(*) FROM t"), "500");
+    } else {
+        assert!(
+            save.stderr
+                .contains("cannot copy the database home/agent/.hermes/exclusive.db")
+                && save.stderr.contains("locking_mode=EXCLUSIVE")
+                && save.stderr.contains("then save again"),
+            "{}",
+            save.all()
+        );
+        assert!(new.is_empty(), "{new:?}");
+    }
+    w.sh("alpha", "kill $(cat /tmp/exclusive.pid)");
 }

@@ -355,6 +355,16 @@ fn seed_format_backup_loads() {
         "{}",
         load.stderr
     );
+    // Said in pass 1's report, from the backup's own manifest, before the restore ran.
+    let said = load.stderr.find(
+        "the backup says its database home/agent/.hermes/state.db was damaged when it was saved",
+    );
+    let stopped = load.stderr.find("failed SQLite's integrity check");
+    assert!(
+        matches!((said, stopped), (Some(a), Some(b)) if a < b),
+        "{}",
+        load.stderr
+    );
     assert!(!w.registered("damaged"), "no box is left half-restored");
     assert!(
         !w.machines().iter().any(|(name, _)| name == "damaged"),

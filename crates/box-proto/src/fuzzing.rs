@@ -358,6 +358,11 @@ pub fn manifest(data: &[u8]) {
         };
         assert_eq!(again, m, "render/parse changed the entries");
         assert_eq!(again.render(), text);
+        // box save and box load read what it says of the databases next.
+        if let Some(value) = m.get(crate::manifest::SQLITE_CHECK_KEY) {
+            let damaged = crate::manifest::SqliteCheck::damaged_in(value);
+            assert!(damaged.named.len() <= crate::manifest::SqliteCheck::MAX_NAMED);
+        }
     }
     if let Ok(value) = std::str::from_utf8(data) {
         let mut m = RuntimeManifest::new();

@@ -7,6 +7,9 @@
 
 use std::fmt;
 
+mod sqlite_check;
+pub use sqlite_check::{Damaged, SqliteCheck};
+
 /// The keys the seed writes, in its order, followed by the ones this project adds.
 pub const KNOWN_KEYS: &[&str] = &[
     "created_at",
@@ -31,9 +34,10 @@ pub const CHAIN_PARENT_KEY: &str = "chain_parent";
 
 /// What the check of the databases' copies found when `hb export` made them: `ok`, or
 /// `damaged <path> <path>…` (data-root-relative), then how many were checked and how many
-/// were unchanged since the last save (not read again). Not one of [`KNOWN_KEYS`]: those
-/// are what `hb write-manifest` writes; the export writes this one. (`hb quiesce` wrote
-/// it, with the same values, before exports copied live databases.)
+/// were unchanged since the last save (not read again); [`SqliteCheck`] writes and reads
+/// it. Not one of [`KNOWN_KEYS`]: those are what `hb write-manifest` writes; the export
+/// writes this one. (`hb quiesce` wrote it, with the same values, before exports copied
+/// live databases.)
 pub const SQLITE_CHECK_KEY: &str = "sqlite_check";
 
 /// A box's network policy, as `box` records it at each save (`hb write-manifest --policy

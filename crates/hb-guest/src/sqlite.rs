@@ -6,7 +6,8 @@
 //!   of the box's services (Codex's are restored as they are, and said).
 //! * [`snapshot`]: a consistent copy of a database while its writers go on (SQLite's online
 //!   backup), which `hb export` archives in place of the live file; [`quick_check`] runs on
-//!   that copy (a save checks what changed; a restore checks everything, fully).
+//!   that copy (a save checks what changed; a restore checks everything, fully). Either says
+//!   why it failed ([`CopyFailure`]): damage, or a reason a later try may not meet.
 //!
 //! Only the databases the box's software owns are checked: a `*.db` in a workspace is the
 //! user's data, restored as it is.
@@ -14,7 +15,6 @@
 use std::path::{Path, PathBuf};
 use std::time::Duration;
 
-use anyhow::{Context as _, Result, bail};
 use rusqlite::{Connection, OpenFlags};
 
 use crate::paths::Paths;
@@ -127,23 +127,63 @@ pub fn integrity_check(path: &Path) -> Result<(), String> {
 
 /// `PRAGMA quick_check` of a database no one else has open (a [`snapshot`]): the checks of
 /// [`integrity_check`] less the index contents, in one pass over the pages.
-pub fn quick_check(path: &Path) -> Result<(), String> {
+pub fn quick_check(path: &Path) -> Result<(), CopyFailure> {
     let conn = Connection::open_with_flags(
         path,
         OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
     )
-    .map_err(|e| format!("cannot open it: {e}"))?;
+    .map_err(|e| CopyFailure::of(&e, "cannot open the copy"))?;
     let rows: Vec<String> = conn
         .prepare("PRAGMA quick_check(20)")
         .and_then(|mut stmt| {
             stmt.query_map([], |r| r.get::<_, String>(0))
                 .and_then(|rows| rows.collect())
         })
-        .map_err(|e| e.to_string())?;
+        .map_err(|e| CopyFailure::of(&e, "cannot check the copy"))?;
     if rows.len() == 1 && rows[0] == "ok" {
         return Ok(());
     }
-    Err(rows.into_iter().take(3).collect::<Vec<_>>().join("; "))
+    Err(CopyFailure::Damaged(
+        rows.into_iter().take(3).collect::<Vec<_>>().join("; "),
+    ))
+}
+
+/// Why a database could not be copied, or its copy not be used.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyFailure {
+    /// The database itself is damaged: SQLite says so as it reads it (corrupt, not a
+    /// database), or the copy fails its check. Trying again cannot help.
+    Damaged(String),
+    /// Another program holds it: SQLite stayed busy (or locked) for the whole wait.
+    Held(String),
+    /// The disk the copy is written to is full.
+    Full(String),
+    /// Anything else (an I/O error, too many open files): it may work when tried again.
+    Other(String),
+}
+
+impl CopyFailure {
+    /// What SQLite's error `e` (met while doing `what`) says about the database.
+    fn of(e: &rusqlite::Error, what: &str) -> Self {
+        use rusqlite::ErrorCode as Code;
+        let said = format!("{what}: {e}");
+        match e.sqlite_error_code() {
+            Some(Code::DatabaseCorrupt | Code::NotADatabase) => CopyFailure::Damaged(said),
+            Some(Code::DatabaseBusy | Code::DatabaseLocked) => CopyFailure::Held(said),
+            Some(Code::DiskFull) => CopyFailure::Full(said),
+            _ => CopyFailure::Other(said),
+        }
+    }
+
+    /// What SQLite said.
+    pub fn said(&self) -> &str {
+        match self {
+            CopyFailure::Damaged(s)
+            | CopyFailure::Held(s)
+            | CopyFailure::Full(s)
+            | CopyFailure::Other(s) => s,
+        }
+    }
 }
 
 /// The sidecars SQLite keeps beside a database.
@@ -160,38 +200,51 @@ pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// SQLite's online backup in one step, so inside one read transaction. A writer in WAL mode
 /// (Hermes, Codex) goes on writing while it runs, and the copy holds exactly the
 /// transactions committed when it began, never a torn page; a writer of a rollback-journal
-/// database makes it wait (10 s at most). The sidecars our connection may create (`-wal`,
-/// `-shm`) are given the database's owner, so its own software can still open it.
-pub fn snapshot(from: &Path, to: &Path) -> Result<()> {
+/// database, or one that holds the file for itself (`PRAGMA locking_mode=EXCLUSIVE`),
+/// makes it wait, `wait` at most ([`CopyFailure::Held`]). The sidecars our connection may
+/// create (`-wal`, `-shm`) are given the database's owner, so its own software can still
+/// open it.
+pub fn snapshot(from: &Path, to: &Path, wait: Duration) -> Result<(), CopyFailure> {
     use std::os::unix::fs::MetadataExt;
     let owner = std::fs::symlink_metadata(from)
-        .with_context(|| format!("cannot read {}", from.display()))?;
+        .map_err(|e| CopyFailure::Other(format!("cannot read it: {e}")))?;
     let before: Vec<bool> = SIDECARS[..2]
         .iter()
         .map(|s| sidecar(from, s).exists())
         .collect();
-    let copied = (|| -> Result<()> {
+    let copied = (|| -> Result<(), CopyFailure> {
         let src = Connection::open_with_flags(
             from,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
         )
-        .with_context(|| format!("cannot open {}", from.display()))?;
-        src.busy_timeout(Duration::from_secs(10))?;
-        let mut dst =
-            Connection::open(to).with_context(|| format!("cannot create {}", to.display()))?;
-        let backup = rusqlite::backup::Backup::new(&src, &mut dst)?;
+        .map_err(|e| CopyFailure::of(&e, "cannot open it"))?;
+        src.busy_timeout(wait)
+            .map_err(|e| CopyFailure::of(&e, "cannot open it"))?;
+        // Our own new file: whatever goes wrong with it says nothing of the database.
+        let mut dst = Connection::open(to).map_err(|e| {
+            let said = format!("cannot create the copy {}: {e}", to.display());
+            match e.sqlite_error_code() {
+                Some(rusqlite::ErrorCode::DiskFull) => CopyFailure::Full(said),
+                _ => CopyFailure::Other(said),
+            }
+        })?;
+        let backup = rusqlite::backup::Backup::new(&src, &mut dst)
+            .map_err(|e| CopyFailure::of(&e, "cannot start the copy"))?;
         let started = std::time::Instant::now();
         loop {
-            match backup.step(-1)? {
-                rusqlite::backup::StepResult::Done => return Ok(()),
-                _ if started.elapsed() > Duration::from_secs(10) => {
-                    bail!("{} stayed locked by a writer for 10 s", from.display())
+            match backup.step(-1) {
+                Ok(rusqlite::backup::StepResult::Done) => return Ok(()),
+                Ok(_) if started.elapsed() >= wait => {
+                    return Err(CopyFailure::Held(format!(
+                        "still locked after {} s",
+                        wait.as_secs_f32()
+                    )));
                 }
-                _ => std::thread::sleep(Duration::from_millis(50)),
+                Ok(_) => std::thread::sleep(Duration::from_millis(50)),
+                Err(e) => return Err(CopyFailure::of(&e, "the copy failed")),
             }
         }
-    })()
-    .with_context(|| format!("cannot copy the database {}", from.display()));
+    })();
     for (suffix, existed) in SIDECARS[..2].iter().zip(before) {
         let side = sidecar(from, suffix);
         if !existed && std::fs::symlink_metadata(&side).is_ok() {
@@ -199,4 +252,40 @@ pub fn snapshot(from: &Path, to: &Path) -> Result<()> {
         }
     }
     copied
+}
+
+/// The processes that have the file at `path` open, as `name (pid N)`, at most `max`: who
+/// holds a database a copy could not read. From /proc; whatever cannot be read is passed
+/// over (hb runs as root in a guest, so little is).
+pub fn holders(path: &Path, max: usize) -> Vec<String> {
+    let Ok(target) = std::fs::canonicalize(path) else {
+        return Vec::new();
+    };
+    let Ok(procs) = std::fs::read_dir("/proc") else {
+        return Vec::new();
+    };
+    let me = std::process::id().to_string();
+    let mut found = Vec::new();
+    for entry in procs.flatten() {
+        let pid = entry.file_name().to_string_lossy().into_owned();
+        if pid == me || !pid.bytes().all(|b| b.is_ascii_digit()) {
+            continue;
+        }
+        let Ok(fds) = std::fs::read_dir(entry.path().join("fd")) else {
+            continue;
+        };
+        if !fds
+            .flatten()
+            .any(|fd| std::fs::read_link(fd.path()).is_ok_and(|l| l == target))
+        {
+            continue;
+        }
+        let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
+        let name = box_proto::archive::validate::shown(name.trim_end().as_bytes());
+        found.push(format!("{name} (pid {pid})"));
+        if found.len() == max {
+            break;
+        }
+    }
+    found
 }

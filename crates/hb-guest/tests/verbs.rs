@@ -338,22 +338,27 @@ fn doctor_shows_the_guest_network_with_credentials_hidden() {
 /// A damaged database of the box's software does not stop a save's export (a backup of a
 /// damaged box beats none): hb warns, archives it as it is, and records it in the runtime
 /// manifest the backup carries, which `box save` reads to warn. Before issue 21 the save
-/// failed and the box had no backup.
+/// failed and the box had no backup. Its writer holds it open through both exports, with
+/// rows committed only to its `-wal`: archived as it is, the database keeps its `-wal` in
+/// the archive (before issue 39 only its main file went, without those rows).
 #[test]
-fn an_export_warns_about_a_damaged_database_and_records_it() {
+fn an_export_warns_about_a_damaged_database_and_keeps_its_wal() {
     use std::os::unix::fs::FileExt;
     let b = Box_::new();
     b.init();
     let db = b.home().join(".hermes/state.db");
-    {
-        let conn = rusqlite::Connection::open(&db).unwrap();
-        conn.execute_batch(
-            "PRAGMA journal_mode=WAL; CREATE TABLE t(v TEXT);
+    let writer = rusqlite::Connection::open(&db).unwrap();
+    writer
+        .execute_batch(
+            "PRAGMA journal_mode=WAL; PRAGMA wal_autocheckpoint=0; CREATE TABLE t(v TEXT);
              WITH RECURSIVE n(i) AS (SELECT 1 UNION ALL SELECT i+1 FROM n WHERE i < 2000)
-             INSERT INTO t SELECT printf('%0200d', i) FROM n;",
+             INSERT INTO t SELECT printf('%0200d', i) FROM n;
+             PRAGMA wal_checkpoint(TRUNCATE);
+             CREATE TABLE since_checkpoint(v TEXT);
+             INSERT INTO since_checkpoint VALUES ('only in the wal');",
         )
         .unwrap();
-    }
+    let wal = b.home().join(".hermes/state.db-wal");
     // As a save runs it: the manifest first (quiesce writes it), then the export.
     b.ok(&["write-manifest"]);
     let manifest = || std::fs::read_to_string(b.hb_config().join("runtime-manifest")).unwrap();
@@ -361,6 +366,12 @@ fn an_export_warns_about_a_damaged_database_and_records_it() {
     let e = b.run(&["export", "--out", out.to_str().unwrap()]);
     assert!(e.status.success(), "{}", String::from_utf8_lossy(&e.stderr));
     assert!(manifest().contains("sqlite_check=ok"), "{}", manifest());
+    let first = common::archived(&out);
+    assert!(first.contains_key("./home/agent/.hermes/state.db"));
+    assert!(
+        !first.contains_key("./home/agent/.hermes/state.db-wal"),
+        "a consistent copy holds every row: its -wal is left out"
+    );
 
     let f = std::fs::OpenOptions::new().write(true).open(&db).unwrap();
     f.write_all_at(&[0xA5; 4096], 4 * 4096).unwrap();
@@ -377,4 +388,13 @@ fn an_export_warns_about_a_damaged_database_and_records_it() {
         "{}",
         manifest()
     );
+    let second = common::archived(&out);
+    let live_wal = std::fs::read(&wal).unwrap();
+    assert!(!live_wal.is_empty(), "the writer's rows are in its -wal");
+    assert_eq!(
+        second.get("./home/agent/.hermes/state.db-wal"),
+        Some(&live_wal),
+        "a database archived as it is keeps its -wal"
+    );
+    drop(writer);
 }

@@ -17,8 +17,11 @@
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
-use box_proto::BoxName;
 use box_proto::archive::parts::PartIndex;
+use box_proto::archive::validate::shown;
+use box_proto::layout;
+use box_proto::manifest::{SQLITE_CHECK_KEY, SqliteCheck};
+use box_proto::{BoxName, RuntimeManifest};
 use secrecy::SecretString;
 
 use super::Context;
@@ -224,6 +227,58 @@ fn describe(v: &ValidatedBackup) {
         ));
     } else if v.manifest.is_none() {
         ui::warn("this backup has no runtime manifest (a seed backup?)");
+    }
+    let damaged = v
+        .manifest
+        .as_ref()
+        .map(damaged_databases)
+        .unwrap_or_default();
+    for (db, then) in &damaged.named {
+        ui::warn(format!(
+            "the backup says its database {db} was damaged when it was saved; {then}"
+        ));
+    }
+    if damaged.more > 0 {
+        ui::warn(format!(
+            "the backup says {} more of its databases were damaged when it was saved",
+            damaged.more
+        ));
+    }
+}
+
+/// The databases a backup's manifest says were saved damaged.
+#[derive(Debug, Default)]
+pub(super) struct DamagedDatabases {
+    /// Each shown for a terminal, with what a restore does with it.
+    pub named: Vec<(String, &'static str)>,
+    /// Past [`SqliteCheck::MAX_NAMED`]: counted, not named.
+    pub more: usize,
+}
+
+/// What `sqlite_check` in a backup's manifest says (`box save` and `box load` both tell
+/// it). Written in the guest, where the agent can write it: said, never acted on.
+pub(super) fn damaged_databases(manifest: &RuntimeManifest) -> DamagedDatabases {
+    let Some(value) = manifest.get(SQLITE_CHECK_KEY) else {
+        return DamagedDatabases::default();
+    };
+    let damaged = SqliteCheck::damaged_in(value);
+    let named = damaged
+        .named
+        .iter()
+        .map(|db| {
+            // `hb import` restores Codex's databases as they are (Codex may write through a
+            // save) and stops at any other of the box's.
+            let then = if db.starts_with(&format!("{}/", layout::CODEX_HOME)) {
+                "a restore keeps it as it is"
+            } else {
+                "a restore stops at it before anything is swapped (`box extract` still takes the files out)"
+            };
+            (shown(db.as_bytes()), then)
+        })
+        .collect();
+    DamagedDatabases {
+        named,
+        more: damaged.more,
     }
 }
 
@@ -459,5 +514,58 @@ impl LoadRun<'_> {
             self.box_.transcript.path().display()
         ));
         code
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn damaged(value: &str) -> DamagedDatabases {
+        let mut manifest = RuntimeManifest::new();
+        manifest.set(SQLITE_CHECK_KEY, value);
+        damaged_databases(&manifest)
+    }
+
+    #[test]
+    fn the_manifest_says_which_databases_were_saved_damaged_and_what_a_restore_does() {
+        let found = damaged(
+            "damaged home/agent/.hermes/state.db home/agent/.codex/logs.db (2 checked, 1 unchanged since the last save)",
+        );
+        assert_eq!(
+            found.named,
+            [
+                (
+                    "home/agent/.hermes/state.db".to_string(),
+                    "a restore stops at it before anything is swapped (`box extract` still takes the files out)"
+                ),
+                (
+                    "home/agent/.codex/logs.db".to_string(),
+                    "a restore keeps it as it is"
+                ),
+            ]
+        );
+        assert_eq!(found.more, 0);
+        assert!(
+            damaged("ok (1 checked, 2 unchanged since the last save)")
+                .named
+                .is_empty()
+        );
+        assert!(damaged_databases(&RuntimeManifest::new()).named.is_empty());
+    }
+
+    #[test]
+    fn a_hostile_value_is_shown_escaped_and_cut() {
+        // The agent can write the manifest: a name that would move the cursor is escaped,
+        // one that only looks like Codex's is not taken for it, and a flood is counted.
+        let found = damaged("damaged home/agent/.hermes/x%1B[2Jy.db home/agent/.codexx/a.db");
+        assert_eq!(found.named[0].0, "home/agent/.hermes/x\\x1b[2Jy.db");
+        assert!(found.named[1].1.starts_with("a restore stops at it"));
+        let flood: Vec<String> = (0..100)
+            .map(|i| format!("home/agent/.hermes/{i}.db"))
+            .collect();
+        let found = damaged(&format!("damaged {}", flood.join(" ")));
+        assert_eq!(found.named.len(), SqliteCheck::MAX_NAMED);
+        assert_eq!(found.more, 100 - SqliteCheck::MAX_NAMED);
     }
 }

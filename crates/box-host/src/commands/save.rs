@@ -24,7 +24,7 @@ use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
 use box_proto::archive::naming::newest_backup;
 use box_proto::archive::validate::Report;
-use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY, SQLITE_CHECK_KEY};
+use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 
 use super::Context;
@@ -736,27 +736,23 @@ impl<'a> SaveRun<'a> {
 /// A damaged database is saved as it is (a backup of a damaged box beats none), and said,
 /// from what the backup's own manifest records of the check (`sqlite_check`).
 fn warn_damaged_databases(name: &BoxName, report: &Report) {
-    let manifest = report
+    let Some(manifest) = report
         .manifest
         .as_deref()
-        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok());
-    let Some(damaged) = manifest
-        .as_ref()
-        .and_then(|m| m.get(SQLITE_CHECK_KEY))
-        .and_then(|v| v.strip_prefix("damaged "))
+        .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok())
     else {
         return;
     };
-    let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
-    for db in damaged.split(" (").next().unwrap_or("").split_whitespace() {
-        let then = if db.contains("/.codex/") {
-            "a restore keeps it as it is"
-        } else {
-            "`box load` of this backup will stop at it (`box extract` still takes the files out)"
-        };
+    let damaged = super::load::damaged_databases(&manifest);
+    for (db, then) in &damaged.named {
         ui::warn(format!(
-            "box '{name}': the database {} fails SQLite's check; it is saved as it is, and {then}",
-            shown(db)
+            "box '{name}': the database {db} fails SQLite's check; it is saved as it is, and {then}"
+        ));
+    }
+    if damaged.more > 0 {
+        ui::warn(format!(
+            "box '{name}': and {} more damaged database(s), saved as they are",
+            damaged.more
         ));
     }
 }

@@ -6,7 +6,8 @@
 //! dangling, a venv's `python -> /usr/bin/python3`; a restore never follows one), hardlinks
 //! (as hardlinks to the first path seen), modes, uid/gid with user and group names, mtimes.
 //! Skipped with a warning naming them: sockets, FIFOs, block and character devices. Left
-//! out: the seed's excludes (box_proto::archive::excludes).
+//! out: the seed's excludes (box_proto::archive::excludes), but the sidecars of a database
+//! archived as it is (see `live_db`).
 //!
 //! Each directory is scanned once before its member is written: links read, changed files
 //! opened, so the member's listing (chain mode) names exactly what follows it, and a file
@@ -392,10 +393,10 @@ impl<W: Write> Walker<W> {
                 key.push(b'/');
             }
             key.extend_from_slice(name.as_bytes());
-            if is_excluded(&String::from_utf8_lossy(&key)) {
+            let path = abs.join(&name);
+            if is_excluded(&String::from_utf8_lossy(&key)) && !self.live.is_with_as_is(&path) {
                 continue;
             }
-            let path = abs.join(&name);
             // An entry replaced between two looks (a file by a link, a link by a file) is
             // looked at again; one that keeps changing is left out, like one deleted.
             let mut looked = None;
@@ -458,7 +459,7 @@ impl<W: Write> Walker<W> {
                     },
                 });
             }
-            if self.live.is_sidecar(path) {
+            if self.live.is_left_out(path) {
                 return Ok(Look::Gone);
             }
         }
@@ -479,12 +480,15 @@ impl<W: Write> Walker<W> {
             self.skipped.push(msg);
             return Ok(Look::Gone);
         }
-        let unchanged = self.chain.as_ref().is_some_and(|chain| {
-            chain
-                .parent
-                .as_ref()
-                .is_some_and(|p| p.unchanged(key, &Stamp::of(&meta)))
-        });
+        // A damaged database's sidecar is written even when its stamp is the parent's:
+        // the parent may have archived the database as a copy, and so left it out.
+        let unchanged = !self.live.is_with_as_is(path)
+            && self.chain.as_ref().is_some_and(|chain| {
+                chain
+                    .parent
+                    .as_ref()
+                    .is_some_and(|p| p.unchanged(key, &Stamp::of(&meta)))
+            });
         let mut member = b"./".to_vec();
         member.extend_from_slice(key);
         let (meta, what) = if ft.is_symlink() {
@@ -803,7 +807,7 @@ pub fn export_announcing(
     let live = LiveDatabases::prepare(&opts.root, &opts.out, parent)?;
     for (db, why) in &live.damaged {
         warn(&format!(
-            "the database {db} fails SQLite's quick_check ({why}); it is saved as it is"
+            "the database {db} fails SQLite's quick_check ({why}); it is saved as it is, sidecars included"
         ));
     }
     record_manifest(&opts.root, opts.chain.as_ref(), &live.verdict())?;
@@ -834,6 +838,7 @@ pub fn export_announcing(
                 backup: None,
                 link: c.parent.as_ref().map_or(0, |p| p.link + 1),
                 entries: live.stamps.iter().cloned().collect(),
+                legacy: false,
             },
             parent: c.parent.clone(),
             unchanged: 0,

@@ -27,7 +27,10 @@ use crate::fsutil::write_private;
 
 /// First word of a snapshot file, and its version.
 const MAGIC: &str = "box-snapshot";
-const VERSION: &str = "1";
+const VERSION: &str = "2";
+/// The version hb wrote before version 2: it recorded a database archived as it is (its
+/// copy failed) like one copied, so its databases cannot be kept from it.
+const LEGACY_VERSION: &str = "1";
 /// The digest a snapshot carries before [`commit`] gives it its backup's.
 const UNCOMMITTED: &str = "-";
 
@@ -75,6 +78,10 @@ pub struct Snapshot {
     /// The position of that backup in its chain: 0 for a full one.
     pub link: u32,
     pub entries: HashMap<Vec<u8>, Stamp>,
+    /// Read from a [`LEGACY_VERSION`] file: every database is copied again rather than
+    /// kept from it (a database's stamp there may be of a main file archived without its
+    /// WAL).
+    pub legacy: bool,
 }
 
 impl Snapshot {
@@ -89,7 +96,8 @@ impl Snapshot {
         let mut keys: Vec<&Vec<u8>> = self.entries.keys().collect();
         keys.sort();
         let mut out = format!(
-            "{MAGIC} {VERSION} {} {}\n",
+            "{MAGIC} {} {} {}\n",
+            if self.legacy { LEGACY_VERSION } else { VERSION },
             self.backup.as_deref().unwrap_or(UNCOMMITTED),
             self.link
         );
@@ -117,8 +125,8 @@ impl Snapshot {
         let [magic, version, backup, link] = header.as_slice() else {
             bail!("not a box snapshot (bad header)");
         };
-        if *magic != MAGIC || *version != VERSION {
-            bail!("not a box snapshot of version {VERSION}");
+        if *magic != MAGIC || ![VERSION, LEGACY_VERSION].contains(version) {
+            bail!("not a box snapshot of version {VERSION} or {LEGACY_VERSION}");
         }
         let backup = match *backup {
             UNCOMMITTED => None,
@@ -161,6 +169,7 @@ impl Snapshot {
             backup,
             link,
             entries,
+            legacy: *version == LEGACY_VERSION,
         })
     }
 
@@ -270,6 +279,26 @@ mod tests {
         let (none, why) = parent_for(&current, &digest, 1).unwrap();
         assert!(none.is_none() && why.contains("1 links"), "{why}");
         assert!(Snapshot::parse("box-snapshot 1 - 0\nzz f 1 2 3 4 5 6 7\n").is_err());
+    }
+
+    #[test]
+    fn a_version_1_snapshot_is_read_as_legacy_and_stays_so() {
+        let line = format!(
+            "{} f 1 2 3 4 5 6 7\n",
+            hex::encode("home/agent/.hermes/state.db")
+        );
+        let old = Snapshot::parse(&format!("box-snapshot 1 - 0\n{line}")).unwrap();
+        assert!(old.legacy);
+        assert_eq!(old.entries.len(), 1);
+        // Committed, it still says what wrote it.
+        assert!(old.render().starts_with("box-snapshot 1 "));
+        assert!(Snapshot::default().render().starts_with("box-snapshot 2 "));
+        assert!(
+            !Snapshot::parse(&format!("box-snapshot 2 - 0\n{line}"))
+                .unwrap()
+                .legacy
+        );
+        assert!(Snapshot::parse("box-snapshot 3 - 0\n").is_err());
     }
 
     #[test]

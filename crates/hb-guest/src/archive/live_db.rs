@@ -9,18 +9,36 @@
 //! swaps anything in). The walk then archives the copy under the database's own name and
 //! metadata, and leaves its `-wal`, `-shm` and `-journal` out: the copy holds every
 //! committed row. An unchanged database is kept from the parent without being read.
+//!
+//! A copy that fails is never a silent loss: the main file of a WAL database lacks every
+//! transaction since the last checkpoint and still passes SQLite's checks. So a copy that
+//! fails for an ordinary reason (a writer holding the file, a full disk) is tried again a
+//! few times, then fails the export naming the database and why. Only a damaged database
+//! (SQLite says so, or the copy fails its check) is archived as it is, with its sidecars,
+//! and is not recorded in the snapshot: the next save copies it again rather than keeping
+//! it from a parent that holds it damaged.
 
 use std::collections::{HashMap, HashSet};
 use std::fs;
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::DirBuilderExt;
 use std::path::{Path, PathBuf};
+use std::time::Duration;
 
-use anyhow::{Context as _, Result};
+use anyhow::{Context as _, Result, anyhow};
+use box_proto::archive::validate::shown;
+use box_proto::manifest::SqliteCheck;
 
 use super::incremental::{Snapshot, Stamp};
 use crate::paths::Paths;
-use crate::sqlite;
+use crate::sqlite::{self, CopyFailure};
+
+/// How often a copy is tried before the export fails.
+const TRIES: u32 = 3;
+/// How long one try waits for a writer that holds the database.
+const HOLD_WAIT: Duration = Duration::from_secs(2);
+/// The pause before the second try; each next one waits twice as long.
+const FIRST_BACKOFF: Duration = Duration::from_millis(500);
 
 /// One database, ready for the walk.
 #[derive(Debug)]
@@ -35,8 +53,8 @@ pub enum Archive {
     Kept,
     /// The consistent copy at this path, in its place.
     Copy(PathBuf),
-    /// The file as it is: it is damaged (its copy failed, or failed the check). A backup
-    /// of a damaged box beats none; its restore stops at it and says so.
+    /// The file as it is, with its sidecars: it is damaged. A backup of a damaged box
+    /// beats none; its restore stops at it and says so.
     AsIs,
 }
 
@@ -44,15 +62,21 @@ pub enum Archive {
 #[derive(Debug, Default)]
 pub struct LiveDatabases {
     by_path: HashMap<PathBuf, Prepared>,
-    sidecars: HashSet<PathBuf>,
-    /// What the next save compares with: each database's stamp and its `-wal`'s, taken
-    /// before it was copied (a write after the copy shows as a change next time).
+    /// The sidecars of the databases archived as copies or kept: left out.
+    left_out: HashSet<PathBuf>,
+    /// The sidecars of the databases archived as they are: always written (even beneath
+    /// `.hermes`, whose sidecars the seed's excludes leave out), never kept from a parent
+    /// that left them out.
+    with_as_is: HashSet<PathBuf>,
+    /// What the next save compares with: each copied or kept database's stamp and its
+    /// `-wal`'s, taken before it was copied (a write after the copy shows as a change next
+    /// time). A database archived as it is has none.
     pub stamps: Vec<(Vec<u8>, Stamp)>,
     /// Copied and checked in this export.
     pub copied: usize,
     /// Kept from the parent, unread.
     pub unchanged: usize,
-    /// Those whose copy failed `quick_check`, data-root-relative, with why.
+    /// Those found damaged (archived as they are), data-root-relative, with why.
     pub damaged: Vec<(String, String)>,
 }
 
@@ -72,7 +96,8 @@ fn stamp_at(path: &Path) -> Option<Stamp> {
 
 impl LiveDatabases {
     /// Copies into `scratch/live-db/` (0700) every database of `root` that changed since
-    /// `parent` (all of them without one).
+    /// `parent` (all of them without one). Fails when a copy fails for any reason but
+    /// damage, naming the database and why.
     pub fn prepare(root: &Path, scratch: &Path, parent: Option<&Snapshot>) -> Result<Self> {
         let mut live = LiveDatabases::default();
         let databases = sqlite::databases(&Paths::new(root));
@@ -84,6 +109,9 @@ impl LiveDatabases {
             .mode(0o700)
             .create(&copies)
             .with_context(|| format!("cannot create {}", copies.display()))?;
+        // A snapshot of an hb that recorded a database archived as it is like a copied one
+        // vouches for none of them.
+        let parent = parent.filter(|p| !p.legacy);
         for (n, db) in databases.into_iter().enumerate() {
             let Some(key) = key_of(root, &db) else {
                 continue;
@@ -93,8 +121,9 @@ impl LiveDatabases {
             let (Some(db_stamp), wal_stamp) = (stamp_at(&db), stamp_at(&wal)) else {
                 continue;
             };
-            for suffix in sqlite::SIDECARS {
-                live.sidecars.insert(sqlite::sidecar(&db, suffix));
+            let mut stamps = vec![(key.clone(), db_stamp)];
+            if let Some(s) = wal_stamp {
+                stamps.push((wal_key.clone(), s));
             }
             let unchanged = parent.is_some_and(|p| {
                 p.unchanged(&key, &db_stamp)
@@ -103,34 +132,32 @@ impl LiveDatabases {
                         None => !p.entries.contains_key(&wal_key),
                     }
             });
-            live.stamps.push((key.clone(), db_stamp));
-            if let Some(s) = wal_stamp {
-                live.stamps.push((wal_key, s));
-            }
-            if unchanged {
+            let archive = if unchanged {
                 live.unchanged += 1;
-                live.by_path.insert(
-                    db,
-                    Prepared {
-                        archive: Archive::Kept,
-                    },
-                );
-                continue;
-            }
-            let copy = copies.join(format!("{n}.db"));
-            let checked = sqlite::snapshot(&db, &copy)
-                .map_err(|e| format!("{e:#}"))
-                .and_then(|()| sqlite::quick_check(&copy));
-            live.copied += 1;
-            let archive = match checked {
-                Ok(()) => Archive::Copy(copy),
-                Err(why) => {
-                    let _ = fs::remove_file(&copy);
-                    live.damaged
-                        .push((String::from_utf8_lossy(&key).into_owned(), why));
-                    Archive::AsIs
+                Archive::Kept
+            } else {
+                let copy = copies.join(format!("{n}.db"));
+                match copy_checked(&db, &copy) {
+                    Ok(Copied::Checked) => Archive::Copy(copy),
+                    Ok(Copied::Gone) => continue,
+                    Ok(Copied::Damaged(why)) => {
+                        live.damaged
+                            .push((String::from_utf8_lossy(&key).into_owned(), why));
+                        Archive::AsIs
+                    }
+                    Err(failure) => return Err(copy_failed(&key, &db, &failure)),
                 }
             };
+            if !matches!(archive, Archive::Kept) {
+                live.copied += 1;
+            }
+            let sidecars = sqlite::SIDECARS.iter().map(|s| sqlite::sidecar(&db, s));
+            if matches!(archive, Archive::AsIs) {
+                live.with_as_is.extend(sidecars);
+            } else {
+                live.left_out.extend(sidecars);
+                live.stamps.extend(stamps);
+            }
             live.by_path.insert(db, Prepared { archive });
         }
         Ok(live)
@@ -141,26 +168,100 @@ impl LiveDatabases {
         self.by_path.get(path)
     }
 
-    /// Whether `path` is a sidecar of a database archived as a copy: left out.
-    pub fn is_sidecar(&self, path: &Path) -> bool {
-        self.sidecars.contains(path)
+    /// Whether `path` is a sidecar of a database archived as a copy or kept: left out.
+    pub fn is_left_out(&self, path: &Path) -> bool {
+        self.left_out.contains(path)
     }
 
-    /// The runtime manifest's `sqlite_check`: `ok`, or `damaged <db> …`, and what was not
-    /// read because it did not change.
+    /// Whether `path` is a sidecar of a database archived as it is: written whatever the
+    /// excludes and the parent say.
+    pub fn is_with_as_is(&self, path: &Path) -> bool {
+        self.with_as_is.contains(path)
+    }
+
+    /// The runtime manifest's `sqlite_check`.
     pub fn verdict(&self) -> String {
-        let mut verdict = if self.damaged.is_empty() {
-            "ok".to_string()
-        } else {
-            let names: Vec<&str> = self.damaged.iter().map(|(d, _)| d.as_str()).collect();
-            format!("damaged {}", names.join(" "))
-        };
-        if self.unchanged > 0 {
-            verdict.push_str(&format!(
-                " ({} checked, {} unchanged since the last save)",
-                self.copied, self.unchanged
-            ));
+        SqliteCheck {
+            damaged: self.damaged.iter().map(|(d, _)| d.clone()).collect(),
+            checked: self.copied,
+            unchanged: self.unchanged,
         }
-        verdict
+        .render()
+    }
+}
+
+/// What came of copying one database.
+enum Copied {
+    /// A copy that passed its check is at the path given.
+    Checked,
+    /// SQLite found the database damaged: it is archived as it is.
+    Damaged(String),
+    /// It went away meanwhile: nothing to archive.
+    Gone,
+}
+
+/// Copies `db` to `copy` and checks the copy, trying again ([`TRIES`] in all, with
+/// growing pauses) while it fails for a reason other than damage; `Err` holds the last
+/// failure.
+fn copy_checked(db: &Path, copy: &Path) -> Result<Copied, CopyFailure> {
+    let mut pause = FIRST_BACKOFF;
+    let mut tries = 0;
+    loop {
+        tries += 1;
+        remove_copy(copy);
+        let failure =
+            match sqlite::snapshot(db, copy, HOLD_WAIT).and_then(|()| sqlite::quick_check(copy)) {
+                Ok(()) => return Ok(Copied::Checked),
+                Err(failure) => failure,
+            };
+        remove_copy(copy);
+        if fs::symlink_metadata(db).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
+            return Ok(Copied::Gone);
+        }
+        match failure {
+            CopyFailure::Damaged(why) => return Ok(Copied::Damaged(why)),
+            failure if tries >= TRIES => return Err(failure),
+            _ => {
+                std::thread::sleep(pause);
+                pause *= 2;
+            }
+        }
+    }
+}
+
+/// A copy (and the journal SQLite may have left beside it), gone.
+fn remove_copy(copy: &Path) {
+    let _ = fs::remove_file(copy);
+    for suffix in sqlite::SIDECARS {
+        let _ = fs::remove_file(sqlite::sidecar(copy, suffix));
+    }
+}
+
+/// The export's error for a database that could not be copied: which, why, what to do.
+fn copy_failed(key: &[u8], db: &Path, failure: &CopyFailure) -> anyhow::Error {
+    let name = shown(key);
+    let said = failure.said();
+    let what = format!("cannot copy the database {name} for the backup ({TRIES} tries)");
+    match failure {
+        CopyFailure::Held(_) => {
+            // Any of the programs that have it open may be the one.
+            let holders = sqlite::holders(db, 3);
+            let who = if holders.is_empty() {
+                "another program".to_string()
+            } else {
+                holders.join(" or ")
+            };
+            anyhow!(
+                "{what}: it is locked by {who} ({said}). A program that sets SQLite's \
+                 `PRAGMA locking_mode=EXCLUSIVE` holds it for as long as it runs: close it, \
+                 then save again"
+            )
+        }
+        CopyFailure::Full(_) => {
+            anyhow!("{what}: the disk is full ({said}); free space in the box, then save again")
+        }
+        CopyFailure::Damaged(_) | CopyFailure::Other(_) => {
+            anyhow!("{what}: {said}; save again once that is fixed")
+        }
     }
 }

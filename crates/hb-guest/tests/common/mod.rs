@@ -309,3 +309,28 @@ pub fn mode(p: &Path) -> u32 {
         .mode()
         & 0o7777
 }
+
+/// Every member an export wrote into `out` (its index, then its parts in order,
+/// decompressed and read as tar): name (as in the archive, `./…`) → data. What a restore
+/// gets, before any restore logic.
+pub fn archived(out: &Path) -> std::collections::BTreeMap<String, Vec<u8>> {
+    use box_proto::archive::parts::{INDEX_FILE, PartIndex};
+    use std::io::Read as _;
+    let text = std::fs::read_to_string(out.join(INDEX_FILE)).expect("the part index");
+    let index = PartIndex::parse(&text).expect("a part index that parses");
+    let mut compressed = Vec::new();
+    for part in &index.parts {
+        compressed.extend(std::fs::read(out.join(&part.name)).expect("a part"));
+    }
+    let plain = zstd::decode_all(compressed.as_slice()).expect("zstd");
+    let mut members = std::collections::BTreeMap::new();
+    let mut archive = tar::Archive::new(plain.as_slice());
+    for entry in archive.entries().expect("tar") {
+        let mut entry = entry.expect("a tar member");
+        let name = String::from_utf8_lossy(&entry.path_bytes()).into_owned();
+        let mut data = Vec::new();
+        entry.read_to_end(&mut data).expect("member data");
+        members.insert(name, data);
+    }
+    members
+}
