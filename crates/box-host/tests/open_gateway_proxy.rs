@@ -870,3 +870,81 @@ async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
     assert!(refused(&gw.get("/redirect", &other).await));
     gw.task.abort();
 }
+
+/// A gateway an older box started (before host names) answers at 127.0.0.1 only, where
+/// the browser sent to `box-<name>.localhost` would be refused: `box open` stops it
+/// instead of handing it out, and hands out a current one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn box_open_replaces_a_gateway_an_older_box_started() {
+    use tokio::net::UnixListener;
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(dir.path().join("state"));
+    StateDir::ensure_private_dir(&gateway::record::dir(&state)).unwrap();
+    // The older gateway: a process, its record without a host name, its control socket.
+    let process = Arc::new(Mutex::new(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    ));
+    let pid = process.lock().unwrap().id();
+    let info_path = gateway::record::info_path(&state, "alpha");
+    let record = format!(
+        r#"{{"box":"alpha","pid":{pid},"port":40001,"upstream_port":40002,"started":"2025-01-01T00:00:00Z"}}"#
+    );
+    std::fs::write(&info_path, &record).unwrap();
+    let listener = UnixListener::bind(gateway::record::socket_path(&state, "alpha")).unwrap();
+    let asked = Seen::default();
+    let (older, questions) = (Arc::clone(&process), Arc::clone(&asked));
+    let answering = tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut stream = BufReader::new(stream);
+            let mut line = String::new();
+            stream.read_line(&mut line).await.unwrap();
+            questions.lock().unwrap().push(line.trim().to_string());
+            let reply = if line.trim() == "stop" {
+                let mut p = older.lock().unwrap();
+                p.kill().unwrap();
+                p.wait().unwrap();
+                std::fs::remove_file(&info_path).unwrap();
+                "ok".to_string()
+            } else {
+                record.clone()
+            };
+            stream
+                .get_mut()
+                .write_all(format!("{reply}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    });
+    let s = state.clone();
+    let reused = tokio::task::spawn_blocking(move || gateway::reusable(&s, "alpha"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reused, None, "an older gateway was handed out");
+    assert!(
+        asked.lock().unwrap().iter().any(|q| q == "stop"),
+        "{asked:?}"
+    );
+    assert!(!gateway::pid_alive(pid), "the older gateway still runs");
+    answering.abort();
+
+    // A current gateway is handed out as it is, at the box's host name.
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let s = gw.state.clone();
+    let reused = tokio::task::spawn_blocking(move || gateway::reusable(&s, "alpha"))
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the running gateway");
+    assert_eq!(reused.port, gw.port);
+    assert_eq!(
+        reused.url(),
+        format!("http://box-alpha.localhost:{}", gw.port)
+    );
+    gw.task.abort();
+}

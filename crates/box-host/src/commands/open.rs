@@ -114,7 +114,7 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
 fn ensure_gateway(ctx: &Context, record: &BoxRecord) -> Result<GatewayInfo> {
     let name = record.name.as_str();
     let _start = record::start_lock(&ctx.state, name, START_LOCK_WAIT)?;
-    if let Some(info) = gateway::running(&ctx.state, name) {
+    if let Some(info) = gateway::reusable(&ctx.state, name)? {
         tracing::info!("reusing the gateway of '{name}' (pid {})", info.pid);
         return Ok(info);
     }

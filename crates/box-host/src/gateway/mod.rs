@@ -75,6 +75,23 @@ pub fn running(state: &StateDir, name: &str) -> Option<GatewayInfo> {
     }
 }
 
+/// The running gateway of `name` for `box open` to hand out. One started by an older box
+/// serves at 127.0.0.1, where every local web app shares its cookies, and would refuse
+/// the browser at the box's host name: it is stopped, and `None` returned.
+pub fn reusable(state: &StateDir, name: &str) -> Result<Option<GatewayInfo>> {
+    match running(state, name) {
+        Some(info) if !info.has_host_name() => {
+            crate::ui::say(format!(
+                "Replacing the gateway of '{name}' that an older box started (it served the UI at {}; the UI now has a host name of its own)",
+                info.url()
+            ));
+            stop(state, name)?;
+            Ok(None)
+        }
+        current => Ok(current),
+    }
+}
+
 /// Stops `name`'s gateway, if one runs, and waits until it has exited. Returns what ran.
 pub fn stop(state: &StateDir, name: &str) -> Result<Option<GatewayInfo>> {
     let Some(info) = running(state, name) else {

@@ -39,6 +39,12 @@ impl GatewayInfo {
         }
         format!("http://{}:{}", self.host, self.port)
     }
+
+    /// Whether the gateway serves the box at its own host name (one of an older box did
+    /// not, and must be replaced).
+    pub fn has_host_name(&self) -> bool {
+        !self.host.is_empty()
+    }
 }
 
 pub fn dir(state: &StateDir) -> PathBuf {
