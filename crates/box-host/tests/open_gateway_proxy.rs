@@ -680,6 +680,103 @@ async fn chromium_sends_executor_only_the_cookies_executor_set() {
     gw.task.abort();
 }
 
+/// The reason for the box's host name: another web app on the user's loopback sets a
+/// cookie its scripts may read (`127.0.0.1:<its port>`). A script on Executor's page
+/// through the gateway does not see it, and neither that app nor its scripts ever see the
+/// gateway's session cookie or Executor's cookies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_keeps_another_loopback_apps_cookies_and_the_boxs_apart() {
+    if !browser_support::available() {
+        return;
+    }
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let (other, other_heads) = local_page(
+        "set-cookie: bait=other-app-3f1; Path=/; Max-Age=3600\r\n",
+        JAR.into(),
+    )
+    .await;
+    let app = format!("http://127.0.0.1:{other}/");
+    let profile = gw._dir.path().join("chromium");
+    let first = chromium(&profile, app.clone()).await;
+    assert!(
+        text_of(&first.dom).contains("jar[bait=other-app-3f1]"),
+        "the app's scripts cannot read its own cookie:\n{}",
+        first.dom
+    );
+
+    let text = open_ui(&gw, &profile).await;
+    // Executor's scripts read exactly Executor's own readable cookie: no bait, and not the
+    // gateway's session (HttpOnly).
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+
+    let again = chromium(&profile, app).await;
+    let text = text_of(&again.dom);
+    assert!(text.contains("jar[bait=other-app-3f1]"), "{text}");
+    // What the browser sent the app on its second visit (its page, and the favicon).
+    let heads = other_heads.lock().unwrap().clone();
+    let pages: Vec<&String> = heads.iter().filter(|h| h.starts_with("GET / ")).collect();
+    assert_eq!(pages.len(), 2, "{heads:#?}");
+    let cookies: Vec<&str> = pages[1]
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("cookie"))
+        .map(|(_, v)| v.trim())
+        .collect();
+    assert_eq!(
+        cookies,
+        ["bait=other-app-3f1"],
+        "the app got other cookies than its own:\n{}",
+        pages[1]
+    );
+    for h in &heads {
+        for leaked in ["box_gateway_", "exec_", "planted", "jupyter_token"] {
+            assert!(!h.contains(leaked), "{leaked}:\n{h}");
+        }
+    }
+    gw.task.abort();
+}
+
+/// Two boxes' UIs are two sites: a script on one box's page cannot plant a cookie, for
+/// any parent domain of its host name, that the other box's page reads (under
+/// `<box>.box.localhost` names it could, for `box.localhost`). The second box's name is as
+/// long as a name may be, so its host name is the shortened form; Chromium loads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_boxs_page_cannot_plant_cookies_for_another_boxs() {
+    if !browser_support::available() {
+        return;
+    }
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let alpha = start_gateway(up, Duration::from_secs(600)).await;
+    let long_name = format!("{}-x", "b".repeat(61));
+    let long = start_gateway_with(
+        &long_name,
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes::default(),
+    )
+    .await;
+    let host = long.host();
+    let label = host.strip_suffix(".localhost").expect(host);
+    assert_eq!(label.len(), 63, "{host}");
+    assert!(
+        label.starts_with("box-bbbb") && label.contains("--"),
+        "{host}"
+    );
+
+    let profile = alpha._dir.path().join("chromium");
+    open_ui(&alpha, &profile).await;
+    // Chromium reached the box with the long name, and its page's scripts see no cookie
+    // the first box's page planted, nor any of the first box's.
+    let text = open_ui(&long, &profile).await;
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+    // Back on the first box's page: the second one's plants did not reach it either.
+    let text = open_ui(&alpha, &profile).await;
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+    alpha.task.abort();
+    long.task.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
     if !browser_support::available() {
