@@ -127,9 +127,13 @@ pub enum Command {
     #[command(
         after_long_help = "Examples:\n  box open alpha\n  box open alpha --print-url    headless host: print the sign-in URL instead\n  box open --sign-out alpha     sign every browser out, keep the gateway\n  box open --stop alpha\n\n\
         box starts (or reuses) a gateway for the box on 127.0.0.1 that adds Executor's token to\n\
-        every request; the token never reaches the browser, a URL or the terminal. The opener is\n\
-        handed a private sign-in page (a file only you can read) that leads the browser to a\n\
-        one-time sign-in URL, which works once, within a minute, for a session cookie.\n\
+        every request; the token never reaches the browser, a URL or the terminal. It serves\n\
+        the UI at the box's own host name, http://box-<name>.localhost:<port> (not at\n\
+        127.0.0.1), so the UI's cookies are apart from every other local web app's and box's.\n\
+        Browsers resolve *.localhost to this machine themselves; other tools may not, and\n\
+        need not: only a browser opens it. The opener is handed a private sign-in page (a\n\
+        file only you can read) that leads the browser to a one-time sign-in URL, which works\n\
+        once, within a minute, for a session cookie.\n\
         A session ends after OPEN_SESSION_IDLE_TIMEOUT seconds without a request (default 12 h)\n\
         or OPEN_SESSION_MAX_AGE seconds after sign-in (default 7 days), whichever comes first,\n\
         and on --sign-out or --stop; then run box open again.\n\

@@ -219,7 +219,7 @@ fn full_lifecycle(version: &str) {
     assert!(open.ok(), "{open}");
     assert!(
         open.stdout
-            .contains("Opening Executor UI of 'alpha' at http://127.0.0.1:"),
+            .contains("Opening Executor UI of 'alpha' at http://box-alpha.localhost:"),
         "{open}"
     );
     let got = std::fs::read_to_string(&opened).unwrap();

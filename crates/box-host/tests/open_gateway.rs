@@ -32,6 +32,14 @@ fn chromium_dom(w: &World, url: &str, label: &str) -> String {
     loaded.dom
 }
 
+/// The host name box's gateway serves the box `alpha` at.
+const HOST: &str = "box-alpha.localhost";
+
+/// `http://box-alpha.localhost:<port>`: where a browser reaches the gateway on `port`.
+fn origin(port: u16) -> String {
+    format!("http://{HOST}:{port}")
+}
+
 /// One raw HTTP/1.1 request to the gateway; returns the whole response.
 fn http(port: u16, request: &str) -> String {
     let mut s = TcpStream::connect(("127.0.0.1", port)).unwrap();
@@ -45,9 +53,7 @@ fn http(port: u16, request: &str) -> String {
 fn get(port: u16, path: &str, extra: &str) -> String {
     http(
         port,
-        &format!(
-            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{port}\r\n{extra}connection: close\r\n\r\n"
-        ),
+        &format!("GET {path} HTTP/1.1\r\nhost: {HOST}:{port}\r\n{extra}connection: close\r\n\r\n"),
     )
 }
 
@@ -72,7 +78,7 @@ fn sign_in_path(w: &World, port: u16) -> String {
     assert!(out.status.success());
     let stdout = String::from_utf8(out.stdout).unwrap();
     let url = stdout.lines().find(|l| l.starts_with("http://")).unwrap();
-    url[format!("http://127.0.0.1:{port}").len()..].to_string()
+    url.strip_prefix(&origin(port)).expect(url).to_string()
 }
 
 /// `(pid, port)` of the gateway box recorded for `name`, if any.
@@ -215,7 +221,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         .iter()
         .map(|u| {
             assert!(!u.contains("nonce"), "a nonce in the opener's argv: {u}");
-            assert!(!u.contains("127.0.0.1"), "a URL in the opener's argv: {u}");
+            assert!(!u.contains("http:"), "a URL in the opener's argv: {u}");
             std::path::PathBuf::from(u.strip_prefix("file://").expect(u))
         })
         .collect();
@@ -226,7 +232,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         assert_eq!(mode(page), 0o600, "{}", page.display());
         assert_eq!(mode(page.parent().unwrap()), 0o700, "{}", page.display());
         let text = std::fs::read_to_string(page).unwrap();
-        let prefix = format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=");
+        let prefix = format!("{}/__box/sign-in?nonce=", origin(gw_port));
         let at = text.find(&prefix).expect(&text);
         let url = text[at..at + prefix.len() + 64].to_string();
         assert!(
@@ -274,17 +280,16 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     assert!(text.contains("Sign-in link used or expired"), "{dom}");
     assert!(!text.contains("Integrations"), "{dom}");
     // The bare gateway URL without the cookie: the 401 page that says what to run.
-    let dom = chromium_dom(&w, &format!("http://127.0.0.1:{gw_port}/"), "bare");
+    let dom = chromium_dom(&w, &format!("{}/", origin(gw_port)), "bare");
     assert!(text_of(&dom).contains("box open alpha"), "{dom}");
+    // At 127.0.0.1, whose cookies every local web app shares, the gateway does not serve.
+    let dom = chromium_dom(&w, &format!("http://127.0.0.1:{gw_port}/"), "by-address");
+    assert!(text_of(&dom).contains("Wrong host"), "{dom}");
     let bare = get(gw_port, "/", "");
     assert!(bare.starts_with("HTTP/1.1 401"), "{bare}");
 
     // The second URL signs a plain client in; Executor's API answers through the gateway.
-    let signed = get(
-        gw_port,
-        &urls[1][format!("http://127.0.0.1:{gw_port}").len()..],
-        "",
-    );
+    let signed = get(gw_port, urls[1].strip_prefix(&origin(gw_port)).unwrap(), "");
     assert!(signed.starts_with("HTTP/1.1 200"), "{signed}");
     assert!(!pages[1].exists(), "the used sign-in page was left behind");
     let c = cookie_header(&signed);
@@ -317,7 +322,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let post = http(
         gw_port,
         &format!(
-            "POST /api/integrations HTTP/1.1\r\nhost: 127.0.0.1:{gw_port}\r\norigin: http://evil.example\r\n{c}content-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
+            "POST /api/integrations HTTP/1.1\r\nhost: {HOST}:{gw_port}\r\norigin: http://evil.example\r\n{c}content-type: application/json\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{{}}"
         ),
     );
     assert!(post.starts_with("HTTP/1.1 403"), "{post}");
@@ -335,15 +340,11 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     // ls and doctor show the running gateway.
     let ls = w.run(&["ls", "--json"]);
     let rows: serde_json::Value = serde_json::from_str(&ls.stdout).unwrap();
-    assert_eq!(
-        rows[0]["gateway"],
-        format!("http://127.0.0.1:{gw_port}"),
-        "{ls}"
-    );
+    assert_eq!(rows[0]["gateway"], origin(gw_port), "{ls}");
     let ls = w.run(&["ls"]);
     assert!(
         ls.stdout
-            .contains(&format!("(box open gateway: http://127.0.0.1:{gw_port})")),
+            .contains(&format!("(box open gateway: {})", origin(gw_port))),
         "{ls}"
     );
     let doctor = w.run(&["doctor", "alpha"]);
@@ -357,7 +358,8 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     );
     assert!(
         doctor.stdout.contains(&format!(
-            "box open gateway running on http://127.0.0.1:{gw_port} (pid {gw_pid}"
+            "box open gateway running on {} (pid {gw_pid}",
+            origin(gw_port)
         )),
         "{doctor}"
     );
@@ -371,7 +373,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         .find(|l| l.starts_with("http://"))
         .unwrap();
     assert!(
-        url.starts_with(&format!("http://127.0.0.1:{gw_port}/__box/sign-in?nonce=")),
+        url.starts_with(&format!("{}/__box/sign-in?nonce=", origin(gw_port))),
         "{printed}"
     );
     assert_eq!(
@@ -381,6 +383,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     );
     let help = w.run(&["open", "--help"]);
     assert!(help.stdout.contains("credential"), "{help}");
+    assert!(help.stdout.contains("box-<name>.localhost"), "{help}");
 
     // --stop: the gateway exits and its port closes.
     let stop = w.run(&["open", "--stop", "alpha"]);
@@ -434,7 +437,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
         .lines()
         .find(|l| l.starts_with("http://"))
         .unwrap();
-    let signed = get(port, &url[format!("http://127.0.0.1:{port}").len()..], "");
+    let signed = get(port, url.strip_prefix(&origin(port)).unwrap(), "");
     let c = cookie_header(&signed);
     assert!(get(port, "/api/integrations", &c).starts_with("HTTP/1.1 200"));
     std::thread::sleep(Duration::from_millis(1500));

@@ -21,6 +21,9 @@ use tokio::net::{TcpListener, TcpStream};
 
 const OLD_TOKEN: &str = "old-token-Zq3xVb8t";
 const NEW_TOKEN: &str = "new-token-Kp2wMm7r";
+/// A page's part that shows, as `jar[<document.cookie>]`, the cookies its scripts can read
+/// before the page's own scripts write any.
+const JAR: &str = "<p id=jar></p><script>document.getElementById('jar').textContent = 'jar[' + document.cookie + ']'</script>";
 
 /// A box whose token changes to NEW_TOKEN after the first read.
 struct FakeBox {
@@ -92,13 +95,19 @@ async fn upstream(seen: Seen, release: Arc<tokio::sync::Notify>) -> u16 {
                         }
                     }
                 } else if path == "/" {
-                    // Executor's UI: its own cookie and CSP, and a script that calls its API.
-                    // A hostile guest also sets another local app's cookie name on a path no
-                    // page uses, hoping to be sent the real one (which the browser sends on `/`).
-                    let body = "<!doctype html><title>Executor</title><p id=ui>Executor UI</p>\
-                        <script>fetch('/api/after').then(r => document.getElementById('ui').textContent += ' api ' + r.status)</script>";
+                    // Executor's UI: its own cookies (one its scripts may read) and CSP, and a
+                    // script that shows the cookies it can read and calls its API. A hostile
+                    // guest also sets another local app's cookie name on a path no page uses,
+                    // hoping to be sent the real one (which the browser sends on `/`), and
+                    // its script tries to plant a cookie on every parent of its host name.
+                    let body = format!(
+                        "<!doctype html><title>Executor</title><p id=ui>Executor UI</p>{JAR}\
+                        <script>const labels = location.hostname.split('.');\
+                        for (let i = 1; i < labels.length; i++) document.cookie = 'planted=' + location.hostname + '; Domain=' + labels.slice(i).join('.') + '; Path=/; Max-Age=3600';\
+                        fetch('/api/after').then(r => document.getElementById('ui').textContent += ' api ' + r.status)</script>"
+                    );
                     let r = format!(
-                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: exec_sid=e1; Path=/; HttpOnly\r\nset-cookie: jupyter_token=bait; Path=/nowhere; Max-Age=3600\r\ncontent-security-policy: default-src 'self' 'unsafe-inline'\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+                        "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\nset-cookie: exec_sid=e1; Path=/; HttpOnly\r\nset-cookie: exec_theme=dark; Path=/; Max-Age=3600\r\nset-cookie: jupyter_token=bait; Path=/nowhere; Max-Age=3600\r\ncontent-security-policy: default-src 'self' 'unsafe-inline'\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
                         body.len()
                     );
                     s.write_all(r.as_bytes()).await.unwrap();
@@ -125,7 +134,11 @@ async fn upstream(seen: Seen, release: Arc<tokio::sync::Notify>) -> u16 {
 struct Gw {
     state: StateDir,
     _dir: tempfile::TempDir,
+    name: String,
     port: u16,
+    /// `box-<name>.localhost:<port>`: the one Host the gateway answers.
+    authority: String,
+    info: gateway::GatewayInfo,
     task: tokio::task::JoinHandle<anyhow::Result<String>>,
     probe: Arc<FakeBox>,
     /// Every response the gateway gave through [`Gw::raw`], as the browser got it.
@@ -133,10 +146,11 @@ struct Gw {
 }
 
 async fn start_gateway(upstream_port: u16, idle: Duration) -> Gw {
-    start_gateway_with(upstream_port, idle, gateway::Lifetimes::default()).await
+    start_gateway_with("alpha", upstream_port, idle, gateway::Lifetimes::default()).await
 }
 
 async fn start_gateway_with(
+    name: &str,
     upstream_port: u16,
     idle: Duration,
     sessions: gateway::Lifetimes,
@@ -148,15 +162,15 @@ async fn start_gateway_with(
     });
     let opts = serve::Options {
         state: state.clone(),
-        box_name: "alpha".into(),
+        box_name: name.into(),
         upstream_port,
         idle_timeout: idle,
         sessions,
     };
     let task = tokio::spawn(serve::serve(opts, probe.clone()));
     for _ in 0..200 {
-        let s = state.clone();
-        if let Some(info) = tokio::task::spawn_blocking(move || control::status(&s, "alpha"))
+        let (s, n) = (state.clone(), name.to_string());
+        if let Some(info) = tokio::task::spawn_blocking(move || control::status(&s, &n))
             .await
             .unwrap()
             .unwrap()
@@ -164,7 +178,10 @@ async fn start_gateway_with(
             return Gw {
                 state,
                 _dir: dir,
+                name: name.into(),
                 port: info.port,
+                authority: format!("{}:{}", info.host, info.port),
+                info,
                 task,
                 probe,
                 responses: Mutex::default(),
@@ -176,28 +193,41 @@ async fn start_gateway_with(
 }
 
 impl Gw {
+    /// `box-<name>.localhost`: the box's host name.
+    fn host(&self) -> &str {
+        self.authority.split(':').next().unwrap()
+    }
+
+    /// `http://box-<name>.localhost:<port>`: where the browser reaches the gateway.
+    fn origin(&self) -> String {
+        format!("http://{}", self.authority)
+    }
+
     /// A fresh one-time sign-in URL, as `box open --print-url` prints it.
     async fn sign_in_url(&self) -> String {
-        let s = self.state.clone();
-        let nonce = tokio::task::spawn_blocking(move || control::sign_in_nonce(&s, "alpha"))
+        let (s, n) = (self.state.clone(), self.name.clone());
+        let nonce = tokio::task::spawn_blocking(move || control::sign_in_nonce(&s, &n))
             .await
             .unwrap()
             .unwrap();
-        format!("http://127.0.0.1:{}/__box/sign-in?nonce={nonce}", self.port)
+        gateway::sign_in_url(&self.info, &nonce)
     }
 
     /// Signs in through a fresh nonce; returns the cookie pair.
     async fn sign_in(&self) -> String {
         let url = self.sign_in_url().await;
-        let path = &url[format!("http://127.0.0.1:{}", self.port).len()..];
+        let path = url.strip_prefix(&self.origin()).expect(&url);
         let resp = self.get(path, "").await;
         assert!(resp.starts_with("HTTP/1.1 200"), "{resp}");
         let cookie = resp
             .lines()
             .find_map(|l| l.strip_prefix("set-cookie: "))
             .unwrap();
+        // Host-only: no Domain, so the browser keeps it for the box's host name alone.
         assert!(
-            cookie.contains("; HttpOnly; SameSite=Strict; Path=/; Max-Age="),
+            cookie.starts_with("box_gateway_session=")
+                && cookie.contains("; HttpOnly; SameSite=Strict; Path=/; Max-Age=")
+                && !cookie.to_ascii_lowercase().contains("domain"),
             "{cookie}"
         );
         cookie.split(';').next().unwrap().to_string()
@@ -225,8 +255,8 @@ impl Gw {
 
     async fn get(&self, path: &str, extra: &str) -> String {
         self.raw(format!(
-            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\n{extra}connection: close\r\n\r\n",
-            self.port
+            "GET {path} HTTP/1.1\r\nhost: {}\r\n{extra}connection: close\r\n\r\n",
+            self.authority
         ))
         .await
     }
@@ -242,8 +272,8 @@ async fn sse_events_arrive_before_the_upstream_response_ends() {
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     s.write_all(
         format!(
-            "GET /sse HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {cookie}\r\naccept: text/event-stream\r\n\r\n",
-            gw.port
+            "GET /sse HTTP/1.1\r\nhost: {}\r\ncookie: {cookie}\r\naccept: text/event-stream\r\n\r\n",
+            gw.authority
         )
         .as_bytes(),
     )
@@ -299,7 +329,7 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
     let forged = gw
         .get(
             "/",
-            &format!("cookie: box_gateway_{}={}\r\n", gw.port, "0".repeat(64)),
+            &format!("cookie: box_gateway_session={}\r\n", "0".repeat(64)),
         )
         .await;
     assert!(forged.starts_with("HTTP/1.1 401"), "{forged}");
@@ -324,14 +354,41 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
         let r = gw.get(&format!("/__box/sign-in?{hostile}"), "").await;
         assert!(r.starts_with("HTTP/1.1 401"), "{hostile}: {r}");
     }
+    // The URL box open hands out names the box's own host, on the gateway's port.
+    let url = gw.sign_in_url().await;
+    let expected = format!(
+        "http://box-alpha.localhost:{}/__box/sign-in?nonce=",
+        gw.port
+    );
+    assert!(url.starts_with(&expected), "{url}");
+    // Presented at any other name, a sign-in URL is refused and not spent.
+    let path = url.strip_prefix(&gw.origin()).unwrap();
+    let r = gw
+        .raw(format!(
+            "GET {path} HTTP/1.1\r\nhost: 127.0.0.1:{}\r\nconnection: close\r\n\r\n",
+            gw.port
+        ))
+        .await;
+    assert!(r.starts_with("HTTP/1.1 403"), "{r}");
+    assert!(!r.contains("set-cookie"), "{r}");
+    assert!(gw.get(path, "").await.starts_with("HTTP/1.1 200"));
     let cookie = gw.sign_in().await;
     let c = format!("cookie: {cookie}\r\n");
 
-    // Host guard, even with a valid session (DNS rebinding sends the victim's cookies).
+    // Host guard, even with a valid session: the loopback names every local app shares,
+    // another box's name, another port, DNS rebinding (which sends the victim's cookies).
+    let p = gw.port;
     for host in [
-        "evil.example",
-        &format!("evil.example:{}", gw.port),
-        "127.0.0.1:1",
+        format!("127.0.0.1:{p}"),
+        format!("localhost:{p}"),
+        format!("[::1]:{p}"),
+        format!("box-beta.localhost:{p}"),
+        "box-alpha.localhost:1".to_string(),
+        format!("box-alpha.localhost.:{p}"),
+        format!("x.box-alpha.localhost:{p}"),
+        "box-alpha.localhost".to_string(),
+        "evil.example".to_string(),
+        format!("evil.example:{p}"),
     ] {
         let r = gw
             .raw(format!(
@@ -339,13 +396,23 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
             ))
             .await;
         assert!(r.starts_with("HTTP/1.1 403"), "{host}: {r}");
+        assert!(r.contains("Wrong host"), "{host}: {r}");
+        // A rebinding site reads this page: it names no box.
+        assert!(!r.contains("alpha"), "{host}: {r}");
     }
     // Foreign Origin on a state-changing request (another local port is another origin).
-    for origin in ["http://evil.example", "http://127.0.0.1:1", "null"] {
+    for origin in [
+        "http://evil.example".to_string(),
+        format!("http://127.0.0.1:{p}"),
+        format!("http://localhost:{p}"),
+        format!("http://box-beta.localhost:{p}"),
+        "http://box-alpha.localhost:1".to_string(),
+        "null".to_string(),
+    ] {
         let r = gw
             .raw(format!(
-                "POST /api/x HTTP/1.1\r\nhost: 127.0.0.1:{}\r\norigin: {origin}\r\n{c}content-length: 2\r\nconnection: close\r\n\r\n{{}}",
-                gw.port
+                "POST /api/x HTTP/1.1\r\nhost: {}\r\norigin: {origin}\r\n{c}content-length: 2\r\nconnection: close\r\n\r\n{{}}",
+                gw.authority
             ))
             .await;
         assert!(r.starts_with("HTTP/1.1 403"), "{origin}: {r}");
@@ -362,8 +429,8 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
     // Same-origin POST with a body goes through with the new token.
     let r = gw
         .raw(format!(
-            "POST /api/x HTTP/1.1\r\nhost: localhost:{0}\r\norigin: http://localhost:{0}\r\n{c}content-length: 2\r\nconnection: close\r\n\r\n{{}}",
-            gw.port
+            "POST /api/x HTTP/1.1\r\nhost: {0}\r\norigin: http://{0}\r\n{c}content-length: 2\r\nconnection: close\r\n\r\n{{}}",
+            gw.authority
         ))
         .await;
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
@@ -371,10 +438,7 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
     // Redirects to Executor's origin come back pointing at the gateway; cookies pass.
     let r = gw.get("/redirect", &c).await;
     assert!(
-        r.contains(&format!(
-            "location: http://127.0.0.1:{}/after?x=1\r\n",
-            gw.port
-        )),
+        r.contains(&format!("location: {}/after?x=1\r\n", gw.origin())),
         "{r}"
     );
     assert!(r.contains("set-cookie: exec=1; Path=/"), "{r}");
@@ -383,8 +447,8 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
     let mut ws = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     ws.write_all(
         format!(
-            "GET /ws HTTP/1.1\r\nhost: 127.0.0.1:{0}\r\norigin: http://127.0.0.1:{0}\r\n{c}connection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: k\r\nsec-websocket-version: 13\r\n\r\n",
-            gw.port
+            "GET /ws HTTP/1.1\r\nhost: {0}\r\norigin: http://{0}\r\n{c}connection: Upgrade\r\nupgrade: websocket\r\nsec-websocket-key: k\r\nsec-websocket-version: 13\r\n\r\n",
+            gw.authority
         )
         .as_bytes(),
     )
@@ -409,8 +473,8 @@ async fn guards_sign_in_upgrades_redirects_and_a_changed_token() {
     // A cross-origin upgrade is refused.
     let r = gw
         .raw(format!(
-            "GET /ws HTTP/1.1\r\nhost: 127.0.0.1:{}\r\norigin: http://evil.example\r\n{c}connection: Upgrade\r\nupgrade: websocket\r\n\r\n",
-            gw.port
+            "GET /ws HTTP/1.1\r\nhost: {}\r\norigin: http://evil.example\r\n{c}connection: Upgrade\r\nupgrade: websocket\r\n\r\n",
+            gw.authority
         ))
         .await;
     assert!(r.starts_with("HTTP/1.1 403"), "{r}");
@@ -436,7 +500,11 @@ async fn an_idle_gateway_stops_and_cleans_up_but_not_while_streaming() {
     // An open SSE stream keeps it alive past the timeout.
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     s.write_all(
-        format!("GET /sse HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n", gw.port).as_bytes(),
+        format!(
+            "GET /sse HTTP/1.1\r\nhost: {}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n",
+            gw.authority
+        )
+        .as_bytes(),
     )
     .await
     .unwrap();
@@ -520,19 +588,23 @@ async fn the_control_socket_survives_hostile_requests() {
     gw.task.abort();
 }
 
-/// Another local web app (Jupyter, a dev server, a page on any 127.0.0.1 port): answers
-/// every request with `extra_head` lines and `body`. Returns its port.
-async fn local_page(extra_head: &str, body: String) -> u16 {
+/// Another local web app (Jupyter, a dev server, anything listening on the loopback):
+/// answers every request with `extra_head` lines and `body`. Returns its port and the
+/// request heads it got.
+async fn local_page(extra_head: &str, body: String) -> (u16, Seen) {
     let listener = TcpListener::bind(("127.0.0.1", 0)).await.unwrap();
     let port = listener.local_addr().unwrap().port();
     let head = extra_head.to_string();
+    let seen = Seen::default();
+    let heads = Arc::clone(&seen);
     tokio::spawn(async move {
         loop {
             let (stream, _) = listener.accept().await.unwrap();
-            let (head, body) = (head.clone(), body.clone());
+            let (head, body, heads) = (head.clone(), body.clone(), Arc::clone(&heads));
             tokio::spawn(async move {
                 let mut stream = BufReader::new(stream);
-                read_head(&mut stream).await;
+                let got = read_head(&mut stream).await;
+                heads.lock().unwrap().push(got);
                 let r = format!(
                     "HTTP/1.1 200 OK\r\ncontent-type: text/html\r\n{head}content-length: {}\r\nconnection: close\r\n\r\n{body}",
                     body.len()
@@ -541,7 +613,7 @@ async fn local_page(extra_head: &str, body: String) -> u16 {
             });
         }
     });
-    port
+    (port, seen)
 }
 
 /// One Chromium page load in `profile`, off the runtime's threads.
@@ -552,9 +624,24 @@ async fn chromium(profile: &std::path::Path, url: String) -> browser_support::Lo
         .unwrap()
 }
 
-/// Chromium holds another local app's cookies, and Executor sets one of the same name on a
-/// path of its own (`jupyter_token=bait; Path=/nowhere`): the real one, which Chromium
-/// sends on every path, never reaches Executor.
+/// Signs Chromium in (in `profile`) through a fresh sign-in URL of `gw`; returns the text
+/// of Executor's page after its scripts ran, one of which called Executor's API.
+async fn open_ui(gw: &Gw, profile: &std::path::Path) -> String {
+    let loaded = chromium(profile, gw.sign_in_url().await).await;
+    let text = text_of(&loaded.dom);
+    assert!(
+        text.contains("Executor UI api 200"),
+        "not signed in, or the API call failed:\n{}",
+        loaded.dom
+    );
+    text
+}
+
+/// Whatever listens on another loopback port can be reached under the box's host name
+/// (a link away), and shares that name's cookie jar: Chromium holds cookies such an app
+/// set, and Executor sets one of the same name on a path of its own
+/// (`jupyter_token=bait; Path=/nowhere`). The real one, which Chromium sends on every
+/// path, never reaches Executor.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn chromium_sends_executor_only_the_cookies_executor_set() {
     if !browser_support::available() {
@@ -563,21 +650,18 @@ async fn chromium_sends_executor_only_the_cookies_executor_set() {
     let seen = Seen::default();
     let up = upstream(seen.clone(), Arc::new(tokio::sync::Notify::new())).await;
     let gw = start_gateway(up, Duration::from_secs(600)).await;
-    // The browser already holds cookies of other local apps: they are 127.0.0.1's too.
     // (Max-Age: each Chromium run is a new browser, which keeps only persistent cookies.)
-    let other = local_page(
+    let (other, _) = local_page(
         "set-cookie: jupyter_token=leak-jt-51c; Path=/; Max-Age=3600\r\nset-cookie: box_gateway_1=other-box-7e2; Path=/; Max-Age=3600\r\n",
         "<p>another app</p>".into(),
     )
     .await;
     let profile = gw._dir.path().join("chromium");
-    chromium(&profile, format!("http://127.0.0.1:{other}/")).await;
-    let loaded = chromium(&profile, gw.sign_in_url().await).await;
-    let text = text_of(&loaded.dom);
+    chromium(&profile, format!("http://{}:{other}/", gw.host())).await;
+    let text = open_ui(&gw, &profile).await;
     assert!(
-        text.contains("Executor UI api 200"),
-        "not signed in, or the API call failed:\n{}",
-        loaded.dom
+        text.contains("leak-jt-51c"),
+        "the app's cookie is not in the box's jar, so this test shows nothing:\n{text}"
     );
     let heads = seen.lock().unwrap().clone();
     let api = heads
@@ -596,6 +680,103 @@ async fn chromium_sends_executor_only_the_cookies_executor_set() {
     gw.task.abort();
 }
 
+/// The reason for the box's host name: another web app on the user's loopback sets a
+/// cookie its scripts may read (`127.0.0.1:<its port>`). A script on Executor's page
+/// through the gateway does not see it, and neither that app nor its scripts ever see the
+/// gateway's session cookie or Executor's cookies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn chromium_keeps_another_loopback_apps_cookies_and_the_boxs_apart() {
+    if !browser_support::available() {
+        return;
+    }
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let (other, other_heads) = local_page(
+        "set-cookie: bait=other-app-3f1; Path=/; Max-Age=3600\r\n",
+        JAR.into(),
+    )
+    .await;
+    let app = format!("http://127.0.0.1:{other}/");
+    let profile = gw._dir.path().join("chromium");
+    let first = chromium(&profile, app.clone()).await;
+    assert!(
+        text_of(&first.dom).contains("jar[bait=other-app-3f1]"),
+        "the app's scripts cannot read its own cookie:\n{}",
+        first.dom
+    );
+
+    let text = open_ui(&gw, &profile).await;
+    // Executor's scripts read exactly Executor's own readable cookie: no bait, and not the
+    // gateway's session (HttpOnly).
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+
+    let again = chromium(&profile, app).await;
+    let text = text_of(&again.dom);
+    assert!(text.contains("jar[bait=other-app-3f1]"), "{text}");
+    // What the browser sent the app on its second visit (its page, and the favicon).
+    let heads = other_heads.lock().unwrap().clone();
+    let pages: Vec<&String> = heads.iter().filter(|h| h.starts_with("GET / ")).collect();
+    assert_eq!(pages.len(), 2, "{heads:#?}");
+    let cookies: Vec<&str> = pages[1]
+        .lines()
+        .filter_map(|l| l.split_once(':'))
+        .filter(|(name, _)| name.eq_ignore_ascii_case("cookie"))
+        .map(|(_, v)| v.trim())
+        .collect();
+    assert_eq!(
+        cookies,
+        ["bait=other-app-3f1"],
+        "the app got other cookies than its own:\n{}",
+        pages[1]
+    );
+    for h in &heads {
+        for leaked in ["box_gateway_", "exec_", "planted", "jupyter_token"] {
+            assert!(!h.contains(leaked), "{leaked}:\n{h}");
+        }
+    }
+    gw.task.abort();
+}
+
+/// Two boxes' UIs are two sites: a script on one box's page cannot plant a cookie, for
+/// any parent domain of its host name, that the other box's page reads (under
+/// `<box>.box.localhost` names it could, for `box.localhost`). The second box's name is as
+/// long as a name may be, so its host name is the shortened form; Chromium loads it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_boxs_page_cannot_plant_cookies_for_another_boxs() {
+    if !browser_support::available() {
+        return;
+    }
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let alpha = start_gateway(up, Duration::from_secs(600)).await;
+    let long_name = format!("{}-x", "b".repeat(61));
+    let long = start_gateway_with(
+        &long_name,
+        up,
+        Duration::from_secs(600),
+        gateway::Lifetimes::default(),
+    )
+    .await;
+    let host = long.host();
+    let label = host.strip_suffix(".localhost").expect(host);
+    assert_eq!(label.len(), 63, "{host}");
+    assert!(
+        label.starts_with("box-bbbb") && label.contains("--"),
+        "{host}"
+    );
+
+    let profile = alpha._dir.path().join("chromium");
+    open_ui(&alpha, &profile).await;
+    // Chromium reached the box with the long name, and its page's scripts see no cookie
+    // the first box's page planted, nor any of the first box's.
+    let text = open_ui(&long, &profile).await;
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+    // Back on the first box's page: the second one's plants did not reach it either.
+    let text = open_ui(&alpha, &profile).await;
+    assert!(text.contains("jar[exec_theme=dark]"), "{text}");
+    alpha.task.abort();
+    long.task.abort();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
     if !browser_support::available() {
@@ -612,10 +793,11 @@ async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
         signed_in.dom
     );
 
-    // A page on another local port (same site: our SameSite=Strict cookie goes with its
-    // requests) frames the signed-in UI and fetches from it.
-    let ui = format!("http://127.0.0.1:{}/", gw.port);
-    let framer = local_page(
+    // A page on another local port, reached under the box's host name (same site: our
+    // SameSite=Strict cookie goes with its requests), frames the signed-in UI and fetches
+    // from it.
+    let ui = format!("{}/", gw.origin());
+    let (framer, _) = local_page(
         "",
         format!(
             "<iframe src=\"{ui}\"></iframe>\
@@ -624,7 +806,7 @@ async fn another_local_page_can_neither_frame_nor_fetch_the_signed_in_ui() {
     )
     .await;
     let before = seen.lock().unwrap().len();
-    let loaded = chromium(&profile, format!("http://127.0.0.1:{framer}/")).await;
+    let loaded = chromium(&profile, format!("http://{}:{framer}/", gw.host())).await;
     let blocked = format!(
         "Framing '{ui}' violates the following Content Security Policy directive: \"frame-ancestors 'none'\""
     );
@@ -692,6 +874,7 @@ async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
 
     // Idle: 1 s without a request ends the session; the page says what to run.
     let gw = start_gateway_with(
+        "alpha",
         up,
         Duration::from_secs(600),
         gateway::Lifetimes {
@@ -719,6 +902,7 @@ async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
 
     // Absolute: used all the time, it still ends 2 s after sign-in.
     let gw = start_gateway_with(
+        "alpha",
         up,
         Duration::from_secs(600),
         gateway::Lifetimes {
@@ -747,7 +931,11 @@ async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
     let other = format!("cookie: {}\r\n", gw.sign_in().await);
     let mut s = TcpStream::connect(("127.0.0.1", gw.port)).await.unwrap();
     s.write_all(
-        format!("GET /sse HTTP/1.1\r\nhost: 127.0.0.1:{}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n", gw.port).as_bytes(),
+        format!(
+            "GET /sse HTTP/1.1\r\nhost: {}\r\ncookie: {cookie}\r\nconnection: close\r\n\r\n",
+            gw.authority
+        )
+        .as_bytes(),
     )
     .await
     .unwrap();
@@ -777,5 +965,83 @@ async fn sessions_end_when_idle_when_old_and_on_sign_out_streams_included() {
         &gw.get("/redirect", &format!("cookie: {cookie}\r\n")).await
     ));
     assert!(refused(&gw.get("/redirect", &other).await));
+    gw.task.abort();
+}
+
+/// A gateway an older box started (before host names) answers at 127.0.0.1 only, where
+/// the browser sent to `box-<name>.localhost` would be refused: `box open` stops it
+/// instead of handing it out, and hands out a current one.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn box_open_replaces_a_gateway_an_older_box_started() {
+    use tokio::net::UnixListener;
+    let dir = tempfile::tempdir().unwrap();
+    let state = StateDir::at(dir.path().join("state"));
+    StateDir::ensure_private_dir(&gateway::record::dir(&state)).unwrap();
+    // The older gateway: a process, its record without a host name, its control socket.
+    let process = Arc::new(Mutex::new(
+        std::process::Command::new("sleep")
+            .arg("60")
+            .spawn()
+            .unwrap(),
+    ));
+    let pid = process.lock().unwrap().id();
+    let info_path = gateway::record::info_path(&state, "alpha");
+    let record = format!(
+        r#"{{"box":"alpha","pid":{pid},"port":40001,"upstream_port":40002,"started":"2025-01-01T00:00:00Z"}}"#
+    );
+    std::fs::write(&info_path, &record).unwrap();
+    let listener = UnixListener::bind(gateway::record::socket_path(&state, "alpha")).unwrap();
+    let asked = Seen::default();
+    let (older, questions) = (Arc::clone(&process), Arc::clone(&asked));
+    let answering = tokio::spawn(async move {
+        loop {
+            let (stream, _) = listener.accept().await.unwrap();
+            let mut stream = BufReader::new(stream);
+            let mut line = String::new();
+            stream.read_line(&mut line).await.unwrap();
+            questions.lock().unwrap().push(line.trim().to_string());
+            let reply = if line.trim() == "stop" {
+                let mut p = older.lock().unwrap();
+                p.kill().unwrap();
+                p.wait().unwrap();
+                std::fs::remove_file(&info_path).unwrap();
+                "ok".to_string()
+            } else {
+                record.clone()
+            };
+            stream
+                .get_mut()
+                .write_all(format!("{reply}\n").as_bytes())
+                .await
+                .unwrap();
+        }
+    });
+    let s = state.clone();
+    let reused = tokio::task::spawn_blocking(move || gateway::reusable(&s, "alpha"))
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(reused, None, "an older gateway was handed out");
+    assert!(
+        asked.lock().unwrap().iter().any(|q| q == "stop"),
+        "{asked:?}"
+    );
+    assert!(!gateway::pid_alive(pid), "the older gateway still runs");
+    answering.abort();
+
+    // A current gateway is handed out as it is, at the box's host name.
+    let up = upstream(Seen::default(), Arc::new(tokio::sync::Notify::new())).await;
+    let gw = start_gateway(up, Duration::from_secs(600)).await;
+    let s = gw.state.clone();
+    let reused = tokio::task::spawn_blocking(move || gateway::reusable(&s, "alpha"))
+        .await
+        .unwrap()
+        .unwrap()
+        .expect("the running gateway");
+    assert_eq!(reused.port, gw.port);
+    assert_eq!(
+        reused.url(),
+        format!("http://box-alpha.localhost:{}", gw.port)
+    );
     gw.task.abort();
 }

@@ -202,7 +202,7 @@ fn open_in_chromium(r: &Remote, name: &str, token: &str) {
     let url = printed
         .stdout
         .lines()
-        .find(|l| l.starts_with("http://127.0.0.1:"))
+        .find(|l| l.starts_with(&format!("http://box-{name}.localhost:")))
         .unwrap_or_else(|| panic!("no sign-in URL: {printed}"))
         .trim()
         .to_string();

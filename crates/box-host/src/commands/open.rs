@@ -1,7 +1,9 @@
 //! `box open <name>`: the box's Executor web UI, signed in through box's UI gateway.
 //!
 //! Under the gateway's start lock: reuse the running gateway, or check the box (running,
-//! Executor not paused, healthy) and start one (see `crate::gateway`). Then ask the gateway
+//! Executor not paused, healthy) and start one (see `crate::gateway`). The UI is served at
+//! the box's own host name, `http://box-<name>.localhost:<port>`, which browsers resolve
+//! to loopback themselves (other tools may not: only a browser needs it). Then ask the gateway
 //! over its control socket for a sign-in page (0600, in a 0700 dir; it leads the browser
 //! to a one-time sign-in URL) and hand the opener only that page's `file://` URL: an argv
 //! is readable by every user of the host, the page is not. Executor's token stays inside
@@ -112,7 +114,7 @@ pub fn run(ctx: &Context, args: &OpenArgs) -> Result<ExitCode> {
 fn ensure_gateway(ctx: &Context, record: &BoxRecord) -> Result<GatewayInfo> {
     let name = record.name.as_str();
     let _start = record::start_lock(&ctx.state, name, START_LOCK_WAIT)?;
-    if let Some(info) = gateway::running(&ctx.state, name) {
+    if let Some(info) = gateway::reusable(&ctx.state, name)? {
         tracing::info!("reusing the gateway of '{name}' (pid {})", info.pid);
         return Ok(info);
     }

@@ -1,18 +1,25 @@
-//! Who may talk to the gateway at all: the Host header guard (DNS rebinding), the site
-//! guard (what another site, or another local web page, may ask), and the Origin guard (a
-//! page from another origin cannot make state-changing requests).
+//! Who may talk to the gateway at all: the Host header guard (DNS rebinding, and every
+//! name but the box's own), the site guard (what another site, or another local web page,
+//! may ask), and the Origin guard (a page from another origin cannot make state-changing
+//! requests).
 //!
-//! Note "another origin" includes every other port on 127.0.0.1: those are the *same
-//! site*, so SameSite=Strict alone would let them send our cookie. Hence:
+//! The gateway answers only to its box's host name and port (`box-<name>.localhost:<port>`,
+//! see [`super::host_name`]): not to `127.0.0.1` or `localhost`, whose cookie jar every
+//! local web app shares, nor to another box's name, nor to a DNS-rebinding site's.
 //!
-//! - `Sec-Fetch-Site: cross-site` is refused whatever the method: another site has no
-//!   business with the gateway (a link from one refuses too: use `box open`);
-//! - `same-site` (a page on another local port) may only navigate the whole tab to the
-//!   gateway (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`), which shows the
-//!   user the UI and gives the other page nothing back. It may not embed it in a frame
-//!   (clickjacking; every response also says `frame-ancestors 'none'`), nor fetch,
-//!   script or image-load it with our cookie (the replies it cannot read could still
-//!   act, or time);
+//! Every other port of that host name, and every name under it, is still the *same site*
+//! (a browser sends our `SameSite=Strict` cookie with their requests), and whatever
+//! listens on such a port can be reached under that name. Hence:
+//!
+//! - `Sec-Fetch-Site: cross-site` is refused whatever the method: another site (any other
+//!   app on the loopback, another box's UI included) has no business with the gateway (a
+//!   link from one refuses too: use `box open`);
+//! - `same-site` (a page on another port of the box's host name) may only navigate the
+//!   whole tab to the gateway (`Sec-Fetch-Mode: navigate`, `Sec-Fetch-Dest: document`),
+//!   which shows the user the UI and gives the other page nothing back. It may not embed
+//!   it in a frame (clickjacking; every response also says `frame-ancestors 'none'`), nor
+//!   fetch, script or image-load it with our cookie (the replies it cannot read could
+//!   still act, or time);
 //! - state-changing methods and WebSocket upgrades (which browsers send cross-origin
 //!   freely) need our exact Origin, or none at all (curl, agents).
 //!
@@ -21,21 +28,18 @@
 
 use hyper::Method;
 
-/// Whether `host` (the Host header) names this gateway: `127.0.0.1:<port>` or
-/// `localhost:<port>`. Anything else is a DNS-rebinding attempt or a misdirected client.
-pub fn host_allowed(host: Option<&str>, port: u16) -> bool {
-    let Some(host) = host else { return false };
-    let Some((name, p)) = host.rsplit_once(':') else {
-        return false;
-    };
-    p == port.to_string() && (name == "127.0.0.1" || name.eq_ignore_ascii_case("localhost"))
+/// Whether `host` (the Host header) is `authority`, the gateway's `<host name>:<port>`
+/// (ASCII case aside). Anything else is a DNS-rebinding attempt, a misdirected client, or
+/// a page at a loopback address or name whose cookies other apps share.
+pub fn host_allowed(host: Option<&str>, authority: &str) -> bool {
+    host.is_some_and(|h| h.eq_ignore_ascii_case(authority))
 }
 
-/// Whether `origin` is this gateway's own origin.
-fn origin_is_ours(origin: &str, port: u16) -> bool {
+/// Whether `origin` is this gateway's own origin, `http://<authority>`.
+fn origin_is_ours(origin: &str, authority: &str) -> bool {
     origin
         .strip_prefix("http://")
-        .is_some_and(|host| host_allowed(Some(host), port))
+        .is_some_and(|host| host_allowed(Some(host), authority))
 }
 
 /// Methods that change nothing (by HTTP's rules) and need no Origin check.
@@ -67,7 +71,7 @@ pub fn request_allowed(
     upgrade: bool,
     origin: Option<&str>,
     fetch: FetchMeta<'_>,
-    port: u16,
+    authority: &str,
 ) -> Result<(), Refusal> {
     match fetch.site {
         Some("cross-site") => return Err(Refusal::OtherSite),
@@ -86,7 +90,7 @@ pub fn request_allowed(
     {
         return Err(Refusal::ForeignOrigin);
     }
-    if origin.is_none_or(|o| origin_is_ours(o, port)) {
+    if origin.is_none_or(|o| origin_is_ours(o, authority)) {
         Ok(())
     } else {
         Err(Refusal::ForeignOrigin)
@@ -97,29 +101,37 @@ pub fn request_allowed(
 mod tests {
     use super::*;
 
+    const OURS: &str = "box-alpha.localhost:4000";
+
     #[test]
-    fn host_must_be_this_gateway_on_loopback() {
-        for ok in ["127.0.0.1:4000", "localhost:4000", "LocalHost:4000"] {
-            assert!(host_allowed(Some(ok), 4000), "{ok}");
+    fn host_must_be_the_boxs_own_name_and_port() {
+        for ok in [OURS, "Box-Alpha.LOCALHOST:4000"] {
+            assert!(host_allowed(Some(ok), OURS), "{ok}");
         }
         for bad in [
             None,
             Some(""),
-            Some("127.0.0.1"),
-            Some("localhost"),
-            Some("127.0.0.1:4001"),
-            Some("127.0.0.1:40000"),
-            Some("evil.example:4000"),
-            Some("127.0.0.1.evil.example:4000"),
-            Some("localhost.:4000"),
+            // The loopback addresses and names every local web app shares.
+            Some("127.0.0.1:4000"),
+            Some("localhost:4000"),
             Some("[::1]:4000"),
             Some("0.0.0.0:4000"),
-            Some("127.0.0.2:4000"),
-            Some("127.0.0.1:4000:4000"),
-            Some("user@127.0.0.1:4000"),
-            Some(" 127.0.0.1:4000"),
+            // Another box's name, or another port.
+            Some("box-beta.localhost:4000"),
+            Some("box-alpha.localhost:4001"),
+            Some("box-alpha.localhost:40000"),
+            Some("box-alpha.localhost"),
+            // Near misses.
+            Some("box-alpha.localhost.:4000"),
+            Some("x.box-alpha.localhost:4000"),
+            Some("box-alpha.localhost.evil.example:4000"),
+            Some("evil.example:4000"),
+            Some("box-alpha.localhost:4000:4000"),
+            Some("user@box-alpha.localhost:4000"),
+            Some(" box-alpha.localhost:4000"),
+            Some("box-alpha.localhost:4000 "),
         ] {
-            assert!(!host_allowed(bad, 4000), "{bad:?}");
+            assert!(!host_allowed(bad, OURS), "{bad:?}");
         }
     }
 
@@ -128,7 +140,7 @@ mod tests {
             site,
             ..FetchMeta::default()
         };
-        request_allowed(method, upgrade, origin, fetch, 4000).is_ok()
+        request_allowed(method, upgrade, origin, fetch, OURS).is_ok()
     }
 
     #[test]
@@ -143,7 +155,7 @@ mod tests {
                     mode: Some("navigate"),
                     dest: Some("document"),
                 },
-                4000,
+                OURS,
             );
             assert_eq!(r, Err(Refusal::OtherSite), "{method}");
         }
@@ -156,7 +168,7 @@ mod tests {
             mode: Some(mode),
             dest: Some(dest),
         };
-        let get = |f| request_allowed(&Method::GET, false, None, f, 4000);
+        let get = |f| request_allowed(&Method::GET, false, None, f, OURS);
         assert_eq!(get(same_site("navigate", "document")), Ok(()));
         for (mode, dest) in [
             ("navigate", "iframe"),
@@ -176,9 +188,9 @@ mod tests {
         let post = request_allowed(
             &Method::POST,
             false,
-            Some("http://127.0.0.1:4001"),
+            Some("http://box-alpha.localhost:4001"),
             same_site("navigate", "document"),
-            4000,
+            OURS,
         );
         assert_eq!(post, Err(Refusal::ForeignOrigin));
     }
@@ -203,17 +215,25 @@ mod tests {
         assert!(allowed(
             &post,
             false,
-            Some("http://127.0.0.1:4000"),
+            Some("http://box-alpha.localhost:4000"),
             Some("same-origin")
         ));
-        assert!(allowed(&post, false, Some("http://localhost:4000"), None));
+        assert!(allowed(
+            &post,
+            false,
+            Some("http://box-alpha.localhost:4000"),
+            None
+        ));
         assert!(allowed(&post, false, None, None), "curl sends no Origin");
         for bad in [
             "http://evil.example",
-            "http://127.0.0.1:4001",
-            "https://127.0.0.1:4000",
+            "http://127.0.0.1:4000",
+            "http://localhost:4000",
+            "http://box-beta.localhost:4000",
+            "http://box-alpha.localhost:4001",
+            "https://box-alpha.localhost:4000",
             "null",
-            "http://127.0.0.1:4000.evil.example",
+            "http://box-alpha.localhost:4000.evil.example",
             "",
         ] {
             assert!(!allowed(&post, false, Some(bad), None), "{bad}");
@@ -224,7 +244,7 @@ mod tests {
         assert!(!allowed(
             &post,
             false,
-            Some("http://127.0.0.1:4000"),
+            Some("http://box-alpha.localhost:4000"),
             Some("cross-site")
         ));
     }
@@ -238,6 +258,12 @@ mod tests {
             None
         ));
         assert!(allowed(
+            &Method::GET,
+            true,
+            Some("http://box-alpha.localhost:4000"),
+            None
+        ));
+        assert!(!allowed(
             &Method::GET,
             true,
             Some("http://127.0.0.1:4000"),

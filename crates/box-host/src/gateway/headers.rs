@@ -51,10 +51,12 @@ pub fn strip_hop_by_hop(headers: &mut HeaderMap) {
 }
 
 /// The browser's request headers as Executor should see them: addressed to its own
-/// origin, with only the cookies Executor set, without any client-supplied credentials.
+/// origin instead of the gateway's (`http://<authority>`), with only the cookies Executor
+/// set, without any client-supplied credentials.
 pub fn upstream_headers(
     cookies: &UpstreamCookies,
     upstream_port: u16,
+    authority: &str,
     original: &HeaderMap,
     upgrade: bool,
 ) -> HeaderMap {
@@ -62,10 +64,7 @@ pub fn upstream_headers(
     let upgrade_to = h.get(header::UPGRADE).cloned();
     strip_hop_by_hop(&mut h);
     h.remove(header::AUTHORIZATION);
-    let ours = format!(
-        "http://{}",
-        header_str(original, header::HOST).unwrap_or("")
-    );
+    let ours = format!("http://{authority}");
     let theirs = format!("http://127.0.0.1:{}", upstream_port);
     if let Ok(v) = HeaderValue::from_str(&format!("127.0.0.1:{}", upstream_port)) {
         h.insert(header::HOST, v);
@@ -97,13 +96,9 @@ pub fn upstream_headers(
     h
 }
 
-/// Executor's response headers as the browser should see them.
-pub fn downstream_headers(
-    upstream_port: u16,
-    h: &mut HeaderMap,
-    browser_host: &str,
-    upgrade: bool,
-) {
+/// Executor's response headers as the browser should see them at the gateway's
+/// `authority`.
+pub fn downstream_headers(upstream_port: u16, h: &mut HeaderMap, authority: &str, upgrade: bool) {
     let upgrade_to = h.get(header::UPGRADE).cloned();
     strip_hop_by_hop(h);
     if upgrade && let Some(to) = upgrade_to {
@@ -111,7 +106,7 @@ pub fn downstream_headers(
         h.insert(header::UPGRADE, to);
     }
     if let Some(loc) = header_str(h, header::LOCATION)
-        && let Some(v) = rewrite_location(loc, upstream_port, browser_host)
+        && let Some(v) = rewrite_location(loc, upstream_port, authority)
     {
         h.insert(header::LOCATION, v);
     }
@@ -131,9 +126,9 @@ pub fn forbid_framing(h: &mut HeaderMap) {
     h.insert(header::X_FRAME_OPTIONS, HeaderValue::from_static("DENY"));
 }
 
-/// A redirect to Executor's own origin points at the gateway instead (relative ones need
-/// nothing); anything else is left alone.
-pub fn rewrite_location(loc: &str, upstream_port: u16, browser_host: &str) -> Option<HeaderValue> {
+/// A redirect to Executor's own origin points at the gateway's `authority` instead
+/// (relative ones need nothing); anything else is left alone.
+pub fn rewrite_location(loc: &str, upstream_port: u16, authority: &str) -> Option<HeaderValue> {
     for origin in [
         format!("http://127.0.0.1:{upstream_port}"),
         format!("http://localhost:{upstream_port}"),
@@ -141,7 +136,7 @@ pub fn rewrite_location(loc: &str, upstream_port: u16, browser_host: &str) -> Op
         if let Some(rest) = loc.strip_prefix(&origin)
             && (rest.is_empty() || rest.starts_with(['/', '?', '#']))
         {
-            return HeaderValue::from_str(&format!("http://{browser_host}{rest}")).ok();
+            return HeaderValue::from_str(&format!("http://{authority}{rest}")).ok();
         }
     }
     None
@@ -153,16 +148,16 @@ mod tests {
 
     #[test]
     fn locations_on_executors_origin_point_at_the_gateway() {
-        let host = "localhost:5000";
+        let ours = "box-alpha.localhost:5000";
         let got =
-            |l: &str| rewrite_location(l, 4790, host).map(|v| v.to_str().unwrap().to_string());
+            |l: &str| rewrite_location(l, 4790, ours).map(|v| v.to_str().unwrap().to_string());
         assert_eq!(
             got("http://127.0.0.1:4790/x?y").as_deref(),
-            Some("http://localhost:5000/x?y")
+            Some("http://box-alpha.localhost:5000/x?y")
         );
         assert_eq!(
             got("http://localhost:4790").as_deref(),
-            Some("http://localhost:5000")
+            Some("http://box-alpha.localhost:5000")
         );
         assert_eq!(got("/relative"), None);
         assert_eq!(got("http://127.0.0.1:47901/x"), None);
@@ -171,23 +166,24 @@ mod tests {
 
     #[test]
     fn upstream_sees_its_own_origin_its_own_cookies_only_and_never_a_client_token() {
+        let ours = "box-alpha.localhost:5000";
         let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
+        h.insert(header::HOST, HeaderValue::from_static(ours));
         h.insert(
             header::ORIGIN,
-            HeaderValue::from_static("http://127.0.0.1:5000"),
+            HeaderValue::from_static("http://box-alpha.localhost:5000"),
         );
         h.insert(
             header::REFERER,
-            HeaderValue::from_static("http://127.0.0.1:5000/integrations"),
+            HeaderValue::from_static("http://box-alpha.localhost:5000/integrations"),
         );
         h.append(
             header::COOKIE,
-            HeaderValue::from_static("a=1; box_gateway_5000=sid; jupyter=t"),
+            HeaderValue::from_static("a=1; box_gateway_session=sid; jupyter=t"),
         );
         h.append(
             header::COOKIE,
-            HeaderValue::from_static("box_gateway_5000=sid"),
+            HeaderValue::from_static("box_gateway_session=sid"),
         );
         h.insert(
             header::AUTHORIZATION,
@@ -206,7 +202,7 @@ mod tests {
             HeaderValue::from_static("chunked"),
         );
         let executors = UpstreamCookies::default();
-        let up = upstream_headers(&executors, 4790, &h, false);
+        let up = upstream_headers(&executors, 4790, ours, &h, false);
         assert!(
             up.get(header::COOKIE).is_none(),
             "cookies Executor never set"
@@ -214,7 +210,7 @@ mod tests {
         let mut set = HeaderMap::new();
         set.insert(header::SET_COOKIE, HeaderValue::from_static("a=1; Path=/"));
         executors.learn(&mut set);
-        let up = upstream_headers(&executors, 4790, &h, false);
+        let up = upstream_headers(&executors, 4790, ours, &h, false);
         assert_eq!(up[header::HOST], "127.0.0.1:4790");
         assert_eq!(up[header::ORIGIN], "http://127.0.0.1:4790");
         assert_eq!(up[header::REFERER], "http://127.0.0.1:4790/integrations");
@@ -239,7 +235,7 @@ mod tests {
             header::X_FRAME_OPTIONS,
             HeaderValue::from_static("ALLOWALL"),
         );
-        downstream_headers(4790, &mut h, "127.0.0.1:5000", false);
+        downstream_headers(4790, &mut h, "box-alpha.localhost:5000", false);
         let csp: Vec<_> = h.get_all(header::CONTENT_SECURITY_POLICY).iter().collect();
         assert_eq!(
             csp,
@@ -254,12 +250,16 @@ mod tests {
     #[test]
     fn upgrades_keep_their_handshake_headers() {
         let mut h = HeaderMap::new();
-        h.insert(header::HOST, HeaderValue::from_static("127.0.0.1:5000"));
+        h.insert(
+            header::HOST,
+            HeaderValue::from_static("box-alpha.localhost:5000"),
+        );
         h.insert(header::CONNECTION, HeaderValue::from_static("Upgrade"));
         h.insert(header::UPGRADE, HeaderValue::from_static("websocket"));
         h.insert(header::SEC_WEBSOCKET_KEY, HeaderValue::from_static("k"));
         assert!(is_upgrade(&h));
-        let up = upstream_headers(&UpstreamCookies::default(), 4790, &h, true);
+        let ours = "box-alpha.localhost:5000";
+        let up = upstream_headers(&UpstreamCookies::default(), 4790, ours, &h, true);
         assert_eq!(up[header::CONNECTION], "upgrade");
         assert_eq!(up[header::UPGRADE], "websocket");
         assert_eq!(up[header::SEC_WEBSOCKET_KEY], "k");

@@ -1,17 +1,21 @@
 //! `box open`'s UI gateway: a trust boundary between the browser and Executor.
 //!
 //! The gateway is a background `box __gateway <name>` process owned by the user, listening
-//! on `127.0.0.1:<free port>`. It reads Executor's long-lived token from the guest through
-//! the smolvm driver (as every other verb does; nothing secret in its argv or environment),
+//! on `127.0.0.1:<free port>` and answering only at the box's own host name,
+//! `http://box-<name>.localhost:<port>`, so the UI's cookies are not shared with every
+//! other local web app. It reads Executor's long-lived token from the guest through the
+//! smolvm driver (as every other verb does; nothing secret in its argv or environment),
 //! and adds `Authorization: Bearer <token>` to every request it forwards to the box's
 //! published Executor port. The browser only ever holds a one-time sign-in nonce (from the
 //! sign-in page the opener is pointed at) and then a session cookie valid against this gateway alone.
 //! This works on every Executor: 1.5.9 reads no token from a URL at all.
 //!
+//! - [`host_name`]: the box's name under `.localhost`, a cookie jar of its own;
+//! - [`loopback`]: the port, on 127.0.0.1 and held on ::1, where browsers try first;
 //! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for;
 //! - [`clock`]: their lifetimes count the time the machine sleeps;
 //! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
-//! - [`guard`]: Host (DNS rebinding) and Origin checks;
+//! - [`guard`]: Host (the box's name only; DNS rebinding), site and Origin checks;
 //! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
 //! - [`upstream_cookies`]: only the cookies Executor set go back to it;
 //! - [`serve`]: the process's listeners and lifetime (idle timeout, box gone);
@@ -23,6 +27,8 @@ mod clock;
 pub mod control;
 mod guard;
 mod headers;
+mod host_name;
+mod loopback;
 mod nonce;
 mod pages;
 pub mod proxy;
@@ -66,6 +72,23 @@ pub fn running(state: &StateDir, name: &str) -> Option<GatewayInfo> {
             tracing::debug!("gateway of '{name}' does not answer properly: {e:#}");
             None
         }
+    }
+}
+
+/// The running gateway of `name` for `box open` to hand out. One started by an older box
+/// serves at 127.0.0.1, where every local web app shares its cookies, and would refuse
+/// the browser at the box's host name: it is stopped, and `None` returned.
+pub fn reusable(state: &StateDir, name: &str) -> Result<Option<GatewayInfo>> {
+    match running(state, name) {
+        Some(info) if !info.has_host_name() => {
+            crate::ui::say(format!(
+                "Replacing the gateway of '{name}' that an older box started (it served the UI at {}; the UI now has a host name of its own)",
+                info.url()
+            ));
+            stop(state, name)?;
+            Ok(None)
+        }
+        current => Ok(current),
     }
 }
 

@@ -31,10 +31,14 @@ pub fn link_used(box_name: &str) -> String {
     )
 }
 
+/// The page for a request at any name but the box's own. It names no box: a
+/// DNS-rebinding site reads it.
 pub fn wrong_host() -> String {
     page(
         "Wrong host",
-        "<p>The box gateway only answers to 127.0.0.1 and localhost.</p>",
+        "<p>This box gateway answers only at the address <code>box open</code> gives it \
+         (<code>http://box-&lt;name&gt;.localhost:&lt;port&gt;</code>), not at 127.0.0.1 or localhost: \
+         run <code>box open &lt;name&gt;</code> to open the box's UI.</p>",
     )
 }
 

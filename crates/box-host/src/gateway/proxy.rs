@@ -42,7 +42,8 @@ const REFRESH_INTERVAL: Duration = Duration::from_secs(3);
 /// Everything the request handlers of one gateway share.
 pub struct Shared {
     pub box_name: String,
-    pub port: u16,
+    /// `<host name>:<port>`: the one `Host` the gateway answers (see `host_name`).
+    pub authority: String,
     pub upstream_port: u16,
     pub nonces: Mutex<Nonces>,
     pub sessions: Mutex<Sessions>,
@@ -59,7 +60,7 @@ pub struct Shared {
 impl Shared {
     pub fn new(
         box_name: String,
-        port: u16,
+        authority: String,
         upstream_port: u16,
         token: BearerToken,
         probe: Arc<dyn BoxProbe>,
@@ -67,7 +68,7 @@ impl Shared {
     ) -> Self {
         Self {
             box_name,
-            port,
+            authority,
             upstream_port,
             nonces: Mutex::default(),
             sessions: Mutex::new(Sessions::new(lifetimes)),
@@ -165,7 +166,7 @@ pub async fn handle(
 ) -> Result<Response<Body>, Infallible> {
     let busy = shared.activity.begin();
     let headers = req.headers();
-    if !guard::host_allowed(header_str(headers, header::HOST), shared.port) {
+    if !guard::host_allowed(header_str(headers, header::HOST), &shared.authority) {
         return Ok(page(StatusCode::FORBIDDEN, pages::wrong_host()));
     }
     if req.uri().path() == SIGN_IN_PATH {
@@ -182,7 +183,7 @@ pub async fn handle(
         upgrade,
         header_str(headers, header::ORIGIN),
         fetch,
-        shared.port,
+        &shared.authority,
     );
     match allowed {
         Ok(()) => {}
@@ -196,12 +197,11 @@ pub async fn handle(
             return Ok(page(StatusCode::FORBIDDEN, pages::foreign_origin()));
         }
     }
-    let name = session::cookie_name(shared.port);
     let cookies = headers
         .get_all(header::COOKIE)
         .iter()
         .filter_map(|v| v.to_str().ok());
-    let session = session::find_cookie(cookies, &name)
+    let session = session::find_cookie(cookies, session::COOKIE_NAME)
         .and_then(|sid| lock(&shared.sessions).use_session(sid, Moment::now()));
     let Some(session_end) = session else {
         return Ok(page(
@@ -247,7 +247,7 @@ fn sign_in(shared: &Shared, req: &Request<Incoming>) -> Response<Body> {
         header::REFERRER_POLICY,
         HeaderValue::from_static("no-referrer"),
     );
-    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(shared.port, &sid, max_age)) {
+    if let Ok(v) = HeaderValue::from_str(&session::set_cookie(&sid, max_age)) {
         h.insert(header::SET_COOKIE, v);
     }
     r
@@ -310,15 +310,13 @@ async fn forward(
     mut session_end: SessionEnd,
 ) -> Response<Body> {
     let client_upgrade = upgrade.then(|| hyper::upgrade::on(&mut req));
-    let browser_host = header_str(req.headers(), header::HOST)
-        .unwrap_or("127.0.0.1")
-        .to_string();
     let (parts, body) = req.into_parts();
     // Only a request without a body can be sent again after Executor refused the token.
     let replayable = body.is_end_stream();
     let headers = upstream_headers(
         &shared.cookies,
         shared.upstream_port,
+        &shared.authority,
         &parts.headers,
         upgrade,
     );
@@ -371,7 +369,7 @@ async fn forward(
         downstream_headers(
             shared.upstream_port,
             &mut parts.headers,
-            &browser_host,
+            &shared.authority,
             true,
         );
         shared.cookies.learn(&mut parts.headers);
@@ -381,7 +379,7 @@ async fn forward(
     downstream_headers(
         shared.upstream_port,
         &mut parts.headers,
-        &browser_host,
+        &shared.authority,
         false,
     );
     shared.cookies.learn(&mut parts.headers);
@@ -507,7 +505,7 @@ mod tests {
     fn shared() -> Shared {
         Shared::new(
             "alpha".into(),
-            5000,
+            "box-alpha.localhost:5000".into(),
             4790,
             BearerToken::new("tok").unwrap(),
             Arc::new(NoBox),

@@ -1,7 +1,8 @@
 //! Where a running gateway is found: `<state>/gateways/` (0700) holds, per box, the
-//! control socket `<name>.sock` (0600) and `<name>.json` (pid, port: no secret), written by
-//! the gateway after it is listening and removed when it exits. `<state>/locks/gateway-<name>.lock`
-//! serialises starting one, so two `box open` at once share a single gateway.
+//! control socket `<name>.sock` (0600) and `<name>.json` (pid, host name, port: no
+//! secret), written by the gateway after it is listening and removed when it exits.
+//! `<state>/locks/gateway-<name>.lock` serialises starting one, so two `box open` at once
+//! share a single gateway.
 
 use std::fs::File;
 use std::path::PathBuf;
@@ -18,6 +19,10 @@ pub struct GatewayInfo {
     #[serde(rename = "box")]
     pub box_name: String,
     pub pid: u32,
+    /// The host name the gateway answers to (`box-<name>.localhost`, see the `host_name`
+    /// module); empty from a gateway of an older box, which answered to 127.0.0.1.
+    #[serde(default)]
+    pub host: String,
     /// The gateway's own port on 127.0.0.1.
     pub port: u16,
     /// The box's published Executor port it forwards to.
@@ -27,8 +32,18 @@ pub struct GatewayInfo {
 }
 
 impl GatewayInfo {
+    /// `http://<host>:<port>`, where a browser reaches the gateway.
     pub fn url(&self) -> String {
-        format!("http://127.0.0.1:{}", self.port)
+        if self.host.is_empty() {
+            return format!("http://127.0.0.1:{}", self.port);
+        }
+        format!("http://{}:{}", self.host, self.port)
+    }
+
+    /// Whether the gateway serves the box at its own host name (one of an older box did
+    /// not, and must be replaced).
+    pub fn has_host_name(&self) -> bool {
+        !self.host.is_empty()
     }
 }
 

@@ -1,5 +1,6 @@
-//! The gateway process itself: listen on `127.0.0.1:<free port>` and on the control
-//! socket, answer requests, and stop when told to, when the box goes away, or when idle.
+//! The gateway process itself: listen on `127.0.0.1:<free port>` (held on ::1 too, see
+//! [`super::loopback`]) for the box's host name and on the control socket, answer
+//! requests, and stop when told to, when the box goes away, or when idle.
 //!
 //! One current-thread tokio runtime: a person's browser is the only client, and it keeps
 //! the resident size small. Blocking work (reading the token through smolvm, asking
@@ -13,14 +14,14 @@ use anyhow::{Context as _, Result};
 use hyper::service::service_fn;
 use hyper_util::rt::TokioIo;
 use tokio::io::{AsyncBufReadExt, AsyncReadExt, AsyncWriteExt, BufReader};
-use tokio::net::{TcpListener, UnixListener};
+use tokio::net::UnixListener;
 
 use super::clock::Moment;
 use super::control::{MAX_LINE, Request};
 use super::proxy::{self, Shared};
 use super::record::{self, GatewayInfo};
 use super::session::Lifetimes;
-use super::{BoxProbe, sign_in_file};
+use super::{BoxProbe, host_name, loopback, sign_in_file};
 use crate::state::{StateDir, registry};
 
 /// What a gateway serves, and for how long.
@@ -54,10 +55,9 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
     let token = tokio::task::spawn_blocking(move || reader.token())
         .await
         .context("the token reader failed")??;
-    let listener = TcpListener::bind(("127.0.0.1", 0))
-        .await
-        .context("cannot listen on 127.0.0.1")?;
-    let port = listener.local_addr()?.port();
+    let loopback = loopback::bind().await?;
+    let (listener, port) = (&loopback.listener, loopback.port);
+    let host = host_name::for_box(&name);
     let sock = record::socket_path(&opts.state, &name);
     // The caller holds the start lock and found no gateway answering: a socket file left
     // here belongs to a dead gateway.
@@ -69,6 +69,7 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
     let info = GatewayInfo {
         box_name: name.clone(),
         pid: std::process::id(),
+        host: host.clone(),
         port,
         upstream_port: opts.upstream_port,
         started: chrono::Utc::now().format("%Y-%m-%dT%H:%M:%SZ").to_string(),
@@ -78,14 +79,15 @@ pub async fn serve(opts: Options, probe: Arc<dyn BoxProbe>) -> Result<String> {
     registry::write_atomically(&info_path, serde_json::to_string_pretty(&info)?.as_bytes())?;
     let shared = Arc::new(Shared::new(
         name.clone(),
-        port,
+        format!("{host}:{port}"),
         opts.upstream_port,
         token,
         probe,
         opts.sessions,
     ));
     tracing::info!(
-        "gateway of '{name}' listening on http://127.0.0.1:{port}, forwarding to 127.0.0.1:{}",
+        "gateway of '{name}' listening on 127.0.0.1:{port} for {}, forwarding to 127.0.0.1:{}",
+        info.url(),
         opts.upstream_port
     );
     let mut stopped = shared.shutdown.subscribe();

@@ -7,10 +7,12 @@
 //! WebSockets do not count as use (else a leaked cookie holding one open would never
 //! expire) and end with their session.
 //!
-//! Cookies are not isolated by port, so every gateway on 127.0.0.1 shares one cookie jar
-//! with every other local web app: the cookie's name carries the gateway's port, so two
-//! boxes' gateways never overwrite each other's session; Executor never sees it (the
-//! gateway forwards only Executor's own cookies, see `upstream_cookies`).
+//! The cookie is host-only (no `Domain`): the browser keeps it for the box's own host name
+//! (`box-<name>.localhost`, see `host_name`) and sends it to that name alone, not to
+//! `127.0.0.1`, `localhost` or another box's name (though to every port of that name: the
+//! guard's business). It is `HttpOnly`, so no script reads it, Executor's own included;
+//! Executor never sees it either (the gateway forwards only Executor's own cookies, see
+//! `upstream_cookies`).
 
 use std::time::Duration;
 
@@ -22,18 +24,18 @@ use super::nonce::{random_hex32, same_secret};
 /// Sessions kept at most; the oldest goes first.
 const MAX_SESSIONS: usize = 64;
 
-/// The cookie name of the gateway on `port`.
-pub fn cookie_name(port: u16) -> String {
-    format!("box_gateway_{port}")
-}
+/// The session cookie's name. Each box's gateway has a host name and so a cookie jar of
+/// its own: one name serves them all, and a gateway restarted on another port replaces
+/// its predecessor's cookie instead of piling up beside it.
+pub const COOKIE_NAME: &str = "box_gateway_session";
 
-/// The `Set-Cookie` value for a new session: not readable by scripts, never sent on
-/// cross-site requests, valid for the whole gateway, kept by the browser no longer than
-/// the session's absolute lifetime (a browser restart keeps it until then).
-pub fn set_cookie(port: u16, session: &str, max_age: Duration) -> String {
+/// The `Set-Cookie` value for a new session: host-only (no `Domain`), not readable by
+/// scripts, never sent on cross-site requests, valid for the whole gateway, kept by the
+/// browser no longer than the session's absolute lifetime (a browser restart keeps it
+/// until then).
+pub fn set_cookie(session: &str, max_age: Duration) -> String {
     format!(
-        "{}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
-        cookie_name(port),
+        "{COOKIE_NAME}={session}; HttpOnly; SameSite=Strict; Path=/; Max-Age={}",
         max_age.as_secs()
     )
 }
@@ -157,30 +159,29 @@ mod tests {
     use super::*;
 
     #[test]
-    fn the_cookie_is_http_only_strict_and_site_wide() {
-        let c = set_cookie(4321, "abc", Duration::from_secs(60));
+    fn the_cookie_is_host_only_http_only_strict_and_site_wide() {
+        let c = set_cookie("abc", Duration::from_secs(60));
         assert_eq!(
             c,
-            "box_gateway_4321=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=60"
+            "box_gateway_session=abc; HttpOnly; SameSite=Strict; Path=/; Max-Age=60"
         );
     }
 
     #[test]
     fn finds_our_cookie_among_others() {
-        let name = cookie_name(4321);
         assert_eq!(
-            find_cookie(["a=1; box_gateway_4321=s3; b=2"], &name),
+            find_cookie(["a=1; box_gateway_session=s3; b=2"], COOKIE_NAME),
             Some("s3")
         );
         assert_eq!(
-            find_cookie(["a=1", "box_gateway_4321=s4"], &name),
+            find_cookie(["a=1", "box_gateway_session=s4"], COOKIE_NAME),
             Some("s4")
         );
-        // Another gateway's cookie (another port) is not ours.
-        assert_eq!(find_cookie(["box_gateway_4322=x"], &name), None);
-        assert_eq!(find_cookie(["box_gateway_43210=x"], &name), None);
-        assert_eq!(find_cookie(["garbage;;;=;"], &name), None);
-        assert_eq!(find_cookie([""], &name), None);
+        // An older gateway's cookie (named for its port) is not ours.
+        assert_eq!(find_cookie(["box_gateway_4322=x"], COOKIE_NAME), None);
+        assert_eq!(find_cookie(["box_gateway_sessionx=x"], COOKIE_NAME), None);
+        assert_eq!(find_cookie(["garbage;;;=;"], COOKIE_NAME), None);
+        assert_eq!(find_cookie([""], COOKIE_NAME), None);
     }
 
     #[test]

@@ -89,7 +89,7 @@ pub fn file_url(path: &Path) -> String {
 
 /// A page that goes on to `url` at once (a script, a meta refresh where scripts are off,
 /// and a link for a browser that follows neither). `url` is the gateway's own:
-/// `http://127.0.0.1:<port>/…?nonce=<hex>`, nothing in it needs escaping.
+/// `http://box-<name>.localhost:<port>/…?nonce=<hex>`, nothing in it needs escaping.
 fn page(box_name: &str, url: &str) -> String {
     format!(
         "<!doctype html><html><head><meta charset=\"utf-8\">\
@@ -113,7 +113,7 @@ mod tests {
         let state = StateDir::at(tmp.path().to_path_buf());
         // Any 16 of its digits turn up in the name's 16 random ones with odds of 2^-64.
         let nonce = "0123456789abcdef0123456789abcdef";
-        let url = format!("http://127.0.0.1:5000/__box/sign-in?nonce={nonce}");
+        let url = format!("http://box-alpha.localhost:5000/__box/sign-in?nonce={nonce}");
         let path = write(&state, "alpha", &url).unwrap();
         let mode = |p: &Path| std::fs::metadata(p).unwrap().permissions().mode() & 0o777;
         assert_eq!(mode(&path), 0o600);
@@ -131,7 +131,7 @@ mod tests {
     fn a_new_gateway_removes_only_its_boxs_stale_pages() {
         let tmp = tempfile::tempdir().unwrap();
         let state = StateDir::at(tmp.path().to_path_buf());
-        let url = "http://127.0.0.1:5000/__box/sign-in?nonce=ab";
+        let url = "http://box-alpha.localhost:5000/__box/sign-in?nonce=ab";
         let alpha = write(&state, "alpha", url).unwrap();
         let alpha_two = write(&state, "alpha-two", url).unwrap();
         remove_stale(&state, "alpha");

@@ -1,20 +1,21 @@
 //! Which cookies the browser may send on to Executor: only those Executor itself set
 //! through this gateway, name and value both.
 //!
-//! Cookies are not isolated by port: the browser's `Cookie:` header for `127.0.0.1:<port>`
-//! carries every cookie of every local web app (other boxes' gateway sessions, Jupyter's
-//! token cookie, dev servers' sessions). Executor lives in the guest's trust domain and
-//! must not see them. Forwarding by name alone is not enough: Executor could set a
-//! cookie of another app's name on a path no page uses (`jupyter_token=x; Path=/nowhere`)
-//! and then receive the real one, which the browser sends for `/`. So the gateway keeps a
-//! digest of each `name=value` Executor sets and forwards a cookie only when the browser
-//! presents that very pair: another app's cookie of the same name has another value. The
-//! digests live in memory: after a gateway restart Executor's cookies are held back until
-//! it sets them again, and a cookie Executor's scripts set in the browser themselves is
-//! never forwarded.
+//! The box's host name gives the gateway a cookie jar of its own (see `host_name`), but
+//! not a private one: cookies are not isolated by port, and whatever listens on another
+//! loopback port is reached under that name too (`http://box-alpha.localhost:8888/`, a
+//! link away), where it may set cookies the browser then sends the gateway. Executor lives
+//! in the guest's trust domain and must see none of them. Forwarding by name alone is not
+//! enough: Executor could set a cookie of another app's name on a path no page uses
+//! (`jupyter_token=x; Path=/nowhere`) and then receive the real one, which the browser
+//! sends for `/`. So the gateway keeps a digest of each `name=value` Executor sets and
+//! forwards a cookie only when the browser presents that very pair: another app's cookie
+//! of the same name has another value. The digests live in memory: after a gateway
+//! restart Executor's cookies are held back until it sets them again, and a cookie
+//! Executor's scripts set in the browser themselves is never forwarded.
 //!
 //! Executor may not set a cookie named like a gateway session (`box_gateway_*`): that
-//! would overwrite this or another box's session in the browser.
+//! would overwrite its box's session in the browser.
 
 use std::collections::VecDeque;
 use std::sync::Mutex;
@@ -26,7 +27,8 @@ use sha2::{Digest, Sha256};
 /// grow the list further.
 const MAX_COOKIES: usize = 256;
 
-/// The prefix of every gateway's own session cookie (see `session::cookie_name`).
+/// The prefix of the gateway's own session cookie (`session::COOKIE_NAME`), and of the
+/// per-port names older gateways used.
 const GATEWAY_PREFIX: &str = "box_gateway_";
 
 /// The digests of the `name=value` pairs Executor set, oldest first.
@@ -120,7 +122,7 @@ mod tests {
     #[test]
     fn only_cookies_executor_set_go_back_to_it() {
         let c = UpstreamCookies::default();
-        let browser = "jupyter=tok; box_gateway_5001=other-box; exec_sid=1; dev=2";
+        let browser = "jupyter=tok; box_gateway_session=other-box; exec_sid=1; dev=2";
         assert_eq!(
             c.filter([browser]),
             None,
@@ -162,7 +164,7 @@ mod tests {
     fn executor_cannot_take_over_a_gateway_session_cookie() {
         let c = UpstreamCookies::default();
         let mut h = set_cookies(&[
-            "box_gateway_5000=forged; Path=/",
+            "box_gateway_session=forged; Path=/",
             "ok=1",
             "=nameless",
             "junk",
@@ -171,7 +173,7 @@ mod tests {
         let left: Vec<_> = h.get_all(header::SET_COOKIE).iter().collect();
         assert_eq!(left, ["ok=1"]);
         assert_eq!(
-            c.filter(["box_gateway_5000=forged; ok=1"]).as_deref(),
+            c.filter(["box_gateway_session=forged; ok=1"]).as_deref(),
             Some("ok=1")
         );
     }
