@@ -11,17 +11,19 @@ export PATH
 export HERMES_BOX_DATA=/data
 export EDITOR=nvim VISUAL=nvim
 
-# The host's proxies (PROPAGATE_PROXY, written by box; KEY='value' lines) and its extra CA
-# certificates (GUEST_CA_CERTS) for every tool: node/npm add NODE_EXTRA_CA_CERTS to their
-# own roots, curl, git, pip and Python read the system bundle, which holds them.
+# The host's proxies (PROPAGATE_PROXY, written by box; KEY='value' lines), and one trust for
+# every tool: the system bundle holds the image's roots, the host's extra CA certificates
+# (GUEST_CA_CERTS) and the box's credential CA (provisioning put both in the store); node/npm
+# add the two extras (node-extra-ca.pem) to their own roots, curl, git, pip and Python read
+# the bundle.
 if [ -r /etc/hermes-box/proxy.env ]; then
   set -a
   # shellcheck disable=SC1091
   . /etc/hermes-box/proxy.env
   set +a
 fi
-if [ -s /etc/hermes-box/ca-certs.pem ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
-  export NODE_EXTRA_CA_CERTS=/etc/hermes-box/ca-certs.pem
+if [ -s /etc/hermes-box/node-extra-ca.pem ] && [ -s /etc/ssl/certs/ca-certificates.crt ]; then
+  export NODE_EXTRA_CA_CERTS=/etc/hermes-box/node-extra-ca.pem
   export SSL_CERT_FILE=/etc/ssl/certs/ca-certificates.crt
   export CURL_CA_BUNDLE=/etc/ssl/certs/ca-certificates.crt
   export GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt
@@ -30,7 +32,7 @@ if [ -s /etc/hermes-box/ca-certs.pem ] && [ -s /etc/ssl/certs/ca-certificates.cr
 fi
 
 # API keys bound to hosts (CREDENTIALS): the placeholders smolvm gave this box, in the
-# variables the agents read, and the trust variables for its credential CA (written by
+# variables the agents read, and the bound hosts kept off the proxy (written by
 # provisioning; placeholders only, never a key).
 if [ -r /etc/hermes-box/credentials.env ]; then
   # shellcheck disable=SC1091

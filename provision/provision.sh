@@ -37,6 +37,7 @@ PROFILE=/etc/profile.d/hermes-box.sh
 CA_CERTS=${HB_CA_CERTS:-/etc/hermes-box/ca-certs.pem}
 PROXY_ENV=${HB_PROXY_ENV:-/etc/hermes-box/proxy.env}
 CA_TRUSTED=/usr/local/share/ca-certificates/hermes-box.crt
+MACHINE_TRUSTED=/usr/local/share/ca-certificates/hermes-box-credential-ca.crt
 SYSTEM_BUNDLE=/etc/ssl/certs/ca-certificates.crt
 # API keys bound to hosts (box's CREDENTIALS): smolvm gives every process of the box a
 # placeholder (SMOL_PLACEHOLDER_…) in each bound variable, its credential CA at
@@ -180,37 +181,71 @@ proxy_env() {
   say "proxies: ${shown[*]}"
 }
 
-# The extra CA certificates: into the trust store (update-ca-certificates, once the image
-# has it; the ca-certificates package's own install runs it too) and into the variables
-# node/npm, pip, git and curl read. Without GUEST_CA_CERTS a certificate installed before
-# is taken out again.
+# One trust for every environment of the box (provisioning, the agent's login shells,
+# `box exec`, Executor and the services hb starts, tmux): the image's roots, the host's
+# extra CA certificates (GUEST_CA_CERTS: a TLS-inspecting network's CA) and the box's own
+# credential CA (smolvm's, for the hosts API keys are bound to; it signs what smolvm's
+# interceptor shows the box for those hosts, npm's registry when NPM_TOKEN is bound
+# there). Both go into the system store, so the system bundle holds all three and every
+# tool that reads it trusts them; every variable names that bundle, and node, which adds
+# to its own roots, gets the two extras in NODE_EXTRA. Without them a certificate
+# installed before is taken out again.
 ca_trust() {
-  if [ ! -s "$CA_CERTS" ]; then
-    if [ -e "$CA_TRUSTED" ]; then
-      rm -f "$CA_TRUSTED" || return 1
-      if command -v update-ca-certificates >/dev/null; then update-ca-certificates --fresh >/dev/null || return 1; fi
-      changed "removed the extra CA certificates (GUEST_CA_CERTS is no longer set)"
+  local store_changed=0 removed=0
+  sync_trusted "$CA_CERTS" "$CA_TRUSTED" "extra CA certificate(s) from GUEST_CA_CERTS" \
+    "removed the extra CA certificates (GUEST_CA_CERTS is no longer set)" || return 1
+  sync_trusted "$MACHINE_CA" "$MACHINE_TRUSTED" "credential CA certificate(s) of this box (smolvm's)" \
+    "removed the credential CA of a box this one is not (no API keys bound here)" || return 1
+  if [ "$store_changed" = 1 ] && command -v update-ca-certificates >/dev/null && [ -e "$SYSTEM_BUNDLE" ]; then
+    if [ "$removed" = 1 ]; then
+      update-ca-certificates --fresh >/dev/null || return 1
     else
-      say "extra CA certificates: none"
+      update-ca-certificates >/dev/null || return 1
+    fi
+  fi
+  ca_exports || return 1
+  if [ -s "$CA_CERTS" ] || [ -s "$MACHINE_CA" ]; then
+    say "extra CA certificates: $(pem_count "$CA_CERTS") from GUEST_CA_CERTS, $(pem_count "$MACHINE_CA") of the box's credential CA (the system bundle: SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT, REQUESTS_CA_BUNDLE; NODE_EXTRA_CA_CERTS)"
+  else
+    say "extra CA certificates: none"
+  fi
+}
+
+# sync_trusted SOURCE TRUSTED WHAT GONE: the store's copy follows the source (in, changed
+# or out; GONE says the last).
+sync_trusted() {
+  local source=$1 trusted=$2 what=$3 gone=$4
+  if [ ! -s "$source" ]; then
+    if [ -e "$trusted" ]; then
+      rm -f "$trusted" || return 1
+      store_changed=1 removed=1
+      changed "$gone"
     fi
     return 0
   fi
-  if ! cmp -s "$CA_CERTS" "$CA_TRUSTED"; then
-    install -D -m 0644 "$CA_CERTS" "$CA_TRUSTED" || return 1
-    changed "installed $(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS") extra CA certificate(s) from GUEST_CA_CERTS"
-    [ ! -e "$SYSTEM_BUNDLE" ] || update-ca-certificates >/dev/null || return 1
-  fi
-  ca_exports
-  say "extra CA certificates: $(grep -c 'BEGIN CERTIFICATE' "$CA_CERTS") (NODE_EXTRA_CA_CERTS, SSL_CERT_FILE, CURL_CA_BUNDLE, GIT_SSL_CAINFO, PIP_CERT, REQUESTS_CA_BUNDLE)"
+  cmp -s "$source" "$trusted" && return 0
+  install -D -m 0644 "$source" "$trusted" || return 1
+  store_changed=1
+  changed "trusted $(grep -c 'BEGIN CERTIFICATE' "$source") $what"
 }
 
-# Node adds NODE_EXTRA_CA_CERTS to its own roots; the others replace theirs, so they get
-# the system bundle once ca-certificates has built it (with ours in), ours alone before.
+pem_count() {
+  if [ -s "$1" ]; then grep -c 'BEGIN CERTIFICATE' "$1"; else echo 0; fi
+}
+
+# The variables, for this run (the profile and hb give the same to the box's other
+# environments): the system bundle once ca-certificates has built it (with both extras in
+# it), the extras alone before; node gets the extras on top of its own roots.
 ca_exports() {
-  [ -s "$CA_CERTS" ] || return 0
-  local bundle=$CA_CERTS
+  [ -s "$CA_CERTS" ] || [ -s "$MACHINE_CA" ] || { rm -f "$NODE_EXTRA"; return 0; }
+  local tmp bundle
+  tmp=$(mktemp) || return 1
+  { [ ! -s "$CA_CERTS" ] || cat "$CA_CERTS"; [ ! -s "$MACHINE_CA" ] || cat "$MACHINE_CA"; } > "$tmp" || { rm -f "$tmp"; return 1; }
+  cmp -s "$tmp" "$NODE_EXTRA" || install -D -m 0644 "$tmp" "$NODE_EXTRA" || { rm -f "$tmp"; return 1; }
+  rm -f "$tmp"
+  bundle=$NODE_EXTRA
   [ -s "$SYSTEM_BUNDLE" ] && grep -q 'BEGIN CERTIFICATE' "$SYSTEM_BUNDLE" && bundle=$SYSTEM_BUNDLE
-  export NODE_EXTRA_CA_CERTS=$CA_CERTS
+  export NODE_EXTRA_CA_CERTS=$NODE_EXTRA
   export SSL_CERT_FILE=$bundle CURL_CA_BUNDLE=$bundle GIT_SSL_CAINFO=$bundle
   export PIP_CERT=$bundle REQUESTS_CA_BUNDLE=$bundle
 }
@@ -250,7 +285,7 @@ credentials_env() {
   vars=$(env | sed -n 's/^\([A-Za-z_][A-Za-z0-9_]*\)=SMOL_PLACEHOLDER_[A-Za-z0-9_]*$/\1/p' | sort | paste -sd' ' -)
   if [ -z "$vars" ]; then
     if [ -e "$CREDENTIALS_ENV" ]; then
-      rm -f "$CREDENTIALS_ENV" "$NODE_EXTRA" || return 1
+      rm -f "$CREDENTIALS_ENV" || return 1
       changed "no API keys bound any more: removed $CREDENTIALS_ENV"
     else
       say "API keys bound to hosts: none"
@@ -260,18 +295,15 @@ credentials_env() {
   [ -s "$MACHINE_CA" ] || die "smolvm put no credential CA at $MACHINE_CA although this box binds API keys ($vars): the installed smolvm did not apply --credential"
   refresh_smolvm_bundle || return 1
   tmp=$(mktemp) || return 1
-  { [ ! -s "$CA_CERTS" ] || cat "$CA_CERTS"; cat "$MACHINE_CA"; } > "$tmp" || return 1
-  cmp -s "$tmp" "$NODE_EXTRA" || install -D -m 0644 "$tmp" "$NODE_EXTRA" || return 1
-  : > "$tmp"
   for v in $vars; do
     val=${!v:-}
     case $val in
       SMOL_PLACEHOLDER_*) printf "export %s='%s'\n" "$v" "$val" >> "$tmp" ;;
     esac
   done
-  printf 'export SSL_CERT_FILE=%s CURL_CA_BUNDLE=%s REQUESTS_CA_BUNDLE=%s GIT_SSL_CAINFO=%s PIP_CERT=%s\n' \
-    "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" "$SMOLVM_BUNDLE" >> "$tmp"
-  printf 'export NODE_EXTRA_CA_CERTS=%s DENO_CERT=%s\n' "$NODE_EXTRA" "$MACHINE_CA" >> "$tmp"
+  # The trust variables are the profile's (the system bundle holds the credential CA); Deno
+  # reads its own.
+  printf 'export DENO_CERT=%s\n' "$SYSTEM_BUNDLE" >> "$tmp"
   # The bound hosts, as smolvm name-constrained its CA to them: never through a proxy
   # (PROPAGATE_PROXY), or smolvm sees a flow to the proxy, not HTTPS to the host, and the
   # key is never put in.

@@ -221,7 +221,7 @@ fn proxies_and_ca_certificates_reach_the_box_and_stay() {
             format!("HTTPS_PROXY={proxy}"),
             format!("https_proxy={proxy}"),
             "no_proxy=localhost,.corp.example".to_string(),
-            "NODE_EXTRA_CA_CERTS=/etc/hermes-box/ca-certs.pem".to_string(),
+            "NODE_EXTRA_CA_CERTS=/etc/hermes-box/node-extra-ca.pem".to_string(),
             "PIP_CERT=/etc/ssl/certs/ca-certificates.crt".to_string(),
             "GIT_SSL_CAINFO=/etc/ssl/certs/ca-certificates.crt".to_string(),
         ] {

@@ -49,14 +49,24 @@ pub fn proxies_from(file: &std::path::Path) -> Vec<(String, String)> {
         .collect()
 }
 
-/// Everything to add to a child's environment: the proxies and, with extra CA
-/// certificates, the variables node/npm, pip, git and curl read.
+/// What provisioning writes for node: the extra CA certificates and the box's credential CA,
+/// which node adds to its own roots.
+const NODE_EXTRA: &str = "/etc/hermes-box/node-extra-ca.pem";
+
+/// Everything to add to a child's environment: the proxies and, with certificates beyond
+/// the image's roots (GUEST_CA_CERTS, the box's credential CA), the variables node/npm,
+/// pip, git and curl read: the one bundle the login profile names too.
 pub fn vars() -> Vec<(String, String)> {
     let mut out = proxies();
-    let ca = ca_certs_file();
-    let has_ca = std::fs::metadata(&ca).is_ok_and(|m| m.len() > 0);
-    if has_ca && std::fs::metadata(SYSTEM_BUNDLE).is_ok_and(|m| m.len() > 0) {
-        out.push(("NODE_EXTRA_CA_CERTS".into(), ca.display().to_string()));
+    let non_empty = |p: &std::path::Path| std::fs::metadata(p).is_ok_and(|m| m.len() > 0);
+    // A box provisioned before the credential CA joined the trust: its extras alone.
+    let extra = [PathBuf::from(NODE_EXTRA), ca_certs_file()]
+        .into_iter()
+        .find(|p| non_empty(p));
+    if let Some(extra) = extra
+        && non_empty(std::path::Path::new(SYSTEM_BUNDLE))
+    {
+        out.push(("NODE_EXTRA_CA_CERTS".into(), extra.display().to_string()));
         for k in [
             "SSL_CERT_FILE",
             "CURL_CA_BUNDLE",

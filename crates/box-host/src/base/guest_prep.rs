@@ -36,8 +36,13 @@ const PRUNE: &str =
 pub fn prepare_script() -> String {
     format!(
         r#"set -u
-# Proxy settings (they may hold credentials) are per box: never in a base.
-rm -f /etc/hermes-box/proxy.env
+# Proxy settings (they may hold credentials) are per box: never in a base. Nor is a
+# machine's credential CA (a builder binds no keys, but a base must never trust one).
+rm -f /etc/hermes-box/proxy.env /etc/hermes-box/credentials.env
+if [ -e /usr/local/share/ca-certificates/hermes-box-credential-ca.crt ]; then
+  rm -f /usr/local/share/ca-certificates/hermes-box-credential-ca.crt
+  update-ca-certificates --fresh >/dev/null 2>&1
+fi
 mkdir -p /usr/local/libexec/hermes-box /var/lib/hermes-box || exit 1
 printf '%s\n' '#!/bin/sh' '# hermes-box base workload: waits for hb, then becomes it (arguments ignored).' \
   'while [ ! -x /usr/local/bin/hb ]; do sleep 1; done' 'exec /usr/local/bin/hb workload' > {BASE_WORKLOAD} || exit 1
