@@ -30,6 +30,14 @@ fn stdout(o: &std::process::Output) -> String {
     String::from_utf8_lossy(&o.stdout).into_owned()
 }
 
+/// `box egress NAME --json`'s policy.
+fn egress_json(w: &mut World, name: &str) -> serde_json::Value {
+    let out = w.run(&["egress", name, "--json"]);
+    assert!(out.ok(), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["containment"].clone()
+}
+
 #[test]
 fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     if !lifecycle_support::prerequisites() {
@@ -150,12 +158,15 @@ fn an_allowlisted_box_uses_a_bound_key_it_never_holds() {
     }
 }
 
-/// The policy goes with the box (issue 33): `box save` records it (names, never a key) in
-/// the backup's manifest; `box load` makes the restored box with the backup's policy although
-/// box.env has changed since (and says so), with placeholders of its own that work; `box
-/// repair` keeps it; `box egress --allow-host` refuses with the exact commands that make the
-/// box again with the change, and refuses a change that would fail; `box doctor` shows the
-/// policy and the denials.
+/// The policy goes with the box (issues 33, 39): `box save` seals it (names, never a key)
+/// into the backup; `box load` makes the restored box with the sealed policy although box.env
+/// has changed since, and although the box's agent rewrote its runtime manifest (the policy
+/// words of older backups) in a loop while the save ran: the restored box's policy equals
+/// the original's, its LAN is closed, and it has no binding the original did not have,
+/// with `OPENAI_API_KEY` in the shell. Placeholders of its own work; `box repair` keeps the
+/// policy; `box egress --allow-host` refuses with the exact commands that make the box again
+/// with the change, and refuses a change that would fail; `box doctor` shows the policy and
+/// the denials. The keyed `machine start` gets no `RUST_LOG`.
 #[test]
 fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     if !lifecycle_support::prerequisites() {
@@ -164,6 +175,8 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     let mut w = World::new("1.33.0");
     let api = Netns::new(pair("198.18"));
     let https = Https::start(&api, "api.anthropic.com", w.dir.path());
+    let lan = Netns::new(pair("172.29"));
+    lan.hello(8080);
     let pass = w.dir.path().join("passphrase");
     std::fs::write(&pass, "egress-carry-pp-31\n").unwrap();
     w.extra_env.extend([
@@ -176,6 +189,8 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
             "BOX_PASSPHRASE_FILE".to_string(),
             pass.display().to_string(),
         ),
+        // smolvm's logging is on in this shell: only the keyed start must go without it.
+        ("RUST_LOG".to_string(), "debug".to_string()),
     ]);
     let shipped = std::fs::read_to_string(&w.config).unwrap();
     std::fs::write(
@@ -189,14 +204,51 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     let new = w.run_env(&["new", "alpha"], &key);
     assert!(new.ok(), "{new}");
     let alpha_placeholder = stdout(&as_agent(&w, "alpha", "printf %s \"$ANTHROPIC_API_KEY\""));
+    let alpha_policy = egress_json(&mut w, "alpha");
+    assert_eq!(alpha_policy["mode"], "allowlist", "{alpha_policy}");
+    assert_eq!(alpha_policy["lan_closed"], true, "{alpha_policy}");
+
+    // The agent rewrites its runtime manifest as fast as it can while the save runs: the
+    // LAN reopened, egress open, the user's other keys bound to their hosts, another
+    // place in the chain.
+    let hostile = "m=/data/home/agent/.config/hermes-box/runtime-manifest; \
+        while :; do printf 'egress=open\\negress_allow_hosts=\\negress_allow_cidrs=\\negress_allow_private=10.0.0.0/8 172.16.0.0/12 192.168.0.0/16\\ncredentials=OPENAI_API_KEY@api.openai.com ANTHROPIC_API_KEY@api.anthropic.com OPENROUTER_API_KEY@openrouter.ai\\nchain_link=7\\nchain_parent=%064d\\n' 0 > $m.t && mv -f $m.t $m; done";
+    let started = w.sim(&[
+        "machine", "exec", "--name", "alpha", "--", "runuser", "-u", "agent", "--", "setsid", "-f",
+        "sh", "-c", hostile,
+    ]);
+    assert!(started.status.success(), "{started:?}");
     let save = w.run(&["save", "alpha"]);
     assert!(save.ok(), "{save}");
+    let running = as_agent(
+        &w,
+        "alpha",
+        "pgrep -u agent -f runtime-manifest.t >/dev/null && echo yes",
+    );
+    assert_eq!(
+        stdout(&running).trim(),
+        "yes",
+        "the agent's loop did not run through the save"
+    );
+    let _ = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "pkill",
+        "-u",
+        "agent",
+        "-f",
+        "runtime-manifest",
+    ]);
     let backup = std::fs::read_dir(w.dir.path().join("backups"))
         .unwrap()
         .flatten()
         .map(|e| e.path().display().to_string())
         .find(|p| p.ends_with(".tar.zst.gpg"))
         .unwrap();
+    // The backup's own manifest is the agent's; the policy box applies is not.
     let extract = w.run(&[
         "extract",
         &backup,
@@ -209,23 +261,42 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
             .join("x/home/agent/.config/hermes-box/runtime-manifest"),
     )
     .unwrap();
-    for want in [
-        "egress=allowlist\n",
-        "egress_allow_hosts=saved.example\n",
-        "credentials=ANTHROPIC_API_KEY@api.anthropic.com\n",
-    ] {
-        assert!(manifest.contains(want), "{want}: {manifest}");
-    }
     assert!(!manifest.contains(KEY));
 
-    // box.env changed since: open, no keys. The restored box still gets the backup's.
-    std::fs::write(&w.config, format!("{shipped}EGRESS=open\n")).unwrap();
-    let load = w.run_env(&["load", &backup, "gamma"], &key);
+    // box.env changed since: open, but still binding ANTHROPIC_API_KEY to its host; the
+    // user's OpenAI key is in the shell. The restored box gets the sealed policy.
+    std::fs::write(
+        &w.config,
+        format!("{shipped}EGRESS=open\nCREDENTIALS=anthropic\n"),
+    )
+    .unwrap();
+    let load = w.run_env(
+        &["load", &backup, "gamma"],
+        &[
+            ("ANTHROPIC_API_KEY", KEY),
+            ("OPENAI_API_KEY", "sk-openai-not-for-the-box"),
+        ],
+    );
     assert!(load.ok(), "{load}");
     assert!(
         load.stdout
-            .contains("network policy: the backup's (as it was saved)"),
+            .contains("network policy: the backup's (sealed by box when it was saved)"),
         "{load}"
+    );
+    assert_eq!(egress_json(&mut w, "gamma"), alpha_policy);
+    let lan_try = format!(
+        "timeout 5 bash -c 'read -r l </dev/tcp/{}/8080 && echo \"$l\"' 2>/dev/null || echo refused",
+        lan.addr
+    );
+    assert_eq!(stdout(&as_agent(&w, "gamma", &lan_try)).trim(), "refused");
+    assert_eq!(
+        stdout(&as_agent(
+            &w,
+            "gamma",
+            "printf %s \"${OPENAI_API_KEY:-none}${OPENROUTER_API_KEY:-}\""
+        )),
+        "none",
+        "the restored box has a binding its original did not"
     );
     let egress = w.run(&["egress", "gamma"]);
     assert!(
@@ -236,6 +307,8 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
                 .contains("credential: ANTHROPIC_API_KEY for api.anthropic.com"),
         "{egress}"
     );
+    // The keyed start had no RUST_LOG; the other calls of this shell had it.
+    lifecycle_support::assert_start_env_lacks(&w.sim_home, KEY, "RUST_LOG");
     let curl = "curl -sS --max-time 20 https://api.anthropic.com/v1/messages -H \"x-api-key: $ANTHROPIC_API_KEY\" -d '{}'";
     let gamma_placeholder = stdout(&as_agent(&w, "gamma", "printf %s \"$ANTHROPIC_API_KEY\""));
     assert!(gamma_placeholder.starts_with("SMOL_PLACEHOLDER_"));

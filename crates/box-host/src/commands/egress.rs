@@ -67,7 +67,10 @@ impl Report {
     pub fn read(smolvm: &crate::smolvm::Smolvm, record: &BoxRecord) -> Result<Self> {
         let version = smolvm.version()?;
         let denials = if version.has_egress_events() {
-            Some(smolvm.egress_events(&record.machine)?)
+            let mut events = smolvm.egress_events(&record.machine)?;
+            // What box's own check refused when the box was made is not the box's doing.
+            events.retain(|e| !crate::lifecycle::containment::is_own_probe(e));
+            Some(events)
         } else {
             None
         };

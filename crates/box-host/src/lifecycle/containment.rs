@@ -333,6 +333,25 @@ pub fn check_enforced(
     }
 }
 
+/// Whether smolvm's denial `d` was one of [`check_enforced`]'s own probes (not what the
+/// box's software tried: `box egress` and `box doctor` leave them out).
+pub fn is_own_probe(d: &crate::smolvm::driver::EgressDenial) -> bool {
+    match d.operation.as_str() {
+        "resolve" => d
+            .dest
+            .trim_end_matches('.')
+            .strip_prefix("box-probe-")
+            .and_then(|rest| rest.strip_suffix(".invalid"))
+            .is_some_and(|nonce| nonce.len() == 16 && nonce.bytes().all(|b| b.is_ascii_hexdigit())),
+        "connect" => {
+            let dest = d.dest.strip_prefix("to ").unwrap_or(&d.dest);
+            dest.rsplit_once(':')
+                .is_some_and(|(ip, _)| CLOSED_PROBES.contains(&ip))
+        }
+        _ => false,
+    }
+}
+
 /// Whether CIDR `range` (or a single address) holds `ip`.
 fn cidr_covers(range: &str, ip: &str) -> bool {
     let Ok(ip) = ip.parse::<std::net::IpAddr>() else {
@@ -472,6 +491,23 @@ mod tests {
         }
         // api.anthropic.com is under anthropic.com already: not added twice.
         assert!(!line.contains("--allow-host api.anthropic.com"), "{line}");
+    }
+
+    #[test]
+    fn the_probes_own_denials_are_told_from_the_boxs() {
+        let d = |operation: &str, dest: &str| crate::smolvm::driver::EgressDenial {
+            timestamp: String::new(),
+            operation: operation.into(),
+            dest: dest.into(),
+        };
+        assert!(is_own_probe(&d(
+            "resolve",
+            "box-probe-0123456789abcdef.invalid"
+        )));
+        assert!(is_own_probe(&d("connect", "to 10.255.255.254:41234")));
+        assert!(!is_own_probe(&d("resolve", "box-probe-x.invalid")));
+        assert!(!is_own_probe(&d("resolve", "evil.example")));
+        assert!(!is_own_probe(&d("connect", "to 10.0.0.5:443")));
     }
 
     #[test]

@@ -43,6 +43,11 @@ pub fn assert_only_in_start_env(sim_home: &std::path::Path, secret: &str) {
     sim_support::assert_only_in_start_env(&sim_support::raw_call_log(sim_home), secret);
 }
 
+/// See [`sim_support::assert_start_env_lacks`].
+pub fn assert_start_env_lacks(sim_home: &std::path::Path, secret: &str, var: &str) {
+    sim_support::assert_start_env_lacks(&sim_support::raw_call_log(sim_home), secret, var);
+}
+
 /// One test's world.
 pub struct World {
     _serial: MutexGuard<'static, ()>,

@@ -238,6 +238,34 @@ pub fn assert_only_in_start_env(raw_log: &Path, secret: &str) {
     }
 }
 
+/// The calls that hold `secret` (the keyed `machine start`s) have no `var` in their
+/// environment, while other calls of the same shell do (so the check is not vacuous).
+pub fn assert_start_env_lacks(raw_log: &Path, secret: &str, var: &str) {
+    let raw = std::fs::read_to_string(raw_log).unwrap_or_default();
+    let calls: Vec<serde_json::Value> = raw
+        .lines()
+        .filter_map(|l| serde_json::from_str(l).ok())
+        .collect();
+    let holds = |c: &serde_json::Value| c.to_string().contains(secret);
+    assert!(
+        calls.iter().any(holds),
+        "no call holds the key: this check proves nothing"
+    );
+    assert!(
+        calls
+            .iter()
+            .any(|c| !holds(c) && c["env"].get(var).is_some()),
+        "no other call had {var}: this check proves nothing"
+    );
+    for c in calls.iter().filter(|c| holds(c)) {
+        assert!(
+            c["env"].get(var).is_none(),
+            "the keyed call {} got {var}",
+            c["argv"]
+        );
+    }
+}
+
 /// Every place a secret could leak to on the host, as `(what, text)`: every file of box's
 /// state dir (registry rows, locks, logs, scratch), the simulator's machine records (its
 /// "DB": create flags and env), its redacted and unredacted call logs. The guests' disks
