@@ -262,6 +262,13 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     )
     .unwrap();
     assert!(!manifest.contains(KEY));
+    // The agent's words are what the archive holds (else this test would prove nothing):
+    // the save said so, and went by what it sealed.
+    assert!(
+        manifest.contains("egress=open\n") && manifest.contains("chain_link=7\n"),
+        "{manifest}"
+    );
+    assert!(save.all().contains("box goes by what it sealed"), "{save}");
 
     // box.env changed since: open, but still binding ANTHROPIC_API_KEY to its host; the
     // user's OpenAI key is in the shell. The restored box gets the sealed policy.

@@ -48,6 +48,8 @@ use testnet::{Https, Netns, pair};
 
 const CA_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
 const KEY: &str = "sk-ant-pristine-e41b8a07d2";
+/// A token bound to the npm registry, whose traffic provisioning needs (issue 39).
+const NPM_TOKEN: &str = "npm_pristine_1c9f04b7e2a6";
 const PASSPHRASE: &str = "egress-pristine-pp-5d20";
 
 fn prerequisites() -> bool {
@@ -257,6 +259,20 @@ fn assert_key_not_in_guest(u: &mut User, name: &str) {
     assert_eq!(found.stdout.trim(), "", "the key is in guest '{name}'");
 }
 
+/// The shell's `SMOLVM_SIM_DNS_HOSTS` (what stands in for the public DNS), for the next start.
+fn set_dns(u: &mut User, hosts: &str) {
+    u.shell.retain(|(k, _)| k != "SMOLVM_SIM_DNS_HOSTS");
+    u.shell.push(("SMOLVM_SIM_DNS_HOSTS".into(), hosts.into()));
+}
+
+/// `box egress NAME --json`'s policy.
+fn egress_json(u: &mut User, name: &str) -> serde_json::Value {
+    let out = u.run(&["egress", name, "--json"]);
+    assert!(out.ok(), "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out.stdout).unwrap();
+    v["containment"].clone()
+}
+
 /// The placeholder the agent's login shell in `name` has for the key.
 fn placeholder(u: &mut User, name: &str) -> String {
     let p = u.agent(name, "printf %s \"$ANTHROPIC_API_KEY\"");
@@ -287,31 +303,42 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
         .unwrap();
     let api = Netns::new(pair("198.18"));
     let https = Https::start(&api, "api.anthropic.com", work.path());
+    // Plays the npm registry once the box is provisioned (from the real one).
+    let npm_dir = work.path().join("npm");
+    std::fs::create_dir_all(&npm_dir).unwrap();
+    let npm = Netns::new(pair("198.19"));
+    let npm_https = Https::start(&npm, "registry.npmjs.org", &npm_dir);
     let lan = Netns::new(pair("172.29"));
     lan.hello(8080);
-    // smolvm's upstream trust: the host's roots and the test server's CA.
+    // smolvm's upstream trust: the host's roots and the test servers' CAs.
     let roots = work.path().join("roots.pem");
     let mut bundle = std::fs::read(CA_BUNDLE).unwrap();
     bundle.extend(std::fs::read(&https.ca).unwrap());
+    bundle.extend(std::fs::read(&npm_https.ca).unwrap());
     std::fs::write(&roots, bundle).unwrap();
+    let dns_hosts = format!("api.anthropic.com={0},elsewhere.example={0}", api.addr);
     let mut u = User::new(
         &format!("GUEST_CA_CERTS={CA_BUNDLE}\nEGRESS=allowlist\n"),
         vec![
             ("ANTHROPIC_API_KEY".into(), KEY.into()),
-            (
-                "SMOLVM_SIM_DNS_HOSTS".into(),
-                format!("api.anthropic.com={0},elsewhere.example={0}", api.addr),
-            ),
+            ("NPM_TOKEN".into(), NPM_TOKEN.into()),
+            ("SMOLVM_SIM_DNS_HOSTS".into(), dns_hosts.clone()),
             ("SSL_CERT_FILE".into(), roots.display().to_string()),
         ],
     );
 
-    let new = u.run(&[
-        "new",
-        "alpha",
+    // NPM_TOKEN bound to the registry provisioning installs from: smolvm's interceptor
+    // shows the box that host with the box's own CA, which every environment of the box
+    // must trust beside GUEST_CA_CERTS (the nodejs step failed on it).
+    let bindings = [
         "--credential",
         "ANTHROPIC_API_KEY@api.anthropic.com",
-    ]);
+        "--credential",
+        "NPM_TOKEN@registry.npmjs.org",
+    ];
+    let mut args = vec!["new", "alpha"];
+    args.extend(bindings);
+    let new = u.run(&args);
     assert!(new.ok(), "{new}");
     for want in [
         "ubuntu:24.04 cannot be built here",
@@ -398,6 +425,30 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
     );
     assert_eq!(u.agent("alpha", &lan_try).stdout.trim(), "refused");
 
+    // The agent's HTTPS to the registry carries the token (the registry played by the test
+    // server from here on: alpha started again with the name mapped to it, then back).
+    set_dns(
+        &mut u,
+        &format!("{dns_hosts},registry.npmjs.org={}", npm.addr),
+    );
+    assert!(u.run(&["stop", "alpha"]).ok());
+    assert!(u.run(&["start", "alpha"]).ok());
+    let whoami = u.agent(
+        "alpha",
+        "curl -sS --max-time 20 https://registry.npmjs.org/-/whoami -H \"authorization: Bearer $NPM_TOKEN\"",
+    );
+    assert_eq!(whoami.stdout, "{\"ok\":true}", "{whoami}");
+    assert!(
+        npm_https
+            .seen()
+            .contains(&format!("authorization: Bearer {NPM_TOKEN}")),
+        "the registry did not see the token: {}",
+        npm_https.seen()
+    );
+    set_dns(&mut u, &dns_hosts);
+    assert!(u.run(&["stop", "alpha"]).ok());
+    assert!(u.run(&["start", "alpha"]).ok());
+
     // The key: nowhere in the guest; on no argv of this machine, and in no environment but
     // smolvm's machine (the simulator's supervisor of alpha).
     assert_key_not_in_guest(&mut u, "alpha");
@@ -412,22 +463,85 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
     );
     sim_support::assert_only_in_start_env(&sim_support::raw_call_log(&u.sim_home()), KEY);
 
-    // A save: its decrypted plaintext holds no key, and its manifest the policy.
+    // A save while the agent rewrites its runtime manifest as fast as it can (the LAN
+    // reopened, egress open, the user's other keys bound): the decrypted plaintext holds
+    // no key, and box's sealed facts (stock zstd skips them) the policy it made alpha with.
     let original = placeholder(&mut u, "alpha");
+    let hostile = "m=/data/home/agent/.config/hermes-box/runtime-manifest; \
+        while :; do printf 'egress=open\\negress_allow_private=10.0.0.0/8 172.16.0.0/12 192.168.0.0/16\\ncredentials=OPENAI_API_KEY@api.openai.com ANTHROPIC_API_KEY@api.anthropic.com\\n' > $m.t && mv -f $m.t $m; done";
+    let started = u.agent(
+        "alpha",
+        &format!(
+            "setsid -f sh -c '{}' </dev/null >/dev/null 2>&1",
+            hostile.replace('\'', "'\\''")
+        ),
+    );
+    assert!(started.ok(), "{started}");
+    let alpha_policy = egress_json(&mut u, "alpha");
     let save = u.run(&["save", "alpha"]);
     assert!(save.ok(), "{save}");
+    let looping = u.agent(
+        "alpha",
+        "pgrep -u agent -f runtime-manifest.t >/dev/null && echo yes",
+    );
+    assert_eq!(
+        looping.stdout.trim(),
+        "yes",
+        "the agent's loop did not run: {looping}"
+    );
+    let _ = u.root("alpha", "pkill -u agent -f runtime-manifest; true");
     let backup = u.backups().pop().unwrap();
     let plain = u.plaintext(&backup);
     assert!(!contains(&plain, KEY), "the key is in the backup");
+    assert!(
+        !contains(&plain, NPM_TOKEN),
+        "the npm token is in the backup"
+    );
     for want in [
         "\negress=allowlist\n",
-        "\ncredentials=ANTHROPIC_API_KEY@api.anthropic.com\n",
+        "\ncredentials=ANTHROPIC_API_KEY@api.anthropic.com NPM_TOKEN@registry.npmjs.org\n",
+        "\nlan_closed=yes\n",
     ] {
-        assert!(
-            contains(&plain, want),
-            "the backup's manifest lacks {want:?}"
-        );
+        assert!(contains(&plain, want), "the sealed facts lack {want:?}");
     }
+    assert!(
+        contains(&plain, "egress=open\n"),
+        "the agent's manifest is not what the archive holds: this test would prove nothing"
+    );
+
+    // Loaded with the user's OpenAI key in the shell and no CREDENTIALS in box.env: the
+    // sealed policy, the bindings only as the user gives them again, the LAN closed, no
+    // binding alpha did not have, the key working with a placeholder of its own.
+    u.shell
+        .push(("OPENAI_API_KEY".into(), "sk-openai-not-for-any-box".into()));
+    let mut args = vec!["load", backup.to_str().unwrap(), "gamma"];
+    args.extend(bindings);
+    let load = u.run(&args);
+    assert!(load.ok(), "{load}");
+    assert!(
+        load.stdout.contains(
+            "network policy: the backup's (sealed by box when it was saved), with your flags on top"
+        ),
+        "{load}"
+    );
+    assert!(
+        load.all().contains(
+            "the backup binds ANTHROPIC_API_KEY to api.anthropic.com, which your CREDENTIALS do not"
+        ),
+        "{load}"
+    );
+    assert_eq!(egress_json(&mut u, "gamma"), alpha_policy);
+    assert_eq!(u.agent("gamma", &lan_try).stdout.trim(), "refused");
+    let unbound = u.agent("gamma", "printf %s \"${OPENAI_API_KEY:-none}\"");
+    assert_eq!(
+        unbound.stdout, "none",
+        "gamma has a binding alpha did not: {unbound}"
+    );
+    assert_eq!(call_api(&mut u, "gamma").stdout, "{\"ok\":true}");
+    assert_ne!(placeholder(&mut u, "gamma"), original);
+    assert_key_not_in_guest(&mut u, "gamma");
+    assert!(u.run(&["rm", "gamma", "--force"]).ok());
+    u.shell.retain(|(k, _)| k != "OPENAI_API_KEY");
 
     // A clone keeps the policy, the flag on top; its own placeholder works; the private
     // host it names is reachable; no key in its /data.
@@ -525,7 +639,7 @@ fn heavy_part(u: &mut User, backup: &Path) {
         load.stdout.contains("Using base")
             && load
                 .stdout
-                .contains("network policy: the backup's (as it was saved)"),
+                .contains("network policy: the backup's (sealed by box when it was saved)"),
         "{load}"
     );
     assert_eq!(call_api(u, "gamma").stdout, "{\"ok\":true}");
