@@ -473,3 +473,35 @@ fn a_link_that_changes_after_it_was_hashed_is_refused() {
         "{e}"
     );
 }
+
+/// Where a backup sits in its chain is read from its manifest before anything is
+/// validated. A file damaged before it is read on to its integrity check and is that error,
+/// never taken for a full backup: a save would build a link on it, a restore would end its
+/// chain there. One that decrypts whole but holds no archive has no place; its validation
+/// names why.
+#[test]
+fn a_backup_unreadable_up_to_its_manifest_has_no_place() {
+    let w = World::new();
+    let c = chain(&w);
+    let pass = backup_support::secret(&w.passphrase);
+    let peek = |p: &Path| box_host::backup::load::peek_place(p, &pass);
+    let tip = &c.links[2].0;
+    assert_eq!(peek(tip).unwrap().map(|p| p.link), Some(2));
+    // A byte of its first compressed block changed (the manifest comes later).
+    let mut damaged = fs::read(tip).unwrap();
+    damaged[200] ^= 0x10;
+    fs::write(tip, &damaged).unwrap();
+    let e = format!("{:#}", peek(tip).unwrap_err());
+    assert!(e.contains("corrupt or truncated"), "{e}");
+    assert!(e.contains("integrity check"), "{e}");
+    // Encrypted, authentic, but no archive inside.
+    let words = w.backups().join("alpha-20261201-130000.tar.zst.gpg");
+    encrypt_bytes(b"plain words, no archive", &words, &w.passphrase);
+    assert_eq!(peek(&words).unwrap(), None);
+    let e = format!(
+        "{:#}",
+        box_host::backup::load::validate_backup(&words, &pass).unwrap_err()
+    );
+    assert!(e.contains("not a valid archive"), "{e}");
+    drop(c.src);
+}

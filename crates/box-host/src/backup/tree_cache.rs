@@ -11,9 +11,11 @@
 //!
 //! Beside it, [`Known`]: each file of that chain as the last save found or wrote it (its
 //! state, SHA-256 and place in the chain), so the next save's check of the chain reads no
-//! file that did not change: hashing the chain's full backup (1.3 GiB with a 1 GiB Hermes
-//! database: 0.9 s) and a key derivation per link were fixed costs of every save (issue 32).
-//! Digests of encrypted files and link numbers only: nothing of the data or the passphrase.
+//! older link that did not change: hashing the chain's full backup (1.3 GiB with a 1 GiB
+//! Hermes database: 0.9 s) and a key derivation per link were fixed costs of every save
+//! (issue 32). The newest backup is read and hashed on every save whatever the memo says:
+//! it is the file the new link names (usually a small link). Digests of encrypted files and
+//! link numbers only: nothing of the data or the passphrase.
 
 use std::path::{Path, PathBuf};
 
