@@ -37,8 +37,7 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
         ),
         Newest::Unchecked(why) if !args.force => bail!(
             "cannot check that the latest backup of '{name}' restores: {why}\n\
-             nothing was deleted; check it with the passphrase it was saved with, \
-             or delete it anyway: box rm {name} --force"
+             nothing was deleted; to delete it without that check: box rm {name} --force"
         ),
         Newest::Broken(why) => ui::warn(format!(
             "the latest backup of '{name}' does not restore ({why}); deleting anyway (--force)"
@@ -150,8 +149,9 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
     let place = |p: &Path| {
         load::peek_place(p, &pass).map_err(|e| match e.downcast_ref::<BackupError>() {
             Some(BackupError::WrongPassphrase) => anyhow!(
-                "{} does not open with the passphrase that opens the newest backup, which was \
-                 saved on it under that passphrase: it is damaged",
+                "{} does not open with the passphrase that opens the newest backup; the links \
+                 of a chain are all saved under one passphrase, so it is damaged (or no link \
+                 of this chain)",
                 p.display()
             ),
             _ => e.context(p.display().to_string()),
@@ -200,7 +200,8 @@ fn passphrase_that_opens(
         }
         (None, false) => TRIES,
     };
-    for attempt in 1..=tries {
+    let mut attempt = 1;
+    loop {
         let resolved = from_environment
             .take()
             .unwrap_or_else(|| passphrase::resolve(passphrase::Purpose::Decrypt));
@@ -212,16 +213,13 @@ fn passphrase_that_opens(
                 Unopened::Damaged(why) => return Err(Newest::Broken(why)),
                 Unopened::AnotherPassphrase(why) if attempt < tries => {
                     ui::warn(format!("{why}; try again"));
+                    attempt += 1;
                 }
                 Unopened::AnotherPassphrase(why) => return Err(Newest::Unchecked(why)),
             },
             Err(e) => return Err(Newest::Broken(e.to_string())),
         }
     }
-    Err(Newest::Unchecked(format!(
-        "no passphrase given opens {}",
-        path.display()
-    )))
 }
 
 /// Why a passphrase did not open a backup.
