@@ -5,8 +5,9 @@
 //! guest's snapshot not advanced by a save that published nothing; the next save finds a
 //! correct parent (an increment on the newest published backup, or a full one when the
 //! snapshot is of another backup), and `box load` of the newest link gives the box's tree.
-//! (A chain whose middle link was deleted is refused by `box load` before any VM:
-//! tests/chain_hostile.rs.)
+//! A newest backup whose bytes changed under the same metadata gets no link, whatever the
+//! memo of the chain's files says. (A chain whose middle link was deleted is refused by
+//! `box load` before any VM: tests/chain_hostile.rs.)
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -164,4 +165,72 @@ fn a_killed_incremental_save_leaves_the_chain_sound() {
     assert_eq!(tree_listing(&w, "last", PROJ), moment);
     w.assert_running_unpaused("alpha");
     w.assert_no_plaintext(&["alpha", "last"]);
+}
+
+/// The newest backup's bytes changed while its metadata stayed (a media error; sshfs, SMB
+/// and FAT make up inodes and ctimes): the memo of the chain's files still has its row, in
+/// the state the file is in now, with the digest of the bytes saved. The next save hashes
+/// the newest backup whatever the memo says, finds it does not restore, says so and starts
+/// a new chain: no link is published on it.
+#[test]
+fn a_newest_backup_changed_under_its_memo_row_gets_no_link() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::with_box("alpha");
+    w.sh(
+        "alpha",
+        &format!(
+            "set -e; mkdir -p {PROJ} && cd {PROJ} && head -c 300000 /dev/urandom > base.bin
+             chown -R agent:agent /data/home/agent/workspace"
+        ),
+    );
+    let tip = w.save_alpha("(full: starts a chain)");
+    let saved = std::fs::read(&tip).unwrap();
+    // A byte of its integrity check changed: its manifest still reads, it no longer
+    // restores.
+    let mut damaged = saved.clone();
+    let at = damaged.len() - 5;
+    damaged[at] ^= 0x01;
+    std::fs::write(&tip, &damaged).unwrap();
+    // The memo's row for it: the file's state as it is now, the digest of what was saved.
+    let memo = w.state().root().join("chain-trees/alpha.known");
+    let now = box_host::backup::chain::FileState::at(&tip)
+        .unwrap()
+        .encode();
+    let text = std::fs::read_to_string(&memo).unwrap();
+    let rows: Vec<String> = text
+        .lines()
+        .map(|line| {
+            let mut f: Vec<&str> = line.splitn(5, '\t').collect();
+            if f.len() == 5 && std::path::Path::new(f[4]) == tip {
+                f[1] = &now;
+            }
+            f.join("\t")
+        })
+        .collect();
+    std::fs::write(&memo, rows.join("\n") + "\n").unwrap();
+    let known = box_host::backup::tree_cache::Known::load(
+        &w.state(),
+        &box_proto::BoxName::parse("alpha").unwrap(),
+    );
+    let state = box_host::backup::chain::FileState::at(&tip).unwrap();
+    let digest = |b: &[u8]| -> [u8; 32] { <sha2::Sha256 as sha2::Digest>::digest(b).into() };
+    assert_eq!(
+        known.get(&tip, &state).map(|(d, _)| d),
+        Some(digest(&saved)),
+        "the memo vouches for the bytes saved, in the file's state now"
+    );
+    w.sh(
+        "alpha",
+        &format!("cd {PROJ} && printf 'after\\n' > note.txt && chown agent:agent note.txt"),
+    );
+    let (new, r) = w.save_alpha_saying("(full: starts a chain)");
+    for said in ["does not restore", "starting a new one"] {
+        assert!(r.all().contains(said), "{said:?} in {}", r.all());
+    }
+    let pass = secrecy::SecretString::from(w.passphrase.clone());
+    let place = box_host::backup::load::peek_place(&new, &pass).unwrap();
+    assert_eq!(place.map(|p| (p.link, p.parent)), Some((0, None)));
 }

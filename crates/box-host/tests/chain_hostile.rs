@@ -7,7 +7,8 @@
 //! fixed point; chain.rs's unit test covers the walk's loop check), and a chain whose middle
 //! link was deleted. `box load` and `box extract` refuse each before any VM exists and
 //! before anything is written, naming the rule and the link. `box rm` will not delete a box
-//! whose newest backup's chain is broken without `--force`.
+//! without `--force` when its newest backup's chain is broken or damaged, or cannot be
+//! checked (no passphrase, another one): refused before the name is asked for.
 //!
 //! No VM is started here: every refusal happens before one would be.
 
@@ -323,6 +324,27 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
     assert!(r.all().contains("link 3 of a chain"), "{}", r.all());
     assert!(r.all().contains("non-interactive"), "{}", r.all());
 
+    // The middle link damaged in its salt: with any other passphrase it would read as
+    // "another passphrase", but the passphrase opens the tip, which was saved on it under
+    // the same one: refused as damaged, naming the link, before the name is asked for.
+    let middle = fs::read(&c.links[1].0).unwrap();
+    let mut damaged = middle.clone();
+    damaged[7] ^= 0x01;
+    fs::write(&c.links[1].0, &damaged).unwrap();
+    let r = w.run(&["rm", "alpha"], &[]);
+    assert!(!r.ok());
+    for word in [
+        "does not restore",
+        &name_of(&c.links[1].0),
+        "it is damaged",
+        "--force",
+    ] {
+        assert!(r.all().contains(word), "{word:?} in {}", r.all());
+    }
+    assert!(!r.all().contains("non-interactive"), "{}", r.all());
+    assert!(w.registered("alpha"));
+    fs::write(&c.links[1].0, &middle).unwrap();
+
     // The middle link gone: refused for that reason, naming the link; the box stays.
     fs::remove_file(&c.links[1].0).unwrap();
     let r = w.run(&["rm", "alpha"], &[]);
@@ -333,13 +355,18 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
     assert!(!r.all().contains("non-interactive"), "{}", r.all());
     assert!(w.registered("alpha"));
 
-    // Without the passphrase it cannot check, and says so.
+    // Without the passphrase it cannot check: refused for that reason, before the name
+    // would be asked for (on a terminal it would be asked for: tests/prompts_pty.rs).
     let r = w.run(&["rm", "alpha"], &[("BOX_PASSPHRASE_FILE", "")]);
     assert!(!r.ok());
-    assert!(r.all().contains("passphrase is needed"), "{}", r.all());
+    for word in ["cannot check", "passphrase is needed", "--force"] {
+        assert!(r.all().contains(word), "{word:?} in {}", r.all());
+    }
+    assert!(!r.all().contains("non-interactive"), "{}", r.all());
     assert!(w.registered("alpha"));
 
-    // Another passphrase cannot tell: said, not taken for a broken chain.
+    // Another passphrase from the environment cannot check it: refused as that, not taken
+    // for a broken chain, and never asked again (nobody types it).
     let other = w.dir.path().join("other-passphrase");
     fs::write(&other, "not the one\n").unwrap();
     let r = w.run(
@@ -347,8 +374,12 @@ fn rm_refuses_when_the_newest_backups_chain_is_broken() {
         &[("BOX_PASSPHRASE_FILE", other.to_str().unwrap())],
     );
     assert!(!r.ok());
-    assert!(r.all().contains("does not open"), "{}", r.all());
+    for word in ["cannot check", "does not open", &tip, "--force"] {
+        assert!(r.all().contains(word), "{word:?} in {}", r.all());
+    }
     assert!(!r.all().contains("does not restore"), "{}", r.all());
+    assert!(!r.all().contains("non-interactive"), "{}", r.all());
+    assert!(!r.all().contains("try again"), "{}", r.all());
     assert!(w.registered("alpha"));
 
     // --force deletes anyway, saying what is lost.
@@ -441,4 +472,36 @@ fn a_link_that_changes_after_it_was_hashed_is_refused() {
         e.contains(&name_of(middle)) && e.contains("changed while it was being read"),
         "{e}"
     );
+}
+
+/// Where a backup sits in its chain is read from its manifest before anything is
+/// validated. A file damaged before it is read on to its integrity check and is that error,
+/// never taken for a full backup: a save would build a link on it, a restore would end its
+/// chain there. One that decrypts whole but holds no archive has no place; its validation
+/// names why.
+#[test]
+fn a_backup_unreadable_up_to_its_manifest_has_no_place() {
+    let w = World::new();
+    let c = chain(&w);
+    let pass = backup_support::secret(&w.passphrase);
+    let peek = |p: &Path| box_host::backup::load::peek_place(p, &pass);
+    let tip = &c.links[2].0;
+    assert_eq!(peek(tip).unwrap().map(|p| p.link), Some(2));
+    // A byte of its first compressed block changed (the manifest comes later).
+    let mut damaged = fs::read(tip).unwrap();
+    damaged[200] ^= 0x10;
+    fs::write(tip, &damaged).unwrap();
+    let e = format!("{:#}", peek(tip).unwrap_err());
+    assert!(e.contains("corrupt or truncated"), "{e}");
+    assert!(e.contains("integrity check"), "{e}");
+    // Encrypted, authentic, but no archive inside.
+    let words = w.backups().join("alpha-20261201-130000.tar.zst.gpg");
+    encrypt_bytes(b"plain words, no archive", &words, &w.passphrase);
+    assert_eq!(peek(&words).unwrap(), None);
+    let e = format!(
+        "{:#}",
+        box_host::backup::load::validate_backup(&words, &pass).unwrap_err()
+    );
+    assert!(e.contains("not a valid archive"), "{e}");
+    drop(c.src);
 }

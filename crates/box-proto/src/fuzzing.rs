@@ -323,12 +323,12 @@ pub fn mcp_reply(data: &[u8]) {
         // Reading a byte slice cannot fail.
         Err(Ok(io)) => panic!("I/O error reading a slice: {io}"),
     }
-    // printable() promises a single, bounded, control-free line: at most 40 characters
-    // of input, each escaped to at most 10 (`\u{10ffff}`), and an ellipsis.
+    // printable() promises a single, bounded line nothing in acts on a terminal: at most
+    // 40 characters of input, each escaped to at most 8 (`\u{202e}`), and an ellipsis.
     let lossy = String::from_utf8_lossy(body);
     let shown = wire::printable(&lossy, 40);
-    assert!(shown.chars().count() <= 40 * 10 + 1);
-    assert!(!shown.chars().any(char::is_control));
+    assert!(shown.chars().count() <= 40 * 8 + 1);
+    assert!(!shown.chars().any(crate::escape::acts_on_terminal));
 }
 
 fn check_reply(result: Result<wire::InitializeResult, crate::mcp::ProbeError>) {

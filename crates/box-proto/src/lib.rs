@@ -5,6 +5,7 @@
 
 pub mod archive;
 pub mod box_env;
+pub mod escape;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod layout;

@@ -395,9 +395,12 @@ pub fn discover_links(
 }
 
 /// [`discover_links`], taking a file's digest and place from `known` when it is still as
-/// it was when they were learned. The tip's place is always read: reading it is what shows
-/// the passphrase opens the chain (each link was added only once its parent opened so, so
-/// the links before it were made under the same passphrase).
+/// it was when they were learned, except the tip's. The tip's place is always read: reading
+/// it is what shows the passphrase opens the chain (each link was added only once its
+/// parent opened so, so the links before it were made under the same passphrase). And the
+/// tip is always hashed: its digest is what the next link names, and a file's metadata can
+/// stay while its bytes change (media errors; sshfs, SMB and FAT make up inodes and
+/// ctimes), so a link named on a remembered digest could name bytes no longer there.
 pub fn discover_links_knowing(
     file: &Path,
     chain_dir: Option<&Path>,
@@ -405,16 +408,14 @@ pub fn discover_links_knowing(
     known: &KnownOf<'_>,
 ) -> Result<Vec<Link>> {
     let tip_place = place(file)?;
+    let tip_hashed = hash_file(file)?;
     let Some(Place {
         parent: Some(_),
         link: tip_link,
     }) = tip_place
     else {
         let stamp = box_and_stamp(file).map(|(_, s)| s).unwrap_or_default();
-        let (digest, state) = match known_now(known, file)? {
-            Some((digest, _, state)) => (digest, state),
-            None => hash_file(file)?,
-        };
+        let (digest, state) = tip_hashed;
         return Ok(vec![Link {
             path: file.to_path_buf(),
             digest,
@@ -436,7 +437,7 @@ pub fn discover_links_knowing(
         paths: vec![file.to_path_buf()],
         stamps: vec![tip_stamp],
         parents: vec![Some(tip_place.and_then(|p| p.parent))],
-        digests: vec![None],
+        digests: vec![Some(tip_hashed)],
         known,
     };
     let tip = 0;
@@ -915,6 +916,45 @@ mod tests {
             read.lock().unwrap().contains(&inc),
             "a changed file is read"
         );
+    }
+
+    /// The tip is the file the next link names: it is hashed whatever the memo says of it,
+    /// a link tip and a full one alike. A memo row that keeps the tip's state but carries
+    /// another digest (its bytes changed under the same metadata) is not believed.
+    #[test]
+    fn discover_knowing_always_hashes_the_tip() {
+        let d = tempfile::tempdir().unwrap();
+        let write = |name: &str, body: &str| write_backup(d.path(), name, body);
+        let (full, full_d) = write("alpha-20261201-100000.tar.zst.gpg", "full");
+        let (tip, tip_d) = write("alpha-20261201-110000.tar.zst.gpg", "tip");
+        let at = |link, parent| Some(Place { link, parent });
+        let places = HashMap::from([
+            (full.clone(), at(0, None)),
+            (tip.clone(), at(1, Some(full_d))),
+        ]);
+        let place = |p: &Path| Ok(places.get(p).copied().flatten());
+        let first = discover_links(&tip, None, &place).unwrap();
+        let known = super::super::tree_cache::Known::of_chain(&first, &Default::default());
+        let saved = [7u8; 32];
+        let tip_saved_as = |p: &Path, state: &FileState| {
+            known.get(p, state).map(|(digest, place)| {
+                if p == tip {
+                    (saved, place)
+                } else {
+                    (digest, place)
+                }
+            })
+        };
+        let links = discover_links_knowing(&tip, None, &place, &tip_saved_as).unwrap();
+        assert_eq!(
+            links.iter().map(|l| l.digest).collect::<Vec<_>>(),
+            [full_d, tip_d]
+        );
+        // The full backup as the tip.
+        let full_saved_as =
+            |p: &Path, state: &FileState| known.get(p, state).map(|(_, place)| (saved, place));
+        let links = discover_links_knowing(&full, None, &place, &full_saved_as).unwrap();
+        assert_eq!(links.iter().map(|l| l.digest).collect::<Vec<_>>(), [full_d]);
     }
 
     /// A restore reads the places (a key derivation each) of its chain's links and of the

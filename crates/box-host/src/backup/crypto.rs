@@ -349,8 +349,36 @@ fn bulk_key(head: &[u8], password: &Password) -> Option<(SKESK, SessionKey)> {
     (algo == Some(SymmetricAlgorithm::AES256)).then_some((skesk, key))
 }
 
+/// Whether a file that `passphrase` did not open is damaged rather than made under another
+/// passphrase, as far as the file alone can tell. Only a file of box's shape whose key
+/// packet gives an AES-256 key (box's cipher: another passphrase gives one once in 256)
+/// can tell: when that key also decrypts the end of the encrypted packet to its MDC header
+/// ([`seipd::key_decrypts_the_end`]: once in 65 536 for another key), the key is the file's
+/// and so is the passphrase, and the quick check failed on damage in the first blocks.
+/// Damage to the salt, the S2K count or the encrypted session key derives another key, as
+/// another passphrase does: the file cannot tell those apart (`box rm` asks the digest box
+/// recorded when it saved the file).
+fn first_bytes_damaged(path: &Path, passphrase: &SecretString) -> bool {
+    let Ok(mut file) = File::open(path) else {
+        return false;
+    };
+    let Ok(head) = envelope::read_head(&mut file) else {
+        return false;
+    };
+    let password = Password::from(passphrase.expose_secret());
+    let Some((_, key)) = bulk_key(&head, &password) else {
+        return false;
+    };
+    File::open(path)
+        .map_err(anyhow::Error::from)
+        .and_then(|file| seipd::key_decrypts_the_end(file, &key))
+        .unwrap_or(false)
+}
+
 impl DecryptReader {
-    /// Opens `path` and checks the passphrase. Errors are [`BackupError`]s.
+    /// Opens `path` and checks the passphrase. Errors are [`BackupError`]s: a file of
+    /// box's shape damaged in its first blocks is [`BackupError::Corrupt`], not
+    /// [`BackupError::WrongPassphrase`] ([`first_bytes_damaged`]).
     pub fn open(path: &Path, passphrase: &SecretString) -> Result<Self, BackupError> {
         let file = File::open(path)
             .map_err(|e| BackupError::Io(format!("cannot open {}: {e}", path.display())))?;
@@ -362,7 +390,16 @@ impl DecryptReader {
             )));
         }
         let what = path.display().to_string();
-        if let Some(reader) = Self::from_source(file, &what, passphrase, true)? {
+        let opened = match Self::from_source(file, &what, passphrase, true) {
+            Err(BackupError::WrongPassphrase) if first_bytes_damaged(path, passphrase) => {
+                return Err(BackupError::Corrupt(format!(
+                    "{what}: its first bytes are damaged: the passphrase opens its key packet, \
+                     and that key decrypts its end but not its start"
+                )));
+            }
+            opened => opened?,
+        };
+        if let Some(reader) = opened {
             return Ok(reader);
         }
         // Opened, but not of the bulk reader's shape inside: sequoia reads it again from

@@ -155,17 +155,33 @@ fn decrypt_validate_link(
 /// Where `path` says it sits in a chain: its sealed host facts (its first bytes), or, for
 /// a backup made before box sealed them, its runtime manifest, read by decrypting only as
 /// far as it (nothing validated yet, and the MDC not reached: [`validate_chain`] checks the
-/// same place again once every link passed every rule).
+/// same place again once every link passed every rule). `None`: it has no chain place (a
+/// backup from before chains).
 ///
-/// A file it cannot read that far is said to be no link of a chain (`None`): its
-/// validation, which comes next, says what is wrong with it, by the rule it breaks.
+/// A file it cannot read that far is read on to its integrity check: damaged or cut, it is
+/// that error, never a full backup (a save would build a link on a tip no restore takes; a
+/// chain found from it would leave out the links before it). Whole and authentic but no
+/// valid archive, it is said to be no link (`None`): its validation, which comes next,
+/// names the rule it breaks.
 pub fn peek_place(path: &Path, passphrase: &SecretString) -> Result<Option<Place>> {
-    let reader = DecryptReader::open(path, passphrase)?;
+    let mut reader = DecryptReader::open(path, passphrase)?;
     if let Sealing::Sealed(facts) = reader.sealing() {
         return Ok(facts.place);
     }
-    let Ok(manifest) = validate::peek_manifest(reader, &Limits::default()) else {
-        return Ok(None);
+    let status = reader.status();
+    let manifest = match validate::peek_manifest(&mut reader, &Limits::default()) {
+        Ok(manifest) => manifest,
+        Err(unreadable) => {
+            let rest = io::copy(&mut reader, &mut io::sink());
+            if let Some(failure) = status.failure() {
+                return Err(BackupError::Corrupt(failure).into());
+            }
+            rest.with_context(|| format!("cannot read {}", path.display()))?;
+            if !reader.authenticated() {
+                return Err(BackupError::from_archive(unreadable, &status).into());
+            }
+            return Ok(None);
+        }
     };
     Ok(manifest
         .and_then(|bytes| RuntimeManifest::parse_bytes(&bytes).ok())

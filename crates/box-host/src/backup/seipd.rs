@@ -540,7 +540,8 @@ pub struct OwnPlaintext {
 /// What [`BulkReader::open_with`] fails with when the first block does not decrypt to the
 /// quick check: under the key of the file's own key packet, that is a wrong passphrase
 /// (a key packet without an encrypted session key derives some key from any passphrase),
-/// or a damaged first block, which sequoia tells the same way.
+/// or a damaged first block, which sequoia tells the same way and
+/// [`super::crypto::DecryptReader::open`] tells apart ([`key_decrypts_the_end`]).
 const QUICK_CHECK_FAILED: &str = "the encrypted data does not start as written";
 
 /// The literal data of a file of the shape [`SeipdWriter`] writes (one SKESK4 giving an
@@ -691,6 +692,92 @@ impl Read for BulkReader {
             return Ok(n);
         }
     }
+}
+
+/// Whether `key` decrypts the end of the SEIPDv1 packet of `source` (a file of the shape
+/// [`SeipdWriter`] writes: one key packet, then that packet) to an MDC packet's header
+/// (`D3 14`, 22 bytes before the end).
+///
+/// CFB decrypts each block with the ciphertext block before it, so damage in the first
+/// blocks (the quick check's prefix) garbles them and the block after, never the end: the
+/// right session key still finds `D3 14` there, where another key finds it once in 65 536.
+/// This is what tells "this key packet's key, first block damaged" from "another key" (for
+/// any body longer than the two blocks damage garbles, i.e. any backup). Reads the whole
+/// packet (the end of a body in partial lengths is only found so).
+pub(super) fn key_decrypts_the_end(
+    source: impl Read + Send + Sync + 'static,
+    key: &SessionKey,
+) -> Result<bool> {
+    // Enough for the block before the MDC's first one, and the MDC: 16 + 15 + 22.
+    const TAIL: usize = 64;
+    let aes = aes_key(key)?;
+    let next = |pp: PacketParser<'static>| {
+        super::crypto::contain_parser_panic(|| pp.next())
+            .map_err(|why| anyhow!("malformed OpenPGP data ({why})"))?
+            .map(|(_, ppr)| ppr)
+    };
+    let ppr = super::crypto::contain_parser_panic(|| parser(source))
+        .map_err(|why| anyhow!("malformed OpenPGP data ({why})"))??;
+    let PacketParserResult::Some(pp) = ppr else {
+        return Ok(false);
+    };
+    if !matches!(pp.packet, Packet::SKESK(SKESK::V4(_))) {
+        return Ok(false);
+    }
+    let PacketParserResult::Some(mut pp) = next(pp)? else {
+        return Ok(false);
+    };
+    if !matches!(pp.packet, Packet::SEIP(SEIP::V1(_))) {
+        return Ok(false);
+    }
+    // The body's ciphertext after its version byte: its length and its last TAIL bytes.
+    let mut tail: Vec<u8> = Vec::with_capacity(2 * TAIL);
+    let mut len = 0u64;
+    let mut buf = vec![0u8; CHUNK];
+    loop {
+        let n = match super::crypto::contain_parser_panic(|| pp.read(&mut buf)) {
+            Ok(Ok(n)) => n,
+            Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
+            Ok(Err(e)) => return Err(e.into()),
+            Err(why) => return Err(anyhow!("malformed OpenPGP data ({why})")),
+        };
+        if n == 0 {
+            break;
+        }
+        len += n as u64;
+        let keep = n.min(TAIL);
+        tail.extend_from_slice(&buf[n - keep..n]);
+        if tail.len() > TAIL {
+            tail.drain(..tail.len() - TAIL);
+        }
+    }
+    let len = usize::try_from(len).unwrap_or(usize::MAX);
+    if len < PREFIX_LEN + MDC_LEN {
+        return Ok(false);
+    }
+    // Offsets in the body; `tail` starts at `len - tail.len()`.
+    let base = len - tail.len();
+    let mdc_at = len - MDC_LEN;
+    let first = mdc_at / BLOCK * BLOCK;
+    let mut iv = [0u8; BLOCK];
+    if first > 0 {
+        let Some(before) = (first - BLOCK)
+            .checked_sub(base)
+            .and_then(|from| tail.get(from..from + BLOCK))
+        else {
+            return Ok(false);
+        };
+        iv.copy_from_slice(before);
+    }
+    let mut plain = Vec::with_capacity(len - first);
+    for block in tail[first - base..].chunks(BLOCK) {
+        let ks = keystream(&aes, &iv);
+        plain.extend(block.iter().zip(ks).map(|(c, k)| c ^ k));
+        if block.len() == BLOCK {
+            iv.copy_from_slice(block);
+        }
+    }
+    Ok(plain.get(mdc_at - first..mdc_at - first + 2) == Some(&[0xD3, 0x14][..]))
 }
 
 /// Decrypts the backup box is writing (read through `source`, e.g. a follower of the temp
@@ -948,6 +1035,69 @@ mod tests {
             sequoia_decrypt(&path, "not it"),
             Err(BackupError::WrongPassphrase)
         ));
+    }
+
+    /// Where the encrypted packet's ciphertext starts in a file [`SeipdWriter`] wrote: after
+    /// the key packet (new-format tag 3), the SEIP header (tag 18) and its version byte.
+    fn ciphertext_at(file: &[u8]) -> usize {
+        assert_eq!(file[0], 0xC3, "a new-format key packet");
+        let seip = 2 + usize::from(file[1]);
+        assert_eq!(file[seip], 0xD2, "the SEIP packet follows");
+        let header = match file[seip + 1] {
+            192..=223 => 3,
+            255 => 6,
+            _ => 2,
+        };
+        assert_eq!(file[seip + header], 1, "SEIPD v1");
+        seip + header + 1
+    }
+
+    #[test]
+    fn damage_in_the_first_block_is_told_from_a_wrong_passphrase() {
+        let dir = tempfile::tempdir().unwrap();
+        let open = |path: &Path, pass: &str| {
+            DecryptReader::open(path, &SecretString::from(pass)).map(|_| ())
+        };
+        // A few blocks, the MDC across a block boundary or not, partial lengths. (Under
+        // ~50 bytes of data the MDC lies in the blocks the damage garbles: no backup is.)
+        for n in [60usize, 67, 100, 5000, (4 << 20) + 7] {
+            let path = encrypt(dir.path(), &bytes(n, 13), &[1 << 20]);
+            let good = std::fs::read(&path).unwrap();
+            assert!(open(&path, PASS).is_ok(), "size {n}");
+            let start = ciphertext_at(&good);
+            // A byte of the first block, then of the second (the quick check's repeat).
+            for at in [start + 3, start + 16] {
+                let mut bad = good.clone();
+                bad[at] ^= 0x40;
+                std::fs::write(&path, &bad).unwrap();
+                match open(&path, PASS) {
+                    Err(BackupError::Corrupt(why)) => {
+                        assert!(why.contains("first bytes are damaged"), "{n}/{at}: {why}")
+                    }
+                    other => panic!("size {n}, byte {at}: {other:?}"),
+                }
+                // Another passphrase on the same damaged file is still told as one.
+                assert!(
+                    matches!(open(&path, "not it"), Err(BackupError::WrongPassphrase)),
+                    "size {n}, byte {at}"
+                );
+            }
+            std::fs::remove_file(&path).unwrap();
+        }
+        // The salt or the encrypted session key damaged derive another key, exactly as
+        // another passphrase does: the file alone reads as one (box rm asks what box
+        // recorded of the file; see commands/rm.rs).
+        let path = encrypt(dir.path(), &bytes(3000, 17), &[700]);
+        let good = std::fs::read(&path).unwrap();
+        for at in [2 + 5, 2 + 30] {
+            let mut bad = good.clone();
+            bad[at] ^= 0x01;
+            std::fs::write(&path, &bad).unwrap();
+            assert!(
+                matches!(open(&path, PASS), Err(BackupError::WrongPassphrase)),
+                "byte {at}"
+            );
+        }
     }
 
     #[test]

@@ -11,9 +11,11 @@
 //!
 //! Beside it, [`Known`]: each file of that chain as the last save found or wrote it (its
 //! state, SHA-256 and place in the chain), so the next save's check of the chain reads no
-//! file that did not change: hashing the chain's full backup (1.3 GiB with a 1 GiB Hermes
-//! database: 0.9 s) and a key derivation per link were fixed costs of every save (issue 32).
-//! Digests of encrypted files and link numbers only: nothing of the data or the passphrase.
+//! older link that did not change: hashing the chain's full backup (1.3 GiB with a 1 GiB
+//! Hermes database: 0.9 s) and a key derivation per link were fixed costs of every save
+//! (issue 32). The newest backup is read and hashed on every save whatever the memo says:
+//! it is the file the new link names (usually a small link). Digests of encrypted files and
+//! link numbers only: nothing of the data or the passphrase.
 
 use std::path::{Path, PathBuf};
 
@@ -88,11 +90,14 @@ fn now_secs() -> u64 {
         .map_or(0, |d| d.as_secs())
 }
 
+/// A file of a chain as a save knew it: where, in which state, its SHA-256, its place.
+type Row = (PathBuf, FileState, [u8; 32], Option<Place>);
+
 /// The files of `name`'s newest chain as the last save knew them: for
 /// [`super::chain::discover_links_knowing`].
 #[derive(Debug, Default)]
 pub struct Known {
-    rows: Vec<(PathBuf, FileState, [u8; 32], Option<Place>)>,
+    rows: Vec<Row>,
     /// When every file in `rows` was last read and hashed (Unix seconds; 0: never).
     hashed_at: u64,
 }
@@ -125,33 +130,49 @@ impl Known {
         let Some(hashed_at) = hashed_at else {
             return Known::default();
         };
-        let row = |line: &str| {
-            let f: Vec<&str> = line.splitn(5, '\t').collect();
-            let [digest, file_state, link, parent, path] = f.as_slice() else {
-                return None;
-            };
-            let place = match (*link, *parent) {
-                ("-", "-") => None,
-                (link, "-") => Some(Place {
-                    link: link.parse().ok()?,
-                    parent: None,
-                }),
-                (link, parent) => Some(Place {
-                    link: link.parse().ok()?,
-                    parent: Some(hex32(parent)?),
-                }),
-            };
-            Some((
-                PathBuf::from(path),
-                FileState::decode(file_state)?,
-                hex32(digest)?,
-                place,
-            ))
-        };
         Known {
-            rows: lines.map_while(row).collect(),
+            rows: lines.map_while(Known::row).collect(),
             hashed_at,
         }
+    }
+
+    /// One file's line, as [`Known::store`] writes it.
+    fn row(line: &str) -> Option<Row> {
+        let f: Vec<&str> = line.splitn(5, '\t').collect();
+        let [digest, file_state, link, parent, path] = f.as_slice() else {
+            return None;
+        };
+        let place = match (*link, *parent) {
+            ("-", "-") => None,
+            (link, "-") => Some(Place {
+                link: link.parse().ok()?,
+                parent: None,
+            }),
+            (link, parent) => Some(Place {
+                link: link.parse().ok()?,
+                parent: Some(hex32(parent)?),
+            }),
+        };
+        Some((
+            PathBuf::from(path),
+            FileState::decode(file_state)?,
+            hex32(digest)?,
+            place,
+        ))
+    }
+
+    /// The SHA-256 the last save of `name` recorded for the backup at `path` (the one it
+    /// published, or one of its chain as it read it), however long ago and whatever the
+    /// file's state now: not to skip reading the file, but to tell whether its bytes are
+    /// still those box saved. A backup a passphrase does not open is then told apart: the
+    /// same bytes, another passphrase; other bytes, damage (`box rm`).
+    pub fn recorded_digest(state: &StateDir, name: &BoxName, path: &Path) -> Option<[u8; 32]> {
+        let text = std::fs::read_to_string(known_path(state, name)).ok()?;
+        text.lines()
+            .skip(1)
+            .map_while(Known::row)
+            .find(|(p, _, _, _)| p == path)
+            .map(|(_, _, digest, _)| digest)
     }
 
     /// The digest and place of the file at `path`, when it is still in `state`.
@@ -300,7 +321,8 @@ mod tests {
         std::fs::write(&link, b"other").unwrap();
         assert_eq!(back.get(&link, &now(&link)), None);
         assert_eq!(back.get(&dir.path().join("x"), &now(&full)), None);
-        // Files last hashed more than a day ago (or in the future) are read again.
+        // Files last hashed more than a day ago (or in the future) are read again; what
+        // box recorded of them still tells whether their bytes are the ones it saved.
         for hashed_at in [now_secs() - KNOWN_TRUSTED_SECS - 60, now_secs() + 3600] {
             known.hashed_at = hashed_at;
             known.store(&state, &name).unwrap();
@@ -309,7 +331,13 @@ mod tests {
                 None,
                 "hashed at {hashed_at}"
             );
+            assert_eq!(Known::recorded_digest(&state, &name, &full), Some([1; 32]));
+            assert_eq!(Known::recorded_digest(&state, &name, &link), Some([2; 32]));
         }
+        assert_eq!(
+            Known::recorded_digest(&state, &name, &dir.path().join("x")),
+            None
+        );
         // What a chain's discovery knew keeps its time; knowing nothing, it read all now.
         known.hashed_at = now_secs() - 7200;
         assert_eq!(Known::of_chain(&[], &known).hashed_at, known.hashed_at);
@@ -318,6 +346,7 @@ mod tests {
         let memo = kept_at(&state, &name).with_extension("known");
         std::fs::write(&memo, "nonsense\n").unwrap();
         assert_eq!(Known::load(&state, &name).get(&full, &now(&full)), None);
+        assert_eq!(Known::recorded_digest(&state, &name, &full), None);
         forget(&state, &name);
         assert!(!memo.exists());
     }

@@ -197,7 +197,12 @@ impl<'a> Builder<'a> {
             Some(0) => {}
             Some(3) => bail!(
                 "the builder holds user state, so it cannot become a base:\n{}",
-                out.stdout.trim()
+                out.stdout
+                    .trim()
+                    .lines()
+                    .map(crate::ui::terminal_text::quoted)
+                    .collect::<Vec<_>>()
+                    .join("\n")
             ),
             _ => bail!(
                 "preparing the base failed ({}){}",

@@ -522,7 +522,7 @@ fn guest_doctor(
                 scope,
                 name,
                 Status::Ok,
-                format!("{label}: {line}"),
+                format!("{label}: {}", crate::ui::terminal_text::quoted(line)),
             ));
         }
     }

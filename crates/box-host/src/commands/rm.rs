@@ -1,19 +1,26 @@
 //! `box rm <name> [--force]`: show the newest backup and check that it restores the way
 //! `box load` checks it before any VM (its whole chain found, each link decrypted and
-//! validated on the tree the links before it build; refused without `--force` when it
-//! does not), ask for the exact name on the terminal unless `--force`, then under the box
-//! lock stop, `delete -f`, verify the machine is gone, and drop the row under the registry
-//! lock. `--force` never asks anything: it checks the backup only with a passphrase the
-//! environment holds, and deletes whatever the check says (saying it).
+//! validated on the tree the links before it build). Without `--force`, rm never deletes
+//! past a check that failed or could not run: a damaged backup or a broken chain is
+//! refused, naming the file; a passphrase that does not open the backup is asked for again
+//! on the terminal, and refused when it came from the environment or none opens it; no
+//! passphrase at all is refused too. Then rm asks for the exact name on the terminal
+//! unless `--force`, and under the box lock stops, `delete -f`s, verifies the machine is
+//! gone, and drops the row under the registry lock. `--force` never asks anything: it
+//! checks the backup only with a passphrase the environment holds, and deletes whatever
+//! the check says (saying it).
 
 use std::io::{BufRead, BufReader, Write};
+use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use anyhow::{Context as _, Result, bail};
+use anyhow::{Context as _, Result, anyhow, bail};
+use secrecy::SecretString;
 
 use super::Context;
-use crate::backup::{BackupError, chain, load, location, passphrase, tree_cache};
+use crate::backup::crypto::DecryptReader;
+use crate::backup::{BackupError, chain, hex_sha, load, location, passphrase, tree_cache};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::state::{BoxRecord, LockKey, Registry, locks};
@@ -28,10 +35,15 @@ pub fn run(ctx: &Context, args: &crate::cli::RmArgs) -> Result<ExitCode> {
              its state is not saved anywhere a load could use; save it first (box save {name} --full), \
              or delete it anyway: box rm {name} --force"
         ),
+        Newest::Unchecked(why) if !args.force => bail!(
+            "cannot check that the latest backup of '{name}' restores: {why}\n\
+             nothing was deleted; to delete it without that check: box rm {name} --force"
+        ),
         Newest::Broken(why) => ui::warn(format!(
             "the latest backup of '{name}' does not restore ({why}); deleting anyway (--force)"
         )),
-        Newest::None | Newest::Sound | Newest::Unchecked => {}
+        Newest::Unchecked(why) => ui::say(format!("not checking that it restores ({why})")),
+        Newest::None | Newest::Sound => {}
     }
     if !args.force && !confirm(name.as_str())? {
         ui::error("deletion cancelled");
@@ -89,11 +101,15 @@ enum Newest {
     /// Restores: a full backup, or a link whose whole chain is present and names each
     /// parent by its digest.
     Sound,
-    /// Could not be checked (no passphrase, unreadable dir): said, not refused.
-    Unchecked,
-    /// A link whose chain is broken: no restore would use it.
+    /// Could not be checked (no passphrase, another passphrase, an unreadable dir): refused
+    /// without `--force`, said with it.
+    Unchecked(String),
+    /// Damaged, or a link whose chain is broken: no restore would use it.
     Broken(String),
 }
+
+/// How many passphrases a person gets to type before rm gives up.
+const TRIES: usize = 3;
 
 /// Shows the newest backup and checks it as `box load` does before any VM: every link of
 /// its chain present, each naming its parent's digest, in order, and each decrypted (MDC
@@ -113,10 +129,7 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
             ));
             return Newest::None;
         }
-        Err(e) => {
-            ui::warn(format!("cannot look for backups of '{name}': {e:#}"));
-            return Newest::Unchecked;
-        }
+        Err(e) => return Newest::Unchecked(format!("cannot look for its backups: {e:#}")),
     };
     let age = std::fs::metadata(&path)
         .and_then(|m| m.modified())
@@ -126,33 +139,28 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
         .unwrap_or_default();
     ui::say(format!("latest backup: {}{age}", path.display()));
     // Which backup a link builds on is written inside it: the passphrase is needed.
-    let resolved = if force {
-        match passphrase::from_environment(passphrase::Purpose::Decrypt) {
-            Some(resolved) => resolved,
-            None => {
-                ui::say(
-                    "not checking that it restores (--force, and no BOX_PASSPHRASE or BOX_PASSPHRASE_FILE to check it with)",
-                );
-                return Newest::Unchecked;
-            }
-        }
-    } else {
-        passphrase::resolve(passphrase::Purpose::Decrypt)
+    let pass = match passphrase_that_opens(ctx, record, &path, force) {
+        Ok(pass) => pass,
+        Err(verdict) => return verdict,
     };
-    let pass = match resolved {
-        Ok(p) => p,
-        Err(e) => {
-            ui::warn(format!(
-                "cannot check that its chain is whole: the backup passphrase is needed ({e:#})"
-            ));
-            return Newest::Unchecked;
-        }
+    // Every link of a chain was saved on its parent under one passphrase (a save builds
+    // only on a parent its passphrase opens): once the newest opened, a link that does
+    // not is damaged, never "another passphrase".
+    let place = |p: &Path| {
+        load::peek_place(p, &pass).map_err(|e| match e.downcast_ref::<BackupError>() {
+            Some(BackupError::WrongPassphrase) => anyhow!(
+                "{} does not open with the passphrase that opens the newest backup; the links \
+                 of a chain are all saved under one passphrase, so it is damaged (or no link \
+                 of this chain)",
+                p.display()
+            ),
+            _ => e.context(p.display().to_string()),
+        })
     };
-    let checked =
-        chain::discover_links(&path, None, &|p| load::peek_place(p, &pass)).and_then(|links| {
-            ui::say("checking that it restores (decrypting and validating it, as box load would)");
-            load::validate_chain(&links, &pass).map(|v| (links.len(), v))
-        });
+    let checked = chain::discover_links(&path, None, &place).and_then(|links| {
+        ui::say("checking that it restores (decrypting and validating it, as box load would)");
+        load::validate_chain(&links, &pass).map(|v| (links.len(), v))
+    });
     match checked {
         Ok((links, validated)) => {
             for warning in validated.warnings() {
@@ -167,15 +175,87 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
             }
             Newest::Sound
         }
-        // Another passphrase says nothing about the chain.
-        Err(e) if matches!(e.downcast_ref(), Some(BackupError::WrongPassphrase)) => {
-            ui::warn(format!(
-                "cannot check that its chain is whole: the passphrase given does not open {}",
-                path.display()
-            ));
-            Newest::Unchecked
-        }
         Err(e) => Newest::Broken(format!("{e:#}")),
+    }
+}
+
+/// The passphrase that opens the newest backup at `path`: the environment's (one try),
+/// else asked on the terminal, again after one that does not open it ([`TRIES`] times),
+/// never with `force`. `Err` is the verdict when none does: a file damaged in its first
+/// bytes is broken (asking again would not help), a passphrase that only is not this
+/// file's leaves it unchecked ([`unopened`]).
+fn passphrase_that_opens(
+    ctx: &Context,
+    record: &BoxRecord,
+    path: &Path,
+    force: bool,
+) -> Result<SecretString, Newest> {
+    let mut from_environment = passphrase::from_environment(passphrase::Purpose::Decrypt);
+    let tries = match (&from_environment, force) {
+        (Some(_), _) => 1,
+        (None, true) => {
+            return Err(Newest::Unchecked(
+                "--force, and no BOX_PASSPHRASE or BOX_PASSPHRASE_FILE to check it with".into(),
+            ));
+        }
+        (None, false) => TRIES,
+    };
+    let mut attempt = 1;
+    loop {
+        let resolved = from_environment
+            .take()
+            .unwrap_or_else(|| passphrase::resolve(passphrase::Purpose::Decrypt));
+        let pass = resolved
+            .map_err(|e| Newest::Unchecked(format!("the backup passphrase is needed ({e:#})")))?;
+        match DecryptReader::open(path, &pass) {
+            Ok(_) => return Ok(pass),
+            Err(BackupError::WrongPassphrase) => match unopened(ctx, record, path) {
+                Unopened::Damaged(why) => return Err(Newest::Broken(why)),
+                Unopened::AnotherPassphrase(why) if attempt < tries => {
+                    ui::warn(format!("{why}; try again"));
+                    attempt += 1;
+                }
+                Unopened::AnotherPassphrase(why) => return Err(Newest::Unchecked(why)),
+            },
+            Err(e) => return Err(Newest::Broken(e.to_string())),
+        }
+    }
+}
+
+/// Why a passphrase did not open a backup.
+enum Unopened {
+    AnotherPassphrase(String),
+    Damaged(String),
+}
+
+/// Tells "another passphrase" from "damaged" for a backup a passphrase did not open.
+/// [`DecryptReader::open`] already calls damage in the first blocks damage; damage to the
+/// salt, the S2K count or the encrypted session key derives another key, exactly as another
+/// passphrase does, so the file alone cannot tell. What can is the SHA-256 box recorded
+/// when a save of this box wrote or last read the file ([`tree_cache::Known`]): other
+/// bytes now are damage (or a rewrite by another program), the same bytes are a file box
+/// saved and verified under its passphrase, so this one is another.
+fn unopened(ctx: &Context, record: &BoxRecord, path: &Path) -> Unopened {
+    let another = |how: &str| {
+        Unopened::AnotherPassphrase(format!(
+            "the passphrase given does not open {}{how}",
+            path.display()
+        ))
+    };
+    let Some(recorded) = tree_cache::Known::recorded_digest(&ctx.state, &record.name, path) else {
+        return another("");
+    };
+    match chain::file_digest(path) {
+        Ok(now) if now == recorded => another(
+            " (its bytes are those box saved and verified: it was saved under another passphrase)",
+        ),
+        Ok(now) => Unopened::Damaged(format!(
+            "{} is damaged: its SHA-256 is {}, not the {} box recorded when it saved it",
+            path.display(),
+            hex_sha(&now),
+            hex_sha(&recorded)
+        )),
+        Err(e) => Unopened::Damaged(format!("{e:#}")),
     }
 }
 

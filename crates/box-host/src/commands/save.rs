@@ -435,8 +435,9 @@ impl<'a> SaveRun<'a> {
     /// than adding to one no restore could use.
     fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<Parent> {
         let name = self.record.name.clone();
-        // What the last save learned of these files: a file as it was then is not read
-        // again (only the newest backup's place is, which shows the passphrase opens it).
+        // What the last save learned of these files: an older link as it was then is not
+        // read again (the newest backup always is: its place shows the passphrase opens
+        // it, and its digest, which the new link names, is taken from its bytes).
         let known = tree_cache::Known::load(&self.ctx.state, &name);
         let links = match chain::discover_links_knowing(
             newest,

@@ -12,6 +12,7 @@ use box_proto::mcp::{self, BearerToken, Healthy, ProbeOptions};
 use zeroize::Zeroize;
 
 use crate::smolvm::{ExecOpts, Output, Smolvm};
+use crate::ui::terminal_text;
 
 /// Where box installs hb in the guest; the workload launcher waits for it.
 pub const HB_PATH: &str = "/usr/local/bin/hb";
@@ -79,8 +80,13 @@ pub fn status(out: &Output) -> String {
     )
 }
 
-/// The last few non-empty lines of stderr (else stdout), for an error message.
+/// The last few non-empty lines of stderr (else stdout), for an error message: guest
+/// output, quoted so that nothing in it acts on the terminal the error is shown on.
 pub fn last_lines(stderr: &str, stdout: &str) -> String {
+    let quoted = |lines: &[&str]| {
+        let lines: Vec<String> = lines.iter().map(|l| terminal_text::quoted(l)).collect();
+        format!(": {}", lines.join(" | "))
+    };
     // hb doctor marks failed checks with ✗: those say more than the last lines.
     let failed: Vec<&str> = stdout
         .lines()
@@ -88,7 +94,7 @@ pub fn last_lines(stderr: &str, stdout: &str) -> String {
         .filter(|l| l.trim_start().starts_with('✗'))
         .collect();
     if !failed.is_empty() {
-        return format!(": {}", failed.join(" | "));
+        return quoted(&failed);
     }
     let src = if stderr.trim().is_empty() {
         stdout
@@ -99,8 +105,7 @@ pub fn last_lines(stderr: &str, stdout: &str) -> String {
     if lines.is_empty() {
         return String::new();
     }
-    let tail = &lines[lines.len().saturating_sub(3)..];
-    format!(": {}", tail.join(" | "))
+    quoted(&lines[lines.len().saturating_sub(3)..])
 }
 
 /// Reads Executor's token inside the guest: `hb token` where hb has it, else the token file
@@ -222,6 +227,20 @@ mod tests {
         assert_eq!(
             last_lines("", "✓ a\n✗ b: no\n   fix: x\n✓ c\n"),
             ": ✗ b: no"
+        );
+    }
+
+    #[test]
+    fn last_lines_quote_what_would_act_on_a_terminal() {
+        // A clipboard write, a title, a line rewritten by CR, in what the guest printed.
+        let stderr = "step 1\n\x1b]52;c;Y3VybCBldmls\x07failed\rall good\n\x1b]0;ok\x07done\n";
+        assert_eq!(
+            last_lines(stderr, ""),
+            ": step 1 | \\x1b]52;c;Y3VybCBldmls\\x07failed\\x0dall good | \\x1b]0;ok\\x07done"
+        );
+        assert_eq!(
+            last_lines("", "✗ net: \u{202e}kc\n"),
+            ": ✗ net: \\u{202e}kc"
         );
     }
 }

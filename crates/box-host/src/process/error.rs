@@ -2,6 +2,8 @@
 
 use std::time::Duration;
 
+use crate::ui::terminal_text::quoted;
+
 #[derive(Debug, Clone, thiserror::Error)]
 pub enum SmolvmError {
     #[error(
@@ -18,8 +20,9 @@ pub enum SmolvmError {
     )]
     Timeout { call: String, after: Duration },
 
-    /// smolvm itself reported a failure (`Error: …` on stderr, exit 1).
-    #[error("`{call}` failed: {message}")]
+    /// smolvm itself reported a failure (`Error: …` on stderr, exit 1). Quoted when shown:
+    /// a `machine exec`'s stderr is the guest command's.
+    #[error("`{call}` failed: {}", quoted(message))]
     Failed { call: String, message: String },
 
     /// smolvm exited non-zero without its `Error:` line (a crash, a usage error).
@@ -86,17 +89,46 @@ fn secs(d: &Duration) -> String {
     }
 }
 
+/// The last lines of a call's stderr, quoted ([`quoted`]): a `machine exec`'s stderr is
+/// the guest command's.
 fn tail(stderr: &str) -> String {
-    let last: Vec<&str> = stderr
+    let last: Vec<String> = stderr
         .lines()
         .filter(|l| !l.trim().is_empty())
         .rev()
         .take(3)
+        .map(quoted)
         .collect();
     if last.is_empty() {
         String::new()
     } else {
-        let text: Vec<&str> = last.into_iter().rev().collect();
+        let text: Vec<String> = last.into_iter().rev().collect();
         format!(": {}", text.join(" | "))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn what_a_call_printed_is_quoted_in_its_error() {
+        let failed = SmolvmError::Failed {
+            call: "smolvm machine exec".into(),
+            message: "no\x1b]52;c;eA==\x07".into(),
+        };
+        assert_eq!(
+            failed.to_string(),
+            "`smolvm machine exec` failed: no\\x1b]52;c;eA==\\x07"
+        );
+        let unexpected = SmolvmError::Unexpected {
+            call: "smolvm machine exec".into(),
+            code: "status 2".into(),
+            stderr: "a\n\x1b[2Jb\rc\n".into(),
+        };
+        assert_eq!(
+            unexpected.to_string(),
+            "`smolvm machine exec` exited with status 2: a | \\x1b[2Jb\\x0dc"
+        );
     }
 }

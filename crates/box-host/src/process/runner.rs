@@ -388,9 +388,26 @@ pub(crate) fn run_command(
     }
 }
 
+/// What an attached call's output is to box's own stdout and stderr.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Passed {
+    /// The call's streams are box's: its bytes as they are (a person's own session, a
+    /// script's pipe).
+    AsIs,
+    /// Guest bytes for a person to read (a log): where box's stream is a terminal, they
+    /// pass through [`crate::ui::terminal_text`] so nothing in them acts on it; piped, as
+    /// they are.
+    EscapedOnTerminals,
+}
+
 /// Runs an interactive call attached to the terminal (`exec -it`) and returns its exit
 /// code. There is no deadline: the user ends the session.
-pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<i32, SmolvmError> {
+pub fn run_interactive(
+    bin: &OsString,
+    args: &[OsString],
+    call: &str,
+    passed: Passed,
+) -> Result<i32, SmolvmError> {
     let mut cmd = Command::new(bin);
     child_env::apply(&mut cmd, ChildKind::Smolvm);
     cmd.args(args);
@@ -398,6 +415,7 @@ pub fn run_interactive(bin: &OsString, args: &[OsString], call: &str) -> Result<
         cmd,
         &Program::Smolvm(bin.to_string_lossy().into_owned()),
         call,
+        passed,
     )
 }
 
@@ -406,12 +424,36 @@ pub(crate) fn run_interactive_command(
     mut cmd: Command,
     program: &Program,
     call: &str,
+    passed: Passed,
 ) -> Result<i32, SmolvmError> {
+    use std::io::IsTerminal;
+    let escaped = passed == Passed::EscapedOnTerminals;
+    if escaped && std::io::stdout().is_terminal() {
+        cmd.stdout(Stdio::piped());
+    }
+    if escaped && std::io::stderr().is_terminal() {
+        cmd.stderr(Stdio::piped());
+    }
     let mut child = spawn_program(&mut cmd, program, call)?;
+    use crate::ui::terminal_text::copy_escaped;
+    let copies = [
+        child
+            .stdout
+            .take()
+            .map(|out| std::thread::spawn(move || copy_escaped(out, std::io::stdout()))),
+        child
+            .stderr
+            .take()
+            .map(|err| std::thread::spawn(move || copy_escaped(err, std::io::stderr()))),
+    ];
     let status = child.wait().map_err(|e| SmolvmError::Spawn {
         call: call.to_string(),
         problem: format!("cannot wait for it: {e}"),
     })?;
+    // What the call printed last is shown before box says anything after it.
+    for copy in copies.into_iter().flatten() {
+        let _ = copy.join();
+    }
     Ok(status.code().unwrap_or_else(|| {
         128 + std::os::unix::process::ExitStatusExt::signal(&status).unwrap_or(0)
     }))

@@ -442,6 +442,7 @@ impl Session {
         smolvm: &str,
         args: &[String],
         call: &str,
+        passed: runner::Passed,
     ) -> Result<i32, SmolvmError> {
         use std::io::IsTerminal;
         self.ensure_open()?;
@@ -465,7 +466,7 @@ impl Session {
             ],
             Some(&remote),
         );
-        let code = runner::run_interactive_command(cmd, &self.target.program(), call)?;
+        let code = runner::run_interactive_command(cmd, &self.target.program(), call, passed)?;
         if code == 255 && !self.master_alive() {
             return Err(SmolvmError::ConnectionLost {
                 host: self.host_name(),

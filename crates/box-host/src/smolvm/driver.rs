@@ -113,7 +113,8 @@ pub enum Attach {
     Terminal,
     /// `-i`: stdin forwarded, output as raw bytes (pipes, files, scripts).
     Stdin,
-    /// `--stream`: no stdin; output forwarded as it arrives.
+    /// `--stream`: no stdin; output forwarded as it arrives, escaped where it reaches a
+    /// terminal (guest bytes for a person to read: [`runner::Passed::EscapedOnTerminals`]).
     OutputOnly,
 }
 
@@ -714,9 +715,15 @@ impl Smolvm {
         a.push("--".into());
         a.extend(argv.iter().map(OsString::from));
         let call = self.call_name(&a);
+        let passed = match attach {
+            Attach::Terminal | Attach::Stdin => runner::Passed::AsIs,
+            Attach::OutputOnly => runner::Passed::EscapedOnTerminals,
+        };
         match &self.transport {
-            Transport::Local => runner::run_interactive(&self.bin, &a, &call),
-            Transport::Ssh(s) => s.interactive(&self.bin.to_string_lossy(), &strings(&a), &call),
+            Transport::Local => runner::run_interactive(&self.bin, &a, &call, passed),
+            Transport::Ssh(s) => {
+                s.interactive(&self.bin.to_string_lossy(), &strings(&a), &call, passed)
+            }
             Transport::Broken(e) => Err(e.clone()),
         }
     }

@@ -8,6 +8,7 @@ use std::io::IsTerminal;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 pub mod progress;
+pub mod terminal_text;
 pub mod timings;
 
 static QUIET: AtomicBool = AtomicBool::new(false);

@@ -464,7 +464,8 @@ impl StepProgress {
     pub fn feed(&mut self, line: &str) {
         if let Some(name) = Self::step_of(line) {
             self.finish_step();
-            let shown: String = name.chars().filter(|c| !c.is_control()).take(80).collect();
+            let name: String = name.chars().take(80).collect();
+            let shown = super::terminal_text::quoted(&name);
             super::say(format!(
                 "  [{}] {shown}",
                 mmss(self.started.elapsed().as_secs())

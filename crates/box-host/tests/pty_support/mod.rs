@@ -83,15 +83,20 @@ impl Pty {
 
     /// Waits until the terminal showed `needle` (after everything seen before).
     pub fn expect(&self, needle: &str, timeout: Duration) {
+        self.expect_times(needle, 1, timeout);
+    }
+
+    /// Waits until the terminal showed `needle` `times` times in all (a prompt asked again).
+    pub fn expect_times(&self, needle: &str, times: usize, timeout: Duration) {
         let deadline = Instant::now() + timeout;
         while Instant::now() < deadline {
-            if self.shown().contains(needle) {
+            if self.shown().matches(needle).count() >= times {
                 return;
             }
             std::thread::sleep(Duration::from_millis(20));
         }
         panic!(
-            "the terminal never showed {needle:?} within {timeout:?}; it showed:\n{}",
+            "the terminal never showed {needle:?} {times} time(s) within {timeout:?}; it showed:\n{}",
             self.shown()
         );
     }

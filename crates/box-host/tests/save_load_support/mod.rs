@@ -446,6 +446,11 @@ tar -cf /tmp/stray-tar -C /etc hostname",
     /// starts a chain)"); returns the one file it published. Waits past the second after it:
     /// backups are named by the second, and the next save must not share one.
     pub fn save_alpha(&self, words: &str) -> PathBuf {
+        self.save_alpha_saying(words).0
+    }
+
+    /// [`World::save_alpha`], with what the save printed.
+    pub fn save_alpha_saying(&self, words: &str) -> (PathBuf, Run) {
         let before = self.backups_published();
         let r = self.run(&["save", "alpha"], &[("BOX_PART_SIZE", "1048576")]);
         assert!(r.ok(), "box save: {}", r.all());
@@ -457,7 +462,7 @@ tar -cf /tmp/stray-tar -C /etc hostname",
             .collect();
         assert_eq!(new.len(), 1, "{new:?}");
         std::thread::sleep(std::time::Duration::from_millis(1100));
-        new[0].clone()
+        (new[0].clone(), r)
     }
 
     pub fn backups_published(&self) -> Vec<PathBuf> {

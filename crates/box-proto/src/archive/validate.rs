@@ -254,24 +254,10 @@ impl KeptMissing {
     }
 }
 
-/// Renders raw name bytes for a message: UTF-8 where possible, control characters and
-/// invalid bytes as `\xNN`.
-pub fn shown(bytes: &[u8]) -> String {
-    let mut out = String::new();
-    for chunk in bytes.utf8_chunks() {
-        for c in chunk.valid().chars() {
-            if c.is_control() {
-                out.push_str(&format!("\\x{:02x}", c as u32));
-            } else {
-                out.push(c);
-            }
-        }
-        for b in chunk.invalid() {
-            out.push_str(&format!("\\x{b:02x}"));
-        }
-    }
-    out
-}
+/// Renders raw name bytes for a message: UTF-8 where possible, what would act on a
+/// terminal and invalid bytes escaped (one function for every text from elsewhere:
+/// [`crate::escape`]).
+pub use crate::escape::shown;
 
 fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.split(|b| *b == b'/')

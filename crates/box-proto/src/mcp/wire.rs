@@ -128,20 +128,13 @@ pub fn check_initialize_reply(text: &str, id: u64) -> Result<InitializeResult, P
     Ok(result)
 }
 
-/// Server text made safe for one line of a terminal: control characters escaped, cut at
+/// Server text made safe for one line of a terminal ([`crate::escape::shown`]), cut at
 /// `max` characters.
 pub fn printable(text: &str, max: usize) -> String {
-    let mut out = String::new();
-    for (n, c) in text.chars().enumerate() {
-        if n == max {
-            out.push('…');
-            break;
-        }
-        if c.is_control() {
-            out.extend(c.escape_default());
-        } else {
-            out.push(c);
-        }
+    let kept: String = text.chars().take(max).collect();
+    let mut out = crate::escape::shown(kept.as_bytes());
+    if text.chars().nth(max).is_some() {
+        out.push('…');
     }
     out
 }
@@ -207,7 +200,8 @@ mod tests {
 
     #[test]
     fn printable_escapes_and_truncates() {
-        assert_eq!(printable("a\x1b[31mb", 100), "a\\u{1b}[31mb");
+        assert_eq!(printable("a\x1b[31mb", 100), "a\\x1b[31mb");
+        assert_eq!(printable("a\u{202e}b", 100), "a\\u{202e}b");
         assert_eq!(printable("abcdef", 3), "abc…");
     }
 }
