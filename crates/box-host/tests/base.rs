@@ -206,6 +206,21 @@ fn base_flow(version: &str) {
         "provisioning shown: {build}"
     );
     assert!(w.called(&["pack", "create", "--from-vm"]));
+    // The builder's LAN is closed where smolvm can close it (1.33), as every box's is.
+    let builder_create = w
+        .calls()
+        .into_iter()
+        .find(|c| {
+            c.get(0..2) == Some(&["machine".to_string(), "create".to_string()][..])
+                && !c.iter().any(|a| a == "alpha")
+        })
+        .expect("the builder's machine create");
+    let closes = builder_create.iter().any(|a| a == "--block-private");
+    assert_eq!(
+        closes,
+        version == "1.33.0",
+        "the builder's create: {builder_create:?}"
+    );
     assert_eq!(
         w.machines()
             .iter()
@@ -393,6 +408,12 @@ fn base_build_new_and_load_from_base_1_0_4() {
 #[test]
 fn base_build_new_and_load_from_base_1_9_2() {
     base_flow("1.9.2");
+}
+
+/// smolvm 1.33 closes the LAN: the builder's and each box's from the base.
+#[test]
+fn base_build_new_and_load_from_base_1_33() {
+    base_flow("1.33.0");
 }
 
 #[test]

@@ -144,6 +144,20 @@ impl<'a> Builder<'a> {
                 self.machine
             );
         }
+        // The LAN closed (as for every box), the internet open: provisioning needs the
+        // latter, never the former (EGRESS_ALLOW_PRIVATE reopens a proxy on the LAN).
+        let mut network = crate::policy::Containment::for_base_build(env)?;
+        let lan = if env.egress_require {
+            crate::policy::LanDemand::Required
+        } else {
+            crate::policy::LanDemand::WhereSmolvmCan
+        };
+        let (policy, notes) =
+            crate::lifecycle::containment::create_args(&mut network, version, false, lan)?;
+        for note in notes {
+            self.transcript.line(&note);
+            ui::warn(note);
+        }
         let spec = CreateSpec {
             name: self.machine.clone(),
             image: env.base_image.clone(),
@@ -158,9 +172,8 @@ impl<'a> Builder<'a> {
                 &self.machine,
             )?
             .0,
-            // A base is built with the network provisioning needs; a box's policy is its own
-            // and applies to the machine made from the base (lifecycle::containment).
-            policy: Vec::new(),
+            // A box's own policy applies to the machine made from the base.
+            policy,
         };
         self.created = true; // from here a failure deletes it (a failed create leaves none)
         self.smolvm.create(&spec)?;
@@ -172,6 +185,7 @@ impl<'a> Builder<'a> {
         self.smolvm
             .start_cancellable(&self.machine, Some(self.signals.flag()))?;
         self.checkpoint()?;
+        crate::lifecycle::containment::check_enforced(&self.smolvm, &self.machine, &network)?;
         ui::say("[2/4] Provisioning (everything but what is per box)");
         self.setup().install_assets()?;
         self.checkpoint()?;

@@ -112,6 +112,24 @@ impl Containment {
         Ok(c)
     }
 
+    /// The network a base is built with: the internet, whatever the boxes' own lists say
+    /// (provisioning installs from it), never the LAN but for the ranges
+    /// `EGRESS_ALLOW_PRIVATE` reopens (a proxy there), and no API keys.
+    pub fn for_base_build(env: &BoxEnv) -> Result<Self> {
+        Ok(Self {
+            mode: Mode::Open,
+            hosts: Vec::new(),
+            cidrs: Vec::new(),
+            allow_private: checked(
+                &env.egress_allow_private,
+                check_cidr,
+                "EGRESS_ALLOW_PRIVATE",
+            )?,
+            credentials: Vec::new(),
+            lan_closed: false,
+        })
+    }
+
     /// box.env's policy alone.
     fn from_env(env: &BoxEnv) -> Result<Self> {
         let mode = parse_mode(&env.egress, "EGRESS")?;
@@ -285,6 +303,20 @@ pub(crate) mod tests {
             e.set(k, v).unwrap_or_else(|err| panic!("{k}: {err}"));
         }
         e
+    }
+
+    #[test]
+    fn a_base_is_built_with_the_internet_and_only_the_lan_ranges_reopened() {
+        let e = env(&[
+            ("EGRESS", "allowlist"),
+            ("EGRESS_ALLOW_HOSTS", "mine.example"),
+            ("EGRESS_ALLOW_PRIVATE", "10.1.2.3/32"),
+            ("CREDENTIALS", "anthropic"),
+        ]);
+        let c = Containment::for_base_build(&e).unwrap();
+        assert_eq!(c.mode, Mode::Open);
+        assert!(c.hosts.is_empty() && c.credentials.is_empty());
+        assert_eq!(c.allow_private, ["10.1.2.3/32"]);
     }
 
     #[test]
