@@ -357,7 +357,7 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
     for want in [
         "installing: ca-certificates curl",
         "npm install @anthropic-ai/claude-code@latest",
-        "placeholders for ANTHROPIC_API_KEY in the login environment",
+        "placeholders for ANTHROPIC_API_KEY NPM_TOKEN in the login environment",
     ] {
         assert!(log.contains(want), "provisioning did not {want:?}");
     }
