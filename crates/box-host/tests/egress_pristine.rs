@@ -579,7 +579,7 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
     assert_eq!(foreign.stdout, "403", "{foreign}");
 
     if heavy() {
-        heavy_part(&mut u, &backup);
+        heavy_part(&mut u, &backup, &bindings, &alpha_policy, &lan_try);
     }
 
     // clone (and the heavy variant's load) passed the key to smolvm again: still only in
@@ -602,7 +602,13 @@ fn an_allowlisted_pristine_box_uses_a_key_it_never_holds() {
 
 /// `box base build` (no key in the base), `box load` of the backup from it (the backup's
 /// policy, said; the key works; none in the restored guest).
-fn heavy_part(u: &mut User, backup: &Path) {
+fn heavy_part(
+    u: &mut User,
+    backup: &Path,
+    bindings: &[&str],
+    alpha_policy: &serde_json::Value,
+    lan_try: &str,
+) {
     let build = u.run(&["base", "build"]);
     assert!(build.ok(), "{build}");
     let bases = u.home().join("bases");
@@ -633,7 +639,10 @@ fn heavy_part(u: &mut User, backup: &Path) {
         packs += 1;
     }
     assert!(packs > 0, "no base pack in {}", bases.display());
-    let load = u.run(&["load", &backup.display().to_string(), "gamma"]);
+    let shown = backup.display().to_string();
+    let mut args = vec!["load", shown.as_str(), "gamma"];
+    args.extend(bindings);
+    let load = u.run(&args);
     assert!(load.ok(), "{load}");
     assert!(
         load.stdout.contains("Using base")
@@ -642,6 +651,9 @@ fn heavy_part(u: &mut User, backup: &Path) {
                 .contains("network policy: the backup's (sealed by box when it was saved)"),
         "{load}"
     );
+    // A box from a base has the policy it had, its LAN closed too.
+    assert_eq!(&egress_json(u, "gamma"), alpha_policy);
+    assert_eq!(u.agent("gamma", lan_try).stdout.trim(), "refused");
     assert_eq!(call_api(u, "gamma").stdout, "{\"ok\":true}");
     assert_key_not_in_guest(u, "gamma");
 }
