@@ -30,6 +30,8 @@ mod follow;
 pub mod host_facts;
 pub mod load;
 pub mod location;
+pub mod next_link;
+pub mod open_chain;
 pub mod page_cache;
 pub mod passphrase;
 pub mod publish;

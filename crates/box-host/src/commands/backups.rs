@@ -16,7 +16,7 @@ use box_proto::BoxName;
 use super::Context;
 use crate::backup::chain::{self, Link};
 use crate::backup::location::{self, Place, Source};
-use crate::backup::{load, passphrase};
+use crate::backup::{open_chain, passphrase};
 use crate::state::{LockKey, locks};
 use crate::ui;
 use crate::ui::progress::human;
@@ -72,9 +72,9 @@ fn read_boxes(
     let mut out = BTreeMap::new();
     for (name, paths) in files {
         let mut links = Vec::new();
-        let places = chain::places_of(
+        let places = open_chain::places(
             &paths.iter().map(PathBuf::as_path).collect::<Vec<_>>(),
-            &|p| load::peek_place(p, pass).with_context(|| format!("cannot read {}", p.display())),
+            pass,
         )?;
         for (path, place) in paths.into_iter().zip(places) {
             let stamp = chain::box_and_stamp(&path)

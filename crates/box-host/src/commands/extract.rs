@@ -12,7 +12,7 @@ use anyhow::{Result, bail};
 use box_proto::archive::naming::strip_backup_extension;
 
 use super::Context;
-use crate::backup::{chain, cleanup, load, location, passphrase};
+use crate::backup::{cleanup, load, location, open_chain, passphrase};
 use crate::ui;
 
 /// `<file name minus .tar.zst.gpg or .tar.gz.gpg>-extracted` in the current directory, as
@@ -43,9 +43,8 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     // An incremental backup restores with the links before it: found beside it by digest,
     // each validated after the ones before, before anything is written.
-    let links = chain::discover_links(&file, args.chain_dir.as_deref(), &|p| {
-        load::peek_place(p, &pass)
-    })?;
+    let found = open_chain::find(&file, args.chain_dir.as_deref(), &pass)?;
+    let links = &found.links;
     if links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; applying, oldest first: {}",
@@ -62,7 +61,7 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
         ));
     }
     ui::say(format!("Decrypting and validating {}", file.display()));
-    let chain = load::validate_chain(&links, &pass)?;
+    let chain = found.validate(&pass)?;
     for warning in chain.warnings() {
         ui::warn(warning);
     }

@@ -26,9 +26,9 @@ use secrecy::SecretString;
 
 use super::Context;
 use super::new::{self, Provisioned};
-use crate::backup::chain;
 use crate::backup::host_facts::Sealing;
 use crate::backup::load::{self, ValidatedBackup};
+use crate::backup::open_chain;
 use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::provisioning::Setup;
@@ -73,22 +73,20 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 
     // An incremental backup brings the links before it (found beside it by digest), each
     // validated after the ones before: all of it before any VM exists.
-    let links = match chain::discover_links(file, args.chain_dir.as_deref(), &|p| {
-        load::peek_place(p, &pass)
-    }) {
-        Ok(links) => links,
+    let found = match open_chain::find(file, args.chain_dir.as_deref(), &pass) {
+        Ok(found) => found,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
         Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
     };
-    if links.len() > 1 {
+    if found.links.len() > 1 {
         ui::say(format!(
             "{} is link {} of a chain; restoring the chain, oldest first",
             file.display(),
-            links.len()
+            found.links.len()
         ));
     }
     ui::say("Decrypting and validating archive before creating a VM");
-    let chain = match load::validate_chain(&links, &pass) {
+    let chain = match found.validate(&pass) {
         Ok(v) => v,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
         // A sound file in an envelope box refuses: not "invalid", and the message says

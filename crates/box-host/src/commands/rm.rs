@@ -15,12 +15,12 @@ use std::path::Path;
 use std::process::ExitCode;
 use std::time::SystemTime;
 
-use anyhow::{Context as _, Result, anyhow, bail};
+use anyhow::{Context as _, Result, bail};
 use secrecy::SecretString;
 
 use super::Context;
 use crate::backup::crypto::DecryptReader;
-use crate::backup::{BackupError, chain, hex_sha, load, location, passphrase, tree_cache};
+use crate::backup::{BackupError, chain, hex_sha, location, open_chain, passphrase, tree_cache};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::state::{BoxRecord, LockKey, Registry, locks};
@@ -143,23 +143,11 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
         Ok(pass) => pass,
         Err(verdict) => return verdict,
     };
-    // Every link of a chain was saved on its parent under one passphrase (a save builds
-    // only on a parent its passphrase opens): once the newest opened, a link that does
-    // not is damaged, never "another passphrase".
-    let place = |p: &Path| {
-        load::peek_place(p, &pass).map_err(|e| match e.downcast_ref::<BackupError>() {
-            Some(BackupError::WrongPassphrase) => anyhow!(
-                "{} does not open with the passphrase that opens the newest backup; the links \
-                 of a chain are all saved under one passphrase, so it is damaged (or no link \
-                 of this chain)",
-                p.display()
-            ),
-            _ => e.context(p.display().to_string()),
-        })
-    };
-    let checked = chain::discover_links(&path, None, &place).and_then(|links| {
+    // Opened as `box load` opens it (a link that does not open with the passphrase that
+    // opened the newest is damaged, never "another passphrase").
+    let checked = open_chain::find(&path, None, &pass).and_then(|found| {
         ui::say("checking that it restores (decrypting and validating it, as box load would)");
-        load::validate_chain(&links, &pass).map(|v| (links.len(), v))
+        found.validate(&pass).map(|v| (found.links.len(), v))
     });
     match checked {
         Ok((links, validated)) => {

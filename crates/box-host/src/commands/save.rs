@@ -24,17 +24,15 @@ use box_proto::BoxName;
 use box_proto::archive::naming::backup_file_name;
 use box_proto::archive::naming::newest_backup;
 use box_proto::archive::validate::Report;
-use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 
 use super::Context;
-use crate::backup::chain::{self, Place};
+use crate::backup::chain;
 use crate::backup::hex_sha;
 use crate::backup::host_facts::HostFacts;
-use crate::backup::save::{
-    self, ChainIntent, GeneratedInvalid, Pipeline, Published, SealPlan, Sealed,
-};
-use crate::backup::{cleanup, load, location, passphrase, tree_cache};
+use crate::backup::next_link::{self, ChainPlan, NextLink};
+use crate::backup::save::{self, GeneratedInvalid, Pipeline, Published, SealPlan, Sealed};
+use crate::backup::{cleanup, location, passphrase};
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest::HB_PATH;
 use crate::lifecycle::signals::DeferredSignals;
@@ -86,94 +84,6 @@ fn stamp_after(newest: &str, now: &str) -> Option<String> {
             .format("%Y%m%d-%H%M%S")
             .to_string(),
     )
-}
-
-/// How a save joins a chain ([`SaveRun::plan_chain`]).
-#[derive(Default)]
-struct ChainPlan {
-    /// `hb export`'s chain flags (none: an hb without chain mode).
-    flags: Vec<String>,
-    /// The backup it builds on, when it may.
-    parent: Option<Parent>,
-}
-
-/// The newest backup as the parent of the next link.
-struct Parent {
-    digest: [u8; 32],
-    /// Its position in its chain (0: the full backup).
-    position: u32,
-    /// The tree a restore of its chain builds: the new link is validated against it.
-    tree: box_proto::archive::validate::ChainState,
-    /// Its chain's files as found: what the next save knows of them with the new link.
-    known: tree_cache::Known,
-}
-
-impl ChainPlan {
-    /// The same save as a full one, starting a chain.
-    fn without_parent(&self) -> ChainPlan {
-        let mut flags = self.flags.clone();
-        if let Some(at) = flags.iter().position(|f| f == "--parent") {
-            flags.drain(at..(at + 2).min(flags.len()));
-        }
-        ChainPlan {
-            flags,
-            parent: None,
-        }
-    }
-
-    /// What this save seals of its chain: outside chains (an `hb` without them), or in
-    /// one, on the planned parent when there is one.
-    fn intent(&self) -> ChainIntent {
-        if self.flags.is_empty() {
-            ChainIntent::Outside
-        } else {
-            ChainIntent::InChain {
-                parent: self.parent.as_ref().map(|p| (p.digest, p.position)),
-            }
-        }
-    }
-
-    /// Where the backup's runtime manifest (which the guest wrote) puts it in its chain,
-    /// when that is not what box sealed: said, never taken (box reads the sealed place; an
-    /// agent that rewrites its manifest while a save runs cannot make the save fail or
-    /// move the backup in its chain).
-    fn manifest_disagrees(sealed: &Sealed) -> Option<String> {
-        let manifest = sealed
-            .report
-            .manifest
-            .as_deref()
-            .and_then(|m| box_proto::RuntimeManifest::parse_bytes(m).ok());
-        let get = |key| manifest.as_ref().and_then(|m| m.get(key)).unwrap_or("");
-        let (link, parent) = (get(CHAIN_LINK_KEY), get(CHAIN_PARENT_KEY));
-        let place = sealed.facts.as_ref().and_then(|f| f.place);
-        let agrees = match place {
-            None => link.is_empty() && parent.is_empty(),
-            Some(place) => {
-                link.parse::<u32>().ok() == Some(place.link)
-                    && match place.parent {
-                        Some(digest) => parent.eq_ignore_ascii_case(&hex_sha(&digest)),
-                        None => parent.is_empty(),
-                    }
-            }
-        };
-        (!agrees).then(|| {
-            let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
-            format!(
-                "the runtime manifest in this backup calls it link {} on parent {} (something \
-                 in the box rewrote it while the save ran); box goes by what it sealed: {}",
-                shown(link),
-                shown(parent),
-                match place {
-                    Some(Place {
-                        link,
-                        parent: Some(d),
-                    }) => format!("link {link} on {}", hex_sha(&d)),
-                    Some(_) => "a full backup".to_string(),
-                    None => "outside any chain".to_string(),
-                }
-            )
-        })
-    }
 }
 
 /// One run of `box save` (or the source side of `box clone`): what it changed so far, so
@@ -346,50 +256,6 @@ impl<'a> SaveRun<'a> {
         Ok(exported)
     }
 
-    /// How this save joins a chain: always chain mode (so a later save can build on it)
-    /// when the box's `hb` knows it, on the newest backup in `dir` when `on_newest` and its
-    /// chain checks out. `hb` decides in the end: it writes a full backup when its snapshot
-    /// is not of that parent or the chain is full.
-    fn plan_chain(
-        &mut self,
-        dir: &Path,
-        on_newest: bool,
-        pass: &SecretString,
-    ) -> Result<ChainPlan> {
-        if !self.hb_knows_chains()? {
-            ui::say(format!(
-                "box '{}' has an hb without incremental saves: a full backup (box repair {0} updates it)",
-                self.record.name
-            ));
-            return Ok(ChainPlan::default());
-        }
-        let mut plan = ChainPlan {
-            flags: vec![
-                "--listed-incremental".to_string(),
-                "--chain-max".to_string(),
-                self.ctx.config.env.backup_chain_max.to_string(),
-            ],
-            parent: None,
-        };
-        if !on_newest {
-            return Ok(plan);
-        }
-        if let Some(newest) = newest_backup(dir, self.record.name.as_str())
-            .with_context(|| format!("cannot list {}", dir.display()))?
-            && let Some(parent) = self.parent_to_build_on(&newest, pass)
-        {
-            self.transcript.line(&format!(
-                "parent candidate {} ({})",
-                newest.display(),
-                hex_sha(&parent.digest)
-            ));
-            plan.flags
-                .extend(["--parent".to_string(), hex_sha(&parent.digest)]);
-            plan.parent = Some(parent);
-        }
-        Ok(plan)
-    }
-
     /// Whether the box's `hb` makes chain-mode exports: `commit-snapshot` came with them.
     /// (Not `hb export --help`: nothing but the export itself runs as `hb export`.) Only
     /// hb's own answer that it has no such verb means an older hb; a call that fails for
@@ -427,80 +293,18 @@ impl<'a> SaveRun<'a> {
         )
     }
 
-    /// The backup `newest` as the parent of the next link, when the next link may build
-    /// on it: its whole chain is there and checks out (the same discovery `box load` runs),
-    /// the chain is not older than BACKUP_CHAIN_MAX_AGE_DAYS, and the tree it restores to is
-    /// known (kept from the save that made it, or found by validating the chain as a load
-    /// would). Otherwise says why and returns `None`: the save starts a new chain rather
-    /// than adding to one no restore could use.
-    fn parent_to_build_on(&mut self, newest: &Path, pass: &SecretString) -> Option<Parent> {
-        let name = self.record.name.clone();
-        // What the last save learned of these files: an older link as it was then is not
-        // read again (the newest backup always is: its place shows the passphrase opens
-        // it, and its digest, which the new link names, is taken from its bytes).
-        let known = tree_cache::Known::load(&self.ctx.state, &name);
-        let links = match chain::discover_links_knowing(
-            newest,
-            None,
-            &|p| load::peek_place(p, pass),
-            &|p, state| known.get(p, state),
-        ) {
-            Ok(links) => links,
-            Err(e) => {
-                ui::warn(format!(
-                    "box '{name}': the chain of its newest backup does not check out ({e:#}); starting a new one"
-                ));
-                return None;
-            }
-        };
-        let (first, tip) = (links.first()?, links.last()?);
-        let max_days = self.ctx.config.env.backup_chain_max_age_days;
-        if let Some(age) = chain::too_old(&first.stamp, chrono::Utc::now(), max_days) {
-            ui::say(format!(
-                "box '{name}': {age} (BACKUP_CHAIN_MAX_AGE_DAYS={max_days}); starting a new one"
-            ));
-            return None;
-        }
-        let tree = match tree_cache::load(&self.ctx.state, &name, &tip.digest) {
-            Some(tree) => tree,
-            None => {
-                ui::say(format!(
-                    "box '{name}': checking that the chain of {} restores before adding to it (once: the next save remembers it)",
-                    newest.display()
-                ));
-                match load::validate_chain(&links, pass) {
-                    Ok(checked) => checked.tree.strict(),
-                    Err(e) => {
-                        ui::warn(format!(
-                            "box '{name}': the chain of its newest backup does not restore ({e:#}); starting a new one"
-                        ));
-                        return None;
-                    }
-                }
-            }
-        };
-        Some(Parent {
-            digest: tip.digest,
-            position: (links.len() - 1) as u32,
-            tree,
-            known: tree_cache::Known::of_chain(&links, &known),
-        })
-    }
-
     /// After publishing a chain-mode backup: the box's snapshot becomes the one the next
-    /// save compares with, named by this file's digest, and the tree it restores to is kept
-    /// for the next save's check. If that fails, the next save is a full one (it never
-    /// builds on a parent that is not there), so it is only said.
+    /// save compares with, named by this file's digest, and the tree it restores to and
+    /// the chain's files are kept for the next save's check. If that fails, the next save
+    /// is a full one (it never builds on a parent that is not there), so it is only said.
     fn commit_snapshot(&mut self, published: &Published, plan: &mut ChainPlan) {
         let name = self.record.name.clone();
-        // The digest the verifier took of the file it checked (unchanged on disk since).
-        let digest = published.digest;
-        let committed = tree_cache::store(&self.ctx.state, &name, &digest, &published.tree)
+        let committed = plan
+            .record(&self.ctx.state, &name, published)
             .and_then(|()| {
-                self.remember(published, plan);
                 self.guest()
                     .hb(
-                        &["commit-snapshot", "--digest", &hex_sha(&digest)],
+                        &["commit-snapshot", "--digest", &hex_sha(&published.digest)],
                         timeouts::SHORT,
                         false,
                     )
@@ -510,23 +314,6 @@ impl<'a> SaveRun<'a> {
             ui::warn(format!(
                 "box '{name}': the next save will be a full one (cannot record this backup as its parent: {e:#})"
             ));
-        }
-    }
-
-    /// What the next save knows of this chain without reading it: the links before
-    /// `published` (none when it starts a chain) and `published` itself. Only a memo: when
-    /// it cannot be kept, the next save reads the files.
-    fn remember(&self, published: &Published, plan: &mut ChainPlan) {
-        let place = published.facts.as_ref().and_then(|f| f.place);
-        let mut known = match (place, plan.parent.as_mut()) {
-            (Some(Place { link: 1.., .. }), Some(parent)) => std::mem::take(&mut parent.known),
-            _ => tree_cache::Known::fresh(),
-        };
-        let kept = known
-            .add(&published.path, published.digest, place)
-            .and_then(|()| known.store(&self.ctx.state, &self.record.name));
-        if let Err(e) = kept {
-            tracing::warn!("the next save will read its chain again: {e:#}");
         }
     }
 
@@ -556,7 +343,7 @@ impl<'a> SaveRun<'a> {
         };
         let sealed = exported.sink.finish()?;
         sealed.matches_index(&exported.index)?;
-        if let Some(said) = ChainPlan::manifest_disagrees(&sealed) {
+        if let Some(said) = next_link::manifest_disagrees(&sealed) {
             self.transcript.line(&said);
             ui::warn(format!("box '{}': {said}", self.record.name));
         }
@@ -610,7 +397,21 @@ impl<'a> SaveRun<'a> {
         let home = location::save_dir(&self.ctx.config, &self.record, on_newest)?;
         let dir = explicit_out.map_or_else(|| home.clone(), chain::dir_of);
         // Before the pause: hashing the newest backup takes a moment.
-        let mut plan = self.plan_chain(&dir, on_newest, pass)?;
+        let knows_chains = self.hb_knows_chains()?;
+        let mut plan = ChainPlan::new(NextLink {
+            state: &self.ctx.state,
+            name: &name,
+            dir: &dir,
+            on_newest,
+            knows_chains,
+            chain_max: self.ctx.config.env.backup_chain_max,
+            max_age_days: self.ctx.config.env.backup_chain_max_age_days,
+            passphrase: pass,
+        })?;
+        if let Some(parent) = &plan.parent {
+            self.transcript
+                .line(&format!("parent {}", hex_sha(&parent.digest)));
+        }
         let out = match explicit_out {
             Some(out) => out.to_path_buf(),
             None => default_out(&dir, &name)?,
