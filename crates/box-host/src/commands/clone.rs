@@ -69,21 +69,12 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     // A clone keeps its source's policy and API key bindings, the user's flags on top (the
     // keys themselves come from this shell at each start; the clone gets placeholders of
     // its own).
-    let mut carried = crate::policy::carried::for_clone(
+    let carried = crate::lifecycle::containment::settle(crate::policy::carried::for_clone(
         &ctx.config.env,
         &source_name,
         source.record.containment.as_ref(),
         &args.making.carry_flags(false),
-    )?;
-    carried
-        .said
-        .extend(crate::lifecycle::containment::drop_unreadable(
-            &mut carried.policy,
-        ));
-    for w in std::mem::take(&mut carried.said) {
-        ui::warn(w);
-    }
-    ui::say(&carried.line);
+    )?);
     let provisioned = match new::create_and_provision(
         ctx,
         &name,

@@ -112,20 +112,11 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     timings.mark("validate (pass 1)");
     // The restored box gets the policy box sealed into the backup (the user's flags on
     // top), and placeholders of its own machine.
-    let mut carried = crate::policy::carried::for_load(
+    let carried = crate::lifecycle::containment::settle(crate::policy::carried::for_load(
         &ctx.config.env,
         recorded(validated),
         &args.making.carry_flags(args.policy_from_backup),
-    )?;
-    carried
-        .said
-        .extend(crate::lifecycle::containment::drop_unreadable(
-            &mut carried.policy,
-        ));
-    for w in std::mem::take(&mut carried.said) {
-        ui::warn(w);
-    }
-    ui::say(&carried.line);
+    )?);
     ui::say(format!("Creating and provisioning fresh instance '{name}'"));
     let mut provisioned = match new::create_and_provision(
         ctx,

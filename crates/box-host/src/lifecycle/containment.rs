@@ -16,6 +16,7 @@ use std::os::unix::fs::MetadataExt as _;
 use anyhow::{Result, bail};
 use secrecy::SecretString;
 
+use crate::policy::carried::Carried;
 use crate::policy::{Containment, Credential, LanDemand, Mode, Source};
 use crate::smolvm::SmolvmVersion;
 
@@ -158,6 +159,18 @@ pub fn drop_unreadable(c: &mut Containment) -> Vec<String> {
             }
         });
     said
+}
+
+/// A carried policy (`box load`, `box clone`) as the new box gets it: the bindings whose key
+/// box cannot read now taken out ([`drop_unreadable`]), everything to say said.
+pub fn settle(mut carried: Carried) -> Carried {
+    let unreadable = drop_unreadable(&mut carried.policy);
+    carried.said.extend(unreadable);
+    for w in std::mem::take(&mut carried.said) {
+        crate::ui::warn(w);
+    }
+    crate::ui::say(&carried.line);
+    carried
 }
 
 /// `machine start` of a box, with the values of its bound API keys in that call's
