@@ -10,12 +10,12 @@ use anyhow::Result;
 use box_proto::BoxName;
 
 use super::Context;
+use crate::doctor::host_checks::{self, Check, Status};
+use crate::doctor::listeners;
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
-use crate::lifecycle::host_checks::{self, Check, Status};
-use crate::lifecycle::listeners;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
@@ -89,7 +89,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(crate::lifecycle::remote_checks::checks(&remote_smolvm));
+                checks.extend(crate::doctor::remote_checks::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };

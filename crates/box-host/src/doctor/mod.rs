@@ -1,0 +1,18 @@
+//! Doctor's wing: what `box doctor` checks of a host, each finding a line (`host_checks::Check`) that says
+//! what to do. It reads and judges; it never changes the host (the verb's `--fix` does that).
+//!
+//! - [`host_checks`]: this machine: smolvm and its version, the seed VM's memory, the LAN
+//!   floor, whether a VM can boot ([`kvm`]) or the CPU on macOS, a browser [`opener`];
+//! - [`remote_checks`]: the same of a remote host, from facts one ssh script reads there;
+//! - [`listeners`]: a box's published port listens on loopback only.
+//!
+//! `commands/doctor.rs` (the verb) stands on it; so do `box new` (the seed VM warning before
+//! a create) and `box open` (the opener, `BOX_BROWSER` or the platform's). It stands on the
+//! smolvm driver and asks it, never a transport. It must not know the verbs, and nothing it
+//! stands on may know it: a check is a line of a report, never something the engine decides by.
+
+pub mod host_checks;
+pub mod kvm;
+pub mod listeners;
+pub mod opener;
+pub mod remote_checks;
