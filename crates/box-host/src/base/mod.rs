@@ -16,7 +16,7 @@ pub mod store;
 use std::path::{Path, PathBuf};
 
 use crate::context::Context;
-use crate::doctor::host_checks::{Check, Status};
+use crate::doctor::{Check, Status};
 
 /// Whether the machine whose smolvm data dir is `data` still has the layers `create --from`
 /// extracted: its private copy (`<data>/pack/.smolvm-extracted`, which 1.0.4's cache

@@ -10,8 +10,9 @@ use anyhow::Result;
 use box_proto::BoxName;
 
 use super::Context;
-use crate::doctor::host_checks::{self, Check, Status};
+use crate::doctor::host_checks;
 use crate::doctor::listeners;
+use crate::doctor::{Check, Status};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest;

@@ -1,4 +1,4 @@
-//! Doctor's wing: what `box doctor` checks of a host, each finding a line (`host_checks::Check`) that says
+//! Doctor's wing: what `box doctor` checks of a host, each finding a [`Check`] that says
 //! what to do. It reads and judges; it never changes the host (the verb's `--fix` does that).
 //!
 //! - [`host_checks`]: this machine: smolvm and its version, the seed VM's memory, the LAN
@@ -16,3 +16,34 @@ pub mod kvm;
 pub mod listeners;
 pub mod opener;
 pub mod remote_checks;
+
+/// How a check came out.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Ok,
+    Warn,
+    Fail,
+    Skip,
+}
+
+/// One line of the doctor's report.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Check {
+    /// `host`, `registry` or `box <name>`.
+    pub scope: String,
+    pub name: String,
+    pub status: Status,
+    pub detail: String,
+}
+
+impl Check {
+    pub fn new(scope: &str, name: &str, status: Status, detail: impl Into<String>) -> Self {
+        Self {
+            scope: scope.to_string(),
+            name: name.to_string(),
+            status,
+            detail: detail.into(),
+        }
+    }
+}

@@ -8,7 +8,7 @@
 
 use std::time::Duration;
 
-use crate::doctor::host_checks::{Check, Status};
+use super::{Check, Status};
 use crate::doctor::kvm::{DevNode, KvmFacts};
 use crate::smolvm::Smolvm;
 
