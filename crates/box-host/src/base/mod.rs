@@ -15,9 +15,6 @@ pub mod store;
 
 use std::path::{Path, PathBuf};
 
-use crate::context::Context;
-use crate::doctor::{Check, Status};
-
 /// Whether the machine whose smolvm data dir is `data` still has the layers `create --from`
 /// extracted: its private copy (`<data>/pack/.smolvm-extracted`, which 1.0.4's cache
 /// eviction can remove right after create), or, on smolvm >= 1.3 on Linux, the
@@ -32,50 +29,6 @@ pub fn layers_present(data: &Path) -> bool {
     std::fs::read_to_string(data.join(".pack-shared"))
         .map(|p| PathBuf::from(p.trim()).join(MARKER).exists())
         .unwrap_or(false)
-}
-
-/// `box doctor`'s line about the base new/load would use: missing (a hint), fresh, or
-/// older than BASE_MAX_AGE_DAYS (a warning: its `latest` tools have moved on).
-pub fn doctor_check(ctx: &Context) -> Check {
-    let env = &ctx.config.env;
-    let found = key::BaseKey::current(env, &crate::lifecycle::test_guest_env::from_env())
-        .and_then(|k| store::Store::new(&ctx.state).find(&k));
-    match found {
-        Ok(Some(b)) if b.is_stale(env.base_max_age_days) => Check::new(
-            "host",
-            "base",
-            Status::Warn,
-            format!(
-                "base {} is {} old, past BASE_MAX_AGE_DAYS={}: refresh it with `box base build --refresh`",
-                b.digest,
-                store::human_age(b.age()),
-                env.base_max_age_days
-            ),
-        ),
-        Ok(Some(b)) => Check::new(
-            "host",
-            "base",
-            Status::Ok,
-            format!(
-                "base {} built {} ago ({}): new and load start from it",
-                b.digest,
-                store::human_age(b.age()),
-                store::size(b.size_bytes)
-            ),
-        ),
-        Ok(None) => Check::new(
-            "host",
-            "base",
-            Status::Ok,
-            "no base for this configuration: new and load provision from the network (`box base build` makes one)",
-        ),
-        Err(e) => Check::new(
-            "host",
-            "base",
-            Status::Warn,
-            format!("cannot look for a base: {e:#}"),
-        ),
-    }
 }
 
 #[cfg(test)]

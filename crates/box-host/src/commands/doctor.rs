@@ -38,7 +38,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
         },
     );
-    checks.push(crate::base::doctor_check(ctx));
+    checks.push(crate::doctor::base_check::check(ctx));
     let mut fixed: Vec<String> = Vec::new();
     // Each box's policy and smolvm's newest denials, for --json.
     let mut egress: Vec<serde_json::Value> = Vec::new();

@@ -4,13 +4,16 @@
 //! - [`host_checks`]: this machine: smolvm and its version, the seed VM's memory, the LAN
 //!   floor, whether a VM can boot ([`kvm`]) or the CPU on macOS, a browser [`opener`];
 //! - [`remote_checks`]: the same of a remote host, from facts one ssh script reads there;
+//! - [`base_check`]: the base new and load would start from, missing, fresh or stale;
 //! - [`listeners`]: a box's published port listens on loopback only.
 //!
 //! `commands/doctor.rs` (the verb) stands on it; so do `box new` (the seed VM warning before
-//! a create) and `box open` (the opener, `BOX_BROWSER` or the platform's). It stands on the
-//! smolvm driver and asks it, never a transport. It must not know the verbs, and nothing it
-//! stands on may know it: a check is a line of a report, never something the engine decides by.
+//! a create) and `box open` (the opener, `BOX_BROWSER` or the platform's). It stands on what it
+//! asks: the smolvm driver (and through it a remote host) and the base store. It must not
+//! know the verbs, and nothing it stands on may know it: a check is a line of a report,
+//! never something the engine decides by.
 
+pub mod base_check;
 pub mod host_checks;
 pub mod kvm;
 pub mod listeners;
