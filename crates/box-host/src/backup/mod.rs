@@ -31,6 +31,7 @@ pub mod host_facts;
 pub mod load;
 pub mod location;
 pub mod page_cache;
+mod parser_panic;
 pub mod passphrase;
 pub mod publish;
 pub mod save;
