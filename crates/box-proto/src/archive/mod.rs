@@ -14,6 +14,7 @@
 //! * [`naming`]: backup file names and finding a box's newest backup.
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
+//! * [`shown`]: how every message quotes a name from an archive.
 //!
 //! Compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
 //! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
@@ -29,6 +30,7 @@ pub mod naming;
 pub mod part_hash;
 pub mod parts;
 pub mod room;
+pub mod shown;
 pub mod tarread;
 pub mod unpack;
 pub mod validate;
