@@ -37,10 +37,10 @@ use std::rc::Rc;
 
 pub use crate::archive::chain_state::ChainState;
 use crate::archive::chain_state::Node;
+use crate::archive::compress::{Compression, sniff};
 use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::shown::shown_name;
 use crate::archive::tarread::{Data, Member, MemberKind, TarError, TarReader};
-use crate::archive::{Compression, sniff};
 use crate::layout;
 
 /// Caps that keep a hostile archive from exhausting memory, disk or time.
