@@ -40,7 +40,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     }
     if r.state == State::Running {
         let mut r2 = r.clone();
-        super::stop::mark_stopped(&mut r2)?;
+        super::mark_stopped(&mut r2)?;
     }
     if !c.force && !ctx.extras.cascade {
         eprint!("{}", output::delete_prompt(&name));

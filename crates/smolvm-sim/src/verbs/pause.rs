@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx, name: &str, pause: bool) -> VerbResult {
             return Err(agent("pause", format!("machine '{name}' is not running")));
         }
         supervisor::kill_machine(&r);
-        super::stop::mark_stopped(&mut r)?;
+        super::mark_stopped(&mut r)?;
         r.state = State::Paused;
         registry::save(&r)?;
         println!("Paused machine '{name}'");
@@ -48,14 +48,4 @@ pub fn run(ctx: &Ctx, name: &str, pause: bool) -> VerbResult {
             no_proxy: None,
         },
     )
-}
-
-/// The refusal of plain `start` (`verb` = "start") or `stop` of a paused machine.
-pub fn refuse_paused(verb: &str) -> crate::output::SimError {
-    let what = if verb == "stop" {
-        "machine has saved execution; use resume or delete"
-    } else {
-        "machine has saved execution; use resume"
-    };
-    agent(verb, what)
 }

@@ -20,7 +20,7 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
             println!("{}", output::unreachable_cleanup(&name, r.pid.unwrap_or(0)));
             supervisor::kill_machine(&r);
         }
-        State::Paused => return Err(super::pause::refuse_paused("start")),
+        State::Paused => return Err(super::refuse_paused("start")),
         _ => {}
     }
     for other in registry::list()? {
