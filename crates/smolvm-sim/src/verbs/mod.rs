@@ -27,7 +27,7 @@ pub fn require(name: &str) -> Result<Record, SimError> {
 }
 
 /// For exec/cp: the machine must exist and be running (never auto-started).
-pub fn require_running(ctx: &crate::Ctx, name: &str) -> Result<Record, SimError> {
+pub fn require_running(ctx: &crate::context::Ctx, name: &str) -> Result<Record, SimError> {
     let r = require(name)?;
     if r.live_state(&ctx.faults) != State::Running {
         return Err(not_running(name));

@@ -11,7 +11,7 @@
 //! disks, so a workload starts afresh; what a tool driving smolvm must handle (the state,
 //! the refusals) is exact. The success lines of pause/resume were not read: they are ours.
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::machine::supervisor;
 use crate::output::{VerbResult, agent};
 use crate::registry::{self, State};

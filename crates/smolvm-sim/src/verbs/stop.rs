@@ -1,8 +1,8 @@
 //! `machine stop`: end the supervisor and with it every process, mount and namespace of the
 //! machine; idempotent when not running.
 
-use crate::Ctx;
 use crate::cli::StopCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::supervisor;
 use crate::output::{self, VerbResult};
@@ -32,7 +32,7 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
     supervisor::kill_machine(&r);
     super::mark_stopped(&mut r)?;
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("stop", &name));
+        return Err(crate::context::fault_error("stop", &name));
     }
     println!("{}", output::stopped(&name));
     Ok(0)
