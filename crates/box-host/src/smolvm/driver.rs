@@ -281,7 +281,7 @@ impl Smolvm {
     }
 
     /// Whether a `--from` machine's data dir (`data_dir`) still has its pack's extracted
-    /// layers, on the host smolvm runs on ([`pack_layers`]).
+    /// layers, on the host smolvm runs on (the rule: `pack_layers`).
     pub fn layers_present(&self, data: &Path) -> Result<bool, SmolvmError> {
         if let Transport::Local = self.transport {
             return Ok(pack_layers::layers_present(data));
