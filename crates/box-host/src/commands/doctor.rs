@@ -10,9 +10,7 @@ use anyhow::Result;
 use box_proto::BoxName;
 
 use super::Context;
-use crate::doctor::host_checks;
-use crate::doctor::listeners;
-use crate::doctor::{Check, Status};
+use crate::doctor::{Check, Status, base_check, host_checks, listeners, remote_checks};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest;
@@ -38,7 +36,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
         },
     );
-    checks.push(crate::doctor::base_check::check(ctx));
+    checks.push(base_check::check(ctx));
     let mut fixed: Vec<String> = Vec::new();
     // Each box's policy and smolvm's newest denials, for --json.
     let mut egress: Vec<serde_json::Value> = Vec::new();
@@ -90,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(crate::doctor::remote_checks::checks(&remote_smolvm));
+                checks.extend(remote_checks::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };
