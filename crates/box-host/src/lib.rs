@@ -8,6 +8,7 @@ pub mod cli;
 pub mod commands;
 pub mod config;
 pub mod context;
+pub mod doctor;
 pub mod gateway;
 pub mod lifecycle;
 pub mod policy;

@@ -4,7 +4,7 @@
 use anyhow::{Context as _, Result};
 use box_proto::BoxEnv;
 
-use crate::commands::Context;
+use crate::context::Context;
 
 /// Reads the configuration. A missing file is fine (defaults); a bad one is an error
 /// naming the file, line and key.

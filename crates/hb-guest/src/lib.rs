@@ -5,6 +5,7 @@ pub mod archive;
 pub mod cli;
 pub mod commands;
 pub mod config;
+pub mod context;
 pub mod executor;
 pub mod fsutil;
 pub mod netenv;

@@ -4,7 +4,8 @@ use std::process::ExitCode;
 
 use clap::Parser;
 use hb_guest::cli::{Cli, Command, JsonArg};
-use hb_guest::commands::{self, Context};
+use hb_guest::commands;
+use hb_guest::context::Context;
 
 fn main() -> ExitCode {
     let cli = Cli::parse();

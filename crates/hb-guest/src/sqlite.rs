@@ -281,7 +281,7 @@ pub fn holders(path: &Path, max: usize) -> Vec<String> {
             continue;
         }
         let name = std::fs::read_to_string(entry.path().join("comm")).unwrap_or_default();
-        let name = box_proto::archive::validate::shown(name.trim_end().as_bytes());
+        let name = box_proto::escape::shown(name.trim_end().as_bytes());
         found.push(format!("{name} (pid {pid})"));
         if found.len() == max {
             break;

@@ -264,7 +264,7 @@ fn unsafe_data_is_refused_before_the_root_is_touched() {
         encoder
             .finish()
             .unwrap()
-            .finish(box_proto::archive::Compression::Zstd)
+            .finish(box_proto::archive::compress::Compression::Zstd)
             .unwrap();
     }
     let dst = t.path().join("dst");

@@ -183,7 +183,7 @@ pub fn install() {
             // temps of everything else this process is doing (its caller cleans up its own
             // when it reports the error). Which hook wraps which depends on which was set
             // first, so the check is here too.
-            if !super::crypto::containing_panic() {
+            if !super::parser_panic::containing_panic() {
                 at_exit();
             }
             previous(info);

@@ -9,10 +9,8 @@
 //! returns is unauthenticated until EOF, where the MDC is checked: callers act on plaintext
 //! only inside a staging area until [`DecryptReader`] has reported EOF.
 
-use std::cell::Cell;
 use std::fs::File;
 use std::io::{self, BufWriter, Read, Write};
-use std::panic::AssertUnwindSafe;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
@@ -33,6 +31,7 @@ use openpgp::serialize::stream::{Encryptor, LiteralWriter, Message};
 use openpgp::types::SymmetricAlgorithm;
 
 use super::host_facts::{SealKey, Sealing};
+use super::parser_panic::contain_parser_panic;
 use super::{BackupError, envelope, seipd};
 use box_proto::archive::host_facts::{self, Head};
 
@@ -40,45 +39,6 @@ use box_proto::archive::host_facts::{self, Head};
 pub const DECRYPT_BUFFER: usize = 1 << 20;
 
 static POLICY: StandardPolicy<'static> = StandardPolicy::new();
-
-thread_local! {
-    /// Set while [`contain_parser_panic`] runs, so the panic hook stays silent for a panic
-    /// that is about to be turned into an error.
-    static CONTAINING: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Whether this thread is inside [`contain_parser_panic`]: a panic there is turned into an
-/// error, so the process's other panic hooks (cleanup's removal of every temp) must not act
-/// on it.
-pub(crate) fn containing_panic() -> bool {
-    CONTAINING.with(Cell::get)
-}
-
-/// Runs `f`, turning a panic into an error message. sequoia 2.4's parser panics on some
-/// hostile inputs (an SEIPD packet shorter than its MDC reserve, i.e. a backup truncated
-/// a few dozen bytes in); that must read as "corrupt or truncated", never crash `box`.
-/// Needs `panic = "unwind"`, which the release profile keeps for this reason.
-pub(super) fn contain_parser_panic<T>(f: impl FnOnce() -> T) -> Result<T, String> {
-    static QUIET_HOOK: std::sync::Once = std::sync::Once::new();
-    QUIET_HOOK.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            if !CONTAINING.with(Cell::get) {
-                default(info);
-            }
-        }));
-    });
-    CONTAINING.with(|c| c.set(true));
-    let result = std::panic::catch_unwind(AssertUnwindSafe(f));
-    CONTAINING.with(|c| c.set(false));
-    result.map_err(|payload| {
-        payload
-            .downcast_ref::<&str>()
-            .map(|s| s.to_string())
-            .or_else(|| payload.downcast_ref::<String>().cloned())
-            .unwrap_or_else(|| "the OpenPGP parser gave up".to_string())
-    })
-}
 
 /// sequoia's own encrypting writer: write plaintext, then [`EncryptWriter::finish`].
 /// `box save` writes with the faster [`super::seipd::SeipdWriter`]; this one stays as the

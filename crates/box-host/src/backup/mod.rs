@@ -33,6 +33,7 @@ pub mod location;
 pub mod next_link;
 pub mod open_chain;
 pub mod page_cache;
+mod parser_panic;
 pub mod passphrase;
 pub mod publish;
 pub mod save;

@@ -45,6 +45,7 @@ use openpgp::types::SymmetricAlgorithm;
 
 use super::BackupError;
 use super::host_facts::SealKey;
+use super::parser_panic::contain_parser_panic;
 use super::writeback::EarlyWriteback;
 
 const BLOCK: usize = 16;
@@ -383,7 +384,7 @@ impl BodyReader {
             };
             let buf = &mut self.buf[start..];
             loop {
-                match super::crypto::contain_parser_panic(|| pp.read(buf)) {
+                match contain_parser_panic(|| pp.read(buf)) {
                     Ok(Ok(n)) => break Ok(n),
                     Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                     Ok(Err(e)) => break Err(format!("cannot read the encrypted data: {e}")),
@@ -474,7 +475,7 @@ impl BodyReader {
         let Some(pp) = self.pp.take() else {
             return Err(io::Error::other("read past the end of the encrypted data"));
         };
-        match super::crypto::contain_parser_panic(|| pp.next()) {
+        match contain_parser_panic(|| pp.next()) {
             Ok(Ok((_, PacketParserResult::EOF(_)))) => {}
             Ok(Ok((_, PacketParserResult::Some(_)))) => {
                 return Err(self.state.fail("data follows the encrypted packet".into()));
@@ -572,7 +573,7 @@ impl BulkReader {
             Ok(Err(e)) => Err(corrupt(&e)),
             Err(why) => Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
         };
-        let ppr = contained(super::crypto::contain_parser_panic(|| parser(source)))?;
+        let ppr = contained(contain_parser_panic(|| parser(source)))?;
         let PacketParserResult::Some(pp) = ppr else {
             return Err(corrupt(&"no OpenPGP packets"));
         };
@@ -580,7 +581,7 @@ impl BulkReader {
             Packet::SKESK(SKESK::V4(skesk)) => key_of(skesk)?,
             _ => return Err(corrupt(&"it does not start with the key packet box writes")),
         };
-        let (_, ppr) = match super::crypto::contain_parser_panic(|| pp.next()) {
+        let (_, ppr) = match contain_parser_panic(|| pp.next()) {
             Ok(Ok(next)) => next,
             Ok(Err(e)) => return Err(corrupt(&e)),
             Err(why) => return Err(corrupt(&format!("malformed OpenPGP data ({why})"))),
@@ -602,7 +603,7 @@ impl BulkReader {
             Some(failure) => corrupt(&failure),
             None => corrupt(e),
         };
-        let ppr = match super::crypto::contain_parser_panic(|| parser(body)) {
+        let ppr = match contain_parser_panic(|| parser(body)) {
             Ok(Ok(ppr)) => ppr,
             Ok(Err(e)) => return Err(classify(&e)),
             Err(why) => return Err(classify(&format!("malformed OpenPGP data ({why})"))),
@@ -635,7 +636,7 @@ impl BulkReader {
         let Some(pp) = self.literal.take() else {
             return Ok(());
         };
-        match super::crypto::contain_parser_panic(|| pp.next()) {
+        match contain_parser_panic(|| pp.next()) {
             Ok(Ok((_, PacketParserResult::EOF(_)))) => {}
             Ok(Ok((_, PacketParserResult::Some(_)))) => {
                 return Err(self
@@ -678,7 +679,7 @@ impl Read for BulkReader {
             let Some(pp) = self.literal.as_mut() else {
                 return Ok(0);
             };
-            let n = match super::crypto::contain_parser_panic(|| pp.read(buf)) {
+            let n = match contain_parser_panic(|| pp.read(buf)) {
                 Ok(Ok(n)) => n,
                 Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
                 Ok(Err(e)) => return Err(self.fail_with(&e)),
@@ -712,11 +713,11 @@ pub(super) fn key_decrypts_the_end(
     const TAIL: usize = 64;
     let aes = aes_key(key)?;
     let next = |pp: PacketParser<'static>| {
-        super::crypto::contain_parser_panic(|| pp.next())
+        contain_parser_panic(|| pp.next())
             .map_err(|why| anyhow!("malformed OpenPGP data ({why})"))?
             .map(|(_, ppr)| ppr)
     };
-    let ppr = super::crypto::contain_parser_panic(|| parser(source))
+    let ppr = contain_parser_panic(|| parser(source))
         .map_err(|why| anyhow!("malformed OpenPGP data ({why})"))??;
     let PacketParserResult::Some(pp) = ppr else {
         return Ok(false);
@@ -735,7 +736,7 @@ pub(super) fn key_decrypts_the_end(
     let mut len = 0u64;
     let mut buf = vec![0u8; CHUNK];
     loop {
-        let n = match super::crypto::contain_parser_panic(|| pp.read(&mut buf)) {
+        let n = match contain_parser_panic(|| pp.read(&mut buf)) {
             Ok(Ok(n)) => n,
             Ok(Err(e)) if e.kind() == io::ErrorKind::Interrupted => continue,
             Ok(Err(e)) => return Err(e.into()),

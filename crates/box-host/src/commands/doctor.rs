@@ -10,12 +10,11 @@ use anyhow::Result;
 use box_proto::BoxName;
 
 use super::Context;
+use crate::doctor::{Check, Status, base_check, host_checks, listeners, remote_checks};
 use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
-use crate::lifecycle::host_checks::{self, Check, Status};
-use crate::lifecycle::listeners;
 use crate::smolvm::{Machine, Smolvm};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
@@ -37,7 +36,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
             Err(e) => Check::new("host", "network", Status::Fail, format!("{e:#}")),
         },
     );
-    checks.push(crate::base::doctor_check(ctx));
+    checks.push(base_check::check(ctx));
     let mut fixed: Vec<String> = Vec::new();
     // Each box's policy and smolvm's newest denials, for --json.
     let mut egress: Vec<serde_json::Value> = Vec::new();
@@ -89,7 +88,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
                     continue;
                 }
                 remote_smolvm = Smolvm::for_host(Some(h), &ctx.config.env);
-                checks.extend(crate::lifecycle::remote_checks::checks(&remote_smolvm));
+                checks.extend(remote_checks::checks(&remote_smolvm));
                 &remote_smolvm
             }
         };

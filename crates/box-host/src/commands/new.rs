@@ -215,10 +215,10 @@ impl NewRun<'_> {
         // The memory check reads this machine's memory: a remote host's is doctor's.
         if self.base.is_none()
             && self.ctx.host.is_none()
-            && !crate::lifecycle::host_checks::is_simulator(&self.smolvm)
-            && let Some(c) = crate::lifecycle::host_checks::seed_memory(
+            && !crate::doctor::host_checks::is_simulator(&self.smolvm)
+            && let Some(c) = crate::doctor::host_checks::seed_memory(
                 version,
-                crate::lifecycle::host_checks::available_mib(),
+                crate::doctor::host_checks::available_mib(),
             )
         {
             // What the first create of an image costs on this host (smolvm 1.22+).

@@ -12,7 +12,8 @@
 //!
 //! - [`host_name`]: the box's name under `.localhost`, a cookie jar of its own;
 //! - [`loopback`]: the port, on 127.0.0.1 and held on ::1, where browsers try first;
-//! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for;
+//! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for, both
+//!   drawn from `random`;
 //! - [`clock`]: their lifetimes count the time the machine sleeps;
 //! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
 //! - [`guard`]: Host (the box's name only; DNS rebinding), site and Origin checks;
@@ -32,6 +33,7 @@ mod loopback;
 mod nonce;
 mod pages;
 pub mod proxy;
+mod random;
 pub mod record;
 pub mod serve;
 mod session;

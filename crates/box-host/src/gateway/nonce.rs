@@ -10,17 +10,13 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use super::clock::Moment;
+use super::random::random_hex32;
 use super::sign_in_file;
 
 /// How long a sign-in URL works.
 pub const NONCE_TTL: Duration = Duration::from_secs(60);
 /// Unredeemed nonces kept at most (each `box open` adds one).
 const MAX_LIVE: usize = 32;
-
-/// 32 random bytes from the OS-seeded CSPRNG, hex: 64 URL-safe characters.
-pub fn random_hex32() -> String {
-    hex::encode(rand::random::<[u8; 32]>())
-}
 
 /// Equal length and every byte, in time independent of where they differ.
 pub fn same_secret(a: &str, b: &str) -> bool {

@@ -19,7 +19,8 @@ use std::time::Duration;
 use tokio::sync::watch;
 
 use super::clock::Moment;
-use super::nonce::{random_hex32, same_secret};
+use super::nonce::same_secret;
+use super::random::random_hex32;
 
 /// Sessions kept at most; the oldest goes first.
 const MAX_SESSIONS: usize = 64;

@@ -31,7 +31,7 @@ pub fn write(state: &StateDir, box_name: &str, url: &str) -> Result<PathBuf> {
         .with_context(|| format!("cannot make {} private", dir.display()))?;
     let path = dir.join(format!(
         "{box_name}-{}.html",
-        &super::nonce::random_hex32()[..16]
+        &super::random::random_hex32()[..16]
     ));
     let mut f = std::fs::OpenOptions::new()
         .write(true)

@@ -5,16 +5,13 @@
 //! `guest_assets` (which hb and provision/ to copy), `guest_network` (proxies and CA
 //! certificates for the guest), `provisioning` (copy, provision, init, wire, health),
 //! `transcript` (each operation's log file), `readiness` (bounded waits after a start),
-//! `guest` (hb calls, the token, the host MCP handshake), `host_checks` (doctor's host
-//! half; `kvm` whether a VM can boot; `remote_checks` the same of a remote host), `listeners` (doctor's loopback-only check of a
-//! published port), `opener` (the browser opener, for open and doctor), `setup` (one box
-//! being set up, below `provisioning` and `guest_network`), `test_guest_env` (the tests'
-//! extra guest environment).
+//! `guest` (hb calls, the token, the host MCP handshake), `setup` (one box being set up,
+//! below `provisioning` and `guest_network`), `test_guest_env` (the tests' extra guest
+//! environment).
 //!
 //! Environment knobs (besides `SMOLVM`, `BOX_HOME`, `BOX_CONFIG`):
 //! * `BOX_HB_BINARY`: the `hb` to install in guests (default: beside `box`);
 //! * `BOX_PROVISION_DIR`: the provision/ directory (default: beside `box`, then the checkout);
-//! * `BOX_BROWSER`: the opener for `box open`;
 //! * `BOX_KEEP_ON_FAILURE=1`: a failed `box new` keeps its VM for inspection;
 //! * `BOX_SMOLVM_TIMEOUT=<secs>`: caps every smolvm call's deadline (tests, impatient hosts);
 //! * tests only: `BOX_TEST_GUEST_ENV="K=V,…"` adds persisted guest environment at create
@@ -27,14 +24,9 @@ pub mod containment;
 pub mod guest;
 pub mod guest_assets;
 pub mod guest_network;
-pub mod host_checks;
-pub mod kvm;
-pub mod listeners;
-pub mod opener;
 pub mod ports;
 pub mod provisioning;
 pub mod readiness;
-pub mod remote_checks;
 pub mod setup;
 pub mod signals;
 pub mod test_guest_env;

@@ -20,7 +20,7 @@
 //! It stands on the process runner ([`crate::process`]) and knows nothing of the smolvm
 //! driver above it, which picks this transport for a box on a remote host: every driver
 //! method works over ssh with the same deadlines, cancel flags, line callbacks and error
-//! texts. What `box doctor` says of a remote host is [`crate::lifecycle::remote_checks`].
+//! texts. What `box doctor` says of a remote host is [`crate::doctor::remote_checks`].
 
 pub mod copy;
 pub mod keys;

@@ -13,6 +13,7 @@ use std::time::Duration;
 
 use super::error::SmolvmError;
 use super::json::{Machine, parse_machine_list};
+use super::pack_layers;
 use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
 use crate::child_env::ChildKind;
@@ -279,14 +280,14 @@ impl Smolvm {
         Ok(out.success())
     }
 
-    /// [`crate::base::layers_present`] on the host smolvm runs on: whether a `--from`
-    /// machine's data dir (`data_dir`) still has its pack's extracted layers.
+    /// Whether a `--from` machine's data dir (`data_dir`) still has its pack's extracted
+    /// layers, on the host smolvm runs on (the rule: `pack_layers`).
     pub fn layers_present(&self, data: &Path) -> Result<bool, SmolvmError> {
         if let Transport::Local = self.transport {
-            return Ok(crate::base::layers_present(data));
+            return Ok(pack_layers::layers_present(data));
         }
         let out = self.host_shell(
-            r#"[ -e "$1/pack/.smolvm-extracted" ] && exit 0; p=$(cat "$1/.pack-shared" 2>/dev/null) || exit 1; p=$(printf %s "$p" | tr -d '\n'); [ -e "$p/.smolvm-extracted" ]"#,
+            pack_layers::LAYERS_PRESENT_SH,
             &[data.to_string_lossy().into_owned()],
             timeouts::QUERY,
         )?;

@@ -6,6 +6,7 @@
 pub mod driver;
 pub mod json;
 pub mod labels;
+mod pack_layers;
 pub mod version;
 
 pub use crate::process::{Output, SmolvmError, Stream, error, runner};

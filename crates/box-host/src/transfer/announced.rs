@@ -329,7 +329,7 @@ fn check_index_against(index: &PartIndex, announced: &[Part]) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use box_proto::archive::Compression;
+    use box_proto::archive::compress::Compression;
     use box_proto::archive::part_hash::PartHash;
 
     fn part(n: usize, size: u64, fill: u8) -> Part {

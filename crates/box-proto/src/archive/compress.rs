@@ -1,8 +1,48 @@
-//! How a backup's tar stream is compressed with more than one zstd worker: `hb export`
-//! and the bench's zstd stage (which must measure the same thing) both configure their
-//! encoder here.
+//! A backup's compression: which one its plaintext has, and how its tar stream is
+//! compressed with more than one zstd worker.
+//!
+//! The compression is recognised by magic bytes ([`sniff`]), never by a file name: a seed
+//! backup (`tar czf | gpg --symmetric`, gzip inside) reads like one of ours (zstd inside).
+//! `hb export` and the bench's zstd stage (which must measure the same thing) both
+//! configure their encoder here ([`use_workers`]).
 
 use std::io::{self, Write};
+
+/// The compression inside a backup's plaintext.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Compression {
+    /// Zstandard: what this project writes.
+    Zstd,
+    /// gzip: what the seed (`tar czf`) wrote.
+    Gzip,
+}
+
+impl Compression {
+    /// The short name used in messages and the part index.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Compression::Zstd => "zstd",
+            Compression::Gzip => "gzip",
+        }
+    }
+}
+
+/// The zstd frame magic number, little-endian on disk.
+pub const ZSTD_MAGIC: [u8; 4] = [0x28, 0xb5, 0x2f, 0xfd];
+/// The gzip member magic.
+pub const GZIP_MAGIC: [u8; 2] = [0x1f, 0x8b];
+
+/// Recognises the compression from the first bytes of a stream (at least 4 are needed to
+/// recognise zstd). Returns `None` for anything else.
+pub fn sniff(head: &[u8]) -> Option<Compression> {
+    if head.starts_with(&ZSTD_MAGIC) {
+        Some(Compression::Zstd)
+    } else if head.starts_with(&GZIP_MAGIC) {
+        Some(Compression::Gzip)
+    } else {
+        None
+    }
+}
 
 /// Bytes of input per zstd job. Smaller than zstd's default at level 3 (4 windows,
 /// 8 MiB) so that two workers keep `hb export`'s peak RSS well under 64 MiB, at no
@@ -33,4 +73,18 @@ pub fn use_workers<W: Write>(
     encoder.set_parameter(CParameter::JobSize(JOB_SIZE))?;
     encoder.set_parameter(CParameter::OverlapSizeLog(OVERLAP_LOG))?;
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn sniffs_magic_not_names() {
+        assert_eq!(sniff(&[0x28, 0xb5, 0x2f, 0xfd, 0]), Some(Compression::Zstd));
+        assert_eq!(sniff(&[0x1f, 0x8b, 8]), Some(Compression::Gzip));
+        assert_eq!(sniff(b"./home"), None);
+        assert_eq!(sniff(&[]), None);
+        assert_eq!(sniff(&[0x28, 0xb5]), None);
+    }
 }

@@ -147,7 +147,7 @@ mod tests {
         })
         .unwrap();
         let mut stream = bytes.clone();
-        stream.extend_from_slice(&crate::archive::ZSTD_MAGIC);
+        stream.extend_from_slice(&crate::archive::compress::ZSTD_MAGIC);
         match parse(&stream) {
             Head::Frame { frame, len } => {
                 assert_eq!(len, bytes.len());
@@ -168,7 +168,10 @@ mod tests {
 
     #[test]
     fn archives_and_other_frames_are_not_this_frame() {
-        assert_eq!(parse(&crate::archive::ZSTD_MAGIC), Head::NotAFrame);
+        assert_eq!(
+            parse(&crate::archive::compress::ZSTD_MAGIC),
+            Head::NotAFrame
+        );
         assert_eq!(parse(&[0x1f, 0x8b, 8, 0]), Head::NotAFrame);
         assert_eq!(parse(&[]), Head::NotAFrame);
         // Another skippable frame's magic (0x184D2A50).

@@ -31,6 +31,8 @@
 
 use std::fmt;
 
+use crate::archive::shown::shown_name;
+
 /// The tar type flag of a dumpdir member (GNU's `GNUTYPE_DUMPDIR`).
 pub const DUMPDIR_TYPE: u8 = b'D';
 
@@ -128,7 +130,7 @@ impl Dumpdir {
         for (i, (_, name)) in entries.iter().enumerate() {
             check_name(name)?;
             if i > 0 && entries[i - 1].1 == *name {
-                return Err(DumpdirError::Duplicate(shown(name)));
+                return Err(DumpdirError::Duplicate(shown_name(name)));
             }
         }
         Ok(Dumpdir { entries })
@@ -240,14 +242,9 @@ fn check_name(name: &[u8]) -> Result<(), DumpdirError> {
         return Err(DumpdirError::EmptyName);
     }
     if name == b"." || name == b".." || name.contains(&b'/') || name.contains(&0) {
-        return Err(DumpdirError::BadName(shown(name)));
+        return Err(DumpdirError::BadName(shown_name(name)));
     }
     Ok(())
-}
-
-/// A name for a message: escaped, and cut short (a hostile dumpdir's name can be megabytes).
-fn shown(name: &[u8]) -> String {
-    crate::archive::tarread::shown_name(name)
 }
 
 #[cfg(test)]

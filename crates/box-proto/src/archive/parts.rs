@@ -31,7 +31,7 @@
 
 use std::fmt::Write as _;
 
-use crate::archive::Compression;
+use crate::archive::compress::Compression;
 use crate::archive::part_hash::{PartHash, PartHashAlgo, PartHasher, lower_hex};
 
 /// The index file name inside an export directory.

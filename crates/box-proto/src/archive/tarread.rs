@@ -18,15 +18,13 @@
 //! * volume labels (`V`) are skipped, GNU dumpdirs (`D`) are directories, as GNU tar does
 //!   without `--incremental`.
 //!
-//! Names quoted in errors are cut to [`MAX_SHOWN`] characters.
+//! Names quoted in errors are escaped and cut short ([`super::shown`]).
 
 use std::collections::BTreeMap;
 use std::io::{self, Read};
 
-use crate::archive::validate::shown;
-
-/// Most characters of a name an error message quotes.
-pub const MAX_SHOWN: usize = 200;
+use crate::archive::shown::shown_name;
+use crate::escape::shown;
 
 /// Largest PAX or GNU long-name header read into memory (GNU tar has no limit; a 1 MiB
 /// name is already absurd, and Go's `pax-bad-hdr-large` is one).
@@ -60,17 +58,6 @@ const MEMBER_KEYWORDS: &[&[u8]] = &[
     b"GNU.sparse.numbytes",
     b"GNU.sparse.map",
 ];
-
-/// A name for a message: escaped and cut to [`MAX_SHOWN`] characters.
-pub fn shown_name(bytes: &[u8]) -> String {
-    let s = shown(bytes);
-    if s.chars().count() > MAX_SHOWN {
-        let cut: String = s.chars().take(MAX_SHOWN).collect();
-        format!("{cut}… ({} bytes)", bytes.len())
-    } else {
-        s
-    }
-}
 
 /// What a member is, once its headers are decoded.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

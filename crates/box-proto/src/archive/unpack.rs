@@ -37,7 +37,8 @@ use std::path::{Path, PathBuf};
 use crate::archive::holes::copy_with_holes;
 use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::room::Room;
-use crate::archive::tarread::{MemberKind, shown_name};
+use crate::archive::shown::shown_name;
+use crate::archive::tarread::MemberKind;
 use crate::archive::validate::{Entry, Limits};
 
 type Time = (i64, u32);

@@ -37,9 +37,10 @@ use std::rc::Rc;
 
 pub use crate::archive::chain_state::ChainState;
 use crate::archive::chain_state::Node;
+use crate::archive::compress::{Compression, sniff};
 use crate::archive::incremental::{Code, Dumpdir};
-use crate::archive::tarread::{Data, Member, MemberKind, TarError, TarReader, shown_name};
-use crate::archive::{Compression, sniff};
+use crate::archive::shown::shown_name;
+use crate::archive::tarread::{Data, Member, MemberKind, TarError, TarReader};
 use crate::layout;
 
 /// Caps that keep a hostile archive from exhausting memory, disk or time.
@@ -254,9 +255,8 @@ impl KeptMissing {
     }
 }
 
-/// Renders raw name bytes for a message: UTF-8 where possible, what would act on a
-/// terminal and invalid bytes escaped (one function for every text from elsewhere:
-/// [`crate::escape`]).
+/// The old home of [`crate::escape::shown`], left for box's `save` and `load` verbs until
+/// they import it from there; nothing else may use it.
 pub use crate::escape::shown;
 
 fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {

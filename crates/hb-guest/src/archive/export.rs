@@ -25,8 +25,8 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
-use box_proto::archive::Compression;
 use box_proto::archive::compress;
+use box_proto::archive::compress::Compression;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
 use box_proto::archive::part_hash::PartHashAlgo;

@@ -26,7 +26,7 @@ use std::path::{Path, PathBuf};
 use std::time::Duration;
 
 use anyhow::{Context as _, Result, anyhow};
-use box_proto::archive::validate::shown;
+use box_proto::escape::shown;
 use box_proto::manifest::SqliteCheck;
 
 use super::incremental::{Snapshot, Stamp};

@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, bail};
-use box_proto::archive::Compression;
+use box_proto::archive::compress::Compression;
 use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex, part_name};
 use sha2::{Digest, Sha256};

@@ -11,9 +11,9 @@ use anyhow::Result;
 use box_proto::mcp::{self, ProbeError};
 use serde::Serialize;
 
-use super::Context;
 use super::init::LAYOUT;
 use crate::account::Agent;
+use crate::context::Context;
 use crate::fsutil::mode_of;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;

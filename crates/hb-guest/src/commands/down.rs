@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 use crate::{account, config, pause};
 

@@ -5,10 +5,10 @@ use std::process::ExitCode;
 use anyhow::Result;
 use box_proto::archive::chain_line;
 
-use super::Context;
 use crate::archive::export::{ChainOptions, ExportOptions, export_announcing};
 use crate::archive::incremental;
 use crate::archive::parts::Announce;
+use crate::context::Context;
 use crate::paths::Paths;
 
 /// How long a streaming export waits for box to take a part before giving up: box copies

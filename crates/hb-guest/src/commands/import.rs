@@ -6,8 +6,8 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use super::Context;
 use crate::archive::import::import_chain;
+use crate::context::Context;
 use crate::paths::Paths;
 
 pub fn run(ctx: &Context, args: &crate::cli::ImportArgs) -> Result<ExitCode> {

@@ -9,8 +9,8 @@ use std::process::ExitCode;
 use anyhow::Result;
 use nix::unistd::{Gid, Uid};
 
-use super::Context;
 use crate::account::Agent;
+use crate::context::Context;
 use crate::fsutil::ensure_dir;
 use crate::paths::Paths;
 

@@ -9,7 +9,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result, bail};
 
-use super::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 
 /// Services with logs; aliases map to their file.

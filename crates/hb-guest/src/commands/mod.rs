@@ -1,7 +1,5 @@
 //! One module per verb.
 
-use std::path::PathBuf;
-
 pub mod doctor;
 pub mod down;
 pub mod export;
@@ -17,12 +15,3 @@ pub mod versions;
 pub mod wire_mcp;
 pub mod workload;
 pub mod write_manifest;
-
-/// What every verb may need.
-#[derive(Debug, Clone)]
-pub struct Context {
-    /// The durable data root (`/data`).
-    pub data: PathBuf,
-    /// The configuration file (`/etc/hermes-box.env`).
-    pub config: PathBuf,
-}

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::{Context as _, Result};
 use serde::{Deserialize, Serialize};
 
-use super::Context;
+use crate::context::Context;
 use crate::fsutil::{read_optional, write_private};
 use crate::paths::Paths;
 use crate::{account, config, pause};

@@ -8,8 +8,8 @@ use std::process::{Command, ExitCode, Stdio};
 
 use anyhow::{Context as _, Result};
 
-use super::Context;
 use super::quiesce::Record;
+use crate::context::Context;
 use crate::paths::Paths;
 use crate::{config, pause};
 

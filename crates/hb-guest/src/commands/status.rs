@@ -8,7 +8,7 @@ use box_proto::RuntimeManifest;
 use box_proto::mcp::executor_url;
 use serde::Serialize;
 
-use super::Context;
+use crate::context::Context;
 use crate::fsutil::read_optional;
 use crate::paths::Paths;
 use crate::workload::state::{WorkloadState, pid_alive};

@@ -5,7 +5,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 
-use super::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
 

@@ -6,7 +6,7 @@ use std::time::{Duration, Instant};
 use anyhow::{Result, bail};
 use box_proto::mcp;
 
-use super::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
 use crate::{config, pause, token};

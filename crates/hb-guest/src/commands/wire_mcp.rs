@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 use box_proto::mcp::{self, BearerToken};
 use nix::unistd::{Gid, Uid};
 
-use super::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
 use crate::{account, config, executor, pause, token, wiring};

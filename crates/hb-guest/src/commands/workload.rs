@@ -4,7 +4,7 @@ use std::process::ExitCode;
 
 use anyhow::Result;
 
-use super::Context;
+use crate::context::Context;
 
 pub fn run(ctx: &Context) -> Result<ExitCode> {
     crate::workload::run(ctx)

@@ -9,8 +9,8 @@ use anyhow::{Context as _, Result};
 use box_proto::{BoxEnv, RuntimeManifest};
 use nix::unistd::{Gid, Uid};
 
-use super::Context;
 use crate::cli::WriteManifestArgs;
+use crate::context::Context;
 use crate::fsutil::{read_optional, write_private};
 use crate::paths::Paths;
 use crate::{account, config, tools};

@@ -22,7 +22,7 @@ use std::time::Duration;
 
 use anyhow::{Context as _, Result};
 
-use crate::commands::Context;
+use crate::context::Context;
 use crate::paths::Paths;
 use logfile::{MAX_LOG_BYTES, RotatingLog};
 use state::WorkloadState;

@@ -22,10 +22,14 @@ use rustls::pki_types::{CertificateDer, PrivateKeyDer, ServerName};
 
 use super::ca::Ca;
 use super::http::{self, Refusal, UPSTREAM_FAILED};
-use crate::egress::connect_filter::Redirects;
 use crate::policy::credential::Binding;
 
 const HOST_BUNDLE: &str = "/etc/ssl/certs/ca-certificates.crt";
+
+/// Original destinations of redirected connections, by the local port the redirected socket
+/// was bound to (the interceptor sees that port as its peer's). The connect filter writes
+/// each one as it redirects a connection here.
+pub type Redirects = Arc<Mutex<HashMap<u16, SocketAddr>>>;
 
 struct Shared {
     bindings: Vec<Binding>,

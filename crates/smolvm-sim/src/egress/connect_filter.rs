@@ -13,15 +13,14 @@
 //! under way (smolvm: "HTTPS connections from the guest are redirected to an interceptor ...
 //! after the machine's egress policy has admitted the destination").
 
-use std::collections::HashMap;
 use std::fs::File;
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr, SocketAddr};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::fs::FileExt;
-use std::sync::{Arc, Mutex};
 
 use super::audit::Audit;
 use super::policy::Policy;
+use crate::credentials::intercept::Redirects;
 
 /// The fd number the listener has in slirp4netns (and where the supervisor fetches it).
 pub const LISTENER_FD: RawFd = 9;
@@ -132,10 +131,6 @@ fn pidfd_getfd(pidfd: &OwnedFd, target: RawFd) -> std::io::Result<OwnedFd> {
     // SAFETY: a fresh fd.
     Ok(unsafe { OwnedFd::from_raw_fd(fd as RawFd) })
 }
-
-/// Original destinations of redirected connections, by the local port the redirected socket
-/// was bound to (the interceptor sees that port as its peer's).
-pub type Redirects = Arc<Mutex<HashMap<u16, SocketAddr>>>;
 
 /// The supervisor's side of slirp4netns's filter.
 pub struct ConnectFilter {

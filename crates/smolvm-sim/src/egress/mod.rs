@@ -19,7 +19,8 @@ use std::os::unix::process::CommandExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 
-use crate::credentials::{ca::Ca, intercept::Interceptor};
+use crate::credentials::ca::Ca;
+use crate::credentials::intercept::{Interceptor, Redirects};
 use crate::registry::Record;
 use audit::Audit;
 use connect_filter::ConnectFilter;
@@ -34,7 +35,7 @@ pub const GUEST_DNS: &str = "10.0.2.3";
 pub struct Room {
     policy: Policy,
     audit: Audit,
-    intercept: Option<(std::net::SocketAddr, connect_filter::Redirects)>,
+    intercept: Option<(std::net::SocketAddr, Redirects)>,
     interceptor: Option<Interceptor>,
     dns: Option<(UdpSocket, TcpListener)>,
 }
@@ -132,7 +133,7 @@ impl Room {
         };
         if !r.credentials.is_empty() {
             let ca = Ca::load(data, &r.name, &r.credentials)?;
-            let redirects = connect_filter::Redirects::default();
+            let redirects = Redirects::default();
             let (i, addr) = Interceptor::bind(
                 ca,
                 r.credentials.clone(),

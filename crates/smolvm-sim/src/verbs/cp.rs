@@ -13,8 +13,8 @@ use std::os::fd::AsRawFd;
 use std::os::unix::fs::{OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
-use crate::Ctx;
 use crate::cli::CpCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::namespaces::{self, GuestNs};
 use crate::output::{self, SimError, VerbResult, agent, config};
@@ -77,7 +77,7 @@ pub fn run(ctx: &Ctx, c: CpCmd) -> VerbResult {
         )?;
     }
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("cp", &name));
+        return Err(crate::context::fault_error("cp", &name));
     }
     Ok(0)
 }

@@ -2,8 +2,8 @@
 
 use std::io::Read;
 
-use crate::Ctx;
 use crate::cli::CreateCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::image::refs::Resolved;
 use crate::output::{self, VerbResult, config};
@@ -90,7 +90,7 @@ pub fn run(ctx: &Ctx, c: CreateCmd) -> VerbResult {
     super::create_egress::mint_ca(&registry::data_dir(&name), &name, &record.credentials)?;
     registry::save(&record)?;
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("create", &name));
+        return Err(crate::context::fault_error("create", &name));
     }
     print!(
         "{}",

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::Path;
 
-use crate::Ctx;
 use crate::cli::CreateCmd;
+use crate::context::Ctx;
 use crate::credentials::ca;
 use crate::output::{SimError, config};
 use crate::policy::addresses::{Cidr, encode_pattern};

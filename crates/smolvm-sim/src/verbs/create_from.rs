@@ -10,8 +10,8 @@
 
 use std::path::Path;
 
-use crate::Ctx;
 use crate::cli::CreateCmd;
+use crate::context::Ctx;
 use crate::machine::rootfs;
 use crate::output::{self, VerbResult, agent, config};
 use crate::pack;

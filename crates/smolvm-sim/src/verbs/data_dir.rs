@@ -1,7 +1,7 @@
 //! `machine data-dir`: print the machine's host data directory.
 
-use crate::Ctx;
 use crate::cli::DataDirCmd;
+use crate::context::Ctx;
 use crate::output::VerbResult;
 
 pub fn run(ctx: &Ctx, c: DataDirCmd) -> VerbResult {

@@ -5,8 +5,8 @@
 
 use std::io::BufRead;
 
-use crate::Ctx;
 use crate::cli::DeleteCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::supervisor;
 use crate::output::{self, VerbResult, agent, storage};
@@ -40,7 +40,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
     }
     if r.state == State::Running {
         let mut r2 = r.clone();
-        super::stop::mark_stopped(&mut r2)?;
+        super::mark_stopped(&mut r2)?;
     }
     if !c.force && !ctx.extras.cascade {
         eprint!("{}", output::delete_prompt(&name));
@@ -82,7 +82,7 @@ pub fn run(ctx: &Ctx, c: DeleteCmd) -> VerbResult {
         }
     }
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("delete", &name));
+        return Err(crate::context::fault_error("delete", &name));
     }
     println!("{}", output::deleted(&name));
     Ok(0)

@@ -14,8 +14,8 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::Duration;
 
-use crate::Ctx;
 use crate::cli::{ExecCmd, ShellCmd};
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::disconnect;
 use crate::machine::namespaces::{self, GuestNs};
@@ -81,7 +81,7 @@ pub fn run(ctx: &Ctx, c: ExecCmd) -> VerbResult {
     let held = fault == Some(Action::Held);
     let code = run_in_guest(&r, &c.command, env, workdir, c.timeout, io, fresh, held)?;
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("exec", &name));
+        return Err(crate::context::fault_error("exec", &name));
     }
     Ok(code)
 }

@@ -5,8 +5,8 @@ use std::collections::BTreeMap;
 use rand::seq::SliceRandom;
 use serde_json::{Value, json};
 
-use crate::Ctx;
 use crate::cli::LsCmd;
+use crate::context::Ctx;
 use crate::output::{self, VerbResult};
 use crate::registry::{self, Record};
 

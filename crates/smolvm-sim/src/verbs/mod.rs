@@ -1,4 +1,5 @@
-//! One module per smolvm verb.
+//! One module per smolvm verb, and what several of them share: finding a machine, the
+//! refusals of a paused one, marking one stopped, `--env` lists.
 
 pub mod cp;
 pub mod create;
@@ -17,7 +18,7 @@ pub mod status;
 pub mod stop;
 pub mod update;
 
-use crate::output::{SimError, not_found, not_running};
+use crate::output::{SimError, agent, not_found, not_running};
 use crate::registry::{self, Record, State};
 
 /// Load a record or fail with `vm not found: NAME`.
@@ -26,12 +27,35 @@ pub fn require(name: &str) -> Result<Record, SimError> {
 }
 
 /// For exec/cp: the machine must exist and be running (never auto-started).
-pub fn require_running(ctx: &crate::Ctx, name: &str) -> Result<Record, SimError> {
+pub fn require_running(ctx: &crate::context::Ctx, name: &str) -> Result<Record, SimError> {
     let r = require(name)?;
     if r.live_state(&ctx.faults) != State::Running {
         return Err(not_running(name));
     }
     Ok(r)
+}
+
+/// The refusal of plain `start` (`verb` = "start") or `stop` of a paused machine.
+pub fn refuse_paused(verb: &str) -> SimError {
+    let what = if verb == "stop" {
+        "machine has saved execution; use resume or delete"
+    } else {
+        "machine has saved execution; use resume"
+    };
+    agent(verb, what)
+}
+
+/// The record of a machine whose processes are gone: stopped, with no pids (stop, pause,
+/// delete).
+pub fn mark_stopped(r: &mut Record) -> Result<(), SimError> {
+    r.state = State::Stopped;
+    r.pid = None;
+    r.pid_start_time = None;
+    r.init_pid = None;
+    r.slirp_pid = None;
+    r.workload_pid = None;
+    r.workload_start_time = None;
+    registry::save(r)
 }
 
 /// smolvm's `parse_env_list` (`src/util.rs`, 1.0.4 and 1.9): `KEY=VALUE` as given; a bare

@@ -5,8 +5,8 @@
 
 use std::os::unix::fs::PermissionsExt;
 
-use crate::Ctx;
 use crate::cli::PackCreateCmd;
+use crate::context::Ctx;
 use crate::machine::rootfs;
 use crate::output::{VerbResult, agent, config};
 use crate::pack;

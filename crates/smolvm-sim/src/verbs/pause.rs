@@ -11,7 +11,7 @@
 //! disks, so a workload starts afresh; what a tool driving smolvm must handle (the state,
 //! the refusals) is exact. The success lines of pause/resume were not read: they are ours.
 
-use crate::Ctx;
+use crate::context::Ctx;
 use crate::machine::supervisor;
 use crate::output::{VerbResult, agent};
 use crate::registry::{self, State};
@@ -24,7 +24,7 @@ pub fn run(ctx: &Ctx, name: &str, pause: bool) -> VerbResult {
             return Err(agent("pause", format!("machine '{name}' is not running")));
         }
         supervisor::kill_machine(&r);
-        super::stop::mark_stopped(&mut r)?;
+        super::mark_stopped(&mut r)?;
         r.state = State::Paused;
         registry::save(&r)?;
         println!("Paused machine '{name}'");
@@ -48,14 +48,4 @@ pub fn run(ctx: &Ctx, name: &str, pause: bool) -> VerbResult {
             no_proxy: None,
         },
     )
-}
-
-/// The refusal of plain `start` (`verb` = "start") or `stop` of a paused machine.
-pub fn refuse_paused(verb: &str) -> crate::output::SimError {
-    let what = if verb == "stop" {
-        "machine has saved execution; use resume or delete"
-    } else {
-        "machine has saved execution; use resume"
-    };
-    agent(verb, what)
 }

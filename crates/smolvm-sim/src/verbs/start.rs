@@ -1,7 +1,7 @@
 //! `machine start`: boot the guest and its workload; idempotent when already running.
 
-use crate::Ctx;
 use crate::cli::StartCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::{rootfs, supervisor};
 use crate::output::{self, VerbResult, config};
@@ -20,7 +20,7 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
             println!("{}", output::unreachable_cleanup(&name, r.pid.unwrap_or(0)));
             supervisor::kill_machine(&r);
         }
-        State::Paused => return Err(super::pause::refuse_paused("start")),
+        State::Paused => return Err(super::refuse_paused("start")),
         _ => {}
     }
     for other in registry::list()? {
@@ -116,7 +116,7 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
     }
     registry::save(&r)?;
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("start", &name));
+        return Err(crate::context::fault_error("start", &name));
     }
     if !first_boot && !r.init.is_empty() {
         println!("{}", output::init_skipped(r.init.len()));

@@ -1,7 +1,7 @@
 //! `machine status`: text or JSON; the two modes word "not found" differently.
 
-use crate::Ctx;
 use crate::cli::StatusCmd;
+use crate::context::Ctx;
 use crate::output::{self, VerbResult, config};
 use crate::registry;
 

@@ -1,8 +1,8 @@
 //! `machine stop`: end the supervisor and with it every process, mount and namespace of the
 //! machine; idempotent when not running.
 
-use crate::Ctx;
 use crate::cli::StopCmd;
+use crate::context::Ctx;
 use crate::faults::Action;
 use crate::machine::supervisor;
 use crate::output::{self, VerbResult};
@@ -17,11 +17,11 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
         State::Unreachable => {
             ctx.fault_point("stop", &name)?;
             supervisor::kill_machine(&r);
-            mark_stopped(&mut r)?;
+            super::mark_stopped(&mut r)?;
             println!("{}", output::stopped(&name));
             return Ok(0);
         }
-        State::Paused => return Err(super::pause::refuse_paused("stop")),
+        State::Paused => return Err(super::refuse_paused("stop")),
         other => {
             println!("{}", output::not_running_state(&name, other.as_str()));
             return Ok(0);
@@ -30,21 +30,10 @@ pub fn run(ctx: &Ctx, c: StopCmd) -> VerbResult {
     let fault = ctx.fault_point("stop", &name)?;
     println!("{}", output::stopping(&name));
     supervisor::kill_machine(&r);
-    mark_stopped(&mut r)?;
+    super::mark_stopped(&mut r)?;
     if fault == Some(Action::After) {
-        return Err(crate::fault_error("stop", &name));
+        return Err(crate::context::fault_error("stop", &name));
     }
     println!("{}", output::stopped(&name));
     Ok(0)
-}
-
-pub fn mark_stopped(r: &mut registry::Record) -> Result<(), crate::output::SimError> {
-    r.state = State::Stopped;
-    r.pid = None;
-    r.pid_start_time = None;
-    r.init_pid = None;
-    r.slirp_pid = None;
-    r.workload_pid = None;
-    r.workload_start_time = None;
-    registry::save(r)
 }

@@ -1,7 +1,7 @@
 //! `machine update`: change a stopped machine's record.
 
-use crate::Ctx;
 use crate::cli::UpdateCmd;
+use crate::context::Ctx;
 use crate::output::{self, SimError, VerbResult, config};
 use crate::registry::{self, State};
 

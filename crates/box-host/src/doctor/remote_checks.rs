@@ -4,12 +4,12 @@
 //!
 //! One remote shell script gathers the facts as `key=value` lines; [`judge`] turns them
 //! into doctor lines, each saying what to do. `/dev/kvm` is judged by the same rules as on
-//! this machine ([`crate::lifecycle::kvm::judge`]), from facts read there.
+//! this machine ([`kvm::judge`]), from facts read there.
 
 use std::time::Duration;
 
-use crate::lifecycle::host_checks::{Check, Status};
-use crate::lifecycle::kvm::{DevNode, KvmFacts};
+use super::kvm::{self, DevNode, KvmFacts};
+use super::{Check, Status, host_checks};
 use crate::smolvm::Smolvm;
 
 /// Below this much free disk where smolvm keeps its machines, doctor warns (each machine's
@@ -88,10 +88,8 @@ pub fn checks(smolvm: &Smolvm) -> Vec<Check> {
             let facts = Facts::parse(&o.stdout);
             out.extend(judge(&scope, &facts));
             if let Ok(v) = version
-                && let Some(mut c) = crate::lifecycle::host_checks::seed_memory(
-                    v,
-                    facts.mem_avail_kib.map(|k| k / 1024),
-                )
+                && let Some(mut c) =
+                    host_checks::seed_memory(v, facts.mem_avail_kib.map(|k| k / 1024))
             {
                 c.scope = scope.clone();
                 out.push(c);
@@ -206,7 +204,7 @@ impl Facts {
 pub fn judge(scope: &str, f: &Facts) -> Vec<Check> {
     let mut out = Vec::new();
     match f.kvm() {
-        Some(k) => out.extend(crate::lifecycle::kvm::judge(&k).into_iter().map(|mut c| {
+        Some(k) => out.extend(kvm::judge(&k).into_iter().map(|mut c| {
             c.scope = scope.to_string();
             c
         })),

@@ -8,7 +8,7 @@
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
-use super::host_checks::{Check, Status};
+use super::{Check, Status};
 
 /// Kernel TCP state number of LISTEN in /proc/net/tcp*.
 const LISTEN: &str = "0A";

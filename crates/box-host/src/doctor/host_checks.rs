@@ -3,38 +3,8 @@
 
 use std::path::Path;
 
+use super::{Check, Status};
 use crate::smolvm::{Smolvm, SmolvmVersion};
-
-/// How a check came out.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(rename_all = "lowercase")]
-pub enum Status {
-    Ok,
-    Warn,
-    Fail,
-    Skip,
-}
-
-/// One line of the doctor's report.
-#[derive(Debug, Clone, serde::Serialize)]
-pub struct Check {
-    /// `host`, `registry` or `box <name>`.
-    pub scope: String,
-    pub name: String,
-    pub status: Status,
-    pub detail: String,
-}
-
-impl Check {
-    pub fn new(scope: &str, name: &str, status: Status, detail: impl Into<String>) -> Self {
-        Self {
-            scope: scope.to_string(),
-            name: name.to_string(),
-            status,
-            detail: detail.into(),
-        }
-    }
-}
 
 /// An Intel Mac: smolvm's installer stops at the download, since no `darwin-x86_64` archive is
 /// published from 1.23.0 (smolvm docs/install/SKILL.md at f7b2b064, "Platform arms").

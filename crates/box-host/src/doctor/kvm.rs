@@ -12,7 +12,7 @@
 //!
 //! [`facts`] reads the host; [`judge`] is pure, so every combination is tested.
 
-use super::host_checks::{Check, Status};
+use super::{Check, Status};
 
 /// What decides a boot, as read from this host.
 #[derive(Debug, Clone)]
