@@ -64,11 +64,17 @@ def layered_with(low_extra):
     return {**LAYERED, "low.rs": LAYERED["low.rs"] + textwrap.dedent(low_extra)}
 
 
-class CleanHouse(unittest.TestCase):
+class HouseTest(unittest.TestCase):
+    def assertPrints(self, done, lines, returncode):
+        """What the user reads, line by line, and how the check exits."""
+        self.assertEqual(done.stdout.splitlines(), lines, done.stderr)
+        self.assertEqual(done.returncode, returncode, done.stderr)
+
+
+class CleanHouse(HouseTest):
     def test_a_layered_crate_passes(self):
         done = FakeCrate(self, LAYERED).house()
-        self.assertEqual(done.stdout, "fake: upward: 0, circles: 0\n")
-        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertPrints(done, ["fake: upward: 0, circles: 0"], 0)
 
     def test_a_parent_and_its_children_are_no_circle(self):
         # mod.rs hands on and calls what its child defines; the child takes its parent's
@@ -91,8 +97,7 @@ class CleanHouse(unittest.TestCase):
             },
         )
         done = crate.house()
-        self.assertEqual(done.stdout, "fake: upward: 0, circles: 0\n")
-        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertPrints(done, ["fake: upward: 0, circles: 0"], 0)
 
     def test_test_code_comments_and_strings_are_no_imports(self):
         # Each of these reaches from low.rs up into high/, which stands on low.rs: read as
@@ -129,11 +134,10 @@ class CleanHouse(unittest.TestCase):
             },
         )
         done = crate.house()
-        self.assertEqual(done.stdout, "fake: upward: 0, circles: 0\n")
-        self.assertEqual(done.returncode, 0, done.stderr)
+        self.assertPrints(done, ["fake: upward: 0, circles: 0"], 0)
 
 
-class UpwardArrows(unittest.TestCase):
+class UpwardArrows(HouseTest):
     def test_a_path_in_a_body_up_to_a_higher_room_is_reported(self):
         # low.rs calls into high/, which takes two names from low.rs: the one name going
         # the other way is the arrow that runs up. No two files import each other.
@@ -141,15 +145,15 @@ class UpwardArrows(unittest.TestCase):
             self, layered_with("pub fn start() { crate::high::a::run(); }\n")
         )
         done = crate.house()
-        self.assertEqual(
-            done.stdout.splitlines(),
+        self.assertPrints(
+            done,
             [
                 "fake: upward low.rs -> high/",
                 "fake:   low.rs -> high/a.rs (run)",
                 "fake: upward: 1, circles: 0",
             ],
+            1,
         )
-        self.assertEqual(done.returncode, 1)
 
     def test_paths_past_quotes_lifetimes_and_in_inline_modules_are_read(self):
         crate = FakeCrate(
@@ -204,8 +208,8 @@ class UpwardArrows(unittest.TestCase):
             },
         )
         done = crate.house()
-        self.assertEqual(
-            done.stdout.splitlines(),
+        self.assertPrints(
+            done,
             [
                 "fake: upward low/ -> gen/",
                 "fake:   low/deep.rs -> gen/odd_name.rs (g)",
@@ -214,8 +218,8 @@ class UpwardArrows(unittest.TestCase):
                 "fake:   low/deep.rs -> gen/odd_name.rs (g)",
                 "fake: upward: 1, circles: 1",
             ],
+            1,
         )
-        self.assertEqual(done.returncode, 1)
 
     def test_a_circle_of_many_rooms_reports_its_lightest_arrow(self):
         # 13 rooms in a ring, more than the exact search takes: every room takes two names
@@ -223,7 +227,10 @@ class UpwardArrows(unittest.TestCase):
         files = {"lib.rs": "".join(f"pub mod r{i:02};\n" for i in range(13))}
         for i in range(13):
             taken = "f" if i == 7 else "{f, g}"
-            files[f"r{i:02}.rs"] = f"use crate::r{(i + 1) % 13:02}::{taken};\npub fn f() {{}}\npub fn g() {{}}\n"
+            following = f"r{(i + 1) % 13:02}"
+            files[f"r{i:02}.rs"] = (
+                f"use crate::{following}::{taken};\npub fn f() {{}}\npub fn g() {{}}\n"
+            )
         done = FakeCrate(self, files).house()
         lines = done.stdout.splitlines()
         self.assertIn("fake: upward r07.rs -> r08.rs", lines)
@@ -231,7 +238,7 @@ class UpwardArrows(unittest.TestCase):
         self.assertEqual(done.returncode, 1)
 
 
-class Circles(unittest.TestCase):
+class Circles(HouseTest):
     def test_two_files_that_import_each_other_are_a_circle(self):
         crate = FakeCrate(
             self,
@@ -250,16 +257,16 @@ class Circles(unittest.TestCase):
             },
         )
         done = crate.house()
-        self.assertEqual(
-            done.stdout.splitlines(),
+        self.assertPrints(
+            done,
             [
                 "fake: circle a/x.rs, a/y.rs",
                 "fake:   a/x.rs -> a/y.rs (Other, helper)",
                 "fake:   a/y.rs -> a/x.rs (G)",
                 "fake: upward: 0, circles: 1",
             ],
+            1,
         )
-        self.assertEqual(done.returncode, 1)
 
     def test_a_child_looping_through_its_parent_and_an_outside_file_is_a_circle(self):
         crate = FakeCrate(
@@ -276,7 +283,7 @@ class Circles(unittest.TestCase):
         self.assertEqual(done.returncode, 1)
 
 
-class BadInput(unittest.TestCase):
+class BadInput(HouseTest):
     def test_a_crate_that_cannot_be_read_is_an_error_not_a_pass(self):
         cases = {
             "a module without its file": ({"lib.rs": "mod gone;\n"}, "`mod gone;` names no file"),
@@ -285,7 +292,10 @@ class BadInput(unittest.TestCase):
                 "latin.rs: cannot be read as UTF-8",
             ),
             "a string that never ends": ({"lib.rs": 'const S: &str = "open;\n'}, "never ends"),
-            "a bracket that never closes": ({"lib.rs": "#[derive(Debug\nstruct S;\n"}, "never closes"),
+            "a bracket that never closes": (
+                {"lib.rs": "#[derive(Debug\nstruct S;\n"},
+                "never closes",
+            ),
             "no crate root": ({"util.rs": "pub fn f() {}\n"}, "no src/lib.rs nor src/main.rs"),
         }
         for what, (files, said) in cases.items():
@@ -301,14 +311,15 @@ class BadInput(unittest.TestCase):
         self.assertIn("unknown option '--fix'", done.stderr)
 
 
-class TheRepository(unittest.TestCase):
+class TheRepository(HouseTest):
     def test_every_crate_of_the_repository_is_read_and_counted(self):
         done = run_house()
         self.assertIn(done.returncode, (0, 1), done.stderr)
         summaries = [line for line in done.stdout.splitlines() if ": upward: " in line]
         crates = sorted(p.name for p in (REPO / "crates").iterdir() if (p / "src").is_dir())
         self.assertEqual([line.split(":")[0] for line in summaries], crates)
-        self.assertEqual(done.returncode == 0, all(line.endswith(": upward: 0, circles: 0") for line in summaries))
+        all_clean = all(line.endswith(": upward: 0, circles: 0") for line in summaries)
+        self.assertEqual(done.returncode == 0, all_clean)
 
 
 if __name__ == "__main__":
