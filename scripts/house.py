@@ -249,18 +249,24 @@ class _Scanner:
                     if inner and _is_test_only(attr) and not self.scopes:
                         self.out.test_only = True
                     if not inner:
-                        attrs.append(attr)
+                        attrs.append((start + 1, end))
                     i = end + 1
                     continue
-            if attrs and any(_is_test_only(a) or _is_test_fn(a) for a in attrs):
-                i = self._item_end(i)
+            if attrs:
+                read = [self.t[lo:hi] for lo, hi in attrs]
+                if any(_is_test_only(a) or _is_test_fn(a) for a in read):
+                    i = self._item_end(i)
+                    attrs = []
+                    continue
+                if kind == IDENT and value == "pub":
+                    i = self._matching(i + 1) + 1 if self._is(i + 1, "(") else i + 1
+                    continue  # the attributes before `pub` are the item's after it
+                path_attr = _path_attribute(read)
+                for lo, hi in attrs:
+                    self._paths_between(lo, hi)  # `#[command(version = crate::version::LONG)]`
                 attrs = []
-                continue
-            if kind == IDENT and value == "pub":
-                i = self._matching(i + 1) + 1 if self._is(i + 1, "(") else i + 1
-                continue  # the attributes before `pub` are the item's after it
-            path_attr = _path_attribute(attrs)
-            attrs = []
+            else:
+                path_attr = None
             if kind == IDENT and value == "mod" and self._kind(i + 1) == IDENT:
                 name = self.t[i + 1][1]
                 if name == "tests":
@@ -343,6 +349,14 @@ class _Scanner:
         return self._is(i, "{") and self._matching(i) == j
 
     # -- paths -------------------------------------------------------------------------
+    def _paths_between(self, lo, hi):
+        i = lo
+        while i < hi:
+            if self._kind(i) == IDENT and self._is(i + 1, "::") and self._starts_path(i):
+                i = self._path(i)
+            else:
+                i += 1
+
     def _path(self, i):
         segments = [self.t[i][1]]
         i += 1

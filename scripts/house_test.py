@@ -176,6 +176,30 @@ class UpwardArrows(HouseTest):
         self.assertIn("fake:   low.rs -> high/a.rs (run)", done.stdout.splitlines())
         self.assertEqual(done.returncode, 1)
 
+    def test_a_path_in_an_attribute_is_read_unless_the_item_is_for_tests(self):
+        crate = FakeCrate(
+            self,
+            layered_with(
+                """
+                #[command(version = crate::high::a::VERSION)]
+                pub struct Args;
+
+                #[command(about = crate::high::a::ABOUT)]
+                #[cfg(test)]
+                pub struct TestArgs;
+                """
+            ),
+        )
+        self.assertPrints(
+            crate.house(),
+            [
+                "fake: upward low.rs -> high/",
+                "fake:   low.rs -> high/a.rs (VERSION)",
+                "fake: upward: 1, circles: 0",
+            ],
+            1,
+        )
+
     def test_an_item_compiled_outside_tests_is_read(self):
         for cfg in ("not(test)", 'any(test, feature = "x")', 'target_os = "linux"'):
             with self.subTest(cfg=cfg):
