@@ -391,11 +391,12 @@ class _Scanner:
         if self._is(i, "{"):
             i += 1
             while not self._is(i, "}"):
-                if i >= len(self.t):
-                    raise SourceError("a use list never closes")
+                start = i
                 i = self._use_tree(i, segments, leaves)
                 if self._is(i, ","):
                     i += 1
+                if i == start or i >= len(self.t):
+                    raise SourceError("a use list holds what no use tree holds, or never closes")
             return i + 1
         alias = None
         if self.t[i - 1] == (IDENT, "self") and len(segments) > len(prefix):

@@ -320,6 +320,10 @@ class BadInput(HouseTest):
                 {"lib.rs": "#[derive(Debug\nstruct S;\n"},
                 "never closes",
             ),
+            "a use list that is no use list": (
+                {"lib.rs": "pub mod a;\nuse crate::{a, #b};\n", "a.rs": ""},
+                "a use list holds what no use tree holds",
+            ),
             "no crate root": ({"util.rs": "pub fn f() {}\n"}, "no src/lib.rs nor src/main.rs"),
         }
         for what, (files, said) in cases.items():
