@@ -28,6 +28,14 @@ lint:
     cargo fmt --all -- --check
     cargo clippy --workspace --all-targets -- -D warnings
 
+# The house: every import from a module up to a higher room, and every circle of files, per crate (passes at 0 of each)
+house:
+    python3 scripts/house.py
+
+# The house check's own tests: tiny crates in a temporary directory
+house-test:
+    python3 scripts/house_test.py
+
 # Fuzz box-proto's parsers (cargo-fuzz on stable via RUSTC_BOOTSTRAP; target="" runs each in turn)
 fuzz target="" seconds="60":
     bash scripts/fuzz.sh "{{target}}" "{{seconds}}"
