@@ -429,7 +429,7 @@ pub fn write_parts(
         parts.push(p);
         drop(t);
     }
-    let compression = box_proto::archive::sniff(&head)
+    let compression = box_proto::archive::compress::sniff(&head)
         .ok_or_else(|| BackupError::NotArchive("neither zstd nor gzip data".into()))?;
     Ok(PartIndex {
         compression,

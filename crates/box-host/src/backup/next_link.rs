@@ -224,7 +224,7 @@ pub fn manifest_disagrees(sealed: &Sealed) -> Option<String> {
         }
     };
     (!agrees).then(|| {
-        let shown = |s: &str| box_proto::archive::validate::shown(s.as_bytes());
+        let shown = |s: &str| box_proto::escape::shown(s.as_bytes());
         format!(
             "the runtime manifest in this backup calls it link {} on parent {} (something in \
              the box rewrote it while the save ran); box goes by what it sealed: {}",

@@ -18,7 +18,7 @@ use std::process::ExitCode;
 
 use anyhow::{Result, bail};
 use box_proto::archive::parts::PartIndex;
-use box_proto::archive::validate::shown;
+use box_proto::escape::shown;
 use box_proto::layout;
 use box_proto::manifest::{SQLITE_CHECK_KEY, SqliteCheck};
 use box_proto::{BoxName, RuntimeManifest};
@@ -190,7 +190,7 @@ fn describe(v: &ValidatedBackup) {
         Sealing::Sealed(facts) => format!(
             ", saved {} by box {}",
             facts.saved_at,
-            box_proto::archive::validate::shown(facts.box_version.as_bytes())
+            box_proto::escape::shown(facts.box_version.as_bytes())
         ),
         _ => v
             .manifest
@@ -199,7 +199,7 @@ fn describe(v: &ValidatedBackup) {
             .map(|t| {
                 format!(
                     ", saved {}",
-                    box_proto::archive::validate::shown(t.as_bytes())
+                    box_proto::escape::shown(t.as_bytes())
                 )
             })
             .unwrap_or_default(),

@@ -34,7 +34,3 @@ pub mod unpack;
 pub mod validate;
 
 pub use validate::{ArchiveError, Limits, Report, Validator};
-
-/// The old home of [`compress::sniff`], left for box's load side (`backup/load.rs`) until it
-/// imports it from there; nothing else may use it.
-pub use compress::sniff;

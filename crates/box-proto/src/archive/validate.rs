@@ -255,9 +255,6 @@ impl KeptMissing {
     }
 }
 
-/// The old home of [`crate::escape::shown`], left for box's `save` and `load` verbs until
-/// they import it from there; nothing else may use it.
-pub use crate::escape::shown;
 
 fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.split(|b| *b == b'/')
