@@ -421,7 +421,7 @@ fn first_run_on_a_pristine_image_from_the_network() {
     assert!(
         enter
             .stdout
-            .contains("in-main-as-agent-ca-/etc/hermes-box/ca-certs.pem-tools-4-token-set"),
+            .contains("in-main-as-agent-ca-/etc/hermes-box/node-extra-ca.pem-tools-4-token-set"),
         "box enter did not land in tmux session main as agent with the CA exported, the four \
          agent tools (claude, codex, executor, hermes) on PATH and the MCP token set:\n{enter}"
     );
