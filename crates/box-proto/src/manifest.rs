@@ -1,7 +1,7 @@
 //! The runtime manifest: `~/.config/hermes-box/runtime-manifest` in the guest.
 //!
-//! Plain `key=value` lines, the seed's format (reference/hermes-box.md §1.2). It travels
-//! inside every backup, so a reader must cope with files written by other versions:
+//! Plain `key=value` lines, the seed's format (docs/backup-format.md, "The archive"). It
+//! travels inside every backup, so a reader must cope with files written by other versions:
 //! unknown keys are kept (in their order), while anything that could confuse a terminal or
 //! a later parser (control characters, duplicate keys, a line without `=`) is an error.
 

@@ -1,5 +1,5 @@
-//! `hb import`: restore a data root from parts, staged and swapped with rollback
-//! (hermes-box.md §2.2, V4).
+//! `hb import`: restore a data root from parts, staged and swapped with rollback, as the
+//! seed's last restore did (docs/design.md, "load").
 //!
 //! 1. Check the part index: every part a regular file of the listed size.
 //! 2. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
