@@ -7,8 +7,8 @@
 //!
 //! Proxy variables go to no child: their URLs may hold credentials, which stay out of
 //! every environment box hands on. smolvm pulls images inside its own VM and takes a proxy
-//! as `machine start --proxy` (reference/smolvm.md §2.2), not from its environment; an
-//! opener's browser keeps whatever proxy settings the desktop gives it.
+//! as `machine start --proxy` (docs/smolvm.md, "What the guest is"), not from its
+//! environment; an opener's browser keeps whatever proxy settings the desktop gives it.
 
 use std::ffi::OsString;
 use std::process::Command;

@@ -45,7 +45,8 @@ use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
 
-/// Refuses an existing destination before any work (hermes-box.md §1.6 step 1).
+/// Refuses an existing destination before any work, in the seed's words
+/// (docs/backup-format.md, "Names and publishing").
 pub fn check_destination(out: &Path) -> Result<()> {
     if std::fs::symlink_metadata(out).is_ok() {
         bail!("refusing to overwrite existing backup: {}", out.display());

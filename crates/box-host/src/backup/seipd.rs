@@ -1,10 +1,12 @@
 //! The bulk SEIPDv1 path for what box writes and then verifies itself (issue 14;
-//! reference/openpgp-speed.md §3a). sequoia routes every SHA-1, the MDC's included, through
-//! collision detection (scalar, no SHA-NI): half of its encrypt and decrypt time. Here
-//! sequoia still makes the SKESK4 (S2K, session key) and all packet framing (the SEIP and
-//! literal packets' partial body lengths, parsing them back); only the SEIP body — CFB
-//! with a zero IV over `prefix ‖ literal packet ‖ D3 14 ‖ SHA-1` — is ours, on RustCrypto
-//! `aes` (AES-NI picked at run time), `cfb-mode` and `sha1` (SHA-NI picked at run time).
+//! docs/backup-format.md, "The envelope"): our own SEIP layer on sequoia's public API, since
+//! sequoia 2.x has no way to put a plain SHA-1 into the MDC. sequoia routes every SHA-1, the
+//! MDC's included, through collision detection (scalar, no SHA-NI): half of its encrypt and
+//! decrypt time. Here sequoia still makes the SKESK4 (S2K, session key) and all packet
+//! framing (the SEIP and literal packets' partial body lengths, parsing them back); only the
+//! SEIP body — CFB with a zero IV over `prefix ‖ literal packet ‖ D3 14 ‖ SHA-1` — is ours,
+//! on RustCrypto `aes` (AES-NI picked at run time), `cfb-mode` and `sha1` (SHA-NI picked at
+//! run time).
 //!
 //! The output is what sequoia's own `Encryptor` writes for one password (SKESK4 + SEIPDv1,
 //! AES-256), so `gpg -d` 2.2 and sequoia read it. [`verify_own`] reads back the file the

@@ -1,5 +1,5 @@
-//! Moving a box's `/data` through smolvm for `box save` and `box load` (DESIGN.md "save",
-//! "load"; reference/hermes-box.md §1.7, §2, §3.4).
+//! Moving a box's `/data` through smolvm for `box save` and `box load` (docs/design.md,
+//! "save" and "load").
 //!
 //! The backup engine (`crate::backup`) does the cryptography and validation; this module
 //! does what sits between it and the guest:
