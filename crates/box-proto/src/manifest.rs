@@ -54,9 +54,6 @@ pub const POLICY_KEYS: &[&str] = &[
     "credentials",
 ];
 
-/// The path of the manifest relative to the durable data root (`/data`).
-pub const MANIFEST_PATH_IN_DATA: &str = "home/agent/.config/hermes-box/runtime-manifest";
-
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {
     #[error("runtime manifest line {line}: no '=' (expected key=value)")]

@@ -16,9 +16,6 @@ pub const TOOLS: &[(&str, &str, &[&str])] = &[
     ("executor", "executor", &["--version"]),
 ];
 
-/// Other tools provisioning installs and doctor expects.
-pub const BASE_TOOLS: &[&str] = &["tmux", "git", "curl", "jq", "nvim", "sudo"];
-
 /// Runs `bin args` with a timeout and returns the first non-empty line of its output.
 /// Tool output is not trusted: control characters are dropped and the line is cut short.
 pub fn first_line(bin: &Path, args: &[&str], timeout: Duration) -> Option<String> {

@@ -444,8 +444,3 @@ fn swap(root: &Path, stage: &Path, pid: u32, fault: FaultInjection) -> Result<()
     let _ = fs::File::open(root).and_then(|d| d.sync_all());
     Ok(())
 }
-
-/// Paths used by an import, for messages and tests.
-pub fn stage_dir(root: &Path) -> PathBuf {
-    root.join(format!("{STAGE_PREFIX}{}", std::process::id()))
-}
