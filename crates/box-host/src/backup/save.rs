@@ -26,9 +26,10 @@ use std::thread::JoinHandle;
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
 use box_proto::archive::chain_line::ChainSaid;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::part_hash::{PartHash, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
-use box_proto::archive::validate::{self, ChainState, Limits, Report};
+use box_proto::archive::validate::{self, Limits, Report};
 use secrecy::SecretString;
 
 use super::BackupError;

@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use box_proto::BoxName;
-use box_proto::archive::validate::ChainState;
+use box_proto::archive::chain_state::ChainState;
 
 use super::chain::{FileState, Link, Place};
 use crate::state::StateDir;

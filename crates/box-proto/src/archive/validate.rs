@@ -35,8 +35,7 @@ use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
 
-pub use crate::archive::chain_state::ChainState;
-use crate::archive::chain_state::Node;
+use crate::archive::chain_state::{ChainState, Node};
 use crate::archive::compress::{Compression, sniff};
 use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::shown::shown_name;
@@ -254,7 +253,6 @@ impl KeptMissing {
         })
     }
 }
-
 
 fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.split(|b| *b == b'/')

@@ -31,9 +31,10 @@ use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::Unpacker;
-use box_proto::archive::validate::{self, ChainState, Limits, WalkError};
+use box_proto::archive::validate::{self, Limits, WalkError};
 use box_proto::layout;
 
 use super::parts::{PartsReader, check_part_files, check_parts};
