@@ -31,7 +31,7 @@ use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::open_chain;
 use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::policy::carried::Recorded;
 use crate::state::{LockKey, Registry, locks};
@@ -196,12 +196,7 @@ fn describe(v: &ValidatedBackup) {
             .manifest
             .as_ref()
             .and_then(|m| m.get("created_at"))
-            .map(|t| {
-                format!(
-                    ", saved {}",
-                    box_proto::escape::shown(t.as_bytes())
-                )
-            })
+            .map(|t| format!(", saved {}", box_proto::escape::shown(t.as_bytes())))
             .unwrap_or_default(),
     };
     ui::say(format!(

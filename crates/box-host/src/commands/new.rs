@@ -11,7 +11,7 @@ use crate::lifecycle::cleanup::{self, Rollback};
 use crate::lifecycle::containment;
 use crate::lifecycle::guest;
 use crate::lifecycle::ports;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::test_guest_env;
 use crate::lifecycle::transcript::Transcript;

@@ -19,7 +19,7 @@ use anyhow::{Result, bail};
 use box_proto::BoxEnv;
 use serde::{Deserialize, Serialize};
 
-pub use lists::{AGENTS, SHORTHANDS};
+use lists::AGENTS;
 pub use words::parse_credential;
 use words::{check_cidr, check_host, checked, covers, parse_mode};
 

@@ -11,12 +11,12 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::error::SmolvmError;
 use super::json::{Machine, parse_machine_list};
 use super::pack_layers;
-use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
 use crate::child_env::ChildKind;
+use crate::process::error::SmolvmError;
+use crate::process::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use crate::remote::RemoteHost;
 use crate::remote::ssh::{Forward, RemoteCall, Session, SshTarget};
 use crate::remote::{copy, wrapper};
