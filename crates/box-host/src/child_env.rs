@@ -13,7 +13,7 @@
 use std::ffi::OsString;
 use std::process::Command;
 
-/// Which child is being started; each has its own allowlist on top of [`COMMON`].
+/// Which child is being started; each has its own allowlist on top of `COMMON`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildKind {
     /// `smolvm` (or the simulator): its own knobs, where it keeps its data.

@@ -4,6 +4,8 @@
 //! input, and panics only when a property the parsers promise is broken.
 //!
 //! Not an API: hidden from the docs, and nothing outside the fuzz harness calls it.
+// Read in the source only (hidden from rustdoc): its docs name the private checks beside them.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use std::io::BufReader;
 use std::path::Path;

@@ -219,13 +219,13 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: &(dyn Fn(&T) -> Result<R> + Sync)) 
         .collect()
 }
 
-/// `place` of each of `paths`, in their order, on every core ([`par_map`]).
+/// `place` of each of `paths`, in their order, on every core (`par_map`).
 pub fn places_of(paths: &[&Path], place: &PlaceOf<'_>) -> Result<Vec<Option<Place>>> {
     par_map(paths, &|p| place(p))
 }
 
 /// What reads a backup's [`Place`] (`None`: a backup from before chains, a full one).
-/// Shared by threads: see [`par_map`].
+/// Shared by threads: see `par_map`.
 pub type PlaceOf<'a> = dyn Fn(&Path) -> Result<Option<Place>> + Sync + 'a;
 
 /// What was learned before of the backup at a path in a state (its digest and place):

@@ -341,7 +341,7 @@ fn first_bytes_damaged(path: &Path, passphrase: &SecretString) -> bool {
 impl DecryptReader {
     /// Opens `path` and checks the passphrase. Errors are [`BackupError`]s: a file of
     /// box's shape damaged in its first blocks is [`BackupError::Corrupt`], not
-    /// [`BackupError::WrongPassphrase`] ([`first_bytes_damaged`]).
+    /// [`BackupError::WrongPassphrase`] (`first_bytes_damaged`).
     pub fn open(path: &Path, passphrase: &SecretString) -> Result<Self, BackupError> {
         let file = File::open(path)
             .map_err(|e| BackupError::Io(format!("cannot open {}: {e}", path.display())))?;

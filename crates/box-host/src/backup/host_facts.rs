@@ -37,7 +37,7 @@ const SMOLVM: &str = "smolvm";
 const SAVED_AT: &str = "saved_at";
 const LAN_CLOSED: &str = "lan_closed";
 
-/// The key that tags a backup's host facts: HMAC-SHA-256 of [`KEY_LABEL`] under the
+/// The key that tags a backup's host facts: HMAC-SHA-256 of `KEY_LABEL` under the
 /// backup's session key. Only whoever opened the backup's key packet (the passphrase's
 /// holder) can make it; a guest never sees the session key.
 pub struct SealKey(Zeroizing<[u8; 32]>);

@@ -1,6 +1,6 @@
 //! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
 //! [`super::seipd`]) → an unnamed 0600 file in the destination's directory (a named temp
-//! where the system has none: [`super::unpublished`]), hashed in segments of the
+//! where the system has none: `super::unpublished`), hashed in segments of the
 //! part size on the way ([`super::segments`]: each part's check), while a zstd decoder +
 //! tar walker validates the members (on a second thread, fed through a bounded channel) —
 //! one pass. A third thread verifies as the file grows: it follows the temp file and

@@ -55,7 +55,7 @@ const BLOCK: usize = 16;
 /// per-call costs vanish, small enough for constant memory.
 const CHUNK: usize = 1 << 20;
 /// Plaintext hashed and en- or decrypted per step, alternately, rather than one whole
-/// [`CHUNK`] through the MDC's SHA-1 and then through AES: a SHA-1 block, four AES blocks.
+/// `CHUNK` through the MDC's SHA-1 and then through AES: a SHA-1 block, four AES blocks.
 /// CFB encryption is one serial chain of AES rounds and SHA-NI's rounds are another, each
 /// waiting on its own last result; interleaved this finely, both chains are in the CPU's
 /// out-of-order window at once and run side by side instead of one after the other. On
@@ -550,7 +550,7 @@ const QUICK_CHECK_FAILED: &str = "the encrypted data does not start as written";
 /// The literal data of a file of the shape [`SeipdWriter`] writes (one SKESK4 giving an
 /// AES-256 key, one SEIPDv1 packet holding one literal packet, binary), decrypted with the
 /// bulk path and read as a stream. Framing and both packet layers are sequoia's parser;
-/// the SEIP body is [`BodyReader`]'s. Every byte is unauthenticated until `read` returns 0,
+/// the SEIP body is `BodyReader`'s. Every byte is unauthenticated until `read` returns 0,
 /// which it does only after the MDC matched and nothing followed either packet.
 pub struct BulkReader {
     literal: Option<PacketParser<'static>>,

@@ -112,7 +112,7 @@ impl Known {
     }
 
     /// What is kept for `name`; nothing when nothing readable is, or when its files were
-    /// last hashed longer ago than [`KNOWN_TRUSTED_SECS`] (or in the future).
+    /// last hashed longer ago than `KNOWN_TRUSTED_SECS` (or in the future).
     pub fn load(state: &StateDir, name: &BoxName) -> Known {
         let Ok(text) = std::fs::read_to_string(known_path(state, name)) else {
             return Known::default();

@@ -160,7 +160,7 @@ impl Rule {
 /// Why an archive was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchiveError {
-    /// A safety rule failed: "unsafe archive: <rule>: <path>".
+    /// A safety rule failed: `unsafe archive: <rule>: <path>`.
     Unsafe { rule: Rule, path: String },
     /// The bytes are not a complete zstd/gzip tar stream.
     Invalid(String),
