@@ -1,6 +1,7 @@
 //! Chains of backups: which links a restore needs, in which order, and which a prune may
 //! remove. Pure logic over [`Link`]s; finding the links (the files in a backup dir, their
-//! digests and the parent digest each names in-band) is the caller's.
+//! digests and the parent digest each names in-band) is the caller's. The whole story of
+//! chains is docs/chains.md.
 //!
 //! A link names its parent by the SHA-256 of the parent's backup *file* (its ciphertext,
 //! what `sha256sum` prints), not by a file name:

@@ -1,7 +1,7 @@
 //! The facts `box` seals into every backup it writes: the box's network policy and key
 //! bindings, the box and smolvm versions, and where the backup sits in its chain. The
 //! layout is box_proto::archive::host_facts (a zstd skippable frame before the guest's
-//! stream, which stock `zstd -d` skips).
+//! stream, which stock `zstd -d` skips; docs/backup-format.md, "Host facts").
 //!
 //! Why: everything after those bytes was written in the guest, where an agent runs with
 //! sudo and its permissions off. A restore that took its policy from the runtime manifest

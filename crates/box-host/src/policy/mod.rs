@@ -7,7 +7,8 @@
 //!
 //! This is the ground floor: it imports nothing of box-host. What smolvm makes of a policy
 //! (its create flags, the key values handed to each `machine start`, the check that a
-//! binding took) lives in `lifecycle::containment`, the one room that knows smolvm's side.
+//! binding took) lives in `lifecycle::containment`, the one room that knows smolvm's side
+//! (docs/containment.md).
 
 pub mod carried;
 pub mod lists;
