@@ -7,13 +7,13 @@
 //!
 //! Proxy variables go to no child: their URLs may hold credentials, which stay out of
 //! every environment box hands on. smolvm pulls images inside its own VM and takes a proxy
-//! as `machine start --proxy` (reference/smolvm.md §2.2), not from its environment; an
-//! opener's browser keeps whatever proxy settings the desktop gives it.
+//! as `machine start --proxy` (docs/smolvm.md, "What the guest is"), not from its
+//! environment; an opener's browser keeps whatever proxy settings the desktop gives it.
 
 use std::ffi::OsString;
 use std::process::Command;
 
-/// Which child is being started; each has its own allowlist on top of [`COMMON`].
+/// Which child is being started; each has its own allowlist on top of `COMMON`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ChildKind {
     /// `smolvm` (or the simulator): its own knobs, where it keeps its data.

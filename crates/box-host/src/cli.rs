@@ -70,6 +70,8 @@ pub struct Cli {
 
     /// Where new boxes go: ssh://[user@]host[:port], or `local` (default: $BOX_HOST, else
     /// this machine). Existing boxes remember their host; other verbs need no --host
+    // clap's help text, not rustdoc's: its brackets and angle brackets are literal.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, global = true, value_name = "HOST")]
     pub host: Option<String>,
 
@@ -335,6 +337,8 @@ pub struct PolicyArgs {
     /// when box starts the box), NAME=@FILE@HOST (a file only you can read), or anthropic,
     /// openai, openrouter (repeatable; adds to CREDENTIALS or the bindings carried over,
     /// replacing one of the same NAME)
+    // clap's help text, not rustdoc's: its brackets and angle brackets are literal.
+    #[allow(rustdoc::broken_intra_doc_links)]
     #[arg(long, value_name = "BINDING")]
     pub credential: Vec<String>,
     /// Take a name off the box's own list (box.env's EGRESS_ALLOW_HOSTS, or the list
@@ -497,6 +501,8 @@ pub struct SaveArgs {
     /// Box name
     pub name: String,
     /// Output file (default: <backup dir>/<name>-<timestamp>.tar.zst.gpg)
+    // clap's help text, not rustdoc's: its brackets and angle brackets are literal.
+    #[allow(rustdoc::invalid_html_tags)]
     pub out: Option<PathBuf>,
     /// A full backup that starts a new chain, even when the newest one could be built on
     #[arg(long)]

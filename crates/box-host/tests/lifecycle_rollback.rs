@@ -1,4 +1,4 @@
-//! `box new` failing: every cleanup rule of reference/hermes-box.md §3.4, driven by the
+//! `box new` failing: every rollback rule of docs/design.md ("new"), driven by the
 //! simulator's fault injection and by HUP/INT/TERM delivered at each step. After each: no
 //! machine box created is left (or the row is kept with recovery advice), and no lock is
 //! held.

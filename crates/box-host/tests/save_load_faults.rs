@@ -619,7 +619,7 @@ fn load_fault_matrix() {
         let machines: Vec<String> = w.machines().into_iter().map(|(n, _)| n).collect();
         if let Act::Fault("create:after", _) = act {
             // smolvm created the machine but reported failure: ownership unknown, box
-            // deletes nothing (§3.4) and says how to inspect it.
+            // deletes nothing (docs/design.md, "new") and says how to inspect it.
             assert!(r.stderr.contains("ownership is unknown"), "{}", r.stderr);
             let _ = w.sim(&["machine", "delete", "--name", "victim", "-f"]);
         } else {

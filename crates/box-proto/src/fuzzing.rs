@@ -4,10 +4,13 @@
 //! input, and panics only when a property the parsers promise is broken.
 //!
 //! Not an API: hidden from the docs, and nothing outside the fuzz harness calls it.
+// Read in the source only (hidden from rustdoc): its docs name the private checks beside them.
+#![allow(rustdoc::private_intra_doc_links)]
 
 use std::io::BufReader;
 use std::path::Path;
 
+use crate::archive::chain_state::ChainState;
 use crate::archive::parts::PartIndex;
 use crate::archive::validate::{self, ArchiveError, Limits};
 use crate::box_env::BoxEnv;
@@ -101,7 +104,7 @@ pub fn archive_tar(data: &[u8]) {
 ///   nothing written outside it (every path made is under it, no link followed).
 pub fn archive_chain(data: &[u8]) {
     use crate::archive::unpack::Unpacker;
-    use crate::archive::validate::{ChainState, WalkError, validate_link, walk_link};
+    use crate::archive::validate::{WalkError, validate_link, walk_link};
     use std::rc::Rc;
     let Some(at) = find(data, b"\n#link\n") else {
         return;

@@ -2,8 +2,6 @@
 //! and uses it) and `box` (which archives and restores it). Paths here are relative to the
 //! data root, because that is how they appear inside a backup (`./home/agent/...`).
 
-/// The data root inside a box.
-pub const DATA_ROOT: &str = "/data";
 /// The account every agent runs as.
 pub const AGENT_USER: &str = "agent";
 /// The agent's durable home.

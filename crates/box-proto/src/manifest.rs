@@ -1,7 +1,7 @@
 //! The runtime manifest: `~/.config/hermes-box/runtime-manifest` in the guest.
 //!
-//! Plain `key=value` lines, the seed's format (reference/hermes-box.md §1.2). It travels
-//! inside every backup, so a reader must cope with files written by other versions:
+//! Plain `key=value` lines, the seed's format (docs/backup-format.md, "The archive"). It
+//! travels inside every backup, so a reader must cope with files written by other versions:
 //! unknown keys are kept (in their order), while anything that could confuse a terminal or
 //! a later parser (control characters, duplicate keys, a line without `=`) is an error.
 
@@ -53,9 +53,6 @@ pub const POLICY_KEYS: &[&str] = &[
     "egress_allow_private",
     "credentials",
 ];
-
-/// The path of the manifest relative to the durable data root (`/data`).
-pub const MANIFEST_PATH_IN_DATA: &str = "home/agent/.config/hermes-box/runtime-manifest";
 
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum ManifestError {

@@ -1,7 +1,7 @@
 //! Box names.
 //!
 //! smolvm accepts `[A-Za-z0-9_-]`, a leading alphanumeric, no trailing `-`, no `--`, at most
-//! 128 bytes (reference/smolvm.md §1.2). From v1.9.0 it also uses the machine name as the
+//! 128 bytes (docs/smolvm.md, "Conventions"). From v1.9.0 it also uses the machine name as the
 //! guest hostname, but only when the name is a lowercase DNS label. Our rule is the strict
 //! intersection: a lowercase DNS label of 1–63 characters, which is always a valid smolvm
 //! name and always a valid hostname.
@@ -121,7 +121,8 @@ impl<'de> serde::Deserialize<'de> for BoxName {
     }
 }
 
-/// smolvm's own rule (reference/smolvm.md §1.2), used to prove ours is a subset of it.
+/// smolvm's own rule (`validate_vm_name`, docs/smolvm.md), used to prove ours is a subset of
+/// it.
 pub fn is_valid_smolvm_name(raw: &str) -> bool {
     let bytes = raw.as_bytes();
     !raw.is_empty()

@@ -38,7 +38,7 @@ fn is_scheme(s: &str) -> bool {
 }
 
 /// `scheme://user:pass@host:port/…` → `scheme://***@host:port/…`, whatever characters,
-/// raw or percent-encoded, the user name and password hold (see [`split`]). A value
+/// raw or percent-encoded, the user name and password hold (see `split`). A value
 /// without userinfo comes back unchanged.
 pub fn redact(url: &str) -> String {
     match split(url) {

@@ -24,10 +24,6 @@ impl Paths {
         self.data.join(rel)
     }
 
-    /// `/data/home`: root-owned 0711, so the agent cannot replace its own home dir.
-    pub fn homes(&self) -> PathBuf {
-        self.at("home")
-    }
     pub fn home(&self) -> PathBuf {
         self.at(layout::HOME)
     }

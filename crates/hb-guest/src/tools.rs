@@ -16,9 +16,6 @@ pub const TOOLS: &[(&str, &str, &[&str])] = &[
     ("executor", "executor", &["--version"]),
 ];
 
-/// Other tools provisioning installs and doctor expects.
-pub const BASE_TOOLS: &[&str] = &["tmux", "git", "curl", "jq", "nvim", "sudo"];
-
 /// Runs `bin args` with a timeout and returns the first non-empty line of its output.
 /// Tool output is not trusted: control characters are dropped and the line is cut short.
 pub fn first_line(bin: &Path, args: &[&str], timeout: Duration) -> Option<String> {
@@ -69,7 +66,7 @@ const VERSIONS_CACHE: &str = "/var/cache/hermes-box/tool-versions";
 /// Every tool's version: `Some(line)` when installed and answering, `None` when missing.
 /// The tools are asked at once: each `--version` starts a runtime (node, python, a 400 MB
 /// binary) and one after another took ~2 s of every `box new`. An answer is reused while
-/// the tool is the same file ([`ToolStamp`]): an upgrade replaces it, and asks again.
+/// the tool is the same file (`ToolStamp`): an upgrade replaces it, and asks again.
 pub fn versions() -> Vec<(&'static str, Option<String>)> {
     let cache = std::env::var_os("HB_TOOL_VERSIONS_CACHE")
         .map_or_else(|| std::path::PathBuf::from(VERSIONS_CACHE), Into::into);

@@ -13,7 +13,8 @@ use std::fs;
 use std::path::Path;
 use std::process::Command;
 
-use box_proto::archive::validate::{ChainState, Report, Rule, validate_link};
+use box_proto::archive::chain_state::ChainState;
+use box_proto::archive::validate::{Report, Rule, validate_link};
 use export_import_support::{backdate, data_root, set_mtime_nofollow, snapshot as tree};
 use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
 use hb_guest::archive::import::import_chain;

@@ -68,7 +68,7 @@ pub fn redact(argv: &[String]) -> Vec<String> {
 /// what the caller observes.
 pub fn record(argv: &[String]) {
     record_raw_for_tests(argv);
-    let home = crate::registry::home();
+    let home = crate::home::home();
     if std::fs::create_dir_all(&home).is_err() {
         return;
     }

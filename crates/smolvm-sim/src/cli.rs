@@ -141,6 +141,8 @@ pub struct ExecCmd {
 #[derive(Args, Debug)]
 pub struct CreateCmd {
     /// Machine name (default: vm-<id>)
+    // clap's help text, not rustdoc's: its brackets and angle brackets are literal.
+    #[allow(rustdoc::invalid_html_tags)]
     #[arg(short = 'n', long, value_name = "NAME")]
     pub name: Option<String>,
     /// OCI image (recorded only: the simulator's root is the host userland)

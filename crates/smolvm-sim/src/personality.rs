@@ -56,7 +56,7 @@ impl Personality {
         }
     }
 
-    /// 1.9 or newer: the SHEAD behaviour of reference/smolvm.md (labels, `exec -d`,
+    /// 1.9 or newer: smolvm main at a5df5001 and later (docs/smolvm.md: labels, `exec -d`,
     /// `cp --mode`, keep-alive exec container, data dir removed before the record, ...).
     pub fn is_head(self) -> bool {
         self != Personality::V104

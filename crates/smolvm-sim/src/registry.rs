@@ -14,7 +14,7 @@ use sha2::{Digest, Sha256};
 use crate::faults::Faults;
 use crate::output::{SimError, storage};
 
-pub use crate::home::home;
+use crate::home::home;
 
 fn machines_dir() -> PathBuf {
     home().join("machines")

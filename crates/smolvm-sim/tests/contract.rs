@@ -460,6 +460,7 @@ fn sim_guest_init(smol: &Smol, name: &str) -> i32 {
         .unwrap()
 }
 
+/// `machine ls --json` keys of smolvm v1.0.4 (`machine_status_json`, tag v1.0.4 at 2bb0c07c).
 const S104_KEYS: [&str; 25] = [
     "cmd",
     "cpus",
@@ -487,6 +488,7 @@ const S104_KEYS: [&str; 25] = [
     "state",
     "storage_gb",
 ];
+/// Keys 1.9 adds (smolvm main at a5df5001, whose version is 1.9.2; docs/smolvm.md).
 const SHEAD_EXTRA: [&str; 6] = [
     "cuda",
     "cuda_fork_pool_size",
@@ -2810,8 +2812,8 @@ fn personality_1_17_0_delete_needs_a_terminal_or_force() {
 
 // ---------------------------------------------------------------------------------------------
 // Packs: `pack create --from-vm` and `machine create --from` (simulator only: a real smolvm's
-// pack is its own binary format; the tests read ours). Spec: reference/smolvm.md §2.10, §3
-// "Packed-artifact quirk"; smolvm v1.0.4 src/cli/pack.rs pack_from_vm, src/cli/machine.rs
+// pack is its own binary format; the tests read ours). Spec: docs/smolvm.md (`pack create
+// --from-vm`, `create --from`); smolvm v1.0.4 src/cli/pack.rs pack_from_vm, src/cli/machine.rs
 // run_from_smolmachine, crates/smolvm-pack/src/extract.rs; v1.9.3 src/pack_export.rs.
 // ---------------------------------------------------------------------------------------------
 

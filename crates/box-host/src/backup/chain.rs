@@ -1,6 +1,7 @@
 //! Chains of backups: which links a restore needs, in which order, and which a prune may
 //! remove. Pure logic over [`Link`]s; finding the links (the files in a backup dir, their
-//! digests and the parent digest each names in-band) is the caller's.
+//! digests and the parent digest each names in-band) is the caller's. The whole story of
+//! chains is docs/chains.md.
 //!
 //! A link names its parent by the SHA-256 of the parent's backup *file* (its ciphertext,
 //! what `sha256sum` prints), not by a file name:
@@ -219,13 +220,13 @@ fn par_map<T: Sync, R: Send>(items: &[T], f: &(dyn Fn(&T) -> Result<R> + Sync)) 
         .collect()
 }
 
-/// `place` of each of `paths`, in their order, on every core ([`par_map`]).
+/// `place` of each of `paths`, in their order, on every core (`par_map`).
 pub fn places_of(paths: &[&Path], place: &PlaceOf<'_>) -> Result<Vec<Option<Place>>> {
     par_map(paths, &|p| place(p))
 }
 
 /// What reads a backup's [`Place`] (`None`: a backup from before chains, a full one).
-/// Shared by threads: see [`par_map`].
+/// Shared by threads: see `par_map`.
 pub type PlaceOf<'a> = dyn Fn(&Path) -> Result<Option<Place>> + Sync + 'a;
 
 /// What was learned before of the backup at a path in a state (its digest and place):

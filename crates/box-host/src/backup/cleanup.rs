@@ -195,8 +195,8 @@ pub fn install() {
     });
 }
 
-/// A registered temporary file or directory, removed when dropped unless [`Temp::keep`]
-/// (or [`Registry::forget`] under the lock followed by [`Temp::disarm`]) says otherwise.
+/// A registered temporary file or directory, removed when dropped unless
+/// [`Registry::forget`] under the lock followed by [`Temp::disarm`] says otherwise.
 #[derive(Debug)]
 pub struct Temp {
     id: u64,

@@ -1,7 +1,7 @@
 //! The facts `box` seals into every backup it writes: the box's network policy and key
 //! bindings, the box and smolvm versions, and where the backup sits in its chain. The
 //! layout is box_proto::archive::host_facts (a zstd skippable frame before the guest's
-//! stream, which stock `zstd -d` skips).
+//! stream, which stock `zstd -d` skips; docs/backup-format.md, "Host facts").
 //!
 //! Why: everything after those bytes was written in the guest, where an agent runs with
 //! sudo and its permissions off. A restore that took its policy from the runtime manifest
@@ -37,7 +37,7 @@ const SMOLVM: &str = "smolvm";
 const SAVED_AT: &str = "saved_at";
 const LAN_CLOSED: &str = "lan_closed";
 
-/// The key that tags a backup's host facts: HMAC-SHA-256 of [`KEY_LABEL`] under the
+/// The key that tags a backup's host facts: HMAC-SHA-256 of `KEY_LABEL` under the
 /// backup's session key. Only whoever opened the backup's key packet (the passphrase's
 /// holder) can make it; a guest never sees the session key.
 pub struct SealKey(Zeroizing<[u8; 32]>);

@@ -12,10 +12,11 @@ use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::RuntimeManifest;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::part_hash::{PartHashAlgo, PartHasher};
 use box_proto::archive::parts::{Part, PartIndex, part_name};
 use box_proto::archive::unpack::Unpacker;
-use box_proto::archive::validate::{self, ChainState, Limits, Report, WalkError};
+use box_proto::archive::validate::{self, Limits, Report, WalkError};
 use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};

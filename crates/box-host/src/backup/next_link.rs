@@ -9,8 +9,8 @@ use std::path::Path;
 
 use anyhow::{Context as _, Result};
 use box_proto::BoxName;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::naming::newest_backup;
-use box_proto::archive::validate::ChainState;
 use box_proto::manifest::{CHAIN_LINK_KEY, CHAIN_PARENT_KEY};
 use secrecy::SecretString;
 

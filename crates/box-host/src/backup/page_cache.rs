@@ -7,7 +7,7 @@
 //! (`just bench`: write + fsync 1.7 CPU s for 570 MiB, AES 0.6). So the verifier, the
 //! file's last reader, hands back each range it has verified once the range is on the disk
 //! ([`DropBehind`]): the next writes reuse those pages. Only for a file nothing reads again
-//! before it is published (an unnamed one, [`super::unpublished`]): a named temp is read
+//! before it is published (an unnamed one, `super::unpublished`): a named temp is read
 //! once more at the end, and that read would then come from the disk.
 //!
 //! Everything here is advice: a call that fails (a filesystem without it, tmpfs, macOS)

@@ -1,6 +1,6 @@
 //! The backup passphrase: `BOX_PASSPHRASE_FILE` (its first line), then `BOX_PASSPHRASE`,
 //! then a no-echo prompt on the terminal (`Passphrase:`, and `Confirm passphrase:` when
-//! encrypting). hermes-box.md §1.4.
+//! encrypting), in the seed's order.
 //!
 //! The value lives in a [`SecretString`] (zeroed on drop, redacted in Debug) and never
 //! appears in an error, a log line or a child's argv. Error messages name the source (the

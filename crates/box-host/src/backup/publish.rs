@@ -1,6 +1,6 @@
 //! Publishing without ever replacing: `link(2)` for files (fails with EEXIST), and
 //! `renameat2(RENAME_NOREPLACE)` (Linux) / `renameatx_np(RENAME_EXCL)` (macOS) for
-//! directories. hermes-box.md §1.6.
+//! directories (docs/backup-format.md, "Names and publishing").
 
 use std::io;
 use std::path::Path;

@@ -1,6 +1,6 @@
 //! The save pipeline: parts → one stream → OpenPGP encryptor (the bulk SEIPDv1 writer,
 //! [`super::seipd`]) → an unnamed 0600 file in the destination's directory (a named temp
-//! where the system has none: [`super::unpublished`]), hashed in segments of the
+//! where the system has none: `super::unpublished`), hashed in segments of the
 //! part size on the way ([`super::segments`]: each part's check), while a zstd decoder +
 //! tar walker validates the members (on a second thread, fed through a bounded channel) —
 //! one pass. A third thread verifies as the file grows: it follows the temp file and
@@ -26,9 +26,10 @@ use std::thread::JoinHandle;
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
 use box_proto::archive::chain_line::ChainSaid;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::part_hash::{PartHash, PartHasher};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
-use box_proto::archive::validate::{self, ChainState, Limits, Report};
+use box_proto::archive::validate::{self, Limits, Report};
 use secrecy::SecretString;
 
 use super::BackupError;
@@ -45,7 +46,8 @@ use crate::ui::progress::Phase;
 
 const CHUNK: usize = 1 << 20;
 
-/// Refuses an existing destination before any work (hermes-box.md §1.6 step 1).
+/// Refuses an existing destination before any work, in the seed's words
+/// (docs/backup-format.md, "Names and publishing").
 pub fn check_destination(out: &Path) -> Result<()> {
     if std::fs::symlink_metadata(out).is_ok() {
         bail!("refusing to overwrite existing backup: {}", out.display());

@@ -1,10 +1,12 @@
 //! The bulk SEIPDv1 path for what box writes and then verifies itself (issue 14;
-//! reference/openpgp-speed.md §3a). sequoia routes every SHA-1, the MDC's included, through
-//! collision detection (scalar, no SHA-NI): half of its encrypt and decrypt time. Here
-//! sequoia still makes the SKESK4 (S2K, session key) and all packet framing (the SEIP and
-//! literal packets' partial body lengths, parsing them back); only the SEIP body — CFB
-//! with a zero IV over `prefix ‖ literal packet ‖ D3 14 ‖ SHA-1` — is ours, on RustCrypto
-//! `aes` (AES-NI picked at run time), `cfb-mode` and `sha1` (SHA-NI picked at run time).
+//! docs/backup-format.md, "The envelope"): our own SEIP layer on sequoia's public API, since
+//! sequoia 2.x has no way to put a plain SHA-1 into the MDC. sequoia routes every SHA-1, the
+//! MDC's included, through collision detection (scalar, no SHA-NI): half of its encrypt and
+//! decrypt time. Here sequoia still makes the SKESK4 (S2K, session key) and all packet
+//! framing (the SEIP and literal packets' partial body lengths, parsing them back); only the
+//! SEIP body — CFB with a zero IV over `prefix ‖ literal packet ‖ D3 14 ‖ SHA-1` — is ours,
+//! on RustCrypto `aes` (AES-NI picked at run time), `cfb-mode` and `sha1` (SHA-NI picked at
+//! run time).
 //!
 //! The output is what sequoia's own `Encryptor` writes for one password (SKESK4 + SEIPDv1,
 //! AES-256), so `gpg -d` 2.2 and sequoia read it. [`verify_own`] reads back the file the
@@ -53,7 +55,7 @@ const BLOCK: usize = 16;
 /// per-call costs vanish, small enough for constant memory.
 const CHUNK: usize = 1 << 20;
 /// Plaintext hashed and en- or decrypted per step, alternately, rather than one whole
-/// [`CHUNK`] through the MDC's SHA-1 and then through AES: a SHA-1 block, four AES blocks.
+/// `CHUNK` through the MDC's SHA-1 and then through AES: a SHA-1 block, four AES blocks.
 /// CFB encryption is one serial chain of AES rounds and SHA-NI's rounds are another, each
 /// waiting on its own last result; interleaved this finely, both chains are in the CPU's
 /// out-of-order window at once and run side by side instead of one after the other. On
@@ -548,7 +550,7 @@ const QUICK_CHECK_FAILED: &str = "the encrypted data does not start as written";
 /// The literal data of a file of the shape [`SeipdWriter`] writes (one SKESK4 giving an
 /// AES-256 key, one SEIPDv1 packet holding one literal packet, binary), decrypted with the
 /// bulk path and read as a stream. Framing and both packet layers are sequoia's parser;
-/// the SEIP body is [`BodyReader`]'s. Every byte is unauthenticated until `read` returns 0,
+/// the SEIP body is `BodyReader`'s. Every byte is unauthenticated until `read` returns 0,
 /// which it does only after the MDC matched and nothing followed either packet.
 pub struct BulkReader {
     literal: Option<PacketParser<'static>>,

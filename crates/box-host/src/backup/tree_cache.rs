@@ -21,7 +21,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result};
 use box_proto::BoxName;
-use box_proto::archive::validate::ChainState;
+use box_proto::archive::chain_state::ChainState;
 
 use super::chain::{FileState, Link, Place};
 use crate::state::StateDir;
@@ -112,7 +112,7 @@ impl Known {
     }
 
     /// What is kept for `name`; nothing when nothing readable is, or when its files were
-    /// last hashed longer ago than [`KNOWN_TRUSTED_SECS`] (or in the future).
+    /// last hashed longer ago than `KNOWN_TRUSTED_SECS` (or in the future).
     pub fn load(state: &StateDir, name: &BoxName) -> Known {
         let Ok(text) = std::fs::read_to_string(known_path(state, name)) else {
             return Known::default();

@@ -13,7 +13,7 @@ use super::key::BaseKey;
 use super::store::{BaseMeta, Store, human_age};
 use crate::context::Context;
 use crate::lifecycle::guest;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::transcript::Transcript;
 use crate::smolvm::{

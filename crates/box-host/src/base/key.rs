@@ -39,7 +39,7 @@ pub struct BaseKey {
     pub config: Vec<String>,
     pub ca_certs_sha256: String,
     pub guest_env: Vec<String>,
-    /// [`guest_prep::recipe_digest`]: a base prepared by another box version does not match
+    /// [`super::guest_prep::recipe_digest`]: a base prepared by another box version does not match
     /// (metadata written before this field existed reads as "" and matches nothing).
     #[serde(default)]
     pub recipe_sha256: String,

@@ -82,7 +82,7 @@ impl Report {
         })
     }
 
-    /// The policy and the newest [`SHOWN`] denials.
+    /// The policy and the newest `SHOWN` denials.
     pub fn json(&self) -> serde_json::Value {
         serde_json::json!({
             "name": self.name.as_str(),

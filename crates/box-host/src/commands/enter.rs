@@ -1,6 +1,6 @@
 //! `box enter <name>`: start the box if it is stopped, then attach the persistent tmux
-//! session `main` as `agent`. No lock (reference/hermes-box.md §3.3): a long interactive
-//! session must not block saves. The guest's exit code is passed through.
+//! session `main` as `agent`. No lock, as in the seed (docs/design.md, "Locks"): a long
+//! interactive session must not block saves. The guest's exit code is passed through.
 
 use std::process::ExitCode;
 use std::time::Duration;

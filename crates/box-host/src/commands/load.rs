@@ -1,5 +1,4 @@
-//! `box load <file> [name] [--keep-on-failure]` (DESIGN.md "load"; reference/hermes-box.md
-//! §2):
+//! `box load <file> [name] [--keep-on-failure]` (docs/design.md, "load"):
 //!
 //! file exists → box lock, name free → passphrase → pass 1 decrypts and validates the whole
 //! backup before any smolvm call → a fresh box created and provisioned as `box new` does
@@ -11,7 +10,8 @@
 //! `Restored and verified. Enter with: box enter <name>`.
 //!
 //! On a failure or HUP/INT/TERM: the guest scratch goes first, the box is never resumed,
-//! and the VM this invocation created is deleted (§3.4) unless `--keep-on-failure` /
+//! and the VM this invocation created is deleted as a failed `box new` deletes it
+//! (docs/design.md, "Rollback of a failed new") unless `--keep-on-failure` /
 //! `BOX_KEEP_ON_FAILURE=1`; the transcript stays in `<state>/logs`.
 
 use std::process::ExitCode;
@@ -31,7 +31,7 @@ use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::open_chain;
 use crate::backup::{BackupError, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::policy::carried::Recorded;
 use crate::state::{LockKey, Registry, locks};
@@ -196,12 +196,7 @@ fn describe(v: &ValidatedBackup) {
             .manifest
             .as_ref()
             .and_then(|m| m.get("created_at"))
-            .map(|t| {
-                format!(
-                    ", saved {}",
-                    box_proto::escape::shown(t.as_bytes())
-                )
-            })
+            .map(|t| format!(", saved {}", box_proto::escape::shown(t.as_bytes())))
             .unwrap_or_default(),
     };
     ui::say(format!(

@@ -1,5 +1,5 @@
-//! `box new <name>`: create, provision and check a box (DESIGN.md "new";
-//! reference/hermes-box.md §3.4 for what happens on failure or a signal).
+//! `box new <name>`: create, provision and check a box (docs/design.md, "new", and its
+//! rollback rules for what happens on failure or a signal).
 
 use std::process::ExitCode;
 
@@ -11,7 +11,7 @@ use crate::lifecycle::cleanup::{self, Rollback};
 use crate::lifecycle::containment;
 use crate::lifecycle::guest;
 use crate::lifecycle::ports;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::lifecycle::test_guest_env;
 use crate::lifecycle::transcript::Transcript;
@@ -568,7 +568,8 @@ pub struct Provisioned {
 /// `box new`'s create-and-provision flow without its box lock (the caller holds it),
 /// without starting and checking the runtime (the caller restores into the box, then does)
 /// and without its closing words. On failure or a signal it has already undone what it created
-/// (§3.4; `keep_on_failure` keeps the VM) and reported it; the `Err` is the exit status.
+/// (`lifecycle::cleanup`; `keep_on_failure` keeps the VM) and reported it; the `Err` is the
+/// exit status.
 pub fn create_and_provision(
     ctx: &Context,
     name: &BoxName,

@@ -12,7 +12,7 @@ use std::process::ExitCode;
 use anyhow::Result;
 
 use super::Context;
-use crate::lifecycle::provisioning::Setup;
+use crate::lifecycle::setup::Setup;
 use crate::lifecycle::transcript::Transcript;
 use crate::lifecycle::{boxes, readiness};
 use crate::ui;

@@ -1,4 +1,4 @@
-//! `box save <name> [out]` (DESIGN.md "save"; reference/hermes-box.md §1.7):
+//! `box save <name> [out]` (docs/design.md, "save"):
 //!
 //! box lock → refuse an existing destination → passphrase → `hb quiesce` → `hb
 //! write-manifest` → `hb export` into a 0700 guest scratch dir, announcing each finished

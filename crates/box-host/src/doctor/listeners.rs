@@ -2,9 +2,9 @@
 //! 127.0.0.1 (and ::1), unless `SMOLVM_PUBLISH_ADDR` says otherwise; a box whose Executor
 //! port answers on 0.0.0.0 is reachable from the network with nothing but the token in
 //! between, so doctor fails it (the seed verified its forwarded port the same way, with
-//! `lsof -iTCP:PORT -sTCP:LISTEN`; reference/smolvm.md). On Linux the kernel's socket
-//! tables (`/proc/net/tcp`, `/proc/net/tcp6`) list every listener of this network
-//! namespace, with no tool to install.
+//! `lsof -iTCP:PORT -sTCP:LISTEN`; docs/smolvm.md, "What the guest is"). On Linux the
+//! kernel's socket tables (`/proc/net/tcp`, `/proc/net/tcp6`) list every listener of this
+//! network namespace, with no tool to install.
 
 use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 

@@ -10,15 +10,15 @@
 //! sign-in page the opener is pointed at) and then a session cookie valid against this gateway alone.
 //! This works on every Executor: 1.5.9 reads no token from a URL at all.
 //!
-//! - [`host_name`]: the box's name under `.localhost`, a cookie jar of its own;
-//! - [`loopback`]: the port, on 127.0.0.1 and held on ::1, where browsers try first;
-//! - [`nonce`], [`session`]: the one-time sign-in and the cookie it is traded for, both
+//! - `host_name`: the box's name under `.localhost`, a cookie jar of its own;
+//! - `loopback`: the port, on 127.0.0.1 and held on ::1, where browsers try first;
+//! - `nonce`, `session`: the one-time sign-in and the cookie it is traded for, both
 //!   drawn from `random`;
-//! - [`clock`]: their lifetimes count the time the machine sleeps;
+//! - `clock`: their lifetimes count the time the machine sleeps;
 //! - [`sign_in_file`]: the 0600 page the opener gets instead of a URL with a nonce;
-//! - [`guard`]: Host (the box's name only; DNS rebinding), site and Origin checks;
-//! - [`proxy`]: forwarding, streaming, upgrades; [`headers`]: what is rewritten on the way;
-//! - [`upstream_cookies`]: only the cookies Executor set go back to it;
+//! - `guard`: Host (the box's name only; DNS rebinding), site and Origin checks;
+//! - [`proxy`]: forwarding, streaming, upgrades; `headers`: what is rewritten on the way;
+//! - `upstream_cookies`: only the cookies Executor set go back to it;
 //! - [`serve`]: the process's listeners and lifetime (idle timeout, box gone);
 //! - [`control`], [`record`]: how `box` finds, asks and stops a running gateway;
 //! - [`spawn`]: starting one, detached.

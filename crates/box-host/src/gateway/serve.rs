@@ -1,5 +1,5 @@
 //! The gateway process itself: listen on `127.0.0.1:<free port>` (held on ::1 too, see
-//! [`super::loopback`]) for the box's host name and on the control socket, answer
+//! `super::loopback`) for the box's host name and on the control socket, answer
 //! requests, and stop when told to, when the box goes away, or when idle.
 //!
 //! One current-thread tokio runtime: a person's browser is the only client, and it keeps

@@ -1,4 +1,4 @@
-//! Undoing a failed `box new` (reference/hermes-box.md §3.4, steps 4 and 6), exactly:
+//! Undoing a failed `box new` (docs/design.md, "new"; the seed's rules), exactly:
 //!
 //! * only a machine *this invocation* created is ever deleted (a failed create deletes
 //!   nothing: the machine may belong to someone else who won a race);

@@ -1,7 +1,7 @@
 //! Shared pieces of the box lifecycle verbs (new, enter, ls, open, doctor, repair, stop,
 //! start, rm), one concern per module: `boxes` (looking up a managed box), `containment`
 //! (egress policy and API key bindings: the only renderer of smolvm's policy flags), `ports` (the web
-//! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (the §3.4 rollback),
+//! port picker), `signals` (deferred HUP/INT/TERM), `cleanup` (a failed new's rollback),
 //! `guest_assets` (which hb and provision/ to copy), `guest_network` (proxies and CA
 //! certificates for the guest), `provisioning` (copy, provision, init, wire, health),
 //! `transcript` (each operation's log file), `readiness` (bounded waits after a start),

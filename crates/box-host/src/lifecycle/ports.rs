@@ -1,4 +1,4 @@
-//! Choosing the host loopback port for a box's Executor web UI (reference/hermes-box.md §3.5).
+//! Choosing the host loopback port for a box's Executor web UI.
 //!
 //! A port is free when no other box's record holds it and both `127.0.0.1:P` and `[::1]:P`
 //! can be bound right now. Hosts without IPv6 loopback are fine: EAFNOSUPPORT,

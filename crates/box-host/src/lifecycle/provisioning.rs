@@ -17,7 +17,7 @@ use crate::smolvm::{ExecOpts, Stream, timeouts};
 use crate::ui;
 use crate::ui::progress::{StepProgress, mmss};
 
-pub use super::setup::Setup;
+use super::setup::Setup;
 
 impl Setup<'_> {
     /// Config, provisioning files and hb into the guest. hb goes last and appears

@@ -1,4 +1,4 @@
-//! Deferred HUP/INT/TERM for `box new` (reference/hermes-box.md §3.4 step 3): while box
+//! Deferred HUP/INT/TERM for `box new` (docs/design.md, "new"): while box
 //! creates a machine, a signal must not leave a machine nobody knows about. So the handlers
 //! only record the signal; box checks between steps, rolls back what it created, and then
 //! exits with 128+signal. Long guest work (provisioning) is cut short when a signal is

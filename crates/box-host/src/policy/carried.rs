@@ -41,7 +41,7 @@ pub fn manifest_entries(c: &Containment) -> Vec<String> {
 }
 
 /// What a backup's manifest recorded, every word checked; `None` for a backup of a box
-/// made before box recorded policies. Bindings are as recorded (see [`trusted`]).
+/// made before box recorded policies. Bindings are as recorded (see `trusted`).
 pub fn from_manifest(m: &RuntimeManifest) -> Result<Option<Containment>> {
     let Some(mode) = m.get("egress") else {
         return Ok(None);
@@ -209,7 +209,7 @@ fn finish(
 /// user's `flags` on top.
 ///
 /// Only a policy box sealed into the backup is taken as it is (its bindings filtered by
-/// [`trusted`]: a backup cannot send a key anywhere your CREDENTIALS do not). A backup
+/// `trusted`: a backup cannot send a key anywhere your CREDENTIALS do not). A backup
 /// made before box sealed its policy gets box.env's, and says so: its policy words were
 /// written inside the box, where its agent could change them; `--policy-from-backup`
 /// takes them anyway, filtered the same way.

@@ -7,7 +7,8 @@
 //!
 //! This is the ground floor: it imports nothing of box-host. What smolvm makes of a policy
 //! (its create flags, the key values handed to each `machine start`, the check that a
-//! binding took) lives in `lifecycle::containment`, the one room that knows smolvm's side.
+//! binding took) lives in `lifecycle::containment`, the one room that knows smolvm's side
+//! (docs/containment.md).
 
 pub mod carried;
 pub mod lists;
@@ -19,7 +20,7 @@ use anyhow::{Result, bail};
 use box_proto::BoxEnv;
 use serde::{Deserialize, Serialize};
 
-pub use lists::{AGENTS, SHORTHANDS};
+use lists::AGENTS;
 pub use words::parse_credential;
 use words::{check_cidr, check_host, checked, covers, parse_mode};
 

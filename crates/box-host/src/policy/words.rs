@@ -5,7 +5,8 @@ use std::path::PathBuf;
 
 use anyhow::{Result, bail};
 
-use super::{Credential, Mode, SHORTHANDS, Source};
+use super::lists::SHORTHANDS;
+use super::{Credential, Mode, Source};
 
 fn valid_label(l: &str) -> bool {
     !l.is_empty()

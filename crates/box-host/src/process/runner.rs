@@ -62,13 +62,14 @@ impl Output {
     }
 
     /// smolvm's own failure message: the last stderr line, when it starts with `Error: `
-    /// (smolvm prints `eprintln!("Error: {e}")` and exits 1; reference/smolvm.md §1.1).
+    /// (smolvm prints `eprintln!("Error: {e}")` and exits 1; docs/smolvm.md, "Conventions").
     /// A guest command that fails prints whatever it likes, but never as smolvm's last word
     /// with exit status 1 unless it imitates smolvm exactly; see `exec` in the driver.
     ///
     /// smolvm draws `cp` and pull progress as `\r`-redrawn text with no newline, so a
-    /// transfer that fails mid-way leaves `\r<progress>Error: …` as its last line (smolvm-drift
-    /// §2 item 3a): the error starts after the last `\r`, or right after the progress text.
+    /// transfer that fails mid-way leaves `\r<progress>Error: …` as its last line (smolvm
+    /// a5df5001 `src/cli/mod.rs` L114-133): the error starts after the last `\r`, or right
+    /// after the progress text.
     pub fn smolvm_error(&self) -> Option<&str> {
         if self.code != Some(1) {
             return None;
@@ -570,7 +571,7 @@ mod tests {
     }
 
     /// A `cp` or pull that fails mid-way: `\r`-drawn progress with no newline, then smolvm's
-    /// `Error:` on the same line (smolvm's ProgressBar; smolvm-drift §2 item 3a).
+    /// `Error:` on the same line (smolvm's ProgressBar, a5df5001 `src/cli/mod.rs` L114-133).
     #[test]
     fn finds_smolvms_error_after_carriage_return_progress() {
         let out = sh(

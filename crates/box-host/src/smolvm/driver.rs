@@ -1,6 +1,6 @@
 //! The smolvm driver: the only code in box that spawns smolvm.
 //!
-//! Each method is one smolvm invocation from reference/smolvm.md §8, with the machine always
+//! Each method is one smolvm invocation of docs/smolvm.md, with the machine always
 //! named by `--name` and guest argv always after `--`. Existence is decided only by
 //! `machine ls --json`, never by an exit status. Nothing secret is ever put on smolvm's argv:
 //! the Executor token only travels from the guest to us on stdout.
@@ -11,12 +11,12 @@ use std::sync::atomic::AtomicUsize;
 use std::sync::{Arc, OnceLock};
 use std::time::Duration;
 
-use super::error::SmolvmError;
 use super::json::{Machine, parse_machine_list};
 use super::pack_layers;
-use super::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use super::version::SmolvmVersion;
 use crate::child_env::ChildKind;
+use crate::process::error::SmolvmError;
+use crate::process::runner::{self, CallOpts, Feed, Io, LineSink, Output, Sink};
 use crate::remote::RemoteHost;
 use crate::remote::ssh::{Forward, RemoteCall, Session, SshTarget};
 use crate::remote::{copy, wrapper};
@@ -25,7 +25,8 @@ use crate::remote::{copy, wrapper};
 pub mod timeouts {
     use std::time::Duration;
     pub const QUERY: Duration = Duration::from_secs(30);
-    /// SHEAD's create may probe a registry (reference/smolvm.md §2.1).
+    /// From 1.9 a create may probe a registry for a pack artifact (for a reference naming a
+    /// registry other than Docker Hub: smolvm a5df5001 `src/data/pack_ref.rs` L272-279).
     pub const CREATE: Duration = Duration::from_secs(120);
     /// The first start pulls the image.
     pub const START: Duration = Duration::from_secs(600);
@@ -43,7 +44,8 @@ pub mod timeouts {
 
 /// The pack cache cap box gives smolvm for `create --from`: 16 GiB, as hermes-box does,
 /// because 1.0.4 evicts a freshly extracted pack larger than the cap (default 5 GiB) right
-/// after extracting it (reference/smolvm.md §2.10; smolvm-pack extract.rs@v1.0.4 L455-500).
+/// after extracting it (docs/smolvm.md, `create --from`; smolvm-pack extract.rs@v1.0.4
+/// L455-500).
 pub const PACK_CACHE_MAX_BYTES: u64 = 16 * 1024 * 1024 * 1024;
 
 /// `machine create --from`: a machine from a packed base. The pack's workload and env are

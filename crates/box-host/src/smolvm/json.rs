@@ -1,6 +1,7 @@
 //! `smolvm machine ls --json`, read tolerantly: keys are alphabetical and the array order is
-//! arbitrary (reference/smolvm.md §2.5), new versions add keys and states, and some fields
-//! are `null`. Only `name` and `state` matter to box; everything else is optional.
+//! arbitrary (docs/smolvm.md, `machine ls --json`), new versions add keys and states, and
+//! some fields are `null`. Only `name`, `state` and `labels` matter to box; everything else
+//! is optional.
 //!
 //! What is *not* tolerated: output that is not a JSON array, or an element without a string
 //! `name`. Reading garbage as "no machines" would let box believe a machine is gone when it

@@ -9,7 +9,7 @@ pub mod labels;
 mod pack_layers;
 pub mod version;
 
-pub use crate::process::{Output, SmolvmError, Stream, error, runner};
+pub use crate::process::{Output, SmolvmError, Stream};
 pub use driver::{CreateFromSpec, CreateSpec, ExecOpts, Smolvm, timeouts};
 pub use json::{Machine, MachineState};
 pub use version::SmolvmVersion;

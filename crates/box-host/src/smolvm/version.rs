@@ -1,5 +1,5 @@
 //! `smolvm --version` and what differs between the versions box supports
-//! (reference/smolvm.md §7). [`CHECKED`] says which releases were checked and how; box warns
+//! (docs/smolvm.md). [`CHECKED`] says which releases were checked and how; box warns
 //! only about a version outside it.
 
 use std::fmt;
@@ -24,7 +24,7 @@ pub struct Checked {
 
 /// What was checked, oldest first, each row with what was read (smol-machines/smolvm
 /// commits and PRs). Extend it only after checking a release against the flags, texts and
-/// JSON keys box depends on (reference/smolvm-drift.md, reference/smolvm-real.md).
+/// JSON keys box depends on (docs/smolvm.md lists them, each with where it was read).
 pub const CHECKED: [Checked; 4] = [
     Checked {
         from: SmolvmVersion::new(1, 0, 4),

@@ -69,7 +69,7 @@ pub trait PartSource {
 /// size checked; deleted after the call, whatever it returns).
 pub trait PartSink {
     /// Takes the part at `local`; `part` is what the export announced or listed for it,
-    /// whose SHA-256 the sink must check.
+    /// whose hash (in the algorithm it names) the sink must check.
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()>;
 
     /// What the export said it makes, before its first part (a save seals it into the

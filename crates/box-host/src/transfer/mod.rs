@@ -1,5 +1,5 @@
-//! Moving a box's `/data` through smolvm for `box save` and `box load` (DESIGN.md "save",
-//! "load"; reference/hermes-box.md §1.7, §2, §3.4).
+//! Moving a box's `/data` through smolvm for `box save` and `box load` (docs/design.md,
+//! "save" and "load").
 //!
 //! The backup engine (`crate::backup`) does the cryptography and validation; this module
 //! does what sits between it and the guest:
@@ -110,7 +110,8 @@ pub(crate) fn check_copyable(part: &Part) -> Result<()> {
 }
 
 /// A part just copied out to `local`: made private (0600) and checked whole, by size, for
-/// a clear "arrived truncated" before its SHA-256 is checked while it streams.
+/// a clear "arrived truncated" before its hash (XXH3-128 from a current `hb`, SHA-256 from
+/// an older one) is checked while it streams.
 pub(crate) fn check_arrived(local: &Path, part: &Part) -> Result<()> {
     std::fs::set_permissions(local, std::fs::Permissions::from_mode(0o600))
         .with_context(|| format!("cannot make {} private", local.display()))?;

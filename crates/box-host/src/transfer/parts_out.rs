@@ -1,7 +1,7 @@
 //! Save, sequential (an `hb` that does not stream its parts; see [`super::announced`]):
 //! the parts `hb export` wrote in the guest scratch dir come out one at a time. Each
 //! is copied with `machine cp` into the host scratch dir, checked against the part index
-//! (size first, for a clear "arrived truncated", then SHA-256 in the sink: while it
+//! (size first, for a clear "arrived truncated", then its hash in the sink: while it
 //! streams into the engine, or before clone copies it on), and deleted. For a save the
 //! index's total must then equal what the engine hashed (the caller checks).
 

@@ -8,7 +8,7 @@
 //! * with `--progress=json`, one JSON object a line on stderr, every second and when a
 //!   phase ends (`type, verb, phase, bytes_done, bytes_total, rate_bps, eta_s, elapsed_s,
 //!   finished`), for wrappers; in the style of restic's `status` and borg's
-//!   `progress_percent` (reference/egress-credentials.md §3);
+//!   `progress_percent` (restic's scripting docs, borg's `docs/internals/frontends.rst`);
 //! * nothing with `-q`, `--progress=none` or `BOX_NO_PROGRESS`.
 //!
 //! The rate, and so the ETA, is that of the last [`WINDOW`] (restic's estimator looks back

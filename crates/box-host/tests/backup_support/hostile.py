@@ -1,4 +1,5 @@
-# Builds the hostile archive corpus (hermes-box.md §5 and more) as plain tar files.
+# Builds the hostile archive corpus (the seed's own test cases and more; the rules are in
+# docs/backup-format.md, "The validator's rules") as plain tar files.
 # Usage: python3 hostile.py OUTDIR. Each archive is OUTDIR/<case>.tar; one line per case on
 # stdout: "<case>\t<expected reason>".
 import io, os, sys, tarfile
@@ -26,8 +27,9 @@ H = lambda name, target: ti(name, tarfile.LNKTYPE, target)
 D = lambda name: ti(name, tarfile.DIRTYPE)
 
 cases = {
-    # The seed's eleven (§5), in its order, less the five it refused for where a symlink
-    # points (a symlink is data now: see `kept` below) and with what a restore still refuses.
+    # The seed's eleven hostile-archive tests, in its order, less the five it refused for
+    # where a symlink points (a symlink is data now: see `kept` below) and with what a
+    # restore still refuses.
     "hardlink-dotdot": (base() + [H("./home/agent/h", "../../escape")], "archive hardlink target is not a member name"),
     "fifo": (base() + [ti("./home/agent/fifo", tarfile.FIFOTYPE)], "device, FIFO, socket"),
     "home-agent-symlink-to-root": ([D("./"), D("./home/"), L("./home/agent", "/")], "home/agent must be a real directory"),
@@ -37,7 +39,7 @@ cases = {
     "file-beneath-linked-parent": (base() + [L("./home/agent/up", ".."), F("./home/agent/up/owned")], "archive member is nested beneath a link"),
     "file-beneath-absolute-link": (base() + [L("./home/agent/etc", "/etc"), F("./home/agent/etc/passwd")], "archive member is nested beneath a link"),
     "file-beneath-hardlink": (base() + [F("./home/agent/f"), H("./home/agent/h", "home/agent/f"), F("./home/agent/h/x")], "archive member is nested beneath a link"),
-    # The rest of the seed's list and §1.3.
+    # The rest of the seed's list and of its nine rules.
     "missing-home-agent": ([D("./"), D("./home/"), D("./logs/"), F("./logs/x")], "home/agent must be a real directory"),
     "missing-home": ([D("./"), D("./logs/")], "home must be a real directory"),
     "home-symlink": ([D("./"), L("./home", "/home"), D("./logs/")], "home must be a real directory"),

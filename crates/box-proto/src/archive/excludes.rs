@@ -1,5 +1,5 @@
-//! What a backup leaves out: the seed's excludes (hermes-box.md §1.2, V2/V4 `tar --exclude`
-//! list) plus the two the tx9 Go port added, plus our own restore scratch dirs.
+//! What a backup leaves out (docs/backup-format.md, "The archive"): the seed's `tar
+//! --exclude` list, plus the two its Go port added, plus our own restore scratch dirs.
 //!
 //! Paths are data-root-relative keys without a leading `./` (`home/agent/.cache`). An
 //! excluded directory is not descended into, so everything beneath it goes too.

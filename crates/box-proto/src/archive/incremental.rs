@@ -1,5 +1,5 @@
 //! The incremental backup format: GNU tar's listed-incremental archives (`tar -g`), so that
-//! a chain of backups restores with stock tools alone:
+//! a chain of backups restores with stock tools alone (docs/chains.md):
 //!
 //! ```sh
 //! for f in alpha-1.tar.zst.gpg alpha-2.tar.zst.gpg …; do

@@ -1,7 +1,8 @@
 //! The backup archive: what is inside a `<box>-<stamp>.tar.zst.gpg` once decrypted, and the
 //! rules both sides hold it to.
 //!
-//! * [`validate`]: the streaming validator (hermes-box.md §1.3, V4 rules in order, plus caps).
+//! * [`validate`]: the streaming validator (the seed's rules in order, plus caps:
+//!   docs/backup-format.md).
 //! * [`compress`]: which compression a backup's plaintext has, and the zstd workers' job
 //!   shape, for `hb export` and the bench.
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).

@@ -1,6 +1,6 @@
-//! Backup file names: `<box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`, the stamp in host local time
-//! (hermes-box.md §1.1). The seed wrote `.tar.gz.gpg`; both are recognised when looking for
-//! a box's newest backup.
+//! Backup file names: `<box>-<YYYYmmdd-HHMMSS>.tar.zst.gpg`, the stamp in UTC
+//! (docs/backup-format.md, "Names and publishing"). The seed wrote `.tar.gz.gpg` (its stamp
+//! in local time); both are recognised when looking for a box's newest backup.
 
 use std::io;
 use std::path::{Path, PathBuf};
@@ -21,7 +21,7 @@ pub fn is_stamp(stamp: &str) -> bool {
 }
 
 /// `<box>-<stamp>.tar.zst.gpg`. `stamp` must be `YYYYmmdd-HHMMSS` (the caller formats the
-/// host's local time; this crate has no clock).
+/// time, in UTC; this crate has no clock).
 pub fn backup_file_name(box_name: &str, stamp: &str) -> Option<String> {
     is_stamp(stamp).then(|| format!("{box_name}-{stamp}{EXTENSION}"))
 }

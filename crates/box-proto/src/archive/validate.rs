@@ -1,9 +1,9 @@
-//! The streaming archive validator: hermes-box.md §1.3, the seed's V4 rules in their order,
-//! plus the tx9 Go port's member cap and footer drain, plus a total-size cap, with one
-//! change from the seed: **a symlink is data** (DESIGN.md "Formats"). Its target is stored
-//! and restored verbatim, absolute and dangling ones too, as GNU tar, restic and borg keep
-//! them; the seed refused a whole backup for a venv's `python -> /usr/bin/python3`. What a
-//! restore refuses is writing *through* a link: a member beneath a symlink or hard link
+//! The streaming archive validator (docs/backup-format.md, "The validator's rules"): the
+//! seed's nine rules in their order, plus the seed's Go port's member cap and footer drain,
+//! plus a total-size cap, with one change from the seed: **a symlink is data**. Its target
+//! is stored and restored verbatim, absolute and dangling ones too, as GNU tar, restic and
+//! borg keep them; the seed refused a whole backup for a venv's `python -> /usr/bin/python3`.
+//! What a restore refuses is writing *through* a link: a member beneath a symlink or hard link
 //! (rule 7), `..` or `/` in a member name (rule 2), a hard link to anything but a regular
 //! file already restored (rule 9). The unpacker never follows a link it made, and nothing
 //! after it does either, so where a restored link points is harmless.
@@ -35,8 +35,7 @@ use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
 
-pub use crate::archive::chain_state::ChainState;
-use crate::archive::chain_state::Node;
+use crate::archive::chain_state::{ChainState, Node};
 use crate::archive::compress::{Compression, sniff};
 use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::shown::shown_name;
@@ -65,8 +64,8 @@ impl Default for Limits {
     }
 }
 
-/// The rule a member broke. [`Rule::number`] is the V4 rule (hermes-box.md §1.3); 0 marks
-/// this project's caps and chain rules.
+/// The rule a member broke. [`Rule::number`] is the seed's rule (docs/backup-format.md, "The
+/// validator's rules"); 0 marks this project's caps and chain rules.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
 pub enum Rule {
     Empty,
@@ -161,7 +160,7 @@ impl Rule {
 /// Why an archive was refused.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ArchiveError {
-    /// A safety rule failed: "unsafe archive: <rule>: <path>".
+    /// A safety rule failed: `unsafe archive: <rule>: <path>`.
     Unsafe { rule: Rule, path: String },
     /// The bytes are not a complete zstd/gzip tar stream.
     Invalid(String),
@@ -254,7 +253,6 @@ impl KeptMissing {
         })
     }
 }
-
 
 fn parts(path: &[u8]) -> impl Iterator<Item = &[u8]> {
     path.split(|b| *b == b'/')

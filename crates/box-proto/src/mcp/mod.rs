@@ -2,7 +2,9 @@
 //!
 //! Executor speaks MCP "Streamable HTTP" at `/mcp`. A listening port proves little: a hung
 //! process, a 404 page or a server that rejects our token all listen. So health means a
-//! complete legacy handshake (reference/executor-mcp.md §2, "Health-check recipe"):
+//! complete legacy handshake, as the MCP specification's 2025-11-25 lifecycle and
+//! transports define it (Executor's TypeScript SDK speaks only the legacy protocols, up to
+//! 2025-11-25):
 //!
 //! 1. POST `initialize` (protocol [`PROTOCOL_VERSION`]) and accept a JSON or an SSE reply;
 //!    check the JSON-RPC id, that `result.protocolVersion` is one we know and that

@@ -1,5 +1,6 @@
-//! JSON-RPC messages of the handshake, hand-written (reference/executor-mcp.md §3: rmcp's
-//! API moves fast and targets the stateless 2026 protocol by default; four small types do).
+//! JSON-RPC messages of the handshake, hand-written: rmcp (the official Rust SDK) had three
+//! majors in 2026 and its defaults target the stateless 2026-07-28 protocol, which has no
+//! `initialize`; four small types do.
 //! Unknown fields are ignored everywhere, so newer servers still parse.
 
 use serde::{Deserialize, Serialize};

@@ -1,5 +1,5 @@
-//! `hb import`: restore a data root from parts, staged and swapped with rollback
-//! (hermes-box.md §2.2, V4).
+//! `hb import`: restore a data root from parts, staged and swapped with rollback, as the
+//! seed's last restore did (docs/design.md, "load").
 //!
 //! 1. Check the part index: every part a regular file of the listed size.
 //! 2. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
@@ -31,9 +31,10 @@ use std::rc::Rc;
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::ArchiveError;
+use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::Unpacker;
-use box_proto::archive::validate::{self, ChainState, Limits, WalkError};
+use box_proto::archive::validate::{self, Limits, WalkError};
 use box_proto::layout;
 
 use super::parts::{PartsReader, check_part_files, check_parts};
@@ -443,9 +444,4 @@ fn swap(root: &Path, stage: &Path, pid: u32, fault: FaultInjection) -> Result<()
     remove_tree(&rollback).with_context(|| format!("cannot remove {}", rollback.display()))?;
     let _ = fs::File::open(root).and_then(|d| d.sync_all());
     Ok(())
-}
-
-/// Paths used by an import, for messages and tests.
-pub fn stage_dir(root: &Path) -> PathBuf {
-    root.join(format!("{STAGE_PREFIX}{}", std::process::id()))
 }

@@ -78,7 +78,7 @@ pub struct Snapshot {
     /// The position of that backup in its chain: 0 for a full one.
     pub link: u32,
     pub entries: HashMap<Vec<u8>, Stamp>,
-    /// Read from a [`LEGACY_VERSION`] file: every database is copied again rather than
+    /// Read from a `LEGACY_VERSION` file: every database is copied again rather than
     /// kept from it (a database's stamp there may be of a main file archived without its
     /// WAL).
     pub legacy: bool,

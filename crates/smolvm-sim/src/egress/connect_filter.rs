@@ -35,7 +35,7 @@ const BPF_JEQ_K: u16 = 0x15;
 const BPF_RET_K: u16 = 0x06;
 const RET_ALLOW: u32 = 0x7fff_0000;
 const RET_NOTIFY: u32 = libc::SECCOMP_RET_USER_NOTIF;
-/// `seccomp_data` offsets: nr, arch, args[4] (the low and high words of `sendto`'s address).
+/// `seccomp_data` offsets: nr, arch, `args[4]` (the low and high words of `sendto`'s address).
 const OFF_NR: u32 = 0;
 const OFF_ARCH: u32 = 4;
 const OFF_ARG4_LO: u32 = 16 + 4 * 8;

@@ -1,6 +1,6 @@
 //! Guest networking through slirp4netns: outbound NAT (guest 10.0.2.100/24, gateway
 //! 10.0.2.2, DNS 10.0.2.3) and published ports. `-p HOST:GUEST` becomes a slirp host
-//! forward from host 127.0.0.1:HOST (and [::1]:HOST, best effort) to the guest's eth
+//! forward from host 127.0.0.1:HOST (and `[::1]:HOST`, best effort) to the guest's eth
 //! address 10.0.2.100:GUEST, so, as with smolvm, a guest service bound only to 127.0.0.1 is
 //! not reachable through a published port.
 

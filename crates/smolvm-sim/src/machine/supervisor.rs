@@ -95,7 +95,7 @@ pub fn launch(r: &Record) -> Result<Launched, SimError> {
     cmd.arg("_boot-vm")
         .arg("--name")
         .arg(&r.name)
-        .env("SMOLVM_SIM_HOME", registry::home())
+        .env("SMOLVM_SIM_HOME", crate::home::home())
         .stdin(Stdio::null())
         .stdout(console)
         .stderr(console2);

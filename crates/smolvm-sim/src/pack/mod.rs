@@ -20,7 +20,7 @@
 //! - 1.0.4: extraction runs on the host as the user, so every file the pack held as root
 //!   comes back owned by the host's uid/gid (`SMOLVM_SIM_HOST_UID`/`SMOLVM_SIM_HOST_GID`,
 //!   default 501:20, a macOS user: the simulator runs as root, which would hide the quirk)
-//!   (reference/smolvm.md §3 "Packed-artifact quirk"; extract.rs@v1.0.4 L107 "Only file mode
+//!   (docs/smolvm.md, `create --from`; extract.rs@v1.0.4 L107 "Only file mode
 //!   is restored, not ... uid/gid").
 //! - 1.0.4: after a cache-miss extraction the pack cache is capped by evicting whole
 //!   directories under the *parent* of the extraction dir, oldest first, until the total

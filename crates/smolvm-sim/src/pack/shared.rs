@@ -41,7 +41,7 @@ pub fn enabled(p: crate::personality::Personality) -> bool {
 /// `<home>/vms/_shared` (smolvm: `<vm_cache_root>/_shared`; the `_` cannot collide with a
 /// machine's 16-hex data dir).
 pub fn root() -> PathBuf {
-    crate::registry::home().join("vms").join("_shared")
+    crate::home::home().join("vms").join("_shared")
 }
 
 /// The shared copy a machine's pointer names, when the pointer exists and the copy is

@@ -47,7 +47,7 @@ pub fn run(ctx: &Ctx, c: StartCmd) -> VerbResult {
         ));
     }
     let fault = ctx.fault_point("start", &name)?;
-    rootfs::check_home(&registry::home()).map_err(|e| config("start machine", e))?;
+    rootfs::check_home(&crate::home::home()).map_err(|e| config("start machine", e))?;
     if !r.host_userland && r.image.is_none() {
         return Err(config(
             "start machine",
