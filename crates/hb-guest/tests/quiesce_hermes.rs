@@ -62,7 +62,10 @@ fn quiesce_leaves_hermes_running_and_resume_restarts_what_an_older_hb_stopped() 
     let r = b.ok(&["resume"]);
     assert!(r.contains("hermes: started"), "{r}");
     assert!(!b.hb_config().join("quiesce-record.json").exists());
-    let again = procs_with(&format!("{marker} gateway run"));
+    // resume spawns it and returns: its exec may come a moment later on a loaded machine.
+    let running = format!("{marker} gateway run");
+    wait_until(Duration::from_secs(5), || !procs_with(&running).is_empty());
+    let again = procs_with(&running);
     assert_eq!(
         again.len(),
         1,
