@@ -7,6 +7,7 @@ pub mod archive;
 pub mod box_env;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guest_output;
 pub mod layout;
 pub mod manifest;
 pub mod mcp;
