@@ -35,7 +35,7 @@ pub const MAX_TOKEN_BYTES: usize = 4096;
 
 /// `text` for a message: its first `max` characters, control characters escaped, and an
 /// ellipsis when cut. Never holds a control character (so never a line break), and never
-/// more than `max` × 4 + 1 characters (`\xNN` per character at worst).
+/// more than `max` × 10 + 1 characters (an escape is at most `\u{10ffff}`).
 pub fn quoted(text: &str, max: usize) -> String {
     let mut chars = text.chars();
     let head: String = chars.by_ref().take(max).collect();
