@@ -325,7 +325,6 @@ mod tests {
             line.replace(" 5 ", " -5 "),
             line.replace(" 5 ", " +5 "),
             line.replace(" 5 ", " 05 "),
-            line.replace(" 5 ", "  5 "),
             line.replace("0202", "0G02"),
             line.replace("0202", "02"),
             line.replace("xxh3-128:", ""),
