@@ -29,6 +29,8 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("manifest", manifest),
     ("part_index", part_index),
     ("box_env", box_env),
+    ("guest_output", guest_output),
+    ("host_facts", host_facts),
 ];
 
 /// Small caps, so one input can neither allocate much nor run long: a hang or an
@@ -96,9 +98,10 @@ pub fn archive_tar(data: &[u8]) {
 /// the tree the first built. What a chain's validation promises:
 ///
 /// * it never panics, and its messages are what [`check_validation`] asks;
-/// * a link the writer's strict check accepts, every restore accepts, and keeps nothing it
-///   leaves out; the tree kept between saves (hashed, [`ChainState::encode`]) gives the
-///   same verdict as the plain one;
+/// * a link the writer's strict check accepts, every restore accepts, with the same report
+///   and the same tree after it (every path and its kind), keeping nothing it leaves out;
+///   the tree kept between saves (hashed, [`ChainState::encode`]) gives the same verdict
+///   as the plain one: the same error, or the same report and the same tree after it;
 /// * a chain validation accepts unpacks: both links applied by the unpacker (as `box
 ///   extract` and `hb import` apply them) into a private directory without an error, and
 ///   nothing written outside it (every path made is under it, no link followed).
@@ -132,23 +135,21 @@ pub fn archive_chain(data: &[u8]) {
         panic!("a tree's encoding does not decode");
     };
     let hashed = validate_link(second.as_slice(), &limits, Some(Rc::new(kept)));
+    // The whole verdict: the report and the tree the link leaves (every path and its kind),
+    // which the next save checks its link against. A count of members would agree on a
+    // tree whose kinds or names differ.
     assert_eq!(
-        strict
-            .as_ref()
-            .map(|(r, _)| r.members)
-            .map_err(ToString::to_string),
-        hashed
-            .as_ref()
-            .map(|(r, _)| r.members)
-            .map_err(ToString::to_string),
+        strict.as_ref().map_err(ToString::to_string),
+        hashed.as_ref().map_err(ToString::to_string),
         "the kept (hashed) tree and the plain one disagree"
     );
-    if let Ok((report, _)) = &strict {
-        let Ok((again, _)) = &lenient else {
+    if let Ok(written) = &strict {
+        let Ok(restored) = &lenient else {
             panic!("the writer's check accepted a link a restore refuses");
         };
-        assert_eq!(again.members, report.members);
-        assert_eq!(report.kept_missing.count, 0);
+        // A restore of what the writer accepted builds the very same tree, missing nothing.
+        assert_eq!(restored, written, "a restore builds another tree");
+        assert_eq!(written.0.kept_missing.count, 0);
     }
     match lenient {
         Ok((report, _)) => check_validation(Ok(report), &limits),
@@ -419,6 +420,339 @@ pub fn box_env(data: &[u8]) {
         }
         Err(e) => {
             let _ = e.to_string();
+        }
+    }
+}
+
+/// A message built from guest bytes by [`crate::guest_output::quoted`]: one line, no
+/// control character, at most `max` characters of the guest's, each escaped to at most
+/// 10 (`\u{10ffff}`), and an ellipsis.
+fn check_quoted(text: &str, max: usize) {
+    assert!(
+        !text.chars().any(char::is_control),
+        "control character in {text:?}"
+    );
+    assert!(
+        text.chars().count() <= max * 10 + 1,
+        "a {}-character quote",
+        text.chars().count()
+    );
+}
+
+/// The variables the `guest_output` target's key check asks about.
+const ASKED: &[&str] = &["OPENAI_API_KEY", "NPM_TOKEN", "GITHUB_TOKEN"];
+
+/// `guest_output`: the first byte picks a reader of [`crate::guest_output`] (what box
+/// reads from `hb`'s output), the rest is what the guest printed, decoded as box's
+/// process runner decodes it (lossy UTF-8). Each reader never panics and keeps its
+/// promises: what it reads renders back to the very line it came from, what box renders
+/// reads back as itself, messages are [`check_quoted`], and the key check fails closed.
+pub fn guest_output(data: &[u8]) {
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    let text = String::from_utf8_lossy(rest);
+    match pick % 6 {
+        0 => {
+            // As the runner hands each stdout line to the export's reader.
+            for line in text.split_inclusive('\n') {
+                guest_export_line(line.trim_end_matches(['\n', '\r']));
+            }
+        }
+        1 => rendered_export_lines(rest, &text),
+        2 => guest_status(&text),
+        3 => guest_doctor(&text),
+        4 => guest_key_check(&text),
+        _ => guest_token(&text),
+    }
+}
+
+/// One line of `hb export`'s stdout: an announcement or chain line only in the one
+/// spelling hb writes, a malformed one quoted, anything else left alone.
+fn guest_export_line(line: &str) {
+    use crate::archive::chain_line::{self, ChainSaid};
+    use crate::archive::parts::READY;
+    use crate::guest_output::{ExportLine, MAX_LINE_QUOTED, export_line};
+    let trimmed = line.trim_end();
+    let like_ready = trimmed == READY || trimmed.starts_with(&format!("{READY} "));
+    match export_line(line) {
+        ExportLine::Ready(part) => {
+            assert_eq!(
+                part.render_ready(),
+                trimmed,
+                "an announcement read as another"
+            );
+            assert!(part.size > 0);
+        }
+        ExportLine::Chain(ChainSaid::Link(n)) => {
+            assert!(n >= 1);
+            assert_eq!(chain_line::link(n), line, "a chain line read as another");
+        }
+        ExportLine::Chain(ChainSaid::Full) => assert!(
+            line == "chain: full" || (line.starts_with("chain: full (") && line.ends_with(')')),
+            "{line:?} read as a full backup's line"
+        ),
+        ExportLine::Malformed(quoted) => {
+            check_quoted(&quoted, MAX_LINE_QUOTED);
+            assert!(like_ready || line.starts_with(chain_line::PREFIX));
+        }
+        ExportLine::Other => assert!(
+            !like_ready && !line.starts_with(chain_line::PREFIX),
+            "{line:?} was not read"
+        ),
+    }
+}
+
+/// What hb writes, built from the input, reads back as itself.
+fn rendered_export_lines(rest: &[u8], text: &str) {
+    use crate::archive::chain_line::{self, ChainSaid};
+    use crate::archive::part_hash::PartHash;
+    use crate::archive::parts::{Part, part_name};
+    use crate::guest_output::{ExportLine, export_line};
+    let mut bytes = [0u8; 48];
+    let n = rest.len().min(bytes.len());
+    bytes[..n].copy_from_slice(&rest[..n]);
+    let word = |at: usize| {
+        let mut w = [0u8; 8];
+        w.copy_from_slice(&bytes[at..at + 8]);
+        u64::from_le_bytes(w)
+    };
+    let mut digest = [0u8; 32];
+    digest.copy_from_slice(&bytes[16..48]);
+    let mut short = [0u8; 16];
+    short.copy_from_slice(&bytes[16..32]);
+    let part = Part {
+        name: part_name((word(0) % 1_000_000) as usize),
+        size: word(8).max(1),
+        hash: if bytes[0] & 1 == 0 {
+            PartHash::Sha256(digest)
+        } else {
+            PartHash::Xxh3_128(short)
+        },
+    };
+    assert_eq!(
+        export_line(&part.render_ready()),
+        ExportLine::Ready(part.clone())
+    );
+    let n = u32::try_from(word(8) % u64::from(u32::MAX))
+        .unwrap_or(u32::MAX)
+        .max(1);
+    assert_eq!(
+        export_line(&chain_line::link(n)),
+        ExportLine::Chain(ChainSaid::Link(n))
+    );
+    assert_eq!(
+        export_line(&chain_line::full(text)),
+        ExportLine::Chain(ChainSaid::Full),
+        "full({text:?}) does not read back"
+    );
+}
+
+/// `hb status --json`: only `executor.state` of `paused` is a pause.
+fn guest_status(text: &str) {
+    use crate::guest_output::{MAX_LINE_QUOTED, executor_paused};
+    match executor_paused(text) {
+        Ok(_) => {}
+        Err(e) => check_quoted(&e, MAX_LINE_QUOTED),
+    }
+    let status = serde_json::json!({"executor": {"state": text, "pid": 7}}).to_string();
+    assert_eq!(executor_paused(&status), Ok(text == "paused"));
+    // The word elsewhere is no pause.
+    let elsewhere = serde_json::json!({"state": text, "executor": {"note": text}}).to_string();
+    assert_eq!(executor_paused(&elsewhere), Ok(false));
+}
+
+/// `hb doctor`: each fact from the first line that starts with its prefix, quoted; the
+/// interrupted save from its line.
+fn guest_doctor(text: &str) {
+    use crate::guest_output::{DoctorFact, INTERRUPTED_SAVE, MAX_FACT_QUOTED, doctor};
+    let said = doctor(text);
+    let positions: Vec<usize> = said
+        .facts
+        .iter()
+        .filter_map(|(f, _)| DoctorFact::ALL.iter().position(|a| a == f))
+        .collect();
+    assert!(
+        positions.windows(2).all(|w| w[0] < w[1]),
+        "facts out of order or twice"
+    );
+    for fact in DoctorFact::ALL {
+        let line = text.lines().find_map(|l| l.strip_prefix(fact.prefix()));
+        let got = said.facts.iter().find(|(f, _)| *f == fact).map(|(_, s)| s);
+        match (line, got) {
+            (Some(line), Some(got)) => {
+                check_quoted(got, MAX_FACT_QUOTED);
+                if line.chars().count() <= MAX_FACT_QUOTED && line.chars().all(plain_char) {
+                    assert_eq!(got, line, "a plain fact changed");
+                }
+            }
+            (None, None) => {}
+            (line, got) => panic!("{fact:?}: line {line:?}, read {got:?}"),
+        }
+    }
+    assert_eq!(said.interrupted_save, text.contains(INTERRUPTED_SAVE));
+    // A report hb writes: its facts read back as they were.
+    let plain: String = text
+        .chars()
+        .filter(|c| plain_char(*c))
+        .take(MAX_FACT_QUOTED)
+        .collect();
+    let report: String = DoctorFact::ALL
+        .iter()
+        .map(|f| format!("✓ layout: ok\n{}{plain}\n", f.prefix()))
+        .collect();
+    let said = doctor(&format!("{report}{INTERRUPTED_SAVE}: by save\n"));
+    assert_eq!(
+        said.facts,
+        DoctorFact::ALL.map(|f| (f, plain.clone())),
+        "a report's facts did not read back"
+    );
+    assert!(said.interrupted_save);
+}
+
+/// A character any quoting shows as it is: letters and digits of any script, ASCII
+/// punctuation, the space (no control, and none of the format characters that reorder
+/// text).
+fn plain_char(c: char) -> bool {
+    c.is_alphanumeric() || c.is_ascii_punctuation() || c == ' '
+}
+
+/// The API-key check: any output at all fails it, and only box's own names are quoted.
+fn guest_key_check(text: &str) {
+    use crate::guest_output::unbound_credentials;
+    let unbound = unbound_credentials(text, ASKED);
+    assert_eq!(
+        unbound.is_empty(),
+        text.chars().all(char::is_whitespace),
+        "output that did not fail the check (or none that did)"
+    );
+    for (i, name) in unbound.named.iter().enumerate() {
+        assert!(ASKED.contains(&name.as_str()));
+        assert!(!unbound.named[..i].contains(name), "{name} named twice");
+        assert!(text.split_whitespace().any(|w| w == name));
+    }
+}
+
+/// Executor's token from `hb token` or its file: trimmed, never empty, bounded; the file's
+/// form gives what `hb token` would.
+fn guest_token(text: &str) {
+    use crate::guest_output::{MAX_TOKEN_BYTES, token, token_from_auth_json};
+    let check = |t: &crate::mcp::BearerToken| {
+        let v = t.expose();
+        assert!(!v.is_empty() && v.len() <= MAX_TOKEN_BYTES);
+        assert_eq!(v, v.trim());
+    };
+    match token(text) {
+        Some(t) => {
+            check(&t);
+            assert_eq!(t.expose(), text.trim());
+        }
+        None => assert!(text.trim().is_empty() || text.trim().len() > MAX_TOKEN_BYTES),
+    }
+    if let Some(t) = token_from_auth_json(text) {
+        check(&t);
+    }
+    let file = serde_json::json!({"token": text}).to_string();
+    assert!(
+        token_from_auth_json(&file) == token(text),
+        "the file's token differs"
+    );
+}
+
+/// `host_facts`: the input as the first bytes of a backup's plaintext (a frame box wrote,
+/// or the guest's own bytes in a backup made before), then as facts box seals.
+///
+/// * [`host_facts::parse`](crate::archive::host_facts::parse) never panics; it calls a
+///   frame only what starts with the magic, asks for more only while what is there could
+///   still be one, and reads a frame's tag and facts from exactly the bytes it spans;
+/// * a frame box renders parses back to the same facts, tag and length, whatever follows
+///   it, and every prefix of it reads as incomplete (with the frame's length once its
+///   header is there), never as another frame;
+/// * every message is [`check_validation`]'s kind: no control character, bounded.
+pub fn host_facts(data: &[u8]) {
+    use crate::archive::host_facts::{self, HEADER, Head, MAGIC, MAX_FACTS, TAG_LEN};
+    check_head(data);
+    let Ok(facts) = RuntimeManifest::parse_bytes(data) else {
+        return;
+    };
+    let tag = [data.len() as u8; TAG_LEN];
+    let Some(frame) = host_facts::render(&facts, |signed| {
+        assert_eq!(
+            signed,
+            facts.render().as_bytes(),
+            "the tag covers other bytes"
+        );
+        tag
+    }) else {
+        assert!(
+            facts.render().len() > MAX_FACTS,
+            "facts that fit were not rendered"
+        );
+        return;
+    };
+    assert!(frame.starts_with(&MAGIC));
+    let mut stream = frame.clone();
+    stream.extend_from_slice(data);
+    match host_facts::parse(&stream) {
+        Head::Frame { frame: read, len } => {
+            assert_eq!(len, frame.len());
+            assert_eq!(read.facts, facts);
+            assert_eq!(read.signed, facts.render().into_bytes());
+            assert_eq!(read.tag, tag);
+        }
+        other => panic!("a rendered frame reads as {other:?}"),
+    }
+    for cut in 1..frame.len() {
+        let want = if cut < 8 { 8 } else { frame.len() };
+        match host_facts::parse(&frame[..cut]) {
+            Head::Incomplete { len } if len == want => {}
+            other => panic!("{cut} bytes of a frame read as {other:?}"),
+        }
+    }
+    assert!(frame.len() >= HEADER);
+}
+
+/// What [`crate::archive::host_facts::parse`] promises of any bytes.
+fn check_head(data: &[u8]) {
+    use crate::archive::host_facts::{self, HEADER, Head, MAGIC, MAX_FACTS, TAG_LEN};
+    let could_be = data.starts_with(&MAGIC) || (!data.is_empty() && MAGIC.starts_with(data));
+    match host_facts::parse(data) {
+        Head::NotAFrame => assert!(!could_be, "the frame's start read as no frame"),
+        Head::Incomplete { len } => {
+            assert!(could_be, "no frame's start asks for more");
+            assert!(len > data.len() && len <= HEADER + MAX_FACTS);
+        }
+        Head::Frame { frame, len } => {
+            assert!(data.starts_with(&MAGIC));
+            assert!(len <= data.len() && len <= HEADER + MAX_FACTS);
+            assert_eq!(frame.tag[..], data[9..9 + TAG_LEN]);
+            assert_eq!(frame.signed, &data[HEADER..len]);
+            assert_eq!(
+                RuntimeManifest::parse_bytes(&frame.signed).as_ref(),
+                Ok(&frame.facts)
+            );
+            // The frame alone reads the same, and no prefix of it as a frame.
+            let alone = host_facts::parse(&data[..len]);
+            assert!(matches!(&alone, Head::Frame { frame: f, len: l } if *f == frame && *l == len));
+            for cut in 1..len {
+                assert!(
+                    matches!(host_facts::parse(&data[..cut]), Head::Incomplete { .. }),
+                    "{cut} bytes of a {len}-byte frame"
+                );
+            }
+        }
+        Head::Malformed { why, len } => {
+            assert!(data.starts_with(&MAGIC));
+            assert!(len.is_none_or(|l| l >= 8));
+            assert!(
+                !why.chars().any(char::is_control),
+                "control character in {why:?}"
+            );
+            assert!(
+                why.chars().count() <= 1000,
+                "a {}-character message",
+                why.len()
+            );
         }
     }
 }

@@ -8,6 +8,7 @@ pub mod box_env;
 pub mod escape;
 #[doc(hidden)]
 pub mod fuzzing;
+pub mod guest_output;
 pub mod layout;
 pub mod manifest;
 pub mod mcp;

@@ -85,6 +85,24 @@ fn valid_key(key: &str) -> bool {
         .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || matches!(b, b'_' | b'-' | b'.'))
 }
 
+/// The most characters of a key an error quotes: a manifest may come from the guest (or
+/// a backup's host-facts frame may be the guest's bytes), and a 16 KiB key must not make
+/// a 16 KiB error line.
+const KEY_QUOTED: usize = 64;
+
+/// A key for an error: escaped (it may be the guest's bytes) and cut to [`KEY_QUOTED`].
+fn quoted_key(key: &str) -> String {
+    let mut out: String = key
+        .chars()
+        .take(KEY_QUOTED)
+        .flat_map(char::escape_debug)
+        .collect();
+    if key.chars().nth(KEY_QUOTED).is_some() {
+        out.push('…');
+    }
+    out
+}
+
 impl RuntimeManifest {
     pub fn new() -> Self {
         Self::default()
@@ -109,19 +127,19 @@ impl RuntimeManifest {
             if !valid_key(key) {
                 return Err(ManifestError::BadKey {
                     line,
-                    key: key.chars().flat_map(char::escape_debug).collect(),
+                    key: quoted_key(key),
                 });
             }
             if value.chars().any(char::is_control) {
                 return Err(ManifestError::ControlChar {
                     line,
-                    key: key.to_string(),
+                    key: quoted_key(key),
                 });
             }
             if let Some(pos) = manifest.entries.iter().position(|(k, _)| k == key) {
                 return Err(ManifestError::Duplicate {
                     line,
-                    key: key.to_string(),
+                    key: quoted_key(key),
                     first: first_line_of[pos],
                 });
             }
@@ -246,6 +264,21 @@ mod tests {
             RuntimeManifest::parse_bytes(b"a=\xff\n").unwrap_err(),
             ManifestError::NotUtf8
         );
+    }
+
+    /// A manifest may be the guest's: a huge key makes no huge error line.
+    #[test]
+    fn errors_quote_a_long_key_cut_short() {
+        let long = "k".repeat(16 << 10);
+        for text in [
+            format!("{long}X=1\n"),
+            format!("{long}=\u{1b}\n"),
+            format!("{long}=1\n{long}=2\n"),
+        ] {
+            let err = RuntimeManifest::parse(&text).unwrap_err().to_string();
+            assert!(err.chars().count() < 200, "{} characters", err.len());
+            assert!(err.contains(&format!("{}…", "k".repeat(64))), "{err}");
+        }
     }
 
     #[test]

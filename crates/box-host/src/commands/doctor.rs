@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use anyhow::Result;
 use box_proto::BoxName;
+use box_proto::guest_output::{self, DoctorFact};
 
 use super::Context;
 use crate::doctor::{Check, Status, base_check, host_checks, listeners, remote_checks};
@@ -395,9 +396,6 @@ struct Health {
     interrupted_save: bool,
 }
 
-/// The line of `hb doctor` that reports an interrupted save.
-const INTERRUPTED_SAVE: &str = "✗ executor paused by an interrupted save";
-
 /// The guest's `hb doctor` and the host handshake.
 fn box_checks(
     smolvm: &Smolvm,
@@ -407,7 +405,7 @@ fn box_checks(
     checks: &mut Vec<Check>,
 ) -> Health {
     let guest = guest_doctor(smolvm, record, checks, s);
-    let interrupted_save = guest.stdout.contains(INTERRUPTED_SAVE);
+    let interrupted_save = guest.interrupted_save;
     let host_ok = match record.web_port {
         Some(_) if executor && interrupted_save => {
             // The port is closed because Executor is paused, not because something else
@@ -475,7 +473,8 @@ fn box_checks(
 /// What `hb doctor` answered.
 struct GuestDoctor {
     ok: bool,
-    stdout: String,
+    /// It reports Executor paused by a `box save`/`load` that never resumed it.
+    interrupted_save: bool,
 }
 
 /// Runs `hb doctor` and records the result, plus the lines that say what is in effect
@@ -511,21 +510,24 @@ fn guest_doctor(
         detail,
     ));
     // The token line says which way Executor gets its token (auth.json, or argv on 1.5.9).
-    for (prefix, name, label) in [
-        ("✓ guest network: ", "network", "guest network"),
-        ("✓ executor durably paused: ", "paused", "Executor paused"),
-        ("✓ executor token: ", "token", "Executor token"),
-    ] {
-        if let Some(line) = stdout.lines().find_map(|l| l.strip_prefix(prefix)) {
-            checks.push(Check::new(
-                scope,
-                name,
-                Status::Ok,
-                format!("{label}: {}", crate::ui::terminal_text::quoted(line)),
-            ));
-        }
+    let said = guest_output::doctor(&stdout);
+    for (fact, line) in said.facts {
+        let (name, label) = match fact {
+            DoctorFact::Network => ("network", "guest network"),
+            DoctorFact::Paused => ("paused", "Executor paused"),
+            DoctorFact::Token => ("token", "Executor token"),
+        };
+        checks.push(Check::new(
+            scope,
+            name,
+            Status::Ok,
+            format!("{label}: {line}"),
+        ));
     }
-    GuestDoctor { ok, stdout }
+    GuestDoctor {
+        ok,
+        interrupted_save: said.interrupted_save,
+    }
 }
 
 fn drop_stale_row(ctx: &Context, record: &BoxRecord) -> Result<()> {

@@ -217,18 +217,19 @@ pub fn check_bound(
         r#"for v; do case $(printenv "$v") in SMOL_PLACEHOLDER_*) ;; *) echo "$v";; esac; done"#,
         "sh",
     ];
-    argv.extend(credentials.iter().map(|c| c.var.as_str()));
+    let asked: Vec<&str> = credentials.iter().map(|c| c.var.as_str()).collect();
+    argv.extend_from_slice(&asked);
     let out = smolvm.exec(machine, &argv, crate::smolvm::ExecOpts::default())?;
-    let unbound: Vec<&str> = out.stdout.split_whitespace().collect();
+    let unbound = box_proto::guest_output::unbound_credentials(&out.stdout, &asked);
     if !out.success() || !unbound.is_empty() {
         bail!(
             "smolvm did not bind {} in '{machine}' (no placeholder in the box): the installed \
              smolvm ignored --credential; upgrade smolvm (1.22.2 or newer for a box made from a \
              base)",
-            if unbound.is_empty() {
+            if unbound.named.is_empty() {
                 "the API keys".to_string()
             } else {
-                unbound.join(", ")
+                unbound.named.join(", ")
             }
         );
     }

@@ -8,6 +8,7 @@ use std::sync::atomic::AtomicUsize;
 use std::time::{Duration, Instant};
 
 use anyhow::{Result, bail};
+use box_proto::guest_output;
 use box_proto::mcp::{self, BearerToken, Healthy, ProbeOptions};
 use zeroize::Zeroize;
 
@@ -113,7 +114,7 @@ pub fn last_lines(stderr: &str, stdout: &str) -> String {
 pub fn read_token(smolvm: &Smolvm, machine: &str) -> Result<BearerToken> {
     let mut out = hb(smolvm, machine, &["token"], Duration::from_secs(20))?;
     let token = if out.success() {
-        BearerToken::new(&out.stdout)
+        guest_output::token(&out.stdout)
     } else {
         out.stdout.zeroize();
         let mut file = smolvm.exec(
@@ -125,7 +126,7 @@ pub fn read_token(smolvm: &Smolvm, machine: &str) -> Result<BearerToken> {
             },
         )?;
         let token = if file.success() {
-            token_from_file(&file.stdout)
+            guest_output::token_from_auth_json(&file.stdout)
         } else {
             None
         };
@@ -138,16 +139,6 @@ pub fn read_token(smolvm: &Smolvm, machine: &str) -> Result<BearerToken> {
         None => bail!(
             "cannot read Executor's token in box '{machine}' (is Executor installed and started? try: box doctor {machine})"
         ),
-    }
-}
-
-fn token_from_file(text: &str) -> Option<BearerToken> {
-    match serde_json::from_str::<serde_json::Value>(text) {
-        Ok(v) => v
-            .get("token")
-            .and_then(|t| t.as_str())
-            .and_then(BearerToken::new),
-        Err(_) => None,
     }
 }
 
@@ -206,17 +197,6 @@ mod tests {
             l[2],
             "while [ ! -x /usr/local/bin/hb ]; do sleep 1; done; exec /usr/local/bin/hb workload"
         );
-    }
-
-    #[test]
-    fn token_file_forms() {
-        assert_eq!(
-            token_from_file(r#"{"token":" abc \n"}"#).unwrap().expose(),
-            "abc"
-        );
-        assert!(token_from_file(r#"{"token":""}"#).is_none());
-        assert!(token_from_file("abc").is_none());
-        assert!(token_from_file(r#"{"tok":"x"}"#).is_none());
     }
 
     #[test]

@@ -83,8 +83,6 @@ fn executor_paused(smolvm: &Smolvm, machine: &str) -> Result<bool> {
         &["status", "--json"],
         Duration::from_secs(30),
     )?;
-    let status: serde_json::Value = serde_json::from_str(&out.stdout).map_err(|e| {
-        anyhow::anyhow!("hb status --json in '{machine}' printed something else: {e}")
-    })?;
-    Ok(status["executor"]["state"] == "paused")
+    box_proto::guest_output::executor_paused(&out.stdout)
+        .map_err(|e| anyhow::anyhow!("hb status --json in '{machine}' printed something else: {e}"))
 }

@@ -24,7 +24,8 @@ use std::time::Duration;
 use anyhow::{Result, anyhow};
 use box_proto::archive::chain_line::{self, ChainSaid};
 use box_proto::archive::part_hash::PartHashAlgo;
-use box_proto::archive::parts::{Part, PartIndex};
+use box_proto::archive::parts::PartIndex;
+use box_proto::guest_output::{self, ExportLine};
 
 use super::announced::{self, Consumed, ExportEvent, ExportExit, PartSink, PartSource, Stages};
 use super::guest_hb::{Guest, timeouts};
@@ -244,11 +245,11 @@ fn run_export(
             if stream != Stream::Stdout {
                 return;
             }
-            let event = match (Part::parse_ready(line), chain_line::parse(line)) {
-                (Some(Ok(part)), _) => ExportEvent::Ready(part),
-                (_, Some(Ok(said))) => ExportEvent::Chain(said),
-                (Some(Err(_)), _) | (_, Some(Err(_))) => ExportEvent::Malformed(line.to_string()),
-                (None, None) => return,
+            let event = match guest_output::export_line(line) {
+                ExportLine::Ready(part) => ExportEvent::Ready(part),
+                ExportLine::Chain(said) => ExportEvent::Chain(said),
+                ExportLine::Malformed(quoted) => ExportEvent::Malformed(quoted),
+                ExportLine::Other => return,
             };
             announced += 1;
             // A consumer that gave up has dropped its end; the stop flag ends this call.

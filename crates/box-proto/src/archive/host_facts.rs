@@ -29,7 +29,7 @@ pub const TAG_LEN: usize = 32;
 /// The most facts box writes or reads: a policy with a long allow list fits many times.
 pub const MAX_FACTS: usize = 16 << 10;
 /// Bytes before the facts: magic, length, version, tag.
-const HEADER: usize = 4 + 4 + 1 + TAG_LEN;
+pub const HEADER: usize = 4 + 4 + 1 + TAG_LEN;
 
 /// A frame read back: the facts, the exact bytes the tag covers, and the tag.
 #[derive(Debug, Clone, PartialEq, Eq)]
