@@ -16,8 +16,11 @@
 //! * [`naming`]: backup file names and finding a box's newest backup.
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
+//! * [`blocks`]: large files kept as fixed-size blocks, so a link holds only the changed
+//!   ones; the block directory's index.
 //! * [`shown`]: how every message quotes a name from an archive.
 
+pub mod blocks;
 pub mod chain_line;
 pub mod chain_state;
 pub mod compress;
