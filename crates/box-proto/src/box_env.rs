@@ -84,6 +84,10 @@ pub struct BoxEnv {
     /// is closed: the next `box save` starts a new one (a restore never walks a week of
     /// links, and a prune can drop the old chain whole).
     pub backup_chain_max_age_days: u32,
+    /// `BACKUP_BLOCK_FILES_ABOVE`: a regular file this size or larger is archived in blocks,
+    /// so a link of a chain holds only its changed blocks (box_proto::archive::blocks); 0:
+    /// never. Bytes, or with a binary suffix (`64M`, `1G`).
+    pub backup_block_files_above: u64,
     /// `BOX_HOST`: where new boxes live: empty for this machine, or `ssh://user@host[:port]`
     /// (smolvm on a remote Linux host, driven over OpenSSH). Existing boxes remember theirs.
     pub host: String,
@@ -142,6 +146,7 @@ impl Default for BoxEnv {
             open_session_max_age_secs: 7 * 86400,
             backup_chain_max: 24,
             backup_chain_max_age_days: 7,
+            backup_block_files_above: crate::archive::blocks::DEFAULT_THRESHOLD,
             host: String::new(),
             remote_smolvm: "smolvm".into(),
             ssh_command: "ssh".into(),
@@ -182,6 +187,7 @@ pub const KEYS: &[&str] = &[
     "OPEN_SESSION_MAX_AGE",
     "BACKUP_CHAIN_MAX",
     "BACKUP_CHAIN_MAX_AGE_DAYS",
+    "BACKUP_BLOCK_FILES_ABOVE",
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
@@ -245,6 +251,40 @@ fn parse_in<T: TryFrom<u64>>(v: &str, lo: u64, hi: u64, what: &str) -> Result<T,
         return Err(format!("{n} is outside {lo}-{hi} ({what})"));
     }
     T::try_from(n).map_err(|_| format!("{n} is too large"))
+}
+
+/// A size in bytes, or with a binary suffix (`K`, `M`, `G`, `T`, optionally followed by
+/// `iB`): 0 (never), or at least one block of the blocks format.
+fn parse_threshold(v: &str) -> Result<u64, String> {
+    let t = v.trim();
+    let unit_at = t.find(|c: char| !c.is_ascii_digit()).unwrap_or(t.len());
+    let (digits, unit) = t.split_at(unit_at);
+    let shift = match unit.strip_suffix("iB").unwrap_or(unit) {
+        "" => 0,
+        "K" => 10,
+        "M" => 20,
+        "G" => 30,
+        "T" => 40,
+        _ => {
+            return Err(format!(
+                "'{}' is not a size (bytes, or 64M, 1G)",
+                v.escape_debug()
+            ));
+        }
+    };
+    let n: u64 = digits
+        .parse()
+        .map_err(|_| format!("'{}' is not a size (bytes, or 64M, 1G)", v.escape_debug()))?;
+    let bytes = n
+        .checked_mul(1 << shift)
+        .ok_or_else(|| format!("'{}' is too large", v.escape_debug()))?;
+    let least = crate::archive::blocks::DEFAULT_BLOCK_SIZE;
+    if bytes != 0 && bytes < least {
+        return Err(format!(
+            "{bytes} bytes is smaller than one block ({least}); 0 turns blocks off"
+        ));
+    }
+    Ok(bytes)
 }
 
 fn parse_word(v: &str) -> Result<String, String> {
@@ -340,6 +380,7 @@ impl BoxEnv {
             "BACKUP_CHAIN_MAX_AGE_DAYS" => {
                 self.backup_chain_max_age_days = parse_in(value, 1, 3650, "days")?
             }
+            "BACKUP_BLOCK_FILES_ABOVE" => self.backup_block_files_above = parse_threshold(value)?,
             "BOX_HOST" => self.host = parse_text(value)?.trim().to_string(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm = parse_word(value)?,
             "BOX_SSH_COMMAND" => {
@@ -412,6 +453,7 @@ impl BoxEnv {
             "OPEN_SESSION_MAX_AGE" => self.open_session_max_age_secs.to_string(),
             "BACKUP_CHAIN_MAX" => self.backup_chain_max.to_string(),
             "BACKUP_CHAIN_MAX_AGE_DAYS" => self.backup_chain_max_age_days.to_string(),
+            "BACKUP_BLOCK_FILES_ABOVE" => self.backup_block_files_above.to_string(),
             "BOX_HOST" => self.host.clone(),
             "BOX_REMOTE_SMOLVM" => self.remote_smolvm.clone(),
             "BOX_SSH_COMMAND" => self.ssh_command.clone(),
@@ -610,6 +652,35 @@ mod tests {
             .apply_env(|k| (k == "HERMES_INSTALL_ARGS").then(|| "a'b\"c".into()))
             .unwrap_err();
         assert!(err.to_string().contains("both"), "{err}");
+    }
+
+    #[test]
+    fn block_threshold_takes_bytes_or_a_binary_suffix() {
+        assert_eq!(BoxEnv::default().backup_block_files_above, 64 << 20);
+        for (text, bytes) in [
+            ("0", 0),
+            ("1048576", 1 << 20),
+            ("64M", 64 << 20),
+            ("1GiB", 1 << 30),
+        ] {
+            let env = parse(&format!("BACKUP_BLOCK_FILES_ABOVE={text}\n")).unwrap();
+            assert_eq!(env.backup_block_files_above, bytes, "{text}");
+            assert_eq!(parse(&env.render()).unwrap(), env, "{text}");
+        }
+        for (text, why) in [
+            ("4K", "smaller than one block"),
+            ("64 MB", "not a size"),
+            ("-1", "not a size"),
+            ("99999999T", "too large"),
+        ] {
+            let err = parse(&format!("BACKUP_BLOCK_FILES_ABOVE={text}\n"))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("BACKUP_BLOCK_FILES_ABOVE") && err.contains(why),
+                "{text}: {err}"
+            );
+        }
     }
 
     #[test]

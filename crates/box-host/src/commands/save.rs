@@ -235,12 +235,14 @@ impl<'a> SaveRun<'a> {
         let scratch = guest_dir::new_path("save");
         self.guest_dir = Some(scratch.clone());
         let host = host_dir::create(&self.ctx.state, "save")?;
+        let blocks = self.block_files_above(extra);
         let exported = parts_stream::export_into(
             &mut self.guest(),
             &scratch,
             part_size,
             pending,
             extra,
+            blocks,
             host.path(),
             sink,
         )?;
@@ -254,6 +256,13 @@ impl<'a> SaveRun<'a> {
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
         Ok(exported)
+    }
+
+    /// Large files in blocks, for a save in chain mode (a link then holds only their changed
+    /// blocks; an `hb` older than chains knows neither), unless `BACKUP_BLOCK_FILES_ABOVE=0`.
+    fn block_files_above(&self, extra: &[&str]) -> Option<u64> {
+        let bytes = self.ctx.config.env.backup_block_files_above;
+        (bytes > 0 && extra.contains(&"--listed-incremental")).then_some(bytes)
     }
 
     /// Whether the box's `hb` makes chain-mode exports: `commit-snapshot` came with them.

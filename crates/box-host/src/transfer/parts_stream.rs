@@ -37,6 +37,8 @@ use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
 pub const STREAM_FLAG: &str = "--stream-parts";
 /// The flag an `hb` that hashes its parts with XXH3-128 when asked knows.
 pub const PART_HASH_FLAG: &str = "--part-hash";
+/// The flag an `hb` that keeps large files in blocks knows (box_proto::archive::blocks).
+pub const BLOCKS_FLAG: &str = "--block-files-above";
 
 /// How often the signal forwarder looks.
 const TICK: Duration = Duration::from_millis(20);
@@ -54,13 +56,17 @@ pub struct ExportedInto<S> {
 }
 
 /// Exports `/data` into `scratch` in parts of `part_size`, each part copied out and handed
-/// to `sink` (then removed on both sides); `pending`: how many announced parts the guest may hold (`None`: the sequential path).
+/// to `sink` (then removed on both sides); `pending`: how many announced parts the guest may
+/// hold (`None`: the sequential path); `block_files_above`: files this size or larger in
+/// blocks (`--block-files-above`, a save's; an `hb` that does not know it saves them whole).
+#[allow(clippy::too_many_arguments)]
 pub fn export_into<S: PartSink>(
     guest: &mut Guest<'_>,
     scratch: &str,
     part_size: u64,
     pending: Option<u16>,
     extra: &[&str],
+    block_files_above: Option<u64>,
     host_dir: &Path,
     sink: S,
 ) -> Result<ExportedInto<S>> {
@@ -72,15 +78,25 @@ pub fn export_into<S: PartSink>(
         return sequential(guest, &plain, scratch, host_dir, sink);
     };
     let pending_arg = pending.to_string();
-    let stream = [STREAM_FLAG, &pending_arg];
-    let hashed = [
+    let stream = vec![STREAM_FLAG, &pending_arg];
+    let hashed = vec![
         STREAM_FLAG,
         &pending_arg,
         PART_HASH_FLAG,
         PartHashAlgo::Xxh3_128.as_str(),
     ];
+    let blocks_arg = block_files_above.map(|b| b.to_string());
+    // Newest first: each flag came with a newer hb than the ones after it, so an hb that
+    // refuses one is tried with the next, older set.
+    let mut attempts = Vec::new();
+    if let Some(bytes) = &blocks_arg {
+        attempts.push([&hashed[..], &[BLOCKS_FLAG, bytes.as_str()]].concat());
+    }
+    attempts.push(hashed);
+    attempts.push(stream);
     let mut sink = sink;
-    for flags in [&hashed[..], &stream[..]] {
+    let mut next = 0;
+    while let Some(flags) = attempts.get(next) {
         let mut argv = vec![HB_PATH];
         argv.extend_from_slice(&plain);
         argv.extend_from_slice(flags);
@@ -91,19 +107,39 @@ pub fn export_into<S: PartSink>(
                 flag,
             } => {
                 sink = untouched;
-                if flag == STREAM_FLAG {
-                    guest.transcript.line(&format!(
-                        "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
-                    ));
-                    break;
+                match flag {
+                    STREAM_FLAG => {
+                        guest.transcript.line(&format!(
+                            "this box's hb does not know {STREAM_FLAG}: exporting first, then copying"
+                        ));
+                        break;
+                    }
+                    BLOCKS_FLAG => {
+                        crate::ui::say(
+                            "this box's hb saves large files whole, not in blocks (box repair updates it)",
+                        );
+                        next += 1;
+                    }
+                    _ => {
+                        guest.transcript.line(&format!(
+                            "this box's hb does not know {flag}: streaming with SHA-256 part hashes"
+                        ));
+                        next = attempts.len() - 1;
+                    }
                 }
-                guest.transcript.line(&format!(
-                    "this box's hb does not know {flag}: streaming with SHA-256 part hashes"
-                ));
             }
         }
     }
     sequential(guest, &plain, scratch, host_dir, sink)
+}
+
+/// The flag an older `hb` refused, from clap's usage error ("unexpected argument
+/// '--block-files-above' found", or an invalid value of '--part-hash').
+fn refused_flag(stderr: &str) -> Option<&'static str> {
+    [STREAM_FLAG, BLOCKS_FLAG, PART_HASH_FLAG]
+        .into_iter()
+        .find(|flag| stderr.contains(&format!("unexpected argument '{flag}")))
+        .or_else(|| stderr.contains(PART_HASH_FLAG).then_some(PART_HASH_FLAG))
 }
 
 /// How one streaming export went.
@@ -185,14 +221,13 @@ fn streamed<S: PartSink>(
             exported: false,
         } => {
             // clap names the first flag it does not know.
-            let refused_stream = matches!(&exec, Ok(Some(out)) if out.stderr.contains(STREAM_FLAG));
+            let flag = match &exec {
+                Ok(Some(out)) => refused_flag(&out.stderr),
+                _ => None,
+            };
             Ok(Streamed::Refused {
                 sink,
-                flag: if refused_stream {
-                    STREAM_FLAG
-                } else {
-                    PART_HASH_FLAG
-                },
+                flag: flag.unwrap_or(PART_HASH_FLAG),
             })
         }
     }
@@ -270,11 +305,7 @@ fn run_export(
         Ok(o) if o.success() => ExportExit::Done,
         // clap's "error: unexpected argument '--stream-parts' found" (or of the value
         // of '--part-hash'), exit 2: an older hb.
-        Ok(o)
-            if o.code == Some(2)
-                && announced == 0
-                && (o.stderr.contains(STREAM_FLAG) || o.stderr.contains(PART_HASH_FLAG)) =>
-        {
+        Ok(o) if o.code == Some(2) && announced == 0 && refused_flag(&o.stderr).is_some() => {
             ExportExit::Unsupported
         }
         Ok(o) => ExportExit::Failed(anyhow!(
@@ -329,5 +360,37 @@ impl PartSource for GuestParts<'_, '_> {
             false,
         )?;
         Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_older_hb_is_known_by_the_flag_clap_names() {
+        let unexpected = |flag: &str| {
+            format!(
+                "error: unexpected argument '{flag}' found\n\nUsage: hb export [OPTIONS] --out <OUT>\n"
+            )
+        };
+        assert_eq!(
+            refused_flag(&unexpected("--block-files-above")),
+            Some(BLOCKS_FLAG)
+        );
+        assert_eq!(
+            refused_flag(&unexpected("--stream-parts")),
+            Some(STREAM_FLAG)
+        );
+        assert_eq!(
+            refused_flag(&unexpected("--part-hash")),
+            Some(PART_HASH_FLAG)
+        );
+        assert_eq!(
+            refused_flag("error: invalid value 'xxh3-128' for '--part-hash <PART_HASH>'\n"),
+            Some(PART_HASH_FLAG)
+        );
+        // Any other failure is the export's own, never taken for an older hb.
+        assert_eq!(refused_flag("error: No space left on device\n"), None);
     }
 }
