@@ -56,66 +56,31 @@ pub(crate) fn reassemble(root: &Path, key: &[u8], writing: &mut Writing<'_>) -> 
         file_key.push(b'/');
     }
     file_key.extend_from_slice(name);
-    let refused = |why: String| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "cannot restore {} from its blocks ({}): {why}",
-                shown_name(&file_key),
-                shown_name(dir_name)
-            ),
-        )
-    };
-    let failed = |e: io::Error, what: &str| {
-        io::Error::new(
-            e.kind(),
-            format!("cannot {what} {}: {e}", shown_name(&file_key)),
-        )
+    let said = Said {
+        file_key: &file_key,
+        dir_name,
     };
 
     let parent = fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
         .open(root.join(OsStr::from_bytes(parent_key)))
-        .map_err(|e| failed(e, "open the directory of"))?;
+        .map_err(|e| said.failed(e, "open the directory of"))?;
     let dir = open_at(&parent, dir_name, libc::O_RDONLY | libc::O_DIRECTORY, 0)
-        .map_err(|e| failed(e, "open the blocks of"))?;
-    let Some(index) = open_index(&dir).map_err(|e| failed(e, "read the block index of"))? else {
+        .map_err(|e| said.failed(e, "open the blocks of"))?;
+    let Some(index) = open_index(&dir).map_err(|e| said.failed(e, "read the block index of"))?
+    else {
         return Ok(false);
     };
-    let listed = names_in(&dir).map_err(|e| failed(e, "list the blocks of"))?;
+    let listed = names_in(&dir).map_err(|e| said.failed(e, "list the blocks of"))?;
     // An index holds one line per block: one longer than the blocks beside it make is
     // refused before it is read (the format's own cap is hundreds of MiB).
     let cap = INDEX_HEADER_BYTES + INDEX_LINE_BYTES * listed.len() as u64;
     let index = read_index(index, cap)
-        .map_err(|e| failed(e, "read the block index of"))?
-        .ok_or_else(|| refused(format!("its index is longer than {cap} bytes")))?;
-    let index = BlockIndex::parse(&index).map_err(|e| refused(e.to_string()))?;
-    let count = index.blocks.len() as u64;
-
-    let mut present = HashSet::new();
-    for entry in &listed {
-        if entry == INDEX_NAME.as_bytes() {
-            continue;
-        }
-        match blocks::block_number(entry) {
-            Some(i) if i < count => {
-                present.insert(i);
-            }
-            _ => {
-                return Err(refused(format!(
-                    "{} is not one of its {count} blocks",
-                    shown_name(entry)
-                )));
-            }
-        }
-    }
-    if let Some(missing) = (0..count).find(|i| !present.contains(i)) {
-        return Err(refused(format!(
-            "block {} is missing",
-            blocks::block_name(missing)
-        )));
-    }
+        .map_err(|e| said.failed(e, "read the block index of"))?
+        .ok_or_else(|| said.refused(format!("its index is longer than {cap} bytes")))?;
+    let index = BlockIndex::parse(&index).map_err(|e| said.refused(e.to_string()))?;
+    check_listing(&listed, index.blocks.len() as u64).map_err(|why| said.refused(why))?;
 
     let out = open_at(
         &parent,
@@ -124,86 +89,152 @@ pub(crate) fn reassemble(root: &Path, key: &[u8], writing: &mut Writing<'_>) -> 
         0o600,
     )
     .map_err(|e| match e.kind() {
-        io::ErrorKind::AlreadyExists => refused("a file of that name is already there".into()),
-        _ => failed(e, "create"),
+        io::ErrorKind::AlreadyExists => said.refused("a file of that name is already there".into()),
+        _ => said.failed(e, "create"),
     })?;
     if writing.buf.is_empty() {
         *writing.buf = vec![0u8; COPY_BUF];
     }
     let mut whole = PartHasher::new(PartHashAlgo::Xxh3_128);
-    for (i, expected) in (0u64..).zip(&index.blocks) {
-        let block_name = blocks::block_name(i);
-        let block = open_at(
-            &dir,
-            block_name.as_bytes(),
-            libc::O_RDONLY | libc::O_NONBLOCK,
-            0,
-        )
-        .map_err(|e| match e.raw_os_error() {
-            Some(libc::ELOOP) => refused(format!("block {block_name} is a symlink")),
-            _ => failed(e, &format!("open block {block_name} of")),
-        })?;
-        let meta = block
-            .metadata()
-            .map_err(|e| failed(e, &format!("read block {block_name} of")))?;
-        if !meta.is_file() {
-            return Err(refused(format!("block {block_name} is not a regular file")));
-        }
-        if meta.nlink() != 1 {
-            return Err(refused(format!(
-                "block {block_name} is a hard link ({} links)",
-                meta.nlink()
-            )));
-        }
-        let len = index.block_len(i);
-        if meta.len() != len {
-            return Err(refused(format!(
-                "block {block_name} is {} bytes long, not {len}",
-                meta.len()
-            )));
-        }
-        let mut reading = Hashing {
-            inner: block.take(len),
-            block: PartHasher::new(PartHashAlgo::Xxh3_128),
-            whole: &mut whole,
-        };
-        let offset = i * index.block_size;
-        let copied = copy_with_holes(writing.buf, &mut reading, &out, offset, writing.room)
-            .map_err(|e| failed(e, "write"))?;
-        if copied != len {
-            return Err(refused(format!(
-                "block {block_name} ended after {copied} of its {len} bytes"
-            )));
-        }
-        if reading.block.finish() != *expected {
-            return Err(refused(format!(
-                "block {block_name} does not have the hash its index gives"
-            )));
-        }
-        unlink_at(&dir, block_name.as_bytes(), 0)
-            .map_err(|e| failed(e, &format!("remove block {block_name} of")))?;
+    for i in 0..index.blocks.len() as u64 {
+        copy_block(&said, &dir, &index, i, &out, &mut whole, writing)?;
     }
     if whole.finish() != index.file_hash {
-        return Err(refused(
-            "its blocks together do not have the file hash its index gives".into(),
-        ));
+        return Err(
+            said.refused("its blocks together do not have the file hash its index gives".into())
+        );
     }
     // A file that ends in zeros ends in a hole: its length is set, not written.
-    if out.metadata().map_err(|e| failed(e, "read"))?.len() != index.size {
-        out.set_len(index.size).map_err(|e| failed(e, "size"))?;
+    if out.metadata().map_err(|e| said.failed(e, "read"))?.len() != index.size {
+        out.set_len(index.size)
+            .map_err(|e| said.failed(e, "set the length of"))?;
     }
     let mut mode = index.mode & 0o7777;
     if !writing.set_id_files {
         mode &= !0o6000;
     }
-    set_times_fd(&out, index.mtime).map_err(|e| failed(e, "set the time of"))?;
+    set_times_fd(&out, index.mtime).map_err(|e| said.failed(e, "set the time of"))?;
     out.set_permissions(fs::Permissions::from_mode(mode))
-        .map_err(|e| failed(e, "set the mode of"))?;
-    unlink_at(&dir, INDEX_NAME.as_bytes(), 0).map_err(|e| failed(e, "remove the index of"))?;
+        .map_err(|e| said.failed(e, "set the mode of"))?;
+    unlink_at(&dir, INDEX_NAME.as_bytes(), 0).map_err(|e| said.failed(e, "remove the index of"))?;
     drop(dir);
     unlink_at(&parent, dir_name, libc::AT_REMOVEDIR)
-        .map_err(|e| failed(e, "remove the block directory of"))?;
+        .map_err(|e| said.failed(e, "remove the block directory of"))?;
     Ok(true)
+}
+
+/// How errors name the file being reassembled: its path under the data root, and its
+/// block directory.
+struct Said<'a> {
+    file_key: &'a [u8],
+    dir_name: &'a [u8],
+}
+
+impl Said<'_> {
+    /// The block directory is not what its index says: the restore is refused.
+    fn refused(&self, why: String) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "cannot restore {} from its blocks ({}): {why}",
+                shown_name(self.file_key),
+                shown_name(self.dir_name)
+            ),
+        )
+    }
+
+    /// A system call failed.
+    fn failed(&self, e: io::Error, what: &str) -> io::Error {
+        io::Error::new(
+            e.kind(),
+            format!("cannot {what} {}: {e}", shown_name(self.file_key)),
+        )
+    }
+}
+
+/// The directory holds exactly the index and blocks `b00000000` to the last of `count`.
+fn check_listing(listed: &[Vec<u8>], count: u64) -> Result<(), String> {
+    let mut present = HashSet::new();
+    for entry in listed {
+        if entry == INDEX_NAME.as_bytes() {
+            continue;
+        }
+        match blocks::block_number(entry) {
+            Some(i) if i < count => {
+                present.insert(i);
+            }
+            _ => {
+                return Err(format!(
+                    "{} is not one of its {count} blocks",
+                    shown_name(entry)
+                ));
+            }
+        }
+    }
+    match (0..count).find(|i| !present.contains(i)) {
+        Some(missing) => Err(format!("block {} is missing", blocks::block_name(missing))),
+        None => Ok(()),
+    }
+}
+
+/// Copies block `i` into `out` at its offset, checking its kind, links, length and hash,
+/// and removes it.
+fn copy_block(
+    said: &Said<'_>,
+    dir: &File,
+    index: &BlockIndex,
+    i: u64,
+    out: &File,
+    whole: &mut PartHasher,
+    writing: &mut Writing<'_>,
+) -> io::Result<()> {
+    let name = blocks::block_name(i);
+    let block =
+        open_at(dir, name.as_bytes(), libc::O_RDONLY | libc::O_NONBLOCK, 0).map_err(|e| match e
+            .raw_os_error()
+        {
+            Some(libc::ELOOP) => said.refused(format!("block {name} is a symlink")),
+            _ => said.failed(e, &format!("open block {name} of")),
+        })?;
+    let meta = block
+        .metadata()
+        .map_err(|e| said.failed(e, &format!("read block {name} of")))?;
+    if !meta.is_file() {
+        return Err(said.refused(format!("block {name} is not a regular file")));
+    }
+    if meta.nlink() != 1 {
+        return Err(said.refused(format!(
+            "block {name} is a hard link ({} links)",
+            meta.nlink()
+        )));
+    }
+    let len = index.block_len(i);
+    if meta.len() != len {
+        return Err(said.refused(format!(
+            "block {name} is {} bytes long, not {len}",
+            meta.len()
+        )));
+    }
+    let mut reading = Hashing {
+        inner: block.take(len),
+        block: PartHasher::new(PartHashAlgo::Xxh3_128),
+        whole,
+    };
+    let offset = i * index.block_size;
+    let copied = copy_with_holes(writing.buf, &mut reading, out, offset, writing.room)
+        .map_err(|e| said.failed(e, "write"))?;
+    if copied != len {
+        return Err(said.refused(format!(
+            "block {name} ended after {copied} of its {len} bytes"
+        )));
+    }
+    if reading.block.finish() != index.blocks[i as usize] {
+        return Err(said.refused(format!(
+            "block {name} does not have the hash its index gives"
+        )));
+    }
+    unlink_at(dir, name.as_bytes(), 0)
+        .map_err(|e| said.failed(e, &format!("remove block {name} of")))
 }
 
 /// The most bytes of an index's lines before its blocks' (its longest header is under 200).

@@ -335,9 +335,9 @@ impl Unpacker {
     }
 
     /// Reassembles the large files kept in blocks (`NAME.box-blocks/` → `NAME`, checked
-    /// against its index: `archive::reassemble`), then applies
-    /// directory times then modes, deepest first, then the root's. A block directory that
-    /// does not hold what its index lists fails here, before the caller swaps or publishes.
+    /// against its index: `archive::reassemble`), then applies directory times then
+    /// modes, deepest first, then the root's. A block directory that does not hold what
+    /// its index lists fails here, before the caller swaps or publishes.
     pub fn finish(mut self) -> io::Result<()> {
         let mut dirs: Vec<(Vec<u8>, (u32, Time))> = std::mem::take(&mut self.dirs)
             .into_iter()
