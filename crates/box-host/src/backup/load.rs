@@ -537,7 +537,7 @@ pub fn extract_chain(
         bail!("nothing to extract");
     };
     cleanup::with_lock(|_| unpacker.finish())
-        .with_context(|| format!("cannot set modes in {}", stage.path().display()))?;
+        .with_context(|| format!("cannot finish extracting into {}", stage.path().display()))?;
     let own_mode = new_dir_mode(&parent)?;
     std::fs::set_permissions(stage.path(), std::fs::Permissions::from_mode(own_mode))
         .with_context(|| format!("cannot set the mode of {}", stage.path().display()))?;

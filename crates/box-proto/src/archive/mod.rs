@@ -17,7 +17,8 @@
 //! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
 //! * [`blocks`]: large files kept as fixed-size blocks, so a link holds only the changed
-//!   ones; the block directory's index.
+//!   ones; the block directory's index. `reassemble` puts such a file back together when
+//!   [`unpack`] finishes.
 //! * [`shown`]: how every message quotes a name from an archive.
 
 pub mod blocks;
@@ -31,6 +32,7 @@ pub mod incremental;
 pub mod naming;
 pub mod part_hash;
 pub mod parts;
+mod reassemble;
 pub mod room;
 pub mod shown;
 pub mod tarread;

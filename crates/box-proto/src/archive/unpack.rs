@@ -36,6 +36,7 @@ use std::path::{Path, PathBuf};
 
 use crate::archive::holes::copy_with_holes;
 use crate::archive::incremental::{Code, Dumpdir};
+use crate::archive::reassemble::{Writing, reassemble};
 use crate::archive::room::Room;
 use crate::archive::shown::shown_name;
 use crate::archive::tarread::MemberKind;
@@ -333,16 +334,30 @@ impl Unpacker {
         self.unpacked
     }
 
-    /// Applies directory times then modes, deepest first, then the root's.
-    pub fn finish(self) -> io::Result<()> {
-        let mut dirs: Vec<(Vec<u8>, (u32, Time))> = self
-            .dirs
+    /// Reassembles the large files kept in blocks (`NAME.box-blocks/` → `NAME`, checked
+    /// against its index: `archive::reassemble`), then applies directory times then
+    /// modes, deepest first, then the root's. A block directory that does not hold what
+    /// its index lists fails here, before the caller swaps or publishes.
+    pub fn finish(mut self) -> io::Result<()> {
+        let mut dirs: Vec<(Vec<u8>, (u32, Time))> = std::mem::take(&mut self.dirs)
             .into_iter()
             .filter_map(|(k, meta)| meta.map(|m| (k, m)))
             .collect();
         // A directory's descendants sort after it: reversed, they come first.
         dirs.sort_by(|a, b| b.0.cmp(&a.0));
-        for (key, (mode, mtime)) in &dirs {
+        // Before any directory's time is set: a reassembled file changes its parent's.
+        let mut writing = Writing {
+            buf: &mut self.copy_buf,
+            room: &mut self.room,
+            set_id_files: self.set_id_files,
+        };
+        let mut kept = Vec::with_capacity(dirs.len());
+        for dir in dirs {
+            if !reassemble(&self.root, &dir.0, &mut writing)? {
+                kept.push(dir);
+            }
+        }
+        for (key, (mode, mtime)) in &kept {
             let path = self.root.join(OsStr::from_bytes(key));
             set_times_path(&path, *mtime).map_err(|e| context(e, "cannot set the time of", key))?;
             fs::set_permissions(&path, fs::Permissions::from_mode(*mode))
@@ -395,7 +410,7 @@ fn timespecs(mtime: Time) -> [libc::timespec; 2] {
     [t, t]
 }
 
-fn set_times_fd(file: &fs::File, mtime: Time) -> io::Result<()> {
+pub(crate) fn set_times_fd(file: &fs::File, mtime: Time) -> io::Result<()> {
     let ts = timespecs(mtime);
     // SAFETY: a valid descriptor and a two-element timespec array.
     if unsafe { libc::futimens(file.as_raw_fd(), ts.as_ptr()) } != 0 {

@@ -163,7 +163,9 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
         let Some(report) = report else {
             bail!("no parts to import");
         };
-        unpacker.finish().context("cannot set directory modes")?;
+        // Reassembles the files kept in blocks (refusing damaged ones), then sets directory
+        // times and modes.
+        unpacker.finish().context("cannot finish the restore")?;
         // 3, before the owners are fixed: whatever SQLite leaves beside a database is
         // then the agent's too.
         verify_restored_databases(&stage)?;
