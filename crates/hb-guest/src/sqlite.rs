@@ -367,9 +367,11 @@ impl PageImage {
         let mut next = 1u64;
         while let Some(row) = rows.next().map_err(failed)? {
             let pgno: i64 = row.get(0).map_err(failed)?;
-            let data = row.get_ref(1).map_err(failed)?.as_blob().map_err(|e| {
-                CopyFailure::Other(format!("page {pgno} is not a blob: {e}"))
-            })?;
+            let data = row
+                .get_ref(1)
+                .map_err(failed)?
+                .as_blob()
+                .map_err(|e| CopyFailure::Other(format!("page {pgno} is not a blob: {e}")))?;
             self.check_page(pgno, next, data)?;
             each(data);
             next += 1;
@@ -401,10 +403,13 @@ impl PageImage {
             .map_err(failed)?;
         for (n, page) in buf.chunks_mut(ps).enumerate() {
             let pgno = offset / self.page_size + n as u64 + 1;
-            let pgno_sql = i64::try_from(pgno).map_err(|_| CopyFailure::Other("page number".into()))?;
+            let pgno_sql =
+                i64::try_from(pgno).map_err(|_| CopyFailure::Other("page number".into()))?;
             stmt.query_row([pgno_sql], |r| {
                 let data = r.get_ref(0)?.as_blob()?;
-                Ok(self.check_page(pgno_sql, pgno, data).map(|()| page.copy_from_slice(data)))
+                Ok(self
+                    .check_page(pgno_sql, pgno, data)
+                    .map(|()| page.copy_from_slice(data)))
             })
             .map_err(failed)??;
         }

@@ -137,7 +137,8 @@ impl BlockSource for crate::sqlite::PageImage {
     }
 
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()> {
-        crate::sqlite::PageImage::read_at(self, offset, buf).map_err(|f| io::Error::other(f.said().to_string()))
+        crate::sqlite::PageImage::read_at(self, offset, buf)
+            .map_err(|f| io::Error::other(f.said().to_string()))
     }
 
     fn each_block(
@@ -211,7 +212,10 @@ mod tests {
         BlockRecord {
             size,
             block_size: 65_536,
-            blocks: hashes.iter().map(|b| PartHash::Xxh3_128([*b; 16])).collect(),
+            blocks: hashes
+                .iter()
+                .map(|b| PartHash::Xxh3_128([*b; 16]))
+                .collect(),
         }
     }
 
@@ -219,17 +223,26 @@ mod tests {
     fn a_block_is_kept_only_with_the_same_hash_length_and_block_size() {
         use Code::{Included as Y, Unchanged as N};
         let parent = record(3 * 65_536, &[1, 2, 3]);
-        assert_eq!(codes(&record(3 * 65_536, &[1, 9, 3]), Some(&parent)), [N, Y, N]);
+        assert_eq!(
+            codes(&record(3 * 65_536, &[1, 9, 3]), Some(&parent)),
+            [N, Y, N]
+        );
         // Appended: the last block grew (a new length), a new one follows.
         assert_eq!(
             codes(&record(4 * 65_536 + 10, &[1, 2, 3, 4, 5]), Some(&parent)),
             [N, N, N, Y, Y]
         );
         // Shrunk into its last block: same hash claimed but another length.
-        assert_eq!(codes(&record(2 * 65_536 + 5, &[1, 2, 3]), Some(&parent)), [N, N, Y]);
+        assert_eq!(
+            codes(&record(2 * 65_536 + 5, &[1, 2, 3]), Some(&parent)),
+            [N, N, Y]
+        );
         let mut other_size = parent.clone();
         other_size.block_size = 131_072;
-        assert_eq!(codes(&record(3 * 65_536, &[1, 2, 3]), Some(&other_size)), [Y, Y, Y]);
+        assert_eq!(
+            codes(&record(3 * 65_536, &[1, 2, 3]), Some(&other_size)),
+            [Y, Y, Y]
+        );
         assert_eq!(codes(&record(3 * 65_536, &[1, 2, 3]), None), [Y, Y, Y]);
     }
 

@@ -967,7 +967,11 @@ impl<W: Write> Walker<W> {
                     .enumerate()
                     .map(|(i, code)| (*code, blocks::block_name(i as u64).into_bytes()))
                     .chain([(index, blocks::INDEX_NAME.as_bytes().to_vec())]);
-                Some(Dumpdir::new(listed).with_context(|| format!("cannot list {shown}"))?.render())
+                Some(
+                    Dumpdir::new(listed)
+                        .with_context(|| format!("cannot list {shown}"))?
+                        .render(),
+                )
             }
             None => None,
         };
@@ -1044,7 +1048,9 @@ impl<W: Write> Walker<W> {
             Some((file_hash, _)) if !moved => file_hash,
             // Written bytes differ from the first pass's: the file is being written. The
             // whole-file hash must be of what a restore puts together.
-            Some(_) => rehash(src, &hashes, &mut buf).with_context(|| format!("cannot archive {shown}"))?,
+            Some(_) => {
+                rehash(src, &hashes, &mut buf).with_context(|| format!("cannot archive {shown}"))?
+            }
         };
         self.block_buf = buf;
         let index = BlockIndex {

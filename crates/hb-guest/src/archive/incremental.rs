@@ -374,9 +374,20 @@ mod tests {
         assert!(!before_blocks.legacy && before_blocks.blocks.is_empty());
         assert!(Snapshot::parse("box-snapshot 4 - 0\n").is_err());
         // Blocks are a version 3 thing: a version 2 line that has them is refused.
-        let blocked = format!("{} b 70000 65536 {} {}\n", line.trim_end(), "a".repeat(32), "b".repeat(32));
+        let blocked = format!(
+            "{} b 70000 65536 {} {}\n",
+            line.trim_end(),
+            "a".repeat(32),
+            "b".repeat(32)
+        );
         assert!(Snapshot::parse(&format!("box-snapshot 2 - 0\n{blocked}")).is_err());
-        assert_eq!(Snapshot::parse(&format!("box-snapshot 3 - 0\n{blocked}")).unwrap().blocks.len(), 1);
+        assert_eq!(
+            Snapshot::parse(&format!("box-snapshot 3 - 0\n{blocked}"))
+                .unwrap()
+                .blocks
+                .len(),
+            1
+        );
     }
 
     #[test]
@@ -399,9 +410,7 @@ mod tests {
             BlockRecord {
                 size: 200_000,
                 block_size: 65_536,
-                blocks: (0..4u8)
-                    .map(|i| PartHash::Xxh3_128([i; 16]))
-                    .collect(),
+                blocks: (0..4u8).map(|i| PartHash::Xxh3_128([i; 16])).collect(),
             },
         );
         s.entries.insert(b"small".to_vec(), stamp);

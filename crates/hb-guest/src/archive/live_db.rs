@@ -136,6 +136,9 @@ impl LiveDatabases {
                 continue;
             };
             let db_stamp = Stamp::of(&db_meta);
+            // What its page image may hold: its pages, and those its WAL has not yet
+            // written back.
+            let wal_len = wal_stamp.map_or(0, |s| s.size);
             let may_block = blocked::may_block(&db, &db_meta);
             let mut stamps = vec![(key.clone(), db_stamp)];
             if let Some(s) = wal_stamp {
@@ -153,7 +156,7 @@ impl LiveDatabases {
             let archive = if unchanged {
                 live.unchanged += 1;
                 Archive::Kept
-            } else if may_block && blocked::large_enough(db_meta.len(), block_threshold) {
+            } else if may_block && blocked::large_enough(db_meta.len() + wal_len, block_threshold) {
                 let probe = || sqlite::PageImage::open(&db, HOLD_WAIT).and_then(|p| p.finish());
                 match retried(&db, probe) {
                     Ok(Tried::Done(())) => Archive::Pages,
