@@ -391,7 +391,7 @@ impl PageImage {
     pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), CopyFailure> {
         let failed = |e: rusqlite::Error| CopyFailure::of(&e, "cannot read its pages");
         let ps = self.page_size as usize;
-        if offset % self.page_size != 0 || buf.len() % ps != 0 {
+        if !offset.is_multiple_of(self.page_size) || !buf.len().is_multiple_of(ps) {
             return Err(CopyFailure::Other(format!(
                 "a read of {} bytes at {offset} is not of whole pages",
                 buf.len()
