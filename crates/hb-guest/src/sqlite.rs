@@ -356,8 +356,12 @@ impl PageImage {
         self.page_size
     }
 
-    /// Every page in order, handed to `each`: one scan of `sqlite_dbpage`.
-    pub fn scan(&self, each: &mut dyn FnMut(&[u8])) -> Result<(), CopyFailure> {
+    /// Every page in order, handed to `each` (which may stop it with an error): one scan
+    /// of `sqlite_dbpage`.
+    pub fn scan(
+        &self,
+        each: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), CopyFailure> {
         let failed = |e: rusqlite::Error| CopyFailure::of(&e, "cannot read its pages");
         let mut stmt = self
             .conn
@@ -373,7 +377,7 @@ impl PageImage {
                 .as_blob()
                 .map_err(|e| CopyFailure::Other(format!("page {pgno} is not a blob: {e}")))?;
             self.check_page(pgno, next, data)?;
-            each(data);
+            each(data).map_err(|e| CopyFailure::Other(e.to_string()))?;
             next += 1;
         }
         if next != self.pages + 1 {

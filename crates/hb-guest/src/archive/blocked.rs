@@ -86,18 +86,19 @@ pub trait BlockSource {
     fn size(&self) -> u64;
     /// Fills `buf` with the bytes at `offset` (zeros for what is past the end by now).
     fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<()>;
-    /// Hands every block to `each`, in order (`buf` is at least a block long). The default
-    /// reads block by block; a source that streams faster overrides it.
+    /// Hands every block to `each`, in order (`buf` is at least a block long), stopping at
+    /// its first error. The default reads block by block; a source that streams faster
+    /// overrides it.
     fn each_block(
         &mut self,
         block_size: u64,
         buf: &mut [u8],
-        each: &mut dyn FnMut(&[u8]),
+        each: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> io::Result<()> {
         for i in 0..blocks::block_count(self.size(), block_size) {
             let len = blocks::block_len(self.size(), block_size, i) as usize;
             self.read_at(i * block_size, &mut buf[..len])?;
-            each(&buf[..len]);
+            each(&buf[..len])?;
         }
         Ok(())
     }
@@ -145,7 +146,7 @@ impl BlockSource for crate::sqlite::PageImage {
         &mut self,
         block_size: u64,
         buf: &mut [u8],
-        each: &mut dyn FnMut(&[u8]),
+        each: &mut dyn FnMut(&[u8]) -> io::Result<()>,
     ) -> io::Result<()> {
         // A page size divides every block size (both are powers of two, pages ≤ 64 KiB).
         let block = block_size as usize;
@@ -154,13 +155,14 @@ impl BlockSource for crate::sqlite::PageImage {
             buf[filled..filled + page.len()].copy_from_slice(page);
             filled += page.len();
             if filled == block {
-                each(&buf[..block]);
                 filled = 0;
+                return each(&buf[..block]);
             }
+            Ok(())
         })
         .map_err(|f| io::Error::other(f.said().to_string()))?;
         if filled > 0 {
-            each(&buf[..filled]);
+            each(&buf[..filled])?;
         }
         Ok(())
     }
@@ -173,7 +175,10 @@ pub fn hash_blocks(
     buf: &mut [u8],
 ) -> io::Result<(PartHash, Vec<PartHash>)> {
     let mut hasher = BlockHasher::new(block_size);
-    src.each_block(block_size, buf, &mut |block| hasher.update(block))?;
+    src.each_block(block_size, buf, &mut |block| {
+        hasher.update(block);
+        Ok(())
+    })?;
     Ok(hasher.finish())
 }
 

@@ -943,6 +943,26 @@ impl<W: Write> Walker<W> {
         Ok(())
     }
 
+    /// Block `i` of a block directory `dir_member` of the file `meta`.
+    fn append_block(
+        &mut self,
+        dir_member: &[u8],
+        meta: &fs::Metadata,
+        i: usize,
+        mut data: &[u8],
+    ) -> io::Result<()> {
+        let mut member = dir_member.to_vec();
+        member.extend_from_slice(blocks::block_name(i as u64).as_bytes());
+        let len = data.len() as u64;
+        self.append(
+            &member,
+            &Attrs::of_block_dir(meta, 0o600, len),
+            tar::EntryType::Regular,
+            None,
+            Payload::Sized(&mut data, len),
+        )
+    }
+
     /// The buffer one block is read into, allocated at the first blocked file.
     fn take_block_buf(&mut self) -> Vec<u8> {
         let mut buf = std::mem::take(&mut self.block_buf);
@@ -1011,44 +1031,52 @@ impl<W: Write> Walker<W> {
         };
         self.append_block_dir(dir_member, meta, &codes, Code::Included)?;
         let mut buf = self.take_block_buf();
-        // One pass: the whole file's hash is of what is written.
-        let mut whole = PartHasher::new(PartHashAlgo::Xxh3_128);
         let mut hashes = Vec::with_capacity(count);
         let mut moved = false;
-        for (i, code) in codes.iter().enumerate() {
-            if let (Code::Unchanged, Some((_, first))) = (code, &first) {
-                hashes.push(first[i]);
-                continue;
-            }
-            let len = blocks::block_len(size, block_size, i as u64);
-            let data = &mut buf[..len as usize];
-            src.read_at(i as u64 * block_size, data)
-                .with_context(|| format!("cannot read {shown}"))?;
-            let hash = blocked::block_hash(data);
-            match &first {
-                None => whole.update(data),
-                Some((_, first)) => moved |= first[i] != hash,
-            }
-            let mut member = dir_member.to_vec();
-            member.extend_from_slice(blocks::block_name(i as u64).as_bytes());
-            let attrs = Attrs::of_block_dir(meta, 0o600, len);
-            let mut data: &[u8] = data;
-            self.append(
-                &member,
-                &attrs,
-                tar::EntryType::Regular,
-                None,
-                Payload::Sized(&mut data, len),
-            )
-            .with_context(|| format!("cannot archive {shown}"))?;
-            hashes.push(hash);
-        }
         let file_hash = match first {
-            None => whole.finish(),
-            Some((file_hash, _)) if !moved => file_hash,
+            // One pass, every block in order (a database's in one scan): the whole file's
+            // hash is of what is written.
+            None => {
+                let mut whole = PartHasher::new(PartHashAlgo::Xxh3_128);
+                src.each_block(block_size, &mut buf, &mut |data| {
+                    whole.update(data);
+                    hashes.push(blocked::block_hash(data));
+                    self.append_block(dir_member, meta, hashes.len() - 1, data)
+                })
+                .with_context(|| format!("cannot archive {shown}"))?;
+                whole.finish()
+            }
+            // Pass 2: the changed blocks only, read at their offsets.
+            Some((file_hash, first)) => {
+                for (i, code) in codes.iter().enumerate() {
+                    if *code == Code::Unchanged {
+                        hashes.push(first[i]);
+                        continue;
+                    }
+                    let len = blocks::block_len(size, block_size, i as u64) as usize;
+                    let data = &mut buf[..len];
+                    src.read_at(i as u64 * block_size, data)
+                        .with_context(|| format!("cannot read {shown}"))?;
+                    let hash = blocked::block_hash(data);
+                    moved |= first[i] != hash;
+                    hashes.push(hash);
+                    self.append_block(dir_member, meta, i, data)
+                        .with_context(|| format!("cannot archive {shown}"))?;
+                }
+                file_hash
+            }
+        };
+        if hashes.len() != count {
+            bail!(
+                "cannot archive {shown}: it gave {} blocks where its size makes {count}",
+                hashes.len()
+            );
+        }
+        let file_hash = match moved {
+            false => file_hash,
             // Written bytes differ from the first pass's: the file is being written. The
             // whole-file hash must be of what a restore puts together.
-            Some(_) => {
+            true => {
                 rehash(src, &hashes, &mut buf).with_context(|| format!("cannot archive {shown}"))?
             }
         };
