@@ -205,6 +205,12 @@ pub struct ExportArgs {
         requires = "listed_incremental"
     )]
     pub chain_max: u32,
+    /// Keep each regular file of this many bytes or more (a database of the box's
+    /// software: its page image, read in one transaction) as a directory NAME.box-blocks
+    /// of 1 MiB blocks and an index, so a link of a chain holds only the changed blocks
+    /// (`cat NAME.box-blocks/b* > NAME` after a stock restore). 0: never
+    #[arg(long, value_name = "BYTES", default_value_t = 0)]
+    pub block_files_above: u64,
 }
 
 #[derive(Debug, Args)]

@@ -205,14 +205,7 @@ pub fn sidecar(path: &Path, suffix: &str) -> PathBuf {
 /// create (`-wal`, `-shm`) are given the database's owner, so its own software can still
 /// open it.
 pub fn snapshot(from: &Path, to: &Path, wait: Duration) -> Result<(), CopyFailure> {
-    use std::os::unix::fs::MetadataExt;
-    let owner = std::fs::symlink_metadata(from)
-        .map_err(|e| CopyFailure::Other(format!("cannot read it: {e}")))?;
-    let before: Vec<bool> = SIDECARS[..2]
-        .iter()
-        .map(|s| sidecar(from, s).exists())
-        .collect();
-    let copied = (|| -> Result<(), CopyFailure> {
+    with_sidecars_owned(from, || {
         let src = Connection::open_with_flags(
             from,
             OpenFlags::SQLITE_OPEN_READ_WRITE | OpenFlags::SQLITE_OPEN_NO_MUTEX,
@@ -244,14 +237,31 @@ pub fn snapshot(from: &Path, to: &Path, wait: Duration) -> Result<(), CopyFailur
                 Err(e) => return Err(CopyFailure::of(&e, "the copy failed")),
             }
         }
-    })();
+    })
+}
+
+/// Runs `open` (which opens the database at `db`), then gives the sidecars it created
+/// (`-wal`, `-shm`: SQLite makes them as root) the database's owner, so its own software
+/// can still open it.
+fn with_sidecars_owned<T>(
+    db: &Path,
+    open: impl FnOnce() -> Result<T, CopyFailure>,
+) -> Result<T, CopyFailure> {
+    use std::os::unix::fs::MetadataExt;
+    let owner = std::fs::symlink_metadata(db)
+        .map_err(|e| CopyFailure::Other(format!("cannot read it: {e}")))?;
+    let before: Vec<bool> = SIDECARS[..2]
+        .iter()
+        .map(|s| sidecar(db, s).exists())
+        .collect();
+    let opened = open();
     for (suffix, existed) in SIDECARS[..2].iter().zip(before) {
-        let side = sidecar(from, suffix);
+        let side = sidecar(db, suffix);
         if !existed && std::fs::symlink_metadata(&side).is_ok() {
             let _ = std::os::unix::fs::lchown(&side, Some(owner.uid()), Some(owner.gid()));
         }
     }
-    copied
+    opened
 }
 
 /// The processes that have the file at `path` open, as `name (pid N)`, at most `max`: who
@@ -288,4 +298,143 @@ pub fn holders(path: &Path, max: usize) -> Vec<String> {
         }
     }
     found
+}
+
+/// A live database's page image, read inside one read transaction that stays open for as
+/// long as this lives: every read sees the same committed state, however long it takes and
+/// whatever writers commit meanwhile (in WAL mode they go on; a rollback-journal writer
+/// waits for it to end). Read with SQLite's `sqlite_dbpage` table, so nothing is copied to
+/// scratch space: the file it stands for is the page image, `pages × page_size` bytes.
+/// The connection is read-only; the sidecars it may create get the database's owner.
+pub struct PageImage {
+    conn: Connection,
+    page_size: u64,
+    pages: u64,
+}
+
+impl PageImage {
+    /// Opens `path` and starts the read transaction (waiting `wait` at most for a writer
+    /// that holds the database).
+    pub fn open(path: &Path, wait: Duration) -> Result<Self, CopyFailure> {
+        with_sidecars_owned(path, || {
+            let conn = Connection::open_with_flags(
+                path,
+                OpenFlags::SQLITE_OPEN_READ_ONLY | OpenFlags::SQLITE_OPEN_NO_MUTEX,
+            )
+            .map_err(|e| CopyFailure::of(&e, "cannot open it"))?;
+            conn.busy_timeout(wait)
+                .map_err(|e| CopyFailure::of(&e, "cannot open it"))?;
+            conn.execute_batch("BEGIN")
+                .map_err(|e| CopyFailure::of(&e, "cannot start a read transaction"))?;
+            // The first read takes the snapshot every later read of this transaction sees.
+            let pragma = |name: &str| -> Result<u64, CopyFailure> {
+                conn.query_row(&format!("PRAGMA {name}"), [], |r| r.get::<_, i64>(0))
+                    .map_err(|e| CopyFailure::of(&e, &format!("cannot read its {name}")))
+                    .and_then(|n| {
+                        u64::try_from(n).map_err(|_| CopyFailure::Damaged(format!("{name} {n}")))
+                    })
+            };
+            let pages = pragma("page_count")?;
+            let page_size = pragma("page_size")?;
+            if !(512..=65_536).contains(&page_size) || !page_size.is_power_of_two() {
+                return Err(CopyFailure::Damaged(format!("a page size of {page_size}")));
+            }
+            Ok(PageImage {
+                conn,
+                page_size,
+                pages,
+            })
+        })
+    }
+
+    /// The size of the file the page image stands for.
+    pub fn size(&self) -> u64 {
+        self.pages * self.page_size
+    }
+
+    pub fn page_size(&self) -> u64 {
+        self.page_size
+    }
+
+    /// Every page in order, handed to `each` (which may stop it with an error): one scan
+    /// of `sqlite_dbpage`.
+    pub fn scan(
+        &self,
+        each: &mut dyn FnMut(&[u8]) -> std::io::Result<()>,
+    ) -> Result<(), CopyFailure> {
+        let failed = |e: rusqlite::Error| CopyFailure::of(&e, "cannot read its pages");
+        let mut stmt = self
+            .conn
+            .prepare("SELECT pgno, data FROM sqlite_dbpage")
+            .map_err(failed)?;
+        let mut rows = stmt.query([]).map_err(failed)?;
+        let mut next = 1u64;
+        while let Some(row) = rows.next().map_err(failed)? {
+            let pgno: i64 = row.get(0).map_err(failed)?;
+            let data = row
+                .get_ref(1)
+                .map_err(failed)?
+                .as_blob()
+                .map_err(|e| CopyFailure::Other(format!("page {pgno} is not a blob: {e}")))?;
+            self.check_page(pgno, next, data)?;
+            each(data).map_err(|e| CopyFailure::Other(e.to_string()))?;
+            next += 1;
+        }
+        if next != self.pages + 1 {
+            return Err(CopyFailure::Other(format!(
+                "read {} of its {} pages",
+                next - 1,
+                self.pages
+            )));
+        }
+        Ok(())
+    }
+
+    /// The bytes at `offset` (a multiple of the page size) into `buf` (whole pages), from
+    /// the same read transaction as every other read.
+    pub fn read_at(&self, offset: u64, buf: &mut [u8]) -> Result<(), CopyFailure> {
+        let failed = |e: rusqlite::Error| CopyFailure::of(&e, "cannot read its pages");
+        let ps = self.page_size as usize;
+        if !offset.is_multiple_of(self.page_size) || !buf.len().is_multiple_of(ps) {
+            return Err(CopyFailure::Other(format!(
+                "a read of {} bytes at {offset} is not of whole pages",
+                buf.len()
+            )));
+        }
+        let mut stmt = self
+            .conn
+            .prepare_cached("SELECT data FROM sqlite_dbpage WHERE pgno = ?1")
+            .map_err(failed)?;
+        for (n, page) in buf.chunks_mut(ps).enumerate() {
+            let pgno = offset / self.page_size + n as u64 + 1;
+            let pgno_sql =
+                i64::try_from(pgno).map_err(|_| CopyFailure::Other("page number".into()))?;
+            stmt.query_row([pgno_sql], |r| {
+                let data = r.get_ref(0)?.as_blob()?;
+                Ok(self
+                    .check_page(pgno_sql, pgno, data)
+                    .map(|()| page.copy_from_slice(data)))
+            })
+            .map_err(failed)??;
+        }
+        Ok(())
+    }
+
+    fn check_page(&self, pgno: i64, expected: u64, data: &[u8]) -> Result<(), CopyFailure> {
+        if u64::try_from(pgno).ok() != Some(expected) || data.len() as u64 != self.page_size {
+            return Err(CopyFailure::Other(format!(
+                "sqlite_dbpage gave page {pgno} of {} bytes where page {expected} of {} was due",
+                data.len(),
+                self.page_size
+            )));
+        }
+        Ok(())
+    }
+
+    /// Ends the read transaction.
+    pub fn finish(self) -> Result<(), CopyFailure> {
+        self.conn
+            .execute_batch("COMMIT")
+            .map_err(|e| CopyFailure::of(&e, "cannot end the read transaction"))
+    }
 }

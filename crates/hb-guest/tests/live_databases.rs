@@ -322,7 +322,7 @@ fn a_snapshot_of_an_older_hb_keeps_no_database() {
 
     let current = snapshot_path(&src);
     let text = fs::read_to_string(&current).unwrap();
-    let older = text.replacen("box-snapshot 2 ", "box-snapshot 1 ", 1);
+    let older = text.replacen("box-snapshot 3 ", "box-snapshot 1 ", 1);
     assert_ne!(older, text, "{text}");
     fs::write(&current, older).unwrap();
     let l2 = t.path().join("l2");

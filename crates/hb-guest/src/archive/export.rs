@@ -13,6 +13,10 @@
 //! opened, so the member's listing (chain mode) names exactly what follows it, and a file
 //! deleted during the save is left out rather than listed and missing.
 //!
+//! A regular file of `block_files_above` bytes or more is archived as a block directory
+//! (box_proto::archive::blocks; see [`Walker::append_blocked`]), so a link of a chain holds
+//! only the blocks that changed since its parent.
+//!
 //! Member names are written byte for byte (GNU format, `././@LongLink` records for names
 //! over 100 bytes), because the tar crate's `set_path` would drop the leading `./`.
 
@@ -25,18 +29,21 @@ use std::os::unix::fs::{FileTypeExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
+use box_proto::archive::blocks::{self, BlockIndex, DEFAULT_BLOCK_SIZE};
 use box_proto::archive::compress;
 use box_proto::archive::compress::Compression;
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
-use box_proto::archive::part_hash::PartHashAlgo;
+use box_proto::archive::part_hash::{PartHash, PartHashAlgo, PartHasher};
 use box_proto::archive::parts::PartIndex;
 use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
-use super::incremental::{Snapshot, Stamp};
-use super::live_db::{Archive, LiveDatabases};
+use super::blocked::{self, BlockSource, FileSource};
+use super::incremental::{BlockRecord, Snapshot, Stamp};
+use super::live_db::{self, Archive, LiveDatabases};
 use super::parts::{Announce, PartWriter};
 use super::sparse;
+use crate::sqlite::CopyFailure;
 
 /// Options of one export.
 #[derive(Debug, Clone)]
@@ -52,6 +59,8 @@ pub struct ExportOptions {
     /// Chain mode (incremental backups): dumpdirs for every directory, a snapshot
     /// recorded; with a parent snapshot, entries unchanged since it are left out.
     pub chain: Option<ChainOptions>,
+    /// Regular files of this many bytes or more are kept in blocks (0: none, as before).
+    pub block_files_above: u64,
 }
 
 /// An export in GNU tar's listed-incremental format (box_proto::archive::incremental).
@@ -74,6 +83,7 @@ impl ExportOptions {
             threads: cpus.clamp(1, 4),
             level: 3,
             chain: None,
+            block_files_above: 0,
         }
     }
 }
@@ -137,6 +147,59 @@ enum What {
     LiveCopy(File),
     /// Kept from the parent (`N`): nothing is written.
     Kept,
+    /// A large file, written as its block directory (the child's name and key are the
+    /// directory's).
+    Blocked(Box<Blocked>),
+}
+
+/// A file kept in blocks, as its directory's scan found it.
+struct Blocked {
+    /// The file's key (the snapshot's), and its metadata.
+    file_key: Vec<u8>,
+    meta: fs::Metadata,
+    from: BlockedFrom,
+    /// What the parent wrote of it in blocks, if it did.
+    parent: Option<BlockRecord>,
+}
+
+/// Where a blocked file's bytes come from.
+enum BlockedFrom {
+    /// Unchanged since the parent, which has it in blocks: every block kept, none read.
+    Kept(BlockRecord),
+    /// The file, opened by the scan.
+    File(File),
+    /// A database of the box's software, read as its page image.
+    Pages(PathBuf),
+}
+
+/// What a member's header says of its mode, owner and time.
+struct Attrs {
+    mode: u32,
+    uid: u32,
+    gid: u32,
+    mtime: i64,
+    len: u64,
+}
+
+impl Attrs {
+    fn of(meta: &fs::Metadata) -> Self {
+        Attrs {
+            mode: meta.mode(),
+            uid: meta.uid(),
+            gid: meta.gid(),
+            mtime: meta.mtime(),
+            len: meta.len(),
+        }
+    }
+
+    /// A member of a block directory of the file `meta`: the file's owner and time.
+    fn of_block_dir(meta: &fs::Metadata, mode: u32, len: u64) -> Self {
+        Attrs {
+            mode,
+            len,
+            ..Attrs::of(meta)
+        }
+    }
 }
 
 /// Whether an error means the entry is no longer what the scan saw (gone, or replaced by
@@ -226,6 +289,10 @@ struct Walker<W: Write> {
     live: LiveDatabases,
     /// One buffer for every member's data (see [`Walker::append_data`]).
     copy_buf: Vec<u8>,
+    /// Files of this many bytes or more are kept in blocks (0: none).
+    block_threshold: u64,
+    /// One block of a blocked file (allocated at the first).
+    block_buf: Vec<u8>,
     chain: Option<Chain>,
 }
 
@@ -277,7 +344,7 @@ impl<W: Write> Walker<W> {
     fn append(
         &mut self,
         name: &[u8],
-        meta: &fs::Metadata,
+        meta: &Attrs,
         kind: tar::EntryType,
         link: Option<&[u8]>,
         payload: Payload<'_>,
@@ -288,26 +355,26 @@ impl<W: Write> Walker<W> {
             _ => kind,
         };
         h.set_entry_type(kind);
-        h.set_mode(meta.mode() & 0o7777);
-        h.set_uid(u64::from(meta.uid()));
-        h.set_gid(u64::from(meta.gid()));
-        h.set_mtime(meta.mtime().max(0) as u64);
+        h.set_mode(meta.mode & 0o7777);
+        h.set_uid(u64::from(meta.uid));
+        h.set_gid(u64::from(meta.gid));
+        h.set_mtime(meta.mtime.max(0) as u64);
         let size = match payload {
             Payload::Dumpdir(d) => d.len() as u64,
             Payload::Sized(_, len) => len,
-            _ if kind == tar::EntryType::Regular => meta.len(),
+            _ if kind == tar::EntryType::Regular => meta.len,
             _ => 0,
         };
         h.set_size(size);
         // A file with holes: an old GNU sparse member (see `sparse`), its runs as data.
         if let Payload::Sparse(_, map) = &payload {
             h.set_size(sparse::stored_size(map));
-            sparse::fill_header(&mut h, map, meta.len())?;
+            sparse::fill_header(&mut h, map, meta.len)?;
         }
-        if let Some(user) = self.user(meta.uid()) {
+        if let Some(user) = self.user(meta.uid) {
             let _ = h.set_username(&user);
         }
-        if let Some(group) = self.group(meta.gid()) {
+        if let Some(group) = self.group(meta.gid) {
             let _ = h.set_groupname(&group);
         }
         {
@@ -411,6 +478,16 @@ impl<W: Write> Walker<W> {
                 }
             }
             if let Some((meta, code, what)) = looked {
+                // A blocked file is listed, and walked, as its block directory.
+                let (name, key) = match what {
+                    What::Blocked(_) => (
+                        std::ffi::OsString::from(std::ffi::OsStr::from_bytes(&blocks::dir_name(
+                            name.as_bytes(),
+                        ))),
+                        blocks::dir_name(&key),
+                    ),
+                    _ => (name, key),
+                };
                 children.push(Child {
                     name,
                     key,
@@ -436,13 +513,41 @@ impl<W: Write> Walker<W> {
             if self.out_id == Some((meta.dev(), meta.ino())) {
                 return Ok(Look::Gone);
             }
+            if blocked::mistaken_for_blocks(path) {
+                bail!(
+                    "./{} is a directory a restore would take for a large file kept in blocks \
+                     (its name ends with {} and its {} starts with '{}'): rename it, then save again",
+                    String::from_utf8_lossy(key),
+                    blocks::DIR_SUFFIX,
+                    blocks::INDEX_NAME,
+                    blocks::MAGIC
+                );
+            }
             return Ok(Look::Entry(Box::new((meta, Code::Directory, What::Dir))));
         }
         if ft.is_file() {
             if let Some(db) = self.live.get(path) {
                 // Its stamps were taken before its copy (the snapshot has them).
+                let parent = self.parent_blocks(key);
+                let in_blocks = |from| {
+                    Look::Entry(Box::new((
+                        meta.clone(),
+                        Code::Directory,
+                        What::Blocked(Box::new(Blocked {
+                            file_key: key.to_vec(),
+                            meta: meta.clone(),
+                            from,
+                            parent: parent.clone(),
+                        })),
+                    )))
+                };
                 return Ok(match &db.archive {
-                    Archive::Kept => Look::Entry(Box::new((meta, Code::Unchanged, What::Kept))),
+                    // Kept in the form the parent has it in.
+                    Archive::Kept => match &parent {
+                        Some(record) => in_blocks(BlockedFrom::Kept(record.clone())),
+                        None => Look::Entry(Box::new((meta, Code::Unchanged, What::Kept))),
+                    },
+                    Archive::Pages => in_blocks(BlockedFrom::Pages(path.to_path_buf())),
                     Archive::Copy(copy) => {
                         let file = File::open(copy)
                             .with_context(|| format!("cannot read {}", copy.display()))?;
@@ -489,9 +594,40 @@ impl<W: Write> Walker<W> {
                     .as_ref()
                     .is_some_and(|p| p.unchanged(key, &Stamp::of(&meta)))
             });
+        // A file the parent has in blocks is kept so when it can still be; else it is
+        // written, whole or in blocks, as a changed file is.
+        let parent_blocks = self.parent_blocks(key);
+        let may_block = ft.is_file() && blocked::may_block(path, &meta);
+        let unchanged = unchanged && (parent_blocks.is_none() || may_block);
+        let in_blocks = may_block
+            && match &parent_blocks {
+                Some(_) if unchanged => true,
+                _ => !unchanged && blocked::large_enough(meta.len(), self.block_threshold),
+            };
         let mut member = b"./".to_vec();
         member.extend_from_slice(key);
-        let (meta, what) = if ft.is_symlink() {
+        let (meta, what) = if in_blocks {
+            let (meta, from) = match parent_blocks.clone() {
+                Some(record) if unchanged => (meta, BlockedFrom::Kept(record)),
+                // Opened now, as every changed file is, so the listing names what is read.
+                _ => match open_regular(path)
+                    .with_context(|| format!("cannot read {}", path.display()))?
+                {
+                    Some((file, meta)) if meta.nlink() == 1 => {
+                        *opened += 1;
+                        (meta, BlockedFrom::File(file))
+                    }
+                    _ => return Ok(Look::Changed),
+                },
+            };
+            let blocked = Blocked {
+                file_key: key.to_vec(),
+                meta: meta.clone(),
+                from,
+                parent: parent_blocks,
+            };
+            (meta, What::Blocked(Box::new(blocked)))
+        } else if ft.is_symlink() {
             if unchanged {
                 (meta, What::Kept)
             } else {
@@ -544,6 +680,7 @@ impl<W: Write> Walker<W> {
         };
         let code = match what {
             What::Kept => Code::Unchanged,
+            What::Blocked(_) => Code::Directory,
             _ => Code::Included,
         };
         if let Some(chain) = self.chain.as_mut() {
@@ -572,8 +709,14 @@ impl<W: Write> Walker<W> {
             Some(d) => Payload::Dumpdir(d),
             None => Payload::None,
         };
-        self.append(member, meta, tar::EntryType::Directory, None, payload)
-            .with_context(|| format!("cannot archive {shown}"))
+        self.append(
+            member,
+            &Attrs::of(meta),
+            tar::EntryType::Directory,
+            None,
+            payload,
+        )
+        .with_context(|| format!("cannot archive {shown}"))
     }
 
     /// A directory: its member (with its dumpdir in chain mode), then the files and links
@@ -604,7 +747,7 @@ impl<W: Write> Walker<W> {
         let mut dirs = Vec::new();
         for child in children {
             match child.what {
-                What::Dir => dirs.push(child),
+                What::Dir | What::Blocked(_) => dirs.push(child),
                 What::Kept => {
                     if let Some(chain) = self.chain.as_mut() {
                         chain.unchanged += 1;
@@ -617,9 +760,18 @@ impl<W: Write> Walker<W> {
             let mut member = b"./".to_vec();
             member.extend_from_slice(&dir.key);
             member.push(b'/');
-            self.walk_dir(&dir.path, &dir.key, &member, &dir.meta)?;
+            match dir.what {
+                What::Blocked(blocked) => self.append_blocked(&member, *blocked)?,
+                _ => self.walk_dir(&dir.path, &dir.key, &member, &dir.meta)?,
+            }
         }
         Ok(())
+    }
+
+    /// What the parent wrote in blocks of the file at `key`, in chain mode.
+    fn parent_blocks(&self, key: &[u8]) -> Option<BlockRecord> {
+        let parent = self.chain.as_ref()?.parent.as_ref()?;
+        parent.blocks.get(key).cloned()
     }
 
     /// A file, symlink or hard link a scan found.
@@ -634,17 +786,18 @@ impl<W: Write> Walker<W> {
         let mut member = b"./".to_vec();
         member.extend_from_slice(&key);
         let shown = String::from_utf8_lossy(&member).into_owned();
+        let attrs = Attrs::of(&meta);
         let appended = match what {
             What::Symlink(target) => self.append(
                 &member,
-                &meta,
+                &attrs,
                 tar::EntryType::Symlink,
                 Some(target.as_os_str().as_bytes()),
                 Payload::None,
             ),
             What::Hardlink(first) => self.append(
                 &member,
-                &meta,
+                &attrs,
                 tar::EntryType::Link,
                 Some(&first),
                 Payload::None,
@@ -657,7 +810,7 @@ impl<W: Write> Walker<W> {
                         .map(|(file, _)| file),
                 };
                 match file {
-                    Some(file) => self.append_file(&member, &meta, file),
+                    Some(file) => self.append_file(&member, &attrs, file),
                     None => {
                         // Past the open-file budget and gone before its turn: the listing
                         // already names it, so it must be a member (else a restore keeps
@@ -669,7 +822,7 @@ impl<W: Write> Walker<W> {
                         self.skipped.push(msg);
                         self.append(
                             &member,
-                            &meta,
+                            &attrs,
                             tar::EntryType::Regular,
                             None,
                             Payload::Data(&mut io::empty()),
@@ -682,22 +835,22 @@ impl<W: Write> Walker<W> {
                 let mut file = file;
                 self.append(
                     &member,
-                    &meta,
+                    &attrs,
                     tar::EntryType::Regular,
                     None,
                     Payload::Sized(&mut file, len),
                 )
             }
-            What::Dir | What::Kept => Ok(()),
+            What::Dir | What::Kept | What::Blocked(_) => Ok(()),
         };
         appended.with_context(|| format!("cannot archive {shown}"))
     }
 
     /// A regular file's member: an old GNU sparse member when it has holes.
-    fn append_file(&mut self, member: &[u8], meta: &fs::Metadata, file: File) -> io::Result<()> {
-        match sparse::data_map(&file, meta.len()) {
+    fn append_file(&mut self, member: &[u8], meta: &Attrs, file: File) -> io::Result<()> {
+        match sparse::data_map(&file, meta.len) {
             Some(map) => {
-                let prefix = sparse::extension_blocks(&map, meta.len());
+                let prefix = sparse::extension_blocks(&map, meta.len);
                 let mut payload = sparse::Payload::new(&file, prefix, &map);
                 self.append(
                     member,
@@ -719,6 +872,262 @@ impl<W: Write> Walker<W> {
             }
         }
     }
+
+    /// A file kept in blocks (box_proto::archive::blocks): its directory `dir_member`
+    /// (`./…/NAME.box-blocks/`, mode 0700, the file's owner and mtime; in chain mode its
+    /// dumpdir says which blocks this link holds), the blocks it holds, then the index,
+    /// last, with the hashes of what was written.
+    ///
+    /// When the parent has the file in blocks, a first pass hashes every block (the
+    /// listing must say `Y` or `N` before the blocks follow) and a second writes the
+    /// changed ones; else one pass writes them all. A database's passes read its page
+    /// image inside one read transaction, so both see the same state.
+    fn append_blocked(&mut self, dir_member: &[u8], b: Blocked) -> Result<()> {
+        let shown = String::from_utf8_lossy(dir_member).into_owned();
+        let Blocked {
+            file_key,
+            meta,
+            from,
+            parent,
+        } = b;
+        let parent = parent.filter(|p| self.chain.is_some() && p.block_size == DEFAULT_BLOCK_SIZE);
+        let record = match from {
+            BlockedFrom::Kept(record) => {
+                let codes = vec![Code::Unchanged; record.blocks.len()];
+                self.append_block_dir(dir_member, &meta, &codes, Code::Unchanged)?;
+                if let Some(chain) = self.chain.as_mut() {
+                    chain.unchanged += 1;
+                }
+                record
+            }
+            BlockedFrom::File(file) => {
+                let mut src = FileSource {
+                    size: meta.len(),
+                    file,
+                };
+                let mut buf = self.take_block_buf();
+                let first = match parent {
+                    Some(_) => Some(
+                        blocked::hash_blocks(&mut src, DEFAULT_BLOCK_SIZE, &mut buf)
+                            .with_context(|| format!("cannot read {shown}"))?,
+                    ),
+                    None => None,
+                };
+                self.block_buf = buf;
+                self.write_blocks(dir_member, &meta, &mut src, first, parent.as_ref())?
+            }
+            BlockedFrom::Pages(db) => {
+                let mut buf = self.take_block_buf();
+                let (mut image, first) = live_db::read_pages(&file_key, &db, |mut image| {
+                    let first = match parent {
+                        Some(_) => Some(
+                            blocked::hash_blocks(&mut image, DEFAULT_BLOCK_SIZE, &mut buf)
+                                .map_err(|e| CopyFailure::Other(e.to_string()))?,
+                        ),
+                        None => None,
+                    };
+                    Ok((image, first))
+                })?;
+                self.block_buf = buf;
+                let record =
+                    self.write_blocks(dir_member, &meta, &mut image, first, parent.as_ref())?;
+                image.finish().map_err(|f| {
+                    anyhow::anyhow!("cannot finish reading the database {shown}: {}", f.said())
+                })?;
+                record
+            }
+        };
+        if let Some(chain) = self.chain.as_mut() {
+            chain.next.blocks.insert(file_key, record);
+        }
+        Ok(())
+    }
+
+    /// Block `i` of a block directory `dir_member` of the file `meta`.
+    fn append_block(
+        &mut self,
+        dir_member: &[u8],
+        meta: &fs::Metadata,
+        i: usize,
+        mut data: &[u8],
+    ) -> io::Result<()> {
+        let mut member = dir_member.to_vec();
+        member.extend_from_slice(blocks::block_name(i as u64).as_bytes());
+        let len = data.len() as u64;
+        self.append(
+            &member,
+            &Attrs::of_block_dir(meta, 0o600, len),
+            tar::EntryType::Regular,
+            None,
+            Payload::Sized(&mut data, len),
+        )
+    }
+
+    /// The buffer one block is read into, allocated at the first blocked file.
+    fn take_block_buf(&mut self) -> Vec<u8> {
+        let mut buf = std::mem::take(&mut self.block_buf);
+        buf.resize(DEFAULT_BLOCK_SIZE as usize, 0);
+        buf
+    }
+
+    /// A block directory's own member: in chain mode, its dumpdir lists each block by
+    /// `codes` and the index by `index`.
+    fn append_block_dir(
+        &mut self,
+        dir_member: &[u8],
+        meta: &fs::Metadata,
+        codes: &[Code],
+        index: Code,
+    ) -> Result<()> {
+        let shown = String::from_utf8_lossy(dir_member).into_owned();
+        let dumpdir = match self.chain {
+            Some(_) => {
+                let listed = codes
+                    .iter()
+                    .enumerate()
+                    .map(|(i, code)| (*code, blocks::block_name(i as u64).into_bytes()))
+                    .chain([(index, blocks::INDEX_NAME.as_bytes().to_vec())]);
+                Some(
+                    Dumpdir::new(listed)
+                        .with_context(|| format!("cannot list {shown}"))?
+                        .render(),
+                )
+            }
+            None => None,
+        };
+        let payload = match &dumpdir {
+            Some(d) => Payload::Dumpdir(d),
+            None => Payload::None,
+        };
+        let attrs = Attrs::of_block_dir(meta, 0o700, 0);
+        self.append(dir_member, &attrs, tar::EntryType::Directory, None, payload)
+            .with_context(|| format!("cannot archive {shown}"))
+    }
+
+    /// The block directory of `src` (the file `meta`): its member, the blocks `first`
+    /// (pass 1's whole-file and block hashes) says changed since `parent` (all of them
+    /// without a first pass), the index. What it records for the next link.
+    fn write_blocks(
+        &mut self,
+        dir_member: &[u8],
+        meta: &fs::Metadata,
+        src: &mut dyn BlockSource,
+        first: Option<(PartHash, Vec<PartHash>)>,
+        parent: Option<&BlockRecord>,
+    ) -> Result<BlockRecord> {
+        let shown = String::from_utf8_lossy(dir_member).into_owned();
+        let (size, block_size) = (src.size(), DEFAULT_BLOCK_SIZE);
+        let count = blocks::block_count(size, block_size) as usize;
+        let codes = match &first {
+            Some((_, hashes)) => blocked::codes(
+                &BlockRecord {
+                    size,
+                    block_size,
+                    blocks: hashes.clone(),
+                },
+                parent,
+            ),
+            None => vec![Code::Included; count],
+        };
+        self.append_block_dir(dir_member, meta, &codes, Code::Included)?;
+        let mut buf = self.take_block_buf();
+        let mut hashes = Vec::with_capacity(count);
+        let mut moved = false;
+        let file_hash = match first {
+            // One pass, every block in order (a database's in one scan): the whole file's
+            // hash is of what is written.
+            None => {
+                let mut whole = PartHasher::new(PartHashAlgo::Xxh3_128);
+                src.each_block(block_size, &mut buf, &mut |data| {
+                    whole.update(data);
+                    hashes.push(blocked::block_hash(data));
+                    self.append_block(dir_member, meta, hashes.len() - 1, data)
+                })
+                .with_context(|| format!("cannot archive {shown}"))?;
+                whole.finish()
+            }
+            // Pass 2: the changed blocks only, read at their offsets.
+            Some((file_hash, first)) => {
+                for (i, code) in codes.iter().enumerate() {
+                    if *code == Code::Unchanged {
+                        hashes.push(first[i]);
+                        continue;
+                    }
+                    let len = blocks::block_len(size, block_size, i as u64) as usize;
+                    let data = &mut buf[..len];
+                    src.read_at(i as u64 * block_size, data)
+                        .with_context(|| format!("cannot read {shown}"))?;
+                    let hash = blocked::block_hash(data);
+                    moved |= first[i] != hash;
+                    hashes.push(hash);
+                    self.append_block(dir_member, meta, i, data)
+                        .with_context(|| format!("cannot archive {shown}"))?;
+                }
+                file_hash
+            }
+        };
+        if hashes.len() != count {
+            bail!(
+                "cannot archive {shown}: it gave {} blocks where its size makes {count}",
+                hashes.len()
+            );
+        }
+        let file_hash = match moved {
+            false => file_hash,
+            // Written bytes differ from the first pass's: the file is being written. The
+            // whole-file hash must be of what a restore puts together.
+            true => {
+                rehash(src, &hashes, &mut buf).with_context(|| format!("cannot archive {shown}"))?
+            }
+        };
+        self.block_buf = buf;
+        let index = BlockIndex {
+            size,
+            block_size,
+            mode: meta.mode() & 0o7777,
+            mtime: (meta.mtime(), meta.mtime_nsec().clamp(0, 999_999_999) as u32),
+            file_hash,
+            blocks: hashes,
+        };
+        let text = index.render();
+        let mut member = dir_member.to_vec();
+        member.extend_from_slice(blocks::INDEX_NAME.as_bytes());
+        let len = text.len() as u64;
+        self.append(
+            &member,
+            &Attrs::of_block_dir(meta, 0o600, len),
+            tar::EntryType::Regular,
+            None,
+            Payload::Sized(&mut text.as_bytes(), len),
+        )
+        .with_context(|| format!("cannot archive {shown}"))?;
+        Ok(BlockRecord {
+            size,
+            block_size,
+            blocks: index.blocks,
+        })
+    }
+}
+
+/// The whole-file hash of what a restore puts together from `hashes` (the kept blocks'
+/// and those written), reading `src` again: each block must still have its hash, or the
+/// file changed in place, where this link could no longer follow, while the save ran.
+fn rehash(src: &mut dyn BlockSource, hashes: &[PartHash], buf: &mut [u8]) -> Result<PartHash> {
+    let size = src.size();
+    let mut whole = PartHasher::new(PartHashAlgo::Xxh3_128);
+    for (i, hash) in hashes.iter().enumerate() {
+        let len = blocks::block_len(size, DEFAULT_BLOCK_SIZE, i as u64) as usize;
+        src.read_at(i as u64 * DEFAULT_BLOCK_SIZE, &mut buf[..len])?;
+        if blocked::block_hash(&buf[..len]) != *hash {
+            bail!(
+                "it was written to in place while the save ran, faster than it could be \
+                 read; save again once what writes it is done (the box's own databases are \
+                 read in one transaction and never meet this)"
+            );
+        }
+        whole.update(&buf[..len]);
+    }
+    Ok(whole.finish())
 }
 
 /// What a look at one directory entry found.
@@ -804,7 +1213,7 @@ pub fn export_announcing(
     // The live databases first: their copies are what the walk archives, and what they
     // say goes into the manifest the walk archives too.
     let parent = opts.chain.as_ref().and_then(|c| c.parent.as_ref());
-    let live = LiveDatabases::prepare(&opts.root, &opts.out, parent)?;
+    let live = LiveDatabases::prepare(&opts.root, &opts.out, parent, opts.block_files_above)?;
     for (db, why) in &live.damaged {
         warn(&format!(
             "the database {db} fails SQLite's quick_check ({why}); it is saved as it is, sidecars included"
@@ -833,11 +1242,14 @@ pub fn export_announcing(
         out_id,
         open_budget: open_budget(),
         copy_buf: vec![0u8; COPY_BUF],
+        block_threshold: opts.block_files_above,
+        block_buf: Vec::new(),
         chain: opts.chain.as_ref().map(|c| Chain {
             next: Snapshot {
                 backup: None,
                 link: c.parent.as_ref().map_or(0, |p| p.link + 1),
                 entries: live.stamps.iter().cloned().collect(),
+                blocks: HashMap::new(),
                 legacy: false,
             },
             parent: c.parent.clone(),

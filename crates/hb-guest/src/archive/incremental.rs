@@ -15,6 +15,11 @@
 //! published and verified, with its digest) makes it current: a save that dies before
 //! leaves the old snapshot, whose digest no longer names the newest backup, so the next
 //! save is a full one — never an increment on a parent that does not exist.
+//!
+//! A file kept in blocks (box_proto::archive::blocks) has, beside its stamp, a
+//! [`BlockRecord`]: its size, block size and each block's hash, so the next export writes
+//! only the blocks whose hash changed. Version 3 records them; a version 2 snapshot still
+//! reads (it has none: its large files are written whole, every block new).
 
 use std::collections::HashMap;
 use std::fs;
@@ -22,12 +27,16 @@ use std::os::unix::fs::{DirBuilderExt, MetadataExt};
 use std::path::{Path, PathBuf};
 
 use anyhow::{Context as _, Result, bail};
+use box_proto::archive::blocks;
+use box_proto::archive::part_hash::PartHash;
 
 use crate::fsutil::write_private;
 
 /// First word of a snapshot file, and its version.
 const MAGIC: &str = "box-snapshot";
-const VERSION: &str = "2";
+const VERSION: &str = "3";
+/// The version before files were kept in blocks: the same lines, none with blocks.
+const BEFORE_BLOCKS_VERSION: &str = "2";
 /// The version hb wrote before version 2: it recorded a database archived as it is (its
 /// copy failed) like one copied, so its databases cannot be kept from it.
 const LEGACY_VERSION: &str = "1";
@@ -68,6 +77,53 @@ impl Stamp {
     }
 }
 
+/// What an export wrote of a file it kept in blocks: enough to tell, next time, which
+/// blocks are the same.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BlockRecord {
+    pub size: u64,
+    pub block_size: u64,
+    /// Each block's XXH3-128, in order: exactly `block_count(size, block_size)`.
+    pub blocks: Vec<PartHash>,
+}
+
+impl BlockRecord {
+    /// ` b <size> <block size> <hex> <hex> …`: appended to the file's line.
+    fn render_into(&self, out: &mut String) {
+        out.push_str(&format!(" b {} {}", self.size, self.block_size));
+        for h in &self.blocks {
+            out.push(' ');
+            if let PartHash::Xxh3_128(bytes) = h {
+                out.push_str(&hex::encode(bytes));
+            }
+        }
+    }
+
+    /// [`Self::render_into`]'s fields after the `b`; `None` when anything is off.
+    fn parse(fields: &[&str]) -> Option<Self> {
+        let [size, block_size, hashes @ ..] = fields else {
+            return None;
+        };
+        let size: u64 = size.parse().ok()?;
+        let block_size: u64 = block_size.parse().ok()?;
+        let sane = (blocks::MIN_BLOCK_SIZE..=blocks::MAX_BLOCK_SIZE).contains(&block_size)
+            && block_size.is_power_of_two()
+            && blocks::block_count(size, block_size) == hashes.len() as u64;
+        if !sane {
+            return None;
+        }
+        let blocks = hashes
+            .iter()
+            .map(|h| PartHash::parse(&format!("xxh3-128:{h}")))
+            .collect::<Option<Vec<_>>>()?;
+        Some(BlockRecord {
+            size,
+            block_size,
+            blocks,
+        })
+    }
+}
+
 /// Every file and link one export saw, keyed like archive members (data-root-relative,
 /// no `./`), and the backup it went into.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -78,6 +134,8 @@ pub struct Snapshot {
     /// The position of that backup in its chain: 0 for a full one.
     pub link: u32,
     pub entries: HashMap<Vec<u8>, Stamp>,
+    /// The files of `entries` that were kept in blocks.
+    pub blocks: HashMap<Vec<u8>, BlockRecord>,
     /// Read from a `LEGACY_VERSION` file: every database is copied again rather than
     /// kept from it (a database's stamp there may be of a main file archived without its
     /// WAL).
@@ -104,7 +162,7 @@ impl Snapshot {
         for key in keys {
             let s = &self.entries[key];
             out.push_str(&format!(
-                "{} {} {} {} {} {} {} {} {}\n",
+                "{} {} {} {} {} {} {} {} {}",
                 hex::encode(key),
                 char::from(s.kind),
                 s.ino,
@@ -115,6 +173,10 @@ impl Snapshot {
                 s.uid,
                 s.gid
             ));
+            if let Some(record) = self.blocks.get(key) {
+                record.render_into(&mut out);
+            }
+            out.push('\n');
         }
         out
     }
@@ -125,9 +187,12 @@ impl Snapshot {
         let [magic, version, backup, link] = header.as_slice() else {
             bail!("not a box snapshot (bad header)");
         };
-        if *magic != MAGIC || ![VERSION, LEGACY_VERSION].contains(version) {
-            bail!("not a box snapshot of version {VERSION} or {LEGACY_VERSION}");
+        if *magic != MAGIC || ![VERSION, BEFORE_BLOCKS_VERSION, LEGACY_VERSION].contains(version) {
+            bail!(
+                "not a box snapshot of version {VERSION}, {BEFORE_BLOCKS_VERSION} or {LEGACY_VERSION}"
+            );
         }
+        let with_blocks = *version == VERSION;
         let backup = match *backup {
             UNCOMMITTED => None,
             d if d.len() == 64 && d.bytes().all(|b| b.is_ascii_hexdigit()) => Some(d.to_string()),
@@ -135,10 +200,18 @@ impl Snapshot {
         };
         let link = link.parse().context("bad chain position in the snapshot")?;
         let mut entries = HashMap::new();
+        let mut block_records = HashMap::new();
         for (n, line) in lines.enumerate() {
             let f: Vec<&str> = line.split(' ').collect();
+            let (stamp_fields, record) = match f.get(9..) {
+                Some(["b", rest @ ..]) if with_blocks => match BlockRecord::parse(rest) {
+                    Some(record) => (&f[..9], Some(record)),
+                    None => bail!("bad snapshot line {}", n + 2),
+                },
+                _ => (f.as_slice(), None),
+            };
             let parsed = (|| -> Option<(Vec<u8>, Stamp)> {
-                let [key, kind, ino, size, mt, ct, mode, uid, gid] = f.as_slice() else {
+                let [key, kind, ino, size, mt, ct, mode, uid, gid] = stamp_fields else {
                     return None;
                 };
                 let kind = match *kind {
@@ -163,12 +236,16 @@ impl Snapshot {
             let Some((key, stamp)) = parsed else {
                 bail!("bad snapshot line {}", n + 2);
             };
+            if let Some(record) = record {
+                block_records.insert(key.clone(), record);
+            }
             entries.insert(key, stamp);
         }
         Ok(Snapshot {
             backup,
             link,
             entries,
+            blocks: block_records,
             legacy: *version == LEGACY_VERSION,
         })
     }
@@ -292,13 +369,65 @@ mod tests {
         assert_eq!(old.entries.len(), 1);
         // Committed, it still says what wrote it.
         assert!(old.render().starts_with("box-snapshot 1 "));
-        assert!(Snapshot::default().render().starts_with("box-snapshot 2 "));
-        assert!(
-            !Snapshot::parse(&format!("box-snapshot 2 - 0\n{line}"))
-                .unwrap()
-                .legacy
+        assert!(Snapshot::default().render().starts_with("box-snapshot 3 "));
+        let before_blocks = Snapshot::parse(&format!("box-snapshot 2 - 0\n{line}")).unwrap();
+        assert!(!before_blocks.legacy && before_blocks.blocks.is_empty());
+        assert!(Snapshot::parse("box-snapshot 4 - 0\n").is_err());
+        // Blocks are a version 3 thing: a version 2 line that has them is refused.
+        let blocked = format!(
+            "{} b 70000 65536 {} {}\n",
+            line.trim_end(),
+            "a".repeat(32),
+            "b".repeat(32)
         );
-        assert!(Snapshot::parse("box-snapshot 3 - 0\n").is_err());
+        assert!(Snapshot::parse(&format!("box-snapshot 2 - 0\n{blocked}")).is_err());
+        assert_eq!(
+            Snapshot::parse(&format!("box-snapshot 3 - 0\n{blocked}"))
+                .unwrap()
+                .blocks
+                .len(),
+            1
+        );
+    }
+
+    #[test]
+    fn a_file_in_blocks_round_trips_and_a_bad_record_is_refused() {
+        let mut s = Snapshot::default();
+        let stamp = Stamp {
+            kind: b'f',
+            ino: 9,
+            size: 200_000,
+            mtime_ns: 1,
+            ctime_ns: 2,
+            mode: 0o100600,
+            uid: 1000,
+            gid: 1000,
+        };
+        let key = b"home/agent/big".to_vec();
+        s.entries.insert(key.clone(), stamp);
+        s.blocks.insert(
+            key,
+            BlockRecord {
+                size: 200_000,
+                block_size: 65_536,
+                blocks: (0..4u8).map(|i| PartHash::Xxh3_128([i; 16])).collect(),
+            },
+        );
+        s.entries.insert(b"small".to_vec(), stamp);
+        let text = s.render();
+        assert_eq!(Snapshot::parse(&text).unwrap(), s);
+        let line = text.lines().find(|l| l.contains(" b ")).unwrap();
+        for bad in [
+            // One hash short of what the size makes.
+            line.rsplit_once(' ').unwrap().0.to_string(),
+            line.replace(" 65536 ", " 65537 "),
+            line.replace(" 65536 ", " 1024 "),
+            format!("{line} {}", "c".repeat(32)),
+            line.replace(&"00".repeat(16), &"0".repeat(31)),
+        ] {
+            let text = format!("box-snapshot 3 - 0\n{bad}\n");
+            assert!(Snapshot::parse(&text).is_err(), "{bad}");
+        }
     }
 
     #[test]

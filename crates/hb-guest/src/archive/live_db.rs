@@ -10,6 +10,11 @@
 //! metadata, and leaves its `-wal`, `-shm` and `-journal` out: the copy holds every
 //! committed row. An unchanged database is kept from the parent without being read.
 //!
+//! A database at or above the export's block threshold is not copied (the copy would need
+//! scratch space its size): it is kept in blocks (`super::blocked`), read during the walk
+//! as its page image inside one read transaction ([`sqlite::PageImage`]). Here it is only
+//! opened once, to find a database SQLite refuses (archived as it is) or one a writer holds.
+//!
 //! A copy that fails is never a silent loss: the main file of a WAL database lacks every
 //! transaction since the last checkpoint and still passes SQLite's checks. So a copy that
 //! fails for an ordinary reason (a writer holding the file, a full disk) is tried again a
@@ -29,6 +34,7 @@ use anyhow::{Context as _, Result, anyhow};
 use box_proto::escape::shown;
 use box_proto::manifest::SqliteCheck;
 
+use super::blocked;
 use super::incremental::{Snapshot, Stamp};
 use crate::paths::Paths;
 use crate::sqlite::{self, CopyFailure};
@@ -53,6 +59,8 @@ pub enum Archive {
     Kept,
     /// The consistent copy at this path, in its place.
     Copy(PathBuf),
+    /// In blocks, read from its page image during the walk ([`read_pages`]).
+    Pages,
     /// The file as it is, with its sidecars: it is damaged. A backup of a damaged box
     /// beats none; its restore stops at it and says so.
     AsIs,
@@ -96,9 +104,15 @@ fn stamp_at(path: &Path) -> Option<Stamp> {
 
 impl LiveDatabases {
     /// Copies into `scratch/live-db/` (0700) every database of `root` that changed since
-    /// `parent` (all of them without one). Fails when a copy fails for any reason but
-    /// damage, naming the database and why.
-    pub fn prepare(root: &Path, scratch: &Path, parent: Option<&Snapshot>) -> Result<Self> {
+    /// `parent` (all of them without one), but those of `block_threshold` bytes or more
+    /// (0: none), kept in blocks. Fails when a copy fails for any reason but damage, naming
+    /// the database and why.
+    pub fn prepare(
+        root: &Path,
+        scratch: &Path,
+        parent: Option<&Snapshot>,
+        block_threshold: u64,
+    ) -> Result<Self> {
         let mut live = LiveDatabases::default();
         let databases = sqlite::databases(&Paths::new(root));
         if databases.is_empty() {
@@ -118,15 +132,22 @@ impl LiveDatabases {
             };
             let wal = sqlite::sidecar(&db, "-wal");
             let wal_key = key_of(root, &wal).unwrap_or_default();
-            let (Some(db_stamp), wal_stamp) = (stamp_at(&db), stamp_at(&wal)) else {
+            let (Ok(db_meta), wal_stamp) = (fs::symlink_metadata(&db), stamp_at(&wal)) else {
                 continue;
             };
+            let db_stamp = Stamp::of(&db_meta);
+            // What its page image may hold: its pages, and those its WAL has not yet
+            // written back.
+            let wal_len = wal_stamp.map_or(0, |s| s.size);
+            let may_block = blocked::may_block(&db, &db_meta);
             let mut stamps = vec![(key.clone(), db_stamp)];
             if let Some(s) = wal_stamp {
                 stamps.push((wal_key.clone(), s));
             }
+            // Kept from the parent in the form it has there: blocks need room for them.
             let unchanged = parent.is_some_and(|p| {
-                p.unchanged(&key, &db_stamp)
+                (may_block || !p.blocks.contains_key(&key))
+                    && p.unchanged(&key, &db_stamp)
                     && match &wal_stamp {
                         Some(s) => p.unchanged(&wal_key, s),
                         None => !p.entries.contains_key(&wal_key),
@@ -135,17 +156,35 @@ impl LiveDatabases {
             let archive = if unchanged {
                 live.unchanged += 1;
                 Archive::Kept
-            } else {
-                let copy = copies.join(format!("{n}.db"));
-                match copy_checked(&db, &copy) {
-                    Ok(Copied::Checked) => Archive::Copy(copy),
-                    Ok(Copied::Gone) => continue,
-                    Ok(Copied::Damaged(why)) => {
+            } else if may_block && blocked::large_enough(db_meta.len() + wal_len, block_threshold) {
+                let probe = || sqlite::PageImage::open(&db, HOLD_WAIT).and_then(|p| p.finish());
+                match retried(&db, probe) {
+                    Ok(Tried::Done(())) => Archive::Pages,
+                    Ok(Tried::Gone) => continue,
+                    Ok(Tried::Damaged(why)) => {
                         live.damaged
                             .push((String::from_utf8_lossy(&key).into_owned(), why));
                         Archive::AsIs
                     }
-                    Err(failure) => return Err(copy_failed(&key, &db, &failure)),
+                    Err(failure) => return Err(db_failed("read", &key, &db, &failure)),
+                }
+            } else {
+                let copy = copies.join(format!("{n}.db"));
+                let copy_checked = || {
+                    remove_copy(&copy);
+                    sqlite::snapshot(&db, &copy, HOLD_WAIT)
+                        .and_then(|()| sqlite::quick_check(&copy))
+                        .inspect_err(|_| remove_copy(&copy))
+                };
+                match retried(&db, copy_checked) {
+                    Ok(Tried::Done(())) => Archive::Copy(copy),
+                    Ok(Tried::Gone) => continue,
+                    Ok(Tried::Damaged(why)) => {
+                        live.damaged
+                            .push((String::from_utf8_lossy(&key).into_owned(), why));
+                        Archive::AsIs
+                    }
+                    Err(failure) => return Err(db_failed("copy", &key, &db, &failure)),
                 }
             };
             if !matches!(archive, Archive::Kept) {
@@ -190,36 +229,35 @@ impl LiveDatabases {
     }
 }
 
-/// What came of copying one database.
-enum Copied {
-    /// A copy that passed its check is at the path given.
-    Checked,
+/// What came of reading one database (copying it, or its page image).
+pub enum Tried<T> {
+    /// It worked.
+    Done(T),
     /// SQLite found the database damaged: it is archived as it is.
     Damaged(String),
     /// It went away meanwhile: nothing to archive.
     Gone,
 }
 
-/// Copies `db` to `copy` and checks the copy, trying again ([`TRIES`] in all, with
-/// growing pauses) while it fails for a reason other than damage; `Err` holds the last
-/// failure.
-fn copy_checked(db: &Path, copy: &Path) -> Result<Copied, CopyFailure> {
+/// Runs `attempt` on the database `db`, trying again ([`TRIES`] in all, with growing
+/// pauses) while it fails for a reason other than damage; `Err` holds the last failure.
+fn retried<T>(
+    db: &Path,
+    mut attempt: impl FnMut() -> Result<T, CopyFailure>,
+) -> Result<Tried<T>, CopyFailure> {
     let mut pause = FIRST_BACKOFF;
     let mut tries = 0;
     loop {
         tries += 1;
-        remove_copy(copy);
-        let failure =
-            match sqlite::snapshot(db, copy, HOLD_WAIT).and_then(|()| sqlite::quick_check(copy)) {
-                Ok(()) => return Ok(Copied::Checked),
-                Err(failure) => failure,
-            };
-        remove_copy(copy);
+        let failure = match attempt() {
+            Ok(done) => return Ok(Tried::Done(done)),
+            Err(failure) => failure,
+        };
         if fs::symlink_metadata(db).is_err_and(|e| e.kind() == std::io::ErrorKind::NotFound) {
-            return Ok(Copied::Gone);
+            return Ok(Tried::Gone);
         }
         match failure {
-            CopyFailure::Damaged(why) => return Ok(Copied::Damaged(why)),
+            CopyFailure::Damaged(why) => return Ok(Tried::Damaged(why)),
             failure if tries >= TRIES => return Err(failure),
             _ => {
                 std::thread::sleep(pause);
@@ -237,11 +275,34 @@ fn remove_copy(copy: &Path) {
     }
 }
 
-/// The export's error for a database that could not be copied: which, why, what to do.
-fn copy_failed(key: &[u8], db: &Path, failure: &CopyFailure) -> anyhow::Error {
+/// Reads the page image of the database `db` (data-root-relative `key`) for the walk:
+/// `attempt` opens it and makes its first pass, tried again as a copy is. Whatever stops
+/// it fails the export naming the database: by now its listing names its blocks.
+pub fn read_pages<T>(
+    key: &[u8],
+    db: &Path,
+    mut attempt: impl FnMut(sqlite::PageImage) -> Result<T, CopyFailure>,
+) -> Result<T> {
+    let tried = retried(db, || {
+        sqlite::PageImage::open(db, HOLD_WAIT).and_then(&mut attempt)
+    });
+    match tried {
+        Ok(Tried::Done(done)) => Ok(done),
+        Ok(Tried::Gone) => Err(anyhow!(
+            "the database {} went away while the save ran; save again",
+            shown(key)
+        )),
+        Ok(Tried::Damaged(why)) => Err(db_failed("read", key, db, &CopyFailure::Damaged(why))),
+        Err(failure) => Err(db_failed("read", key, db, &failure)),
+    }
+}
+
+/// The export's error for a database that could not be copied or read (`verb`): which,
+/// why, what to do.
+fn db_failed(verb: &str, key: &[u8], db: &Path, failure: &CopyFailure) -> anyhow::Error {
     let name = shown(key);
     let said = failure.said();
-    let what = format!("cannot copy the database {name} for the backup ({TRIES} tries)");
+    let what = format!("cannot {verb} the database {name} for the backup ({TRIES} tries)");
     match failure {
         CopyFailure::Held(_) => {
             // Any of the programs that have it open may be the one.

@@ -2,6 +2,7 @@
 //! the passphrase: it writes and reads plaintext parts (tar → zstd, split, with a part
 //! index), and the host encrypts and decrypts them.
 
+pub mod blocked;
 pub mod export;
 pub mod import;
 pub mod incremental;

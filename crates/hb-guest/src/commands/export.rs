@@ -19,6 +19,7 @@ pub fn run(ctx: &Context, args: &crate::cli::ExportArgs) -> Result<ExitCode> {
     let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
     let mut opts = ExportOptions::new(&root, &args.out, args.part_size);
     opts.part_hash = args.part_hash;
+    opts.block_files_above = args.block_files_above;
     if args.listed_incremental {
         let current = Paths::new(&root).backup_snapshot();
         let (parent, why) = match &args.parent {
