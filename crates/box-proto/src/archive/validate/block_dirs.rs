@@ -476,3 +476,407 @@ fn exactly(dir: &[u8], held: impl Iterator<Item = u64>, count: u64) -> Result<()
         None => Ok(()),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use std::rc::Rc;
+
+    use super::*;
+    use crate::archive::blocks::{BlockHasher, MIN_BLOCK_SIZE, block_name};
+    use crate::archive::validate::{Limits, validate, validate_link};
+
+    /// (name, tar type flag, data): a file's bytes, a dumpdir's listing, a link's target.
+    type Members = Vec<(String, u8, Vec<u8>)>;
+
+    fn tar_of(members: &Members) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (name, flag, data) in members {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(tar::EntryType::new(*flag));
+            h.set_mode(0o700);
+            let is_link = matches!(flag, b'1' | b'2');
+            let stored: &[u8] = if is_link { b"" } else { data };
+            h.set_size(stored.len() as u64);
+            let gnu = h.as_gnu_mut().unwrap();
+            gnu.name[..name.len()].copy_from_slice(name.as_bytes());
+            if is_link {
+                gnu.linkname[..data.len()].copy_from_slice(data);
+            }
+            h.set_cksum();
+            b.append(&h, stored).unwrap();
+        }
+        zstd::encode_all(b.into_inner().unwrap().as_slice(), 1).unwrap()
+    }
+
+    const DIR: &str = "./home/agent/state.db.box-blocks/";
+
+    /// A file of `len` bytes (`seed` picks them) and its index in 64 KiB blocks.
+    fn file(len: usize, seed: u8) -> (Vec<u8>, BlockIndex) {
+        let data: Vec<u8> = (0..len)
+            .map(|i| (i as u8).wrapping_mul(31).wrapping_add(seed))
+            .collect();
+        let index = index_of(&data);
+        (data, index)
+    }
+
+    fn index_of(data: &[u8]) -> BlockIndex {
+        let mut h = BlockHasher::new(MIN_BLOCK_SIZE);
+        h.update(data);
+        let (file_hash, blocks) = h.finish();
+        BlockIndex {
+            size: data.len() as u64,
+            block_size: MIN_BLOCK_SIZE,
+            mode: 0o600,
+            mtime: (1_765_000_000, 0),
+            file_hash,
+            blocks,
+        }
+    }
+
+    /// A dumpdir's bytes from its entries, space-separated.
+    fn listing(entries: &str) -> Vec<u8> {
+        let mut out = Vec::new();
+        for e in entries.split(' ') {
+            out.extend_from_slice(e.as_bytes());
+            out.push(0);
+        }
+        out.push(0);
+        out
+    }
+
+    fn block(data: &[u8], i: usize) -> Vec<u8> {
+        data.chunks(MIN_BLOCK_SIZE as usize)
+            .nth(i)
+            .unwrap()
+            .to_vec()
+    }
+
+    /// The block directory's members as `hb export` writes them: the blocks `written`,
+    /// then the index. With `listing`, the directory is a dumpdir of it.
+    fn block_dir(
+        data: &[u8],
+        index: &BlockIndex,
+        written: &[usize],
+        listed: Option<&str>,
+    ) -> Members {
+        let dir = match listed {
+            Some(l) => (DIR.to_string(), b'D', listing(l)),
+            None => (DIR.to_string(), b'5', Vec::new()),
+        };
+        let mut m = vec![dir];
+        for &i in written {
+            m.push((
+                format!("{DIR}{}", block_name(i as u64)),
+                b'0',
+                block(data, i),
+            ));
+        }
+        m.push((format!("{DIR}index"), b'0', index.render().into_bytes()));
+        m
+    }
+
+    /// A standalone archive: plain directories, then `extra`.
+    fn plain(extra: Members) -> Vec<u8> {
+        let mut m: Members = ["./", "./home/", "./home/agent/"]
+            .iter()
+            .map(|d| (d.to_string(), b'5', Vec::new()))
+            .collect();
+        m.extend(extra);
+        tar_of(&m)
+    }
+
+    /// A link of a chain: dumpdirs down to home/agent, which lists `agent`, then `extra`.
+    fn link(agent: &str, extra: Members) -> Vec<u8> {
+        let mut m: Members = vec![
+            ("./".into(), b'D', b"Dhome\0\0".to_vec()),
+            ("./home/".into(), b'D', b"Dagent\0\0".to_vec()),
+            ("./home/agent/".into(), b'D', listing(agent)),
+        ];
+        m.extend(extra);
+        tar_of(&m)
+    }
+
+    fn refusal(result: Result<impl std::fmt::Debug, ArchiveError>) -> String {
+        let e = result.expect_err("accepted");
+        assert_eq!(e.rule(), Some(Rule::BlockDirectory), "{e}");
+        let text = e.to_string();
+        assert!(
+            text.contains("home/agent/state.db (kept in blocks)"),
+            "{text}"
+        );
+        text
+    }
+
+    #[test]
+    fn a_well_formed_block_directory_is_accepted_alone_and_in_a_chain() {
+        let limits = Limits::default();
+        let (data, index) = file(150_000, 1);
+        assert_eq!(index.blocks.len(), 3);
+        let r = validate(
+            plain(block_dir(&data, &index, &[0, 1, 2], None)).as_slice(),
+            &limits,
+        )
+        .unwrap();
+        assert_eq!(r.files, 4);
+
+        // The full link of a chain, then a link where block 1 changed, then one where the
+        // file did not change (everything kept), then one where it shrank to one block.
+        let full = link(
+            "Dstate.db.box-blocks",
+            block_dir(
+                &data,
+                &index,
+                &[0, 1, 2],
+                Some("Yb00000000 Yb00000001 Yb00000002 Yindex"),
+            ),
+        );
+        let (_, tree) = validate_link(full.as_slice(), &limits, None).unwrap();
+        assert_eq!(
+            tree.get(b"home/agent/state.db.box-blocks/index"),
+            Some(Node::BlockIndex)
+        );
+        let mut changed = data.clone();
+        changed[70_000] ^= 0xff;
+        let index2 = index_of(&changed);
+        let second = link(
+            "Dstate.db.box-blocks",
+            block_dir(
+                &changed,
+                &index2,
+                &[1],
+                Some("Nb00000000 Yb00000001 Nb00000002 Yindex"),
+            ),
+        );
+        let strict = |t: &ChainState| Some(Rc::new(t.clone().strict()));
+        let (report, tree) = validate_link(second.as_slice(), &limits, strict(&tree)).unwrap();
+        assert_eq!(report.files, 2, "one block and the index");
+        assert_eq!(
+            tree.get(b"home/agent/state.db.box-blocks/index"),
+            Some(Node::BlockIndex)
+        );
+        let unchanged = link(
+            "Dstate.db.box-blocks",
+            vec![(
+                DIR.to_string(),
+                b'D',
+                listing("Nb00000000 Nb00000001 Nb00000002 Nindex"),
+            )],
+        );
+        let (_, tree) = validate_link(unchanged.as_slice(), &limits, strict(&tree)).unwrap();
+        assert_eq!(
+            tree.get(b"home/agent/state.db.box-blocks/index"),
+            Some(Node::BlockIndex),
+            "a kept index stays a block index"
+        );
+        let (short, short_index) = file(1000, 1);
+        let shrunk = link(
+            "Dstate.db.box-blocks",
+            block_dir(&short, &short_index, &[0], Some("Yb00000000 Yindex")),
+        );
+        validate_link(shrunk.as_slice(), &limits, strict(&tree)).unwrap();
+    }
+
+    #[test]
+    fn a_block_directory_a_restore_would_refuse_is_refused_naming_the_file() {
+        let limits = Limits::default();
+        let (data, index) = file(150_000, 2);
+        let good = || block_dir(&data, &index, &[0, 1, 2], None);
+        let at = |name: &str| format!("{DIR}{name}");
+        let before_index = |mut m: Members, extra: (String, u8, Vec<u8>)| {
+            let last = m.len() - 1;
+            m.insert(last, extra);
+            m
+        };
+        let mut short = good();
+        short[2].2.pop();
+        let mut flipped = good();
+        flipped[3].2[0] ^= 1;
+        let mut garbled = good();
+        garbled.last_mut().unwrap().2 = format!("{MAGIC}\nsize nine\n").into_bytes();
+        let mut long = good();
+        long.last_mut()
+            .unwrap()
+            .2
+            .extend(std::iter::repeat_n(b'x', 2000));
+        let mut missing = good();
+        missing.remove(2);
+        let mut after = good();
+        after.push((at("b00000003"), b'0', vec![1]));
+        let cases: Vec<(Members, &str)> = vec![
+            (
+                before_index(good(), (at("notes"), b'0', b"x".to_vec())),
+                "it holds notes, neither its index nor a block",
+            ),
+            (
+                before_index(good(), (at("b00000003"), b'2', b"/etc/passwd".to_vec())),
+                "block b00000003 is a symlink",
+            ),
+            (
+                before_index(good(), (at("b00000003/"), b'5', vec![])),
+                "block b00000003 is a directory",
+            ),
+            (
+                before_index(
+                    good(),
+                    (at("b00000003"), b'1', at("b00000000").into_bytes()),
+                ),
+                "block b00000003 is a hard link",
+            ),
+            (
+                short,
+                "block b00000001 is 65535 bytes long, its index says 65536",
+            ),
+            (
+                flipped,
+                "block b00000002 does not have the hash its index gives",
+            ),
+            (garbled, "block index: size is not a number"),
+            (long, "longer than the blocks beside it make"),
+            (missing, "block b00000001 is missing"),
+            (after, "b00000003 comes after its index"),
+            (
+                before_index(good(), (at("b00000003"), b'0', vec![1])),
+                "b00000003 is not one of its 3 blocks",
+            ),
+        ];
+        for (members, words) in cases {
+            let text = refusal(validate(plain(members).as_slice(), &limits));
+            assert!(text.contains(words), "{text} should say {words}");
+        }
+        // A hard link elsewhere to a block: a restore refuses a block of two links.
+        let mut m = good();
+        m.push((
+            "./home/agent/copy".into(),
+            b'1',
+            b"home/agent/state.db.box-blocks/b00000000".to_vec(),
+        ));
+        let e = validate(plain(m).as_slice(), &limits).unwrap_err();
+        assert_eq!(e.rule(), Some(Rule::BlockDirectory), "{e}");
+        assert!(
+            e.to_string()
+                .contains("home/agent/copy is a hard link into"),
+            "{e}"
+        );
+        // An index that is a hard link: its bytes are another file's.
+        let mut m = good();
+        m.insert(
+            0,
+            ("./home/agent/i".into(), b'0', index.render().into_bytes()),
+        );
+        m.last_mut().unwrap().1 = b'1';
+        m.last_mut().unwrap().2 = b"home/agent/i".to_vec();
+        let text = refusal(validate(plain(m).as_slice(), &limits));
+        assert!(text.contains("its index is a hard link"), "{text}");
+    }
+
+    #[test]
+    fn a_directory_with_the_suffix_but_no_block_index_is_ordinary_data() {
+        let limits = Limits::default();
+        let (data, index) = file(150_000, 3);
+        let mut m = block_dir(&data, &index, &[0, 2], None);
+        m.insert(1, (format!("{DIR}notes/"), b'5', vec![]));
+        m.insert(1, (format!("{DIR}b00000009"), b'2', b"x".to_vec()));
+        m.last_mut().unwrap().2 = b"my own index of things\n".to_vec();
+        validate(plain(m.clone()).as_slice(), &limits).unwrap();
+        // A symlink or directory named index makes no block directory either.
+        let last = m.len() - 1;
+        m[last] = (format!("{DIR}index"), b'2', b"elsewhere".to_vec());
+        validate(plain(m).as_slice(), &limits).unwrap();
+    }
+
+    #[test]
+    fn a_chain_link_is_refused_when_its_blocks_after_it_do_not_restore() {
+        let limits = Limits::default();
+        let (data, index) = file(150_000, 4);
+        let all = "Yb00000000 Yb00000001 Yb00000002 Yindex";
+        let full = link(
+            "Dstate.db.box-blocks Yplain.box-blocks",
+            block_dir(&data, &index, &[0, 1, 2], Some(all)),
+        );
+        let (_, tree) = validate_link(full.as_slice(), &limits, None).unwrap();
+        let tree = Rc::new(tree.strict());
+        let mut changed = data.clone();
+        changed[140_000] ^= 1;
+        let index2 = index_of(&changed);
+        let keeps = |listed: &str, written: &[usize], with_index: bool| {
+            let mut m = block_dir(&changed, &index2, written, Some(listed));
+            if !with_index {
+                m.pop();
+            }
+            link("Dstate.db.box-blocks", m)
+        };
+        let cases = [
+            (
+                keeps("Nb00000000 Nb00000001 Yindex", &[], true),
+                "block b00000002 is missing",
+            ),
+            (
+                keeps("Nb00000000 Nb00000001 Yb00000002 Yindex", &[], true),
+                "block b00000002 is listed as written but is not in the archive",
+            ),
+            (
+                keeps("Nb00000000 Nb00000001 Nindex", &[], false),
+                "block b00000002 is missing (the index kept from before lists it)",
+            ),
+            (
+                keeps("Nb00000000 Nb00000001 Yb00000002 Nindex", &[2], false),
+                "it writes blocks but keeps the index from before",
+            ),
+            (
+                keeps("Nb00000000 Nb00000001 Nb00000002 Yindex", &[], false),
+                "its index is listed as written but is not in the archive",
+            ),
+            (
+                keeps("Nb00000000 Nb00000001 Nb00000002 Dextra Yindex", &[], true),
+                "it holds extra, neither its index nor a block",
+            ),
+        ];
+        for (archive, words) in cases {
+            let text = refusal(validate_link(
+                archive.as_slice(),
+                &limits,
+                Some(tree.clone()),
+            ));
+            assert!(text.contains(words), "{text} should say {words}");
+        }
+        // Kept blocks of a directory that was no block directory before.
+        let plain_dir = "./home/agent/plain.box-blocks/";
+        let user = link(
+            "Dstate.db.box-blocks Dplain.box-blocks",
+            [
+                block_dir(&data, &index, &[0, 1, 2], Some(all)),
+                vec![
+                    (plain_dir.into(), b'D', listing("Yb00000000")),
+                    (format!("{plain_dir}b00000000"), b'0', b"mine".to_vec()),
+                ],
+            ]
+            .concat(),
+        );
+        let (_, user_tree) = validate_link(user.as_slice(), &limits, None).unwrap();
+        let small_index = file(1000, 5).1;
+        let turned = link(
+            "Dplain.box-blocks",
+            vec![
+                (plain_dir.into(), b'D', listing("Nb00000000 Yindex")),
+                (
+                    format!("{plain_dir}index"),
+                    b'0',
+                    small_index.render().into_bytes(),
+                ),
+            ],
+        );
+        let e = validate_link(turned.as_slice(), &limits, Some(Rc::new(user_tree))).unwrap_err();
+        assert!(
+            e.to_string()
+                .contains("keeps blocks from a directory that was no block directory before"),
+            "{e}"
+        );
+        // A block directory without its listing in a link of a chain.
+        let unlisted = link(
+            "Dstate.db.box-blocks",
+            block_dir(&changed, &index2, &[0, 1, 2], None),
+        );
+        let text = refusal(validate_link(unlisted.as_slice(), &limits, Some(tree)));
+        assert!(text.contains("no incremental listing"), "{text}");
+    }
+}
