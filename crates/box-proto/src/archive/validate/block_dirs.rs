@@ -879,4 +879,27 @@ mod tests {
         let text = refusal(validate_link(unlisted.as_slice(), &limits, Some(tree)));
         assert!(text.contains("no incremental listing"), "{text}");
     }
+
+    #[test]
+    fn the_fuzz_seeds_hold_block_directories_the_rule_accepts() {
+        let corpus = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../fuzz/corpus");
+        let seed =
+            std::fs::read(corpus.join("archive_chain/block-dir-kept-and-changed-block")).unwrap();
+        let at = seed.windows(7).position(|w| w == b"\n#link\n").unwrap();
+        let first = crate::fuzzing::build_tar(&seed[..at]).unwrap();
+        let second = crate::fuzzing::build_tar(&seed[at + 7..]).unwrap();
+        let limits = crate::fuzzing::limits();
+        let (_, tree) = validate_link(first.as_slice(), &limits, None).unwrap();
+        let (report, tree) =
+            validate_link(second.as_slice(), &limits, Some(Rc::new(tree.strict()))).unwrap();
+        assert_eq!(report.files, 2, "the changed block and the index");
+        assert_eq!(
+            tree.get(b"home/agent/state.db.box-blocks/index"),
+            Some(Node::BlockIndex)
+        );
+        crate::fuzzing::archive_chain(&seed);
+        let seed = std::fs::read(corpus.join("archive_validate/block-dir-gzip")).unwrap();
+        let report = validate(seed.as_slice(), &limits).unwrap();
+        assert_eq!(report.files, 2, "a block and the index");
+    }
 }
