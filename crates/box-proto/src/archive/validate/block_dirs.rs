@@ -902,4 +902,149 @@ mod tests {
         let report = validate(seed.as_slice(), &limits).unwrap();
         assert_eq!(report.files, 2, "a block and the index");
     }
+
+    /// Block `i` of the measured file: half pseudo-random, half zeros (about 2:1 under
+    /// zstd, as a database is), different in every block.
+    fn measured_block(i: u64, block_size: usize) -> Vec<u8> {
+        let mut x = i.wrapping_mul(0x9e37_79b9_7f4a_7c15) | 1;
+        let mut out = vec![0u8; block_size];
+        for chunk in out.chunks_mut(1024) {
+            for b in &mut chunk[..512] {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                *b = x as u8;
+            }
+        }
+        out
+    }
+
+    /// Measures validating a 1 GiB file in 1 MiB blocks against the same bytes as one
+    /// member (run it in release: `cargo test --release -p box-proto --lib
+    /// validating_blocks_costs -- --ignored --nocapture`).
+    #[test]
+    #[ignore = "a measurement: 1 GiB, seconds"]
+    fn validating_blocks_costs_what_validating_the_bytes_costs() {
+        use crate::archive::blocks::DEFAULT_BLOCK_SIZE;
+        use std::io::Write;
+        use std::time::Instant;
+        let bs = DEFAULT_BLOCK_SIZE as usize;
+        let count = 1024u64;
+        let header = |name: &str, kind: tar::EntryType, size: u64| {
+            let mut h = tar::Header::new_gnu();
+            h.set_entry_type(kind);
+            h.set_mode(0o700);
+            h.set_size(size);
+            h.set_path(name).unwrap();
+            h.set_cksum();
+            h
+        };
+        let start = |b: &mut tar::Builder<zstd::Encoder<'static, Vec<u8>>>| {
+            for d in ["./", "./home/", "./home/agent/"] {
+                b.append(&header(d, tar::EntryType::Directory, 0), std::io::empty())
+                    .unwrap();
+            }
+        };
+        let encoder = || zstd::Encoder::new(Vec::new(), 1).unwrap();
+        // The file as one member.
+        let mut whole = tar::Builder::new(encoder());
+        start(&mut whole);
+        let size = count * DEFAULT_BLOCK_SIZE;
+        let h = header("./home/agent/state.db", tar::EntryType::Regular, size);
+        whole
+            .append(
+                &h,
+                BlockStream {
+                    i: 0,
+                    count,
+                    bs,
+                    buf: Vec::new(),
+                    at: 0,
+                },
+            )
+            .unwrap();
+        let whole = whole.into_inner().unwrap().finish().unwrap();
+        // The same bytes in blocks, then the index.
+        let mut blocked = tar::Builder::new(encoder());
+        start(&mut blocked);
+        blocked
+            .append(&header(DIR, tar::EntryType::Directory, 0), std::io::empty())
+            .unwrap();
+        let mut hasher = BlockHasher::new(DEFAULT_BLOCK_SIZE);
+        for i in 0..count {
+            let data = measured_block(i, bs);
+            hasher.update(&data);
+            let name = format!("{DIR}{}", block_name(i));
+            blocked
+                .append(
+                    &header(&name, tar::EntryType::Regular, bs as u64),
+                    data.as_slice(),
+                )
+                .unwrap();
+        }
+        let (file_hash, hashes) = hasher.finish();
+        let index = BlockIndex {
+            size,
+            block_size: DEFAULT_BLOCK_SIZE,
+            mode: 0o600,
+            mtime: (0, 0),
+            file_hash,
+            blocks: hashes,
+        }
+        .render();
+        let name = format!("{DIR}index");
+        blocked
+            .append(
+                &header(&name, tar::EntryType::Regular, index.len() as u64),
+                index.as_bytes(),
+            )
+            .unwrap();
+        let mut blocked = blocked.into_inner().unwrap();
+        blocked.flush().unwrap();
+        let blocked = blocked.finish().unwrap();
+        let limits = Limits::default();
+        let mut times = [Vec::new(), Vec::new()];
+        for _ in 0..5 {
+            for (t, archive) in times.iter_mut().zip([&whole, &blocked]) {
+                let at = Instant::now();
+                validate(archive.as_slice(), &limits).unwrap();
+                t.push(at.elapsed().as_secs_f64());
+            }
+        }
+        for t in &mut times {
+            t.sort_by(f64::total_cmp);
+        }
+        println!(
+            "1 GiB ({} MiB compressed): one member {:.3} s, 1024 blocks {:.3} s (medians of 5, interleaved)",
+            whole.len() >> 20,
+            times[0][2],
+            times[1][2]
+        );
+    }
+
+    /// The measured file's bytes, block after block, as a reader.
+    struct BlockStream {
+        i: u64,
+        count: u64,
+        bs: usize,
+        buf: Vec<u8>,
+        at: usize,
+    }
+
+    impl std::io::Read for BlockStream {
+        fn read(&mut self, out: &mut [u8]) -> std::io::Result<usize> {
+            if self.at == self.buf.len() {
+                if self.i == self.count {
+                    return Ok(0);
+                }
+                self.buf = measured_block(self.i, self.bs);
+                self.i += 1;
+                self.at = 0;
+            }
+            let n = out.len().min(self.buf.len() - self.at);
+            out[..n].copy_from_slice(&self.buf[self.at..self.at + n]);
+            self.at += n;
+            Ok(n)
+        }
+    }
 }
