@@ -196,13 +196,15 @@ impl BlockDirs {
                     ),
                 )),
                 _ => {
+                    // As a restore caps it: one line per entry of the directory, the
+                    // index's own included, and a header.
                     let blocks_known = seen.written.len().max(
                         seen.listing
                             .as_ref()
                             .map_or(0, |l| l.written.len() + l.kept.len()),
                     ) as u64;
-                    let cap =
-                        (INDEX_HEADER_BYTES + INDEX_LINE_BYTES * blocks_known).min(MAX_INDEX_BYTES);
+                    let cap = (INDEX_HEADER_BYTES + INDEX_LINE_BYTES * (blocks_known + 1))
+                        .min(MAX_INDEX_BYTES);
                     let keep = if member.size <= cap {
                         member.size
                     } else {
@@ -260,7 +262,7 @@ impl BlockDirs {
                     return Err(refused(
                         dir,
                         format!(
-                            "its index is {size} bytes, longer than the blocks beside it make ({cap})"
+                            "its index is {size} bytes, longer than {cap} bytes (the most the blocks beside it make)"
                         ),
                     ));
                 }
@@ -731,7 +733,7 @@ mod tests {
                 "block b00000002 does not have the hash its index gives",
             ),
             (garbled, "block index: size is not a number"),
-            (long, "longer than the blocks beside it make"),
+            (long, "longer than 720 bytes"),
             (missing, "block b00000001 is missing"),
             (after, "b00000003 comes after its index"),
             (
