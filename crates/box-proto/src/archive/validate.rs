@@ -710,6 +710,7 @@ impl Validator {
         }
         let checked = self.block_dirs.finish(self.prior.as_deref())?;
         // A restore refuses a block with a second link, so nothing links into one.
+        let checked_set: HashSet<&[u8]> = checked.iter().map(Vec::as_slice).collect();
         for (key, kind) in &self.order {
             if let Kind::Hardlink(target) = kind {
                 let target = key_of(target);
@@ -717,7 +718,7 @@ impl Validator {
                     .iter()
                     .rposition(|b| *b == b'/')
                     .map_or(&b""[..], |cut| &target[..cut]);
-                if checked.iter().any(|d| d.as_slice() == dir) {
+                if checked_set.contains(dir) {
                     return Err(ArchiveError::unsafe_(
                         Rule::BlockDirectory,
                         format!(

@@ -179,23 +179,20 @@ impl BlockDirs {
         }
         let odd = kind_word(member);
         if name == INDEX_NAME.as_bytes() {
-            return match member.kind {
+            return match (member.kind, odd) {
                 // As a restore reads it: a directory or symlink named `index` makes no
                 // block directory.
-                MemberKind::Dir | MemberKind::Symlink => {
+                (MemberKind::Dir | MemberKind::Symlink, _) => {
                     seen.index = IndexSeen::NotBlocks;
                     Ok(None)
                 }
                 // Its bytes (another file's, or with holes) are not in this stream as a
                 // restore will read them, and hb never writes one.
-                _ if odd.is_some() => Err(refused(
+                (_, Some(what)) => Err(refused(
                     dir,
-                    format!(
-                        "its index is {}, which may or may not be a block index",
-                        odd.unwrap_or_default()
-                    ),
+                    format!("its index is {what}, which may or may not be a block index"),
                 )),
-                _ => {
+                (_, None) => {
                     // As a restore caps it: one line per entry of the directory, the
                     // index's own included, and a header.
                     let blocks_known = seen.written.len().max(
