@@ -6,6 +6,9 @@
 //! verified is one a restore accepts. That side keeps the tree between saves (the host's state
 //! dir, [`ChainState::encode`]) with every path replaced by a salted hash: what is looked up
 //! is the same, and no file name of the user's data sits on the host in the clear.
+//!
+//! A block directory's index is told from other files ([`Node::BlockIndex`]): a next link
+//! that keeps it (and its blocks) is checked against it without holding its bytes.
 
 use std::collections::HashMap;
 
@@ -17,6 +20,11 @@ pub enum Node {
     Dir,
     File,
     Symlink,
+    /// A regular file that is the index of a block directory (`NAME.box-blocks/index`
+    /// whose first line is `blocks::MAGIC`, checked against its blocks): what a restore
+    /// reassembles `NAME` from. A tree holds one only for a block directory the validator
+    /// checked, so one kept in a later link stands for exactly its checked blocks.
+    BlockIndex,
     /// A name a link's listing has (`Y`, or kept `N`) with nothing restored under it: what
     /// box before issue 30 wrote for a symlink it skipped. Nothing is there on disk; a
     /// later link that keeps it restores without it (and says so), where a name no listing
@@ -30,6 +38,7 @@ impl Node {
             Node::Dir => b'd',
             Node::File => b'f',
             Node::Symlink => b'l',
+            Node::BlockIndex => b'i',
             Node::Ghost => b'g',
         }
     }
@@ -39,6 +48,7 @@ impl Node {
             b'd' => Some(Node::Dir),
             b'f' => Some(Node::File),
             b'l' => Some(Node::Symlink),
+            b'i' => Some(Node::BlockIndex),
             b'g' => Some(Node::Ghost),
             _ => None,
         }
@@ -74,7 +84,9 @@ impl Default for ChainState {
     }
 }
 
-/// First bytes of an encoded tree, with its version.
+/// First bytes of an encoded tree, with its version. (A box before block directories
+/// refuses a tree holding a [`Node::BlockIndex`] as of an unknown kind, and builds the
+/// tree again by validating the chain.)
 const MAGIC: &[u8; 8] = b"boxtree1";
 
 fn hashed_key(salt: &[u8; 16], path: &[u8]) -> [u8; 16] {

@@ -26,6 +26,10 @@
 //! (empty) → rule 7 (nested beneath a link) → rule 8 (`home`, `home/agent`) → rule 9
 //! (every member's parent is a directory of the archive).
 //!
+//! After rule 9: the block directory rule ([`block_dirs`]): a large file kept in blocks
+//! holds exactly the blocks its index lists, of their lengths and hashes, as a restore
+//! reassembles it. It reads the data of blocks and indexes as they stream past.
+//!
 //! [`walk`] is the same walk with a callback per member, so extraction applies exactly the
 //! rules (and sees exactly the members) the validator saw.
 
@@ -35,6 +39,9 @@ use std::fmt;
 use std::io::{self, Read};
 use std::rc::Rc;
 
+mod block_dirs;
+
+use crate::archive::blocks;
 use crate::archive::chain_state::{ChainState, Node};
 use crate::archive::compress::{Compression, sniff};
 use crate::archive::incremental::{Code, Dumpdir};
@@ -95,6 +102,10 @@ pub enum Rule {
     /// A dumpdir that keeps entries from an earlier backup: this archive is one link of a
     /// chain and restores only after the links before it.
     IncrementalLink,
+    /// A large file's block directory (`NAME.box-blocks/` with a block index) that a
+    /// restore could not reassemble: a block missing, extra, of another length or hash
+    /// than its index gives, or not a regular file; an index that does not parse.
+    BlockDirectory,
 }
 
 impl Rule {
@@ -114,9 +125,8 @@ impl Rule {
             | ParentNotDirectory
             | HardlinkNotRegularFile
             | HardlinkBeforeTarget => 9,
-            TooManyMembers | TooLarge | GlobalHeaders | NameTooLong | Dumpdir | IncrementalLink => {
-                0
-            }
+            TooManyMembers | TooLarge | GlobalHeaders | NameTooLong | Dumpdir | IncrementalLink
+            | BlockDirectory => 0,
         }
     }
 
@@ -153,6 +163,7 @@ impl Rule {
             IncrementalLink => {
                 "archive is an incremental backup that keeps files from earlier backups; restore it with its chain"
             }
+            BlockDirectory => "archive has a large file in blocks that does not restore",
         }
     }
 }
@@ -333,6 +344,10 @@ pub struct Validator {
     /// Kept entries that are ghosts in `prior` (a restore goes on without them; see
     /// [`Node::Ghost`]).
     kept_missing: KeptMissing,
+    /// What this link shows of block directories, checked by [`Validator::finish`].
+    block_dirs: block_dirs::BlockDirs,
+    /// The block directories [`Validator::finish`] found and checked.
+    checked_block_dirs: Vec<Vec<u8>>,
 }
 
 impl Validator {
@@ -349,6 +364,8 @@ impl Validator {
             root_listed: false,
             included: Vec::new(),
             kept_missing: KeptMissing::default(),
+            block_dirs: block_dirs::BlockDirs::default(),
+            checked_block_dirs: Vec::new(),
         }
     }
 
@@ -453,6 +470,12 @@ impl Validator {
                 paths.entry(key).or_insert(before.unwrap_or(Node::Ghost));
             }
         }
+        for dir in self.checked_block_dirs {
+            let mut index = dir;
+            index.extend_from_slice(b"/");
+            index.extend_from_slice(blocks::INDEX_NAME.as_bytes());
+            paths.insert(index, Node::BlockIndex);
+        }
         ChainState::plain(paths)
     }
 
@@ -547,7 +570,8 @@ impl Validator {
                 ));
             }
             match self.node(&key_of(target)) {
-                Some(Node::File) => {}
+                // A block index is a regular file too (the block rule refuses a link to it).
+                Some(Node::File | Node::BlockIndex) => {}
                 None => {
                     return Err(ArchiveError::unsafe_(
                         Rule::HardlinkBeforeTarget,
@@ -571,8 +595,8 @@ impl Validator {
         Ok(key)
     }
 
-    /// The whole-archive rules: 1, 7, 8, 9.
-    pub fn finish(&self) -> Result<(), ArchiveError> {
+    /// The whole-archive rules: 1, 7, 8, 9, and the block directory rule.
+    pub fn finish(&mut self) -> Result<(), ArchiveError> {
         // Rule 1.
         if self.order.is_empty() {
             return Err(ArchiveError::unsafe_(Rule::Empty, ""));
@@ -684,6 +708,29 @@ impl Validator {
                 }
             }
         }
+        let checked = self.block_dirs.finish(self.prior.as_deref())?;
+        // A restore refuses a block with a second link, so nothing links into one.
+        let checked_set: HashSet<&[u8]> = checked.iter().map(Vec::as_slice).collect();
+        for (key, kind) in &self.order {
+            if let Kind::Hardlink(target) = kind {
+                let target = key_of(target);
+                let dir = target
+                    .iter()
+                    .rposition(|b| *b == b'/')
+                    .map_or(&b""[..], |cut| &target[..cut]);
+                if checked_set.contains(dir) {
+                    return Err(ArchiveError::unsafe_(
+                        Rule::BlockDirectory,
+                        format!(
+                            "{} is a hard link into the block directory {}",
+                            shown_key(key),
+                            shown_key(dir)
+                        ),
+                    ));
+                }
+            }
+        }
+        self.checked_block_dirs = checked;
         Ok(())
     }
 
@@ -692,7 +739,7 @@ impl Validator {
     /// refuses the member then).
     pub fn resolve_hardlink(&self, target: &[u8]) -> Option<Vec<u8>> {
         let key = key_of(target);
-        (self.node(&key) == Some(Node::File)).then_some(key)
+        matches!(self.node(&key), Some(Node::File | Node::BlockIndex)).then_some(key)
     }
 
     fn member(&self, key: &[u8]) -> Option<&Kind> {
@@ -782,6 +829,40 @@ impl<R: Read> Read for CountOut<R> {
     }
 }
 
+/// How much of a watched member's data is read at once after the callback.
+const DRAIN_BUF: usize = 256 << 10;
+
+/// A member's data as the callback reads it, shown to the block rule when it watches the
+/// member (a block's bytes are hashed, an index's kept).
+struct Watched<'a, R> {
+    inner: R,
+    watch: Option<&'a mut block_dirs::Watch>,
+}
+
+impl<R: Read> Read for Watched<'_, R> {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let n = self.inner.read(buf)?;
+        if let Some(watch) = &mut self.watch {
+            watch.update(&buf[..n]);
+        }
+        Ok(n)
+    }
+}
+
+impl<R: Read> Watched<'_, R> {
+    /// Reads the rest of the data.
+    fn drain(&mut self, buf: &mut [u8]) -> io::Result<()> {
+        loop {
+            match self.read(buf) {
+                Ok(0) => return Ok(()),
+                Ok(_) => {}
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+    }
+}
+
 /// Why a [`walk`] stopped.
 #[derive(Debug)]
 pub enum WalkError<E> {
@@ -866,6 +947,7 @@ where
         Some(prior) => Validator::after(limits.clone(), prior),
         None => Validator::new(limits.clone()),
     };
+    let mut drain_buf: Option<Vec<u8>> = None;
     let fail = |e: TarError, global_cap_broken: bool| -> ArchiveError {
         match meter.violation.borrow_mut().take() {
             Some(v) => v,
@@ -906,18 +988,24 @@ where
             let missing = validator.listing(&key, &read)?;
             // What the tree before lacks is not kept: the callback (a restore) neither
             // looks for it nor keeps it from a purge.
-            listing = Some(if missing.is_empty() {
+            let kept = if missing.is_empty() {
                 read
             } else {
                 read.without(&missing)
-            });
+            };
+            validator.block_dirs.listing(&key, &kept);
+            listing = Some(kept);
         }
+        let mut watch = validator.block_dirs.member(&key, &member)?;
         let hardlink_target = match member.kind {
             MemberKind::Hardlink => validator.resolve_hardlink(&member.link),
             _ => None,
         };
-        let mut data = Data {
-            reader: &mut reader,
+        let mut data = Watched {
+            inner: Data {
+                reader: &mut reader,
+            },
+            watch: watch.as_mut(),
         };
         let mut entry = Entry {
             member: &member,
@@ -930,6 +1018,20 @@ where
             return Err(v.into());
         }
         outcome.map_err(WalkError::Callback)?;
+        if data.watch.is_some() {
+            // What the callback left unread streams past the watch too.
+            let buf = drain_buf.get_or_insert_with(|| vec![0u8; DRAIN_BUF]);
+            if let Err(e) = data.drain(buf) {
+                return Err(match meter.violation.borrow_mut().take() {
+                    Some(v) => v,
+                    None => invalid("corrupt tar or compressed stream", &e),
+                }
+                .into());
+            }
+        }
+        if let Some(watched) = watch {
+            validator.block_dirs.read(&key, watched)?;
+        }
     }
     // Drain: everything after the end-of-archive marker must be zero padding, and reading
     // it to EOF makes the decoder check the footer (gzip CRC32/ISIZE, zstd checksum) and
