@@ -14,7 +14,7 @@
 //! * [`host_facts`]: what `box` itself vouches for about a backup (policy, versions, chain
 //!   place), sealed into its first bytes; [`chain_line`]: what `hb export` says it makes.
 //! * [`naming`]: backup file names and finding a box's newest backup.
-//! * [`unpack`]: extraction into a staging dir; [`holes`] and [`room`] keep zeros as holes
+//! * [`unpack`]: extraction into a staging dir ([`copy`] and [`times`] write its files); [`holes`] and [`room`] keep zeros as holes
 //!   and the destination's filesystem from filling up.
 //! * [`blocks`]: large files kept as fixed-size blocks, so a link holds only the changed
 //!   ones; the block directory's index. `reassemble` puts such a file back together when
@@ -25,6 +25,7 @@ pub mod blocks;
 pub mod chain_line;
 pub mod chain_state;
 pub mod compress;
+pub mod copy;
 pub mod excludes;
 pub mod holes;
 pub mod host_facts;
@@ -36,6 +37,7 @@ mod reassemble;
 pub mod room;
 pub mod shown;
 pub mod tarread;
+pub mod times;
 pub mod unpack;
 pub mod validate;
 

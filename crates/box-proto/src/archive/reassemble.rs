@@ -26,11 +26,12 @@ use std::os::unix::fs::{MetadataExt, OpenOptionsExt, PermissionsExt};
 use std::path::Path;
 
 use crate::archive::blocks::{self, BlockIndex, INDEX_NAME, MAGIC};
+use crate::archive::copy::COPY_BUF;
 use crate::archive::holes::copy_with_holes;
 use crate::archive::part_hash::{PartHashAlgo, PartHasher};
 use crate::archive::room::Room;
 use crate::archive::shown::shown_name;
-use crate::archive::unpack::{COPY_BUF, set_times_fd};
+use crate::archive::times::set_times_fd;
 
 /// What a reassembly writes with: the unpacker's copy buffer (allocated at the first
 /// file), its room, and whether files keep their set-id bits.

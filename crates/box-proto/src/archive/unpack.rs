@@ -26,23 +26,22 @@
 //! The staging directory must be new and private (0700) and nobody else may write in it.
 
 use std::collections::{HashMap, HashSet};
-use std::ffi::{CString, OsStr};
+use std::ffi::OsStr;
 use std::fs;
-use std::io::{self, Read, Write};
-use std::os::fd::AsRawFd;
+use std::io::{self, Read};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
+use crate::archive::copy::COPY_BUF;
 use crate::archive::holes::copy_with_holes;
 use crate::archive::incremental::{Code, Dumpdir};
 use crate::archive::reassemble::{Writing, reassemble};
 use crate::archive::room::Room;
 use crate::archive::shown::shown_name;
 use crate::archive::tarread::MemberKind;
+use crate::archive::times::{Time, set_times_fd, set_times_path};
 use crate::archive::validate::{Entry, Limits};
-
-type Time = (i64, u32);
 
 /// Unpacks members one at a time into `root`.
 #[derive(Debug)]
@@ -62,25 +61,6 @@ pub struct Unpacker {
     link: u32,
     /// The link each directory was made in: a dumpdir purges only what earlier links left.
     made_in: HashMap<Vec<u8>, u32>,
-}
-
-/// How much of a member's data is copied at a time (here and by `hb export`): `io::copy`
-/// copies 8 KiB pieces, a syscall and a (de)compressor call per 8 KiB of every file.
-pub const COPY_BUF: usize = 1 << 20;
-
-/// Copies `from` to `to` through `buf` to EOF; returns the bytes copied.
-pub fn copy_through(buf: &mut [u8], from: &mut dyn Read, to: &mut dyn Write) -> io::Result<u64> {
-    let mut copied = 0u64;
-    loop {
-        let n = match from.read(buf) {
-            Ok(0) => return Ok(copied),
-            Ok(n) => n,
-            Err(e) if e.kind() == io::ErrorKind::Interrupted => continue,
-            Err(e) => return Err(e),
-        };
-        to.write_all(&buf[..n])?;
-        copied += n as u64;
-    }
 }
 
 fn context(e: io::Error, what: &str, key: &[u8]) -> io::Error {
@@ -402,52 +382,10 @@ fn write_sparse(
     Ok(end)
 }
 
-fn timespecs(mtime: Time) -> [libc::timespec; 2] {
-    let t = libc::timespec {
-        tv_sec: mtime.0 as libc::time_t,
-        tv_nsec: i64::from(mtime.1) as _,
-    };
-    [t, t]
-}
-
-pub(crate) fn set_times_fd(file: &fs::File, mtime: Time) -> io::Result<()> {
-    let ts = timespecs(mtime);
-    // SAFETY: a valid descriptor and a two-element timespec array.
-    if unsafe { libc::futimens(file.as_raw_fd(), ts.as_ptr()) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Sets a path's access and modification times without following a final symlink, and
-/// without opening it (a directory without read permission is fine).
-pub fn set_times_path(path: &Path, mtime: Time) -> io::Result<()> {
-    let c = CString::new(path.as_os_str().as_bytes())
-        .map_err(|_| io::Error::other("path holds a NUL byte"))?;
-    let ts = timespecs(mtime);
-    // SAFETY: a NUL-terminated path and a two-element timespec array.
-    if unsafe {
-        libc::utimensat(
-            libc::AT_FDCWD,
-            c.as_ptr(),
-            ts.as_ptr(),
-            libc::AT_SYMLINK_NOFOLLOW,
-        )
-    } != 0
-    {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(())
-}
-
-/// Sets a path's times (whole seconds) without following a final symlink.
-pub fn set_mtime_nofollow(path: &Path, mtime: u64) -> io::Result<()> {
-    set_times_path(path, (i64::try_from(mtime).unwrap_or(i64::MAX), 0))
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::io::Write;
     use crate::archive::validate::{Limits, WalkError, walk};
     use std::os::unix::fs::MetadataExt;
 

@@ -14,7 +14,7 @@
 //! deleted during the save is left out rather than listed and missing.
 //!
 //! A regular file of `block_files_above` bytes or more is archived as a block directory
-//! (box_proto::archive::blocks; see [`Walker::append_blocked`]), so a link of a chain holds
+//! (box_proto::archive::blocks; see `Walker::append_blocked`), so a link of a chain holds
 //! only the blocks that changed since its parent.
 //!
 //! Member names are written byte for byte (GNU format, `././@LongLink` records for names
@@ -32,11 +32,11 @@ use anyhow::{Context as _, Result, bail};
 use box_proto::archive::blocks::{self, BlockIndex, DEFAULT_BLOCK_SIZE};
 use box_proto::archive::compress;
 use box_proto::archive::compress::Compression;
+use box_proto::archive::copy::{COPY_BUF, copy_through};
 use box_proto::archive::excludes::is_excluded;
 use box_proto::archive::incremental::{Code, DUMPDIR_TYPE, Dumpdir};
 use box_proto::archive::part_hash::{PartHash, PartHashAlgo, PartHasher};
 use box_proto::archive::parts::PartIndex;
-use box_proto::archive::unpack::{COPY_BUF, copy_through};
 
 use super::blocked::{self, BlockSource, FileSource};
 use super::incremental::{BlockRecord, Snapshot, Stamp};
