@@ -32,7 +32,10 @@ struct Listed {
 
 /// The backup files in `places` of `only` (or of every box), by box: names only, nothing
 /// read.
-fn files_by_box(places: &[Place], only: Option<&str>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+pub(super) fn files_by_box(
+    places: &[Place],
+    only: Option<&str>,
+) -> Result<BTreeMap<String, Vec<PathBuf>>> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for dir in places.iter().map(|p| &p.dir) {
         let entries = match std::fs::read_dir(dir) {
@@ -126,8 +129,10 @@ fn age(secs: u64) -> String {
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
-    if let Some(crate::cli::BackupsCmd::Prune(p)) = &args.cmd {
-        return prune(ctx, p);
+    match &args.cmd {
+        Some(crate::cli::BackupsCmd::Prune(p)) => return prune(ctx, p),
+        Some(crate::cli::BackupsCmd::Check(c)) => return super::backups_check::run(ctx, c),
+        None => {}
     }
     let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
     let boxes = read(&places, args.name.as_deref())?;
