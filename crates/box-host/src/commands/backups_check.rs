@@ -183,8 +183,9 @@ fn verdict_words(c: &BoxCheck, i: usize) -> String {
     match &c.verdicts[i] {
         Verdict::Sound => String::new(),
         Verdict::Damaged { file, what } if *file == c.files[i].path => what.clone(),
-        Verdict::Damaged { file, what } => {
-            format!("stands on {}, which is damaged: {what}", file_name(file))
+        // What is wrong with that file is said on its own line (and in --json's `what`).
+        Verdict::Damaged { file, .. } => {
+            format!("stands on {}, which is damaged", file_name(file))
         }
         Verdict::Incomplete { missing } => {
             let m = &c.missing[*missing];
