@@ -295,5 +295,15 @@ fn a_chain_of_three_checks_sound_then_damaged_then_incomplete() {
         r.all()
     );
 
+    // Nothing to check is no pass; no box named is a usage error.
+    let r = w.run(&["backups", "check", "nosuch"], &[]);
+    assert!(
+        r.code == Some(1) && r.stderr.contains("no backups of 'nosuch'"),
+        "{}",
+        r.all()
+    );
+    let r = w.run(&["backups", "check"], &[]);
+    assert_eq!(r.code, Some(2), "{}", r.all());
+
     w.scan_secrets();
 }

@@ -597,3 +597,182 @@ fn decrypt_whole(path: &Path, pass: &SecretString) -> Result<(), BackupError> {
     }
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A chain's file `alpha-20261201-1000NN` whose digest is `[n; 32]`, standing on `[p; 32]`.
+    fn file(n: u8, parent: Option<u8>) -> FileFound {
+        FileFound {
+            path: PathBuf::from(format!("/b/alpha-20261201-1000{n:02}.tar.zst.gpg")),
+            stamp: format!("20261201-1000{n:02}"),
+            size: 100,
+            digest: Some([n; 32]),
+            recorded: None,
+            place: Some(Place {
+                link: parent.map_or(0, |p| u32::from(p)),
+                parent: parent.map(|p| [p; 32]),
+            }),
+            faults: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    fn record(f: &FileFound) -> Recorded {
+        Recorded {
+            path: f.path.clone(),
+            size: f.size,
+            digest: f.digest.unwrap(),
+            place: f.place,
+        }
+    }
+
+    #[test]
+    fn a_whole_chain_is_sound() {
+        let files = vec![file(1, None), file(2, Some(1)), file(3, Some(2))];
+        let (verdicts, missing) = judge(&files, &[]);
+        assert_eq!(verdicts, vec![Verdict::Sound; 3]);
+        assert!(missing.is_empty());
+    }
+
+    #[test]
+    fn a_changed_middle_file_takes_the_links_on_it_down_and_names_itself() {
+        let mut files = vec![file(1, None), file(2, Some(1)), file(3, Some(2))];
+        let recorded: Vec<Recorded> = files.iter().map(record).collect();
+        // Its bytes changed: its digest is no longer the one its child names.
+        files[1].digest = Some([9; 32]);
+        files[1].faults.push("its SHA-256 differs".into());
+        files[1].recorded = Some(recorded[1].clone());
+        let (verdicts, missing) = judge(&files, &recorded);
+        assert_eq!(verdicts[0], Verdict::Sound);
+        let damaged = Verdict::Damaged {
+            file: files[1].path.clone(),
+            what: "its SHA-256 differs".into(),
+        };
+        assert_eq!(verdicts[1], damaged);
+        assert_eq!(verdicts[2], damaged, "the last link stands on it");
+        assert!(missing.is_empty(), "changed, not missing: {missing:?}");
+    }
+
+    #[test]
+    fn a_missing_link_is_named_with_everything_it_takes_down() {
+        let all = vec![
+            file(1, None),
+            file(2, Some(1)),
+            file(3, Some(2)),
+            file(4, Some(3)),
+        ];
+        let recorded: Vec<Recorded> = all.iter().map(record).collect();
+        let files = vec![all[0].clone(), all[2].clone(), all[3].clone()];
+        let (verdicts, missing) = judge(&files, &recorded);
+        assert_eq!(verdicts[0], Verdict::Sound);
+        assert_eq!(verdicts[1], Verdict::Incomplete { missing: 0 });
+        assert_eq!(verdicts[2], Verdict::Incomplete { missing: 0 });
+        assert_eq!(
+            missing,
+            vec![MissingLink {
+                digest: [2; 32],
+                link: Some(1),
+                was: Some(all[1].path.clone()),
+                named_by: Some(all[2].path.clone()),
+                takes_down: vec![all[2].path.clone(), all[3].path.clone()],
+            }]
+        );
+        // Not recorded by a save: named by its digest and place only.
+        let (_, missing) = judge(&files, &[]);
+        assert_eq!(missing[0].was, None);
+        assert_eq!(missing[0].link, Some(1));
+    }
+
+    #[test]
+    fn a_recorded_newest_backup_that_is_gone_is_missing_though_nothing_stands_on_it() {
+        let all = vec![file(1, None), file(2, Some(1))];
+        let recorded: Vec<Recorded> = all.iter().map(record).collect();
+        let (verdicts, missing) = judge(&all[..1], &recorded);
+        assert_eq!(verdicts, vec![Verdict::Sound]);
+        assert_eq!(missing.len(), 1);
+        assert_eq!(missing[0].was, Some(all[1].path.clone()));
+        assert_eq!(missing[0].named_by, None);
+        assert!(missing[0].takes_down.is_empty());
+    }
+
+    #[test]
+    fn chains_box_never_writes_are_damaged_not_sound() {
+        // Two links claiming one parent: a copied or hostile file.
+        let files = vec![file(1, None), file(2, Some(1)), file(3, Some(1))];
+        let (verdicts, _) = judge(&files, &[]);
+        assert_eq!(verdicts[0], Verdict::Sound);
+        for v in &verdicts[1..] {
+            assert!(
+                matches!(v, Verdict::Damaged { what, .. } if what.contains("both claim")),
+                "{v:?}"
+            );
+        }
+        // Parents in a loop: judged, not followed for ever.
+        let mut a = file(1, Some(2));
+        a.place = Some(Place {
+            link: 1,
+            parent: Some([2; 32]),
+        });
+        let files = vec![a, file(2, Some(1))];
+        let (verdicts, _) = judge(&files, &[]);
+        assert!(
+            verdicts
+                .iter()
+                .all(|v| matches!(v, Verdict::Damaged { what, .. } if what.contains("comes back"))),
+            "{verdicts:?}"
+        );
+        // A parent not older than its child.
+        let files = vec![file(2, None), file(1, Some(2))];
+        let (verdicts, _) = judge(&files, &[]);
+        assert!(
+            matches!(&verdicts[1], Verdict::Damaged { what, .. } if what.contains("not older")),
+            "{verdicts:?}"
+        );
+    }
+
+    #[test]
+    fn a_changed_file_says_which_bytes_when_its_length_tells() {
+        let rec = record(&file(1, None));
+        let cut = digest_differs(&rec, 60, &[7; 32]);
+        assert!(
+            cut.contains("cut short, bytes 60..100 of 100 are gone"),
+            "{cut}"
+        );
+        assert!(cut.contains(&format!(
+            "({} then, {} now)",
+            "010101010101", "070707070707"
+        )));
+        let grown = digest_differs(&rec, 130, &[7; 32]);
+        assert!(
+            grown.contains("bytes 100..130 were added after its end"),
+            "{grown}"
+        );
+        let same = digest_differs(&rec, 100, &[7; 32]);
+        assert!(
+            same.contains("same size (100 bytes), so bytes inside it changed"),
+            "{same}"
+        );
+    }
+
+    #[test]
+    fn the_passphrase_is_asked_once_and_only_when_needed() {
+        let asked = std::cell::Cell::new(0);
+        let ask = || {
+            asked.set(asked.get() + 1);
+            Ok(SecretString::from("pp"))
+        };
+        let pass = Passphrase::asking(&ask);
+        assert_eq!(asked.get(), 0);
+        pass.get().unwrap();
+        pass.get().unwrap();
+        assert_eq!(asked.get(), 1);
+        // Every file recorded: a metadata check asks nothing.
+        let never = || -> Result<SecretString> { panic!("asked") };
+        let files = vec![file(1, None)];
+        let mut found = files.clone();
+        found[0].recorded = Some(record(&files[0]));
+        read_places(&mut found, &Passphrase::asking(&never)).unwrap();
+    }
+}

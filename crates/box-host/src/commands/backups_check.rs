@@ -365,3 +365,186 @@ pub fn json_report(checks: &[BoxCheck]) -> serde_json::Value {
         "boxes": boxes,
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::backup::chain::Place;
+    use crate::backup::check::{FileFound, MissingLink};
+
+    fn file(n: u8, link: u32) -> FileFound {
+        FileFound {
+            path: PathBuf::from(format!("/b/alpha-20261201-1000{n:02}.tar.zst.gpg")),
+            stamp: format!("20261201-1000{n:02}"),
+            size: 100,
+            digest: Some([n; 32]),
+            recorded: None,
+            place: Some(Place {
+                link,
+                parent: (link > 0).then_some([n - 1; 32]),
+            }),
+            faults: Vec::new(),
+            notes: Vec::new(),
+        }
+    }
+
+    /// A full backup, a damaged link 2, and link 3 on it.
+    fn damaged() -> BoxCheck {
+        let files = vec![file(1, 0), file(2, 1), file(3, 2)];
+        let bad = Verdict::Damaged {
+            file: files[1].path.clone(),
+            what: "its SHA-256 differs from the one its save recorded".into(),
+        };
+        BoxCheck {
+            name: "alpha".into(),
+            dir: PathBuf::from("/b"),
+            depth: Depth::Metadata,
+            verdicts: vec![Verdict::Sound, bad.clone(), bad],
+            files,
+            missing: Vec::new(),
+        }
+    }
+
+    /// A full backup and link 3, link 2 gone.
+    fn incomplete() -> BoxCheck {
+        let files = vec![file(1, 0), file(3, 2)];
+        BoxCheck {
+            name: "alpha".into(),
+            dir: PathBuf::from("/b"),
+            depth: Depth::ReadData,
+            missing: vec![MissingLink {
+                digest: [2; 32],
+                link: Some(1),
+                was: Some(PathBuf::from("/b/alpha-20261201-100002.tar.zst.gpg")),
+                named_by: Some(files[1].path.clone()),
+                takes_down: vec![files[1].path.clone()],
+            }],
+            verdicts: vec![Verdict::Sound, Verdict::Incomplete { missing: 0 }],
+            files,
+        }
+    }
+
+    #[test]
+    fn the_report_names_the_damaged_file_and_what_stands_on_it() {
+        let text = human_report(&[damaged()]);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "alpha in /b (each file hashed and compared with what its save recorded):"
+        );
+        assert_eq!(
+            lines[1],
+            "  sound       alpha-20261201-100001.tar.zst.gpg  the full backup of its chain"
+        );
+        assert_eq!(
+            lines[2],
+            "  damaged     alpha-20261201-100002.tar.zst.gpg  link 2 of its chain: its SHA-256 differs from the one its save recorded"
+        );
+        assert_eq!(
+            lines[3],
+            "  damaged     alpha-20261201-100003.tar.zst.gpg  link 3 of its chain: stands on alpha-20261201-100002.tar.zst.gpg, which is damaged"
+        );
+        assert_eq!(
+            lines[4],
+            "1 sound, 2 damaged, 0 incomplete, 0 missing link(s): NOT all sound"
+        );
+    }
+
+    #[test]
+    fn the_report_names_a_missing_link_and_what_it_takes_down() {
+        let text = human_report(&[incomplete()]);
+        assert!(
+            text.contains(
+                "  incomplete  alpha-20261201-100003.tar.zst.gpg  link 3 of its chain: stands on link 2 of the chain, which is missing (alpha-20261201-100002.tar.zst.gpg, SHA-256 020202020202)\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.contains(
+                "  missing     link 2 of a chain (alpha-20261201-100002.tar.zst.gpg, SHA-256 020202020202): alpha-20261201-100003.tar.zst.gpg names it as its parent; it takes down alpha-20261201-100003.tar.zst.gpg\n"
+            ),
+            "{text}"
+        );
+        assert!(
+            text.starts_with("alpha in /b (every file decrypted"),
+            "{text}"
+        );
+        assert!(
+            text.ends_with("1 sound, 0 damaged, 1 incomplete, 1 missing link(s): NOT all sound\n")
+        );
+        // Gone, and nothing stands on it.
+        let mut gone = incomplete();
+        gone.missing[0].named_by = None;
+        assert!(human_report(&[gone]).contains("the last save recorded it; it is gone"),);
+    }
+
+    #[test]
+    fn all_sound_says_so() {
+        let mut c = damaged();
+        c.verdicts = vec![Verdict::Sound; 3];
+        assert!(c.sound());
+        assert!(
+            human_report(&[c])
+                .ends_with("3 sound, 0 damaged, 0 incomplete, 0 missing link(s): all sound\n")
+        );
+    }
+
+    #[test]
+    fn the_json_report_carries_the_same_findings() {
+        let j = json_report(&[damaged(), incomplete()]);
+        assert_eq!(j["sound"], false);
+        assert_eq!(
+            j["counts"],
+            serde_json::json!({"sound": 2, "damaged": 2, "incomplete": 1, "missing": 1})
+        );
+        let b = &j["boxes"][0];
+        assert_eq!(b["box"], "alpha");
+        assert_eq!(b["read_data"], false);
+        assert_eq!(b["backups"][0]["status"], "sound");
+        assert_eq!(b["backups"][0]["link"], 1, "links as people count them");
+        assert!(b["backups"][0].get("what").is_none());
+        assert_eq!(b["backups"][2]["status"], "damaged");
+        assert_eq!(
+            b["backups"][2]["damaged_file"],
+            "/b/alpha-20261201-100002.tar.zst.gpg"
+        );
+        assert_eq!(
+            b["backups"][2]["what"],
+            "its SHA-256 differs from the one its save recorded"
+        );
+        assert_eq!(b["backups"][1]["sha256"], hex::encode([2u8; 32]));
+        assert_eq!(b["backups"][1]["recorded_sha256"], serde_json::Value::Null);
+        let i = &j["boxes"][1];
+        assert_eq!(i["read_data"], true);
+        assert_eq!(i["backups"][1]["status"], "incomplete");
+        assert_eq!(i["backups"][1]["missing_sha256"], hex::encode([2u8; 32]));
+        assert_eq!(
+            i["missing"][0],
+            serde_json::json!({
+                "link": 2,
+                "sha256": hex::encode([2u8; 32]),
+                "was": "/b/alpha-20261201-100002.tar.zst.gpg",
+                "named_by": "/b/alpha-20261201-100003.tar.zst.gpg",
+                "takes_down": ["/b/alpha-20261201-100003.tar.zst.gpg"],
+            })
+        );
+    }
+
+    #[test]
+    fn a_boxs_files_are_checked_directory_by_directory() {
+        let grouped = by_dir(vec![
+            PathBuf::from("/b/alpha-2.tar.zst.gpg"),
+            PathBuf::from("/old/alpha-1.tar.zst.gpg"),
+            PathBuf::from("/b/alpha-1.tar.zst.gpg"),
+        ]);
+        assert_eq!(grouped.len(), 2);
+        assert_eq!(grouped[0].0, PathBuf::from("/b"));
+        assert_eq!(
+            grouped[0].1,
+            vec![
+                PathBuf::from("/b/alpha-1.tar.zst.gpg"),
+                PathBuf::from("/b/alpha-2.tar.zst.gpg")
+            ]
+        );
+    }
+}
