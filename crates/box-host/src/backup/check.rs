@@ -611,7 +611,7 @@ mod tests {
             digest: Some([n; 32]),
             recorded: None,
             place: Some(Place {
-                link: parent.map_or(0, |p| u32::from(p)),
+                link: parent.map_or(0, u32::from),
                 parent: parent.map(|p| [p; 32]),
             }),
             faults: Vec::new(),
@@ -657,7 +657,7 @@ mod tests {
 
     #[test]
     fn a_missing_link_is_named_with_everything_it_takes_down() {
-        let all = vec![
+        let all = [
             file(1, None),
             file(2, Some(1)),
             file(3, Some(2)),
@@ -687,7 +687,7 @@ mod tests {
 
     #[test]
     fn a_recorded_newest_backup_that_is_gone_is_missing_though_nothing_stands_on_it() {
-        let all = vec![file(1, None), file(2, Some(1))];
+        let all = [file(1, None), file(2, Some(1))];
         let recorded: Vec<Recorded> = all.iter().map(record).collect();
         let (verdicts, missing) = judge(&all[..1], &recorded);
         assert_eq!(verdicts, vec![Verdict::Sound]);
