@@ -164,6 +164,18 @@ fn a_chain_of_three_checks_sound_then_damaged_then_incomplete() {
         "every link decrypted and validated: {}",
         r.all()
     );
+    let wrong = w.dir.path().join("wrong-passphrase");
+    std::fs::write(&wrong, "not the passphrase\n").unwrap();
+    let r = check(
+        &w,
+        &["--read-data"],
+        &[("BOX_PASSPHRASE_FILE", wrong.to_str().unwrap())],
+    );
+    assert!(
+        r.code == Some(1) && r.stderr.contains("wrong passphrase"),
+        "a wrong passphrase is the user's to fix, not damage: {}",
+        r.all()
+    );
     let r = check(&w, &["--json"], NO_PASSPHRASE);
     let report: serde_json::Value = serde_json::from_str(&r.stdout).unwrap();
     assert_eq!(report["sound"], true, "{}", r.all());

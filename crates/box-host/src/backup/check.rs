@@ -179,7 +179,7 @@ pub fn check_box(input: Input<'_>, depth: Depth, pass: &Passphrase<'_>) -> Resul
     }
     let (mut verdicts, mut missing) = judge(&files, &recorded);
     if depth == Depth::ReadData {
-        read_data(&mut files, &verdicts, &input.dir, pass.get()?);
+        read_data(&mut files, &verdicts, &input.dir, pass.get()?)?;
         (verdicts, missing) = judge(&files, &recorded);
     }
     Ok(BoxCheck {
@@ -299,10 +299,7 @@ fn read_places(files: &mut [FileFound], pass: &Passphrase<'_>) -> Result<()> {
                 opened = true;
             }
             Err(e) => {
-                if matches!(
-                    e.downcast_ref::<BackupError>(),
-                    Some(BackupError::WrongPassphrase)
-                ) {
+                if is_wrong_passphrase(&e) {
                     wrong.push(i);
                 } else {
                     files[i]
@@ -312,8 +309,11 @@ fn read_places(files: &mut [FileFound], pass: &Passphrase<'_>) -> Result<()> {
             }
         }
     }
-    if !opened && !wrong.is_empty() && wrong.len() == files.len() {
-        bail!("{}", BackupError::WrongPassphrase);
+    if !opened && !wrong.is_empty() {
+        bail!(
+            "{}: it opens none of the backups no save recorded",
+            BackupError::WrongPassphrase
+        );
     }
     for i in wrong {
         files[i].faults.push(
@@ -459,63 +459,68 @@ fn sound_by_chain_rules(file: &FileFound, links: &[Link]) -> Verdict {
 
 /// The chain of each sound backup that no other sound backup stands on, opened and
 /// validated as `box load` does; then every file no such chain covered, decrypted alone.
-/// What fails is recorded as the file's fault.
-fn read_data(files: &mut [FileFound], verdicts: &[Verdict], dir: &Path, pass: &SecretString) {
+/// What fails is recorded as the file's fault; a passphrase that opens no file at all is
+/// the user's to fix, and an error.
+fn read_data(
+    files: &mut [FileFound],
+    verdicts: &[Verdict],
+    dir: &Path,
+    pass: &SecretString,
+) -> Result<()> {
     let sound: Vec<usize> = (0..files.len())
         .filter(|&i| verdicts[i] == Verdict::Sound)
         .collect();
-    let ancestors = |i: usize| -> Vec<PathBuf> {
-        let mut out = Vec::new();
-        let mut at = Some(i);
-        while let Some(a) = at {
-            out.push(files[a].path.clone());
-            let parent = files[a].place.and_then(|p| p.parent);
-            at = parent.and_then(|p| files.iter().position(|f| f.digest == Some(p)));
-            if out.len() > files.len() {
-                break;
-            }
-        }
-        out
-    };
-    let chains: Vec<Vec<PathBuf>> = sound.iter().map(|&i| ancestors(i)).collect();
-    let tips: Vec<usize> = sound
+    // Each sound backup's chain, itself first (its parents are all there: it is sound).
+    let chains: Vec<Vec<PathBuf>> = sound
         .iter()
-        .enumerate()
-        .filter(|(k, i)| {
-            !chains
-                .iter()
-                .enumerate()
-                .any(|(o, c)| o != *k && c.len() > 1 && c[1..].contains(&files[**i].path))
+        .map(|&i| {
+            let mut chain = vec![files[i].path.clone()];
+            let mut at = files[i].place.and_then(|p| p.parent);
+            while let Some(j) = at.and_then(|p| files.iter().position(|f| f.digest == Some(p)))
+                && chain.len() <= files.len()
+            {
+                chain.push(files[j].path.clone());
+                at = files[j].place.and_then(|p| p.parent);
+            }
+            chain
         })
-        .map(|(_, &i)| i)
+        .collect();
+    let tips: Vec<PathBuf> = chains
+        .iter()
+        .map(|c| c[0].clone())
+        .filter(|tip| !chains.iter().any(|c| c[1..].contains(tip)))
         .collect();
     let mut read: HashSet<PathBuf> = HashSet::new();
+    let (mut opened, mut wrong) = (false, false);
     for tip in tips {
-        let tip_path = files[tip].path.clone();
-        let found = match open_chain::find(&tip_path, Some(dir), pass) {
+        let found = match open_chain::find(&tip, Some(dir), pass) {
             Ok(found) => found,
             Err(e) => {
-                fault(files, &tip_path, format!("opening its chain: {e:#}"));
-                read.insert(tip_path);
+                wrong |= is_wrong_passphrase(&e);
+                fault(files, &tip, format!("opening its chain: {e:#}"));
+                read.insert(tip);
                 continue;
             }
         };
         let paths: Vec<PathBuf> = found.links.iter().map(|l| l.path.clone()).collect();
         match found.validate(pass) {
             Ok(validated) => {
+                opened = true;
                 for (p, (v, _)) in paths.iter().zip(&validated.links) {
                     note_validated(files, p, Some(v.report.members));
                     read.insert(p.clone());
                 }
             }
             Err(e) => {
+                wrong |= is_wrong_passphrase(&e);
                 // A chain's error names the link refused; a lone backup's is its own.
                 let (failed, why) = match e.downcast_ref::<FailedLink>() {
                     Some(f) => (f.path.clone(), cause(&e)),
-                    None => (tip_path.clone(), format!("{e:#}")),
+                    None => (tip.clone(), format!("{e:#}")),
                 };
                 // The links before the one refused passed.
                 for p in paths.iter().take_while(|p| **p != failed) {
+                    opened = true;
                     note_validated(files, p, None);
                     read.insert(p.clone());
                 }
@@ -533,14 +538,34 @@ fn read_data(files: &mut [FileFound], verdicts: &[Verdict], dir: &Path, pass: &S
             continue;
         }
         match decrypt_whole(&f.path, pass) {
-            Ok(()) => f.notes.push(
-                "decrypted whole, its MDC holds; not validated as a restore would, since \
-                 what it stands on does not restore"
-                    .into(),
-            ),
-            Err(e) => f.faults.push(format!("decrypting it: {e}")),
+            Ok(()) => {
+                opened = true;
+                f.notes.push(
+                    "decrypted whole, its MDC holds; not validated as a restore would, since \
+                     what it stands on does not restore"
+                        .into(),
+                );
+            }
+            Err(e) => {
+                wrong |= matches!(e, BackupError::WrongPassphrase);
+                f.faults.push(format!("decrypting it: {e}"));
+            }
         }
     }
+    if wrong && !opened {
+        bail!(
+            "{}: it opens none of these backups",
+            BackupError::WrongPassphrase
+        );
+    }
+    Ok(())
+}
+
+fn is_wrong_passphrase(e: &anyhow::Error) -> bool {
+    matches!(
+        e.downcast_ref::<BackupError>(),
+        Some(BackupError::WrongPassphrase)
+    )
 }
 
 /// The message of `e` without its outer context (which names the link).
