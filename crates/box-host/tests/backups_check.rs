@@ -66,6 +66,33 @@ fn check(w: &World, extra: &[&str], env: &[(&str, &str)]) -> Run {
     r
 }
 
+/// The report of a chain whose middle link's bytes changed: the full backup sound, the
+/// middle file damaged (its digest not the one its save recorded, and `how`), the last
+/// link damaged by standing on it; exit 3.
+fn assert_middle_damaged(r: &Run, [full, middle, last]: [&Path; 3], how: &str) {
+    assert_eq!(r.code, Some(3), "damage exits 3: {}", r.all());
+    assert!(
+        line_of(r, full).trim_start().starts_with("sound"),
+        "{}",
+        r.all()
+    );
+    let mid_line = line_of(r, middle);
+    assert!(
+        mid_line.trim_start().starts_with("damaged")
+            && mid_line.contains("its SHA-256 differs from the one its save recorded")
+            && mid_line.contains(how),
+        "the middle file is damaged ({how}): {}",
+        r.all()
+    );
+    let last_line = line_of(r, last);
+    assert!(
+        last_line.trim_start().starts_with("damaged")
+            && last_line.contains(&format!("stands on {}, which is damaged", name(middle))),
+        "the last link stands on it: {}",
+        r.all()
+    );
+}
+
 /// No passphrase anywhere: a check that needed one would fail to ask (no terminal).
 const NO_PASSPHRASE: &[(&str, &str)] = &[("BOX_PASSPHRASE_FILE", "")];
 
@@ -187,48 +214,13 @@ fn a_chain_of_three_checks_sound_then_damaged_then_incomplete() {
     copy_dir(&w.backups(), &pristine);
     flip_byte_at_middle(&middle);
     let r = check(&w, &[], NO_PASSPHRASE);
-    assert_eq!(r.code, Some(3), "damage exits 3: {}", r.all());
-    assert!(
-        line_of(&r, &full).trim_start().starts_with("sound"),
-        "{}",
-        r.all()
-    );
-    let mid_line = line_of(&r, &middle);
-    assert!(
-        mid_line.trim_start().starts_with("damaged")
-            && mid_line.contains("its SHA-256 differs from the one its save recorded")
-            && mid_line.contains("same size"),
-        "the middle file is damaged, its digest not the one recorded: {}",
-        r.all()
-    );
-    let last_line = line_of(&r, &last);
-    assert!(
-        last_line.trim_start().starts_with("damaged")
-            && last_line.contains(&format!("stands on {}, which is damaged", name(&middle))),
-        "the last link stands on it: {}",
-        r.all()
-    );
+    assert_middle_damaged(&r, [&full, &middle, &last], "same size (");
     assert!(r.stdout.contains("NOT all sound"), "{}", r.all());
-
     let r = check(&w, &["--read-data"], &[]);
-    assert_eq!(r.code, Some(3), "{}", r.all());
-    assert!(
-        line_of(&r, &full).trim_start().starts_with("sound"),
-        "{}",
-        r.all()
-    );
-    let mid_line = line_of(&r, &middle);
-    assert!(
-        mid_line.trim_start().starts_with("damaged")
-            && mid_line.contains("differs from the one its save recorded")
-            && mid_line.contains("decrypting it: backup is corrupt"),
-        "decrypting the middle file fails its integrity check: {}",
-        r.all()
-    );
-    assert!(
-        line_of(&r, &last).contains(&format!("stands on {}, which is damaged", name(&middle))),
-        "{}",
-        r.all()
+    assert_middle_damaged(
+        &r,
+        [&full, &middle, &last],
+        "decrypting it: backup is corrupt",
     );
     let r = check(&w, &["--read-data", "--json"], &[]);
     assert_eq!(r.code, Some(3));

@@ -623,12 +623,14 @@ fn decrypt_whole(path: &Path, pass: &SecretString) -> Result<(), BackupError> {
     Ok(())
 }
 
+/// Files of a made-up chain, for the tests of the check and of its report.
 #[cfg(test)]
-mod tests {
+pub(crate) mod test_files {
     use super::*;
 
-    /// A chain's file `alpha-20261201-1000NN` whose digest is `[n; 32]`, standing on `[p; 32]`.
-    fn file(n: u8, parent: Option<u8>) -> FileFound {
+    /// A chain's file `alpha-20261201-1000NN` whose digest is `[n; 32]`, standing on
+    /// `[p; 32]` as link `p` (0-based; none: the full backup).
+    pub(crate) fn file(n: u8, parent: Option<u8>) -> FileFound {
         FileFound {
             path: PathBuf::from(format!("/b/alpha-20261201-1000{n:02}.tar.zst.gpg")),
             stamp: format!("20261201-1000{n:02}"),
@@ -643,6 +645,12 @@ mod tests {
             notes: Vec::new(),
         }
     }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::test_files::file;
+    use super::*;
 
     fn record(f: &FileFound) -> Recorded {
         Recorded {

@@ -369,28 +369,12 @@ pub fn json_report(checks: &[BoxCheck]) -> serde_json::Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::backup::chain::Place;
-    use crate::backup::check::{FileFound, MissingLink};
-
-    fn file(n: u8, link: u32) -> FileFound {
-        FileFound {
-            path: PathBuf::from(format!("/b/alpha-20261201-1000{n:02}.tar.zst.gpg")),
-            stamp: format!("20261201-1000{n:02}"),
-            size: 100,
-            digest: Some([n; 32]),
-            recorded: None,
-            place: Some(Place {
-                link,
-                parent: (link > 0).then_some([n - 1; 32]),
-            }),
-            faults: Vec::new(),
-            notes: Vec::new(),
-        }
-    }
+    use crate::backup::check::MissingLink;
+    use crate::backup::check::test_files::file;
 
     /// A full backup, a damaged link 2, and link 3 on it.
     fn damaged() -> BoxCheck {
-        let files = vec![file(1, 0), file(2, 1), file(3, 2)];
+        let files = vec![file(1, None), file(2, Some(1)), file(3, Some(2))];
         let bad = Verdict::Damaged {
             file: files[1].path.clone(),
             what: "its SHA-256 differs from the one its save recorded".into(),
@@ -407,7 +391,7 @@ mod tests {
 
     /// A full backup and link 3, link 2 gone.
     fn incomplete() -> BoxCheck {
-        let files = vec![file(1, 0), file(3, 2)];
+        let files = vec![file(1, None), file(3, Some(2))];
         BoxCheck {
             name: "alpha".into(),
             dir: PathBuf::from("/b"),
