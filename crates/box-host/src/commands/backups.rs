@@ -1,6 +1,7 @@
 //! `box backups [box] [--json]` and `box backups prune [box] --keep-last N [--keep-daily D]
 //! [--dry-run]`: the backups in the backup dir, per box, grouped by chain (backup::chain),
-//! and their removal without ever breaking what a kept backup needs to restore.
+//! and their removal without ever breaking what a kept backup needs to restore. `box backups
+//! check` is `backups_check.rs`.
 //!
 //! Which backup builds on which is written inside each one (its manifest), so both ask
 //! for the passphrase and read each backup as far as its manifest.
