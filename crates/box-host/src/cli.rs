@@ -182,7 +182,7 @@ pub enum Command {
 
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
     #[command(
-        after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
+        after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha --check   then check the chain it extended\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
         Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg; the backup dir is\n\
         BACKUP_DIR, by default ~/.local/share/hermes-box/backups (macOS: ~/Library/Application\n\
         Support/hermes-box/backups), the same from any directory. A box's chain goes on where\n\
@@ -191,6 +191,11 @@ pub enum Command {
         (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, or\n\
         BACKUP_CHAIN_MAX_AGE_DAYS, default 7, then a full one). box load and box extract of any link restore its whole chain; --full\n\
         starts a new chain, in the backup dir; an explicit output file is always a full backup.\n\
+        --check (for a timer: one command): after the save, the chain it extended is checked as\n\
+        box backups check checks it without --read-data (each older file hashed against the\n\
+        record its save kept, each link's parent there); the new file itself was just decrypted\n\
+        and validated. When the chain is not sound the command fails with exit status 3 and says\n\
+        why; the new backup stays.\n\
         Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
     )]
     Save(SaveArgs),
@@ -230,12 +235,13 @@ pub enum Command {
     /// List backups by chain, or prune them without breaking a chain a kept one needs
     #[command(
         args_conflicts_with_subcommands = true,
-        after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n\n\
+        after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n  box backups check alpha --read-data\n\n\
         Backups in the backup dir (and wherever a box's saves went), per box, grouped by\n\
         chain (a full backup and the incremental ones built on it): kind, size, age. Which\n\
         backup builds on which is written inside them, so the passphrase is asked.\n\
         prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
-        and every backup those need to restore; it removes only whole files nothing kept needs."
+        and every backup those need to restore; it removes only whole files nothing kept needs.\n\
+        check says whether each backup still restores (box backups check --help)."
     )]
     Backups(BackupsArgs),
 
@@ -290,6 +296,10 @@ impl Command {
             Command::Load(_) => "load",
             Command::Clone(_) => "clone",
             Command::Extract(_) => "extract",
+            Command::Backups(BackupsArgs {
+                cmd: Some(BackupsCmd::Check(_)),
+                ..
+            }) => "backups check",
             Command::Backups(_) => "backups",
             Command::Egress(_) => "egress",
             Command::Rm(_) => "rm",
@@ -507,6 +517,10 @@ pub struct SaveArgs {
     /// A full backup that starts a new chain, even when the newest one could be built on
     #[arg(long)]
     pub full: bool,
+    /// After the save, check the chain it extended as `box backups check` does without
+    /// --read-data (the new file was just verified byte by byte); fail if it is not sound
+    #[arg(long)]
+    pub check: bool,
 }
 
 #[derive(Debug, Args)]
@@ -587,6 +601,41 @@ pub struct BackupsArgs {
 pub enum BackupsCmd {
     /// Remove old backups, never one a kept backup needs
     Prune(PruneArgs),
+    /// Check that backups still restore: files there, links whole, bytes as saved
+    #[command(after_long_help = CHECK_HELP)]
+    Check(CheckArgs),
+}
+
+const CHECK_HELP: &str = "Examples:\n  box backups check alpha\n  box backups check --all --json\n  \
+    box backups check alpha --read-data      decrypt and validate every byte, as box load would\n\n\
+    Without --read-data (fast: metadata and one hash per file): every backup's file is there,\n\
+    each link's parent is there (found by digest, as a restore finds it), and each file's\n\
+    SHA-256 and size are those its save recorded. box keeps that record for the chain a box's\n\
+    last save extended; a file it has no record of (an older chain, a backup made elsewhere)\n\
+    is said so, and its place in its chain is read from its sealed facts, which needs the\n\
+    passphrase. With --read-data: every file decrypted and its OpenPGP integrity check (MDC)\n\
+    verified, every chain validated link by link as box load validates it.\n\n\
+    Each backup is reported sound, damaged (which file, and what: a cut or changed byte range,\n\
+    a failed integrity check, the validator's rule) or incomplete (which link is missing, and\n\
+    every backup it takes down). The backup directory is only read, never written.\n\
+    Passphrase (only when needed): $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt.\n\
+    Exit status: 0 everything checked is sound, 3 something is damaged or incomplete,\n\
+    1 the check itself failed, 2 usage.";
+
+#[derive(Debug, Args)]
+pub struct CheckArgs {
+    /// The box whose backups to check
+    #[arg(required_unless_present = "all", conflicts_with = "all")]
+    pub name: Option<String>,
+    /// Check the backups of every box
+    #[arg(long)]
+    pub all: bool,
+    /// Decrypt every file and validate every chain as box load would (slow: reads all)
+    #[arg(long)]
+    pub read_data: bool,
+    /// Machine-readable report on stdout
+    #[arg(long)]
+    pub json: bool,
 }
 
 #[derive(Debug, Args)]

@@ -71,6 +71,11 @@ impl FileState {
         Ok(Self::of(&meta))
     }
 
+    /// The file's length in bytes.
+    pub fn size(&self) -> u64 {
+        self.len
+    }
+
     /// `dev ino len mtime mtime_ns ctime ctime_ns`, as [`FileState::decode`] reads it.
     pub fn encode(&self) -> String {
         format!(

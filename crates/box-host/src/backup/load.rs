@@ -224,11 +224,10 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
             // A single backup's errors stay as they were (callers tell them apart).
             Err(e) if links.len() == 1 => return Err(e.into()),
             Err(e) => {
-                return Err(anyhow::Error::from(e).context(format!(
-                    "link {} of the chain, {}",
-                    i + 1,
-                    path.display()
-                )));
+                return Err(anyhow::Error::from(e).context(FailedLink {
+                    index: i,
+                    path: path.clone(),
+                }));
             }
         };
         let state = std::mem::take(&mut pass1.state);
@@ -255,6 +254,27 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
         .map(|p| Rc::try_unwrap(p).unwrap_or_else(|shared| (*shared).clone()))
         .unwrap_or_default();
     Ok(ValidatedChain { links: out, tree })
+}
+
+/// Which link of a chain [`validate_chain`] refused: the context of its error, so a
+/// caller that reports per file (`box backups check`) knows which one without reading the
+/// message.
+#[derive(Debug, Clone)]
+pub struct FailedLink {
+    /// 0 for the chain's full backup.
+    pub index: usize,
+    pub path: PathBuf,
+}
+
+impl std::fmt::Display for FailedLink {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "link {} of the chain, {}",
+            self.index + 1,
+            self.path.display()
+        )
+    }
 }
 
 /// A chain that passed pass 1 ([`validate_chain`]).

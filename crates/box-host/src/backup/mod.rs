@@ -23,6 +23,7 @@
 
 pub mod chain;
 mod channel;
+pub mod check;
 pub mod cleanup;
 pub mod crypto;
 pub mod envelope;

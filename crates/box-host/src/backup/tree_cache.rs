@@ -93,6 +93,16 @@ fn now_secs() -> u64 {
 /// A file of a chain as a save knew it: where, in which state, its SHA-256, its place.
 type Row = (PathBuf, FileState, [u8; 32], Option<Place>);
 
+/// One file as a save recorded it (its digest and place are the host's word about the
+/// bytes it wrote or read).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Recorded {
+    pub path: PathBuf,
+    pub size: u64,
+    pub digest: [u8; 32],
+    pub place: Option<Place>,
+}
+
 /// The files of `name`'s newest chain as the last save knew them: for
 /// [`super::chain::discover_links_knowing`].
 #[derive(Debug, Default)]
@@ -167,12 +177,28 @@ impl Known {
     /// still those box saved. A backup a passphrase does not open is then told apart: the
     /// same bytes, another passphrase; other bytes, damage (`box rm`).
     pub fn recorded_digest(state: &StateDir, name: &BoxName, path: &Path) -> Option<[u8; 32]> {
-        let text = std::fs::read_to_string(known_path(state, name)).ok()?;
+        Known::recorded(state, name)
+            .into_iter()
+            .find(|r| r.path == path)
+            .map(|r| r.digest)
+    }
+
+    /// Every file the last save of `name` recorded, however long ago and whatever the
+    /// files' states now: what `box backups check` compares each file with.
+    pub fn recorded(state: &StateDir, name: &BoxName) -> Vec<Recorded> {
+        let Ok(text) = std::fs::read_to_string(known_path(state, name)) else {
+            return Vec::new();
+        };
         text.lines()
             .skip(1)
             .map_while(Known::row)
-            .find(|(p, _, _, _)| p == path)
-            .map(|(_, _, digest, _)| digest)
+            .map(|(path, file_state, digest, place)| Recorded {
+                path,
+                size: file_state.size(),
+                digest,
+                place,
+            })
+            .collect()
     }
 
     /// The digest and place of the file at `path`, when it is still in `state`.

@@ -1,6 +1,7 @@
 //! `box backups [box] [--json]` and `box backups prune [box] --keep-last N [--keep-daily D]
 //! [--dry-run]`: the backups in the backup dir, per box, grouped by chain (backup::chain),
-//! and their removal without ever breaking what a kept backup needs to restore.
+//! and their removal without ever breaking what a kept backup needs to restore. `box backups
+//! check` is `backups_check.rs`.
 //!
 //! Which backup builds on which is written inside each one (its manifest), so both ask
 //! for the passphrase and read each backup as far as its manifest.
@@ -32,7 +33,10 @@ struct Listed {
 
 /// The backup files in `places` of `only` (or of every box), by box: names only, nothing
 /// read.
-fn files_by_box(places: &[Place], only: Option<&str>) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+pub(super) fn files_by_box(
+    places: &[Place],
+    only: Option<&str>,
+) -> Result<BTreeMap<String, Vec<PathBuf>>> {
     let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
     for dir in places.iter().map(|p| &p.dir) {
         let entries = match std::fs::read_dir(dir) {
@@ -126,8 +130,10 @@ fn age(secs: u64) -> String {
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
-    if let Some(crate::cli::BackupsCmd::Prune(p)) = &args.cmd {
-        return prune(ctx, p);
+    match &args.cmd {
+        Some(crate::cli::BackupsCmd::Prune(p)) => return prune(ctx, p),
+        Some(crate::cli::BackupsCmd::Check(c)) => return super::backups_check::run(ctx, c),
+        None => {}
     }
     let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
     let boxes = read(&places, args.name.as_deref())?;

@@ -5,6 +5,7 @@
 pub use crate::context::Context;
 
 pub mod backups;
+pub mod backups_check;
 pub mod base;
 pub mod clone;
 pub mod completions;

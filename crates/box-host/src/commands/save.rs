@@ -149,6 +149,13 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
             published.path.display(),
             chain_words(&published)
         );
+        if args.check {
+            let checked =
+                super::backups_check::after_save(ctx, &run.record.name, &published.path, &pass)?;
+            if checked != ExitCode::SUCCESS {
+                return Ok(checked);
+            }
+        }
     }
     Ok(if resumed.is_ok() {
         ExitCode::SUCCESS
