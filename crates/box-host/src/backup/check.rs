@@ -3,7 +3,7 @@
 //!
 //! Two depths:
 //! * [`Depth::Metadata`]: each file hashed once and compared with the SHA-256 (and size)
-//!   the save that wrote or read it recorded ([`Known::recorded`]), and each link's parent
+//!   the save that wrote or read it recorded ([`Known::recorded`](super::tree_cache::Known::recorded)), and each link's parent
 //!   looked for by digest, as a restore looks for it. Where a link stands is the save's
 //!   record; a file the saves did not record has its place read from its sealed host facts
 //!   (the one thing that needs the passphrase here).

@@ -12,10 +12,11 @@
 //! restore finds a chain's links beside each other), `box rm` checks that one, `box
 //! backups` lists every place.
 
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use box_proto::archive::naming::newest_backup;
 
 use crate::backup::chain;
@@ -207,6 +208,32 @@ fn move_command(from: &Path, to: &Path, only: Option<&str>) -> String {
         None => format!("{from}/*.gpg"),
     };
     format!("mkdir -p {to} && mv -n {files} {to}/")
+}
+
+/// The backup files in `places` of `only` (or of every box), by box: names only, nothing
+/// read.
+pub fn files_by_box(
+    places: &[Place],
+    only: Option<&str>,
+) -> Result<BTreeMap<String, Vec<PathBuf>>> {
+    let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
+    for dir in places.iter().map(|p| &p.dir) {
+        let entries = match std::fs::read_dir(dir) {
+            Ok(e) => e,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
+        };
+        for entry in entries {
+            let path = entry?.path();
+            if let Some((name, _)) = chain::box_and_stamp(&path)
+                && only.is_none_or(|o| o == name)
+                && path.is_file()
+            {
+                files.entry(name).or_default().push(path);
+            }
+        }
+    }
+    Ok(files)
 }
 
 #[cfg(test)]

@@ -31,35 +31,9 @@ struct Listed {
     age_secs: u64,
 }
 
-/// The backup files in `places` of `only` (or of every box), by box: names only, nothing
-/// read.
-pub(super) fn files_by_box(
-    places: &[Place],
-    only: Option<&str>,
-) -> Result<BTreeMap<String, Vec<PathBuf>>> {
-    let mut files: BTreeMap<String, Vec<PathBuf>> = BTreeMap::new();
-    for dir in places.iter().map(|p| &p.dir) {
-        let entries = match std::fs::read_dir(dir) {
-            Ok(e) => e,
-            Err(e) if e.kind() == std::io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e).with_context(|| format!("cannot list {}", dir.display())),
-        };
-        for entry in entries {
-            let path = entry?.path();
-            if let Some((name, _)) = chain::box_and_stamp(&path)
-                && only.is_none_or(|o| o == name)
-                && path.is_file()
-            {
-                files.entry(name).or_default().push(path);
-            }
-        }
-    }
-    Ok(files)
-}
-
 /// Every backup in `places` of `only` (or of every box), by box.
 fn read(places: &[Place], only: Option<&str>) -> Result<BTreeMap<String, Vec<Listed>>> {
-    let files = files_by_box(places, only)?;
+    let files = location::files_by_box(places, only)?;
     if files.is_empty() {
         return Ok(BTreeMap::new());
     }
@@ -228,7 +202,7 @@ fn print_box(name: &str, listed: &[&Listed]) {
 
 fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
     let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
-    let boxes = files_by_box(&places, args.name.as_deref())?;
+    let boxes = location::files_by_box(&places, args.name.as_deref())?;
     let pass = if boxes.is_empty() {
         None
     } else {
@@ -249,7 +223,7 @@ fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
         let Some(pass) = &pass else {
             break;
         };
-        let files = files_by_box(&places, Some(name))?;
+        let files = location::files_by_box(&places, Some(name))?;
         let read = read_boxes(files, pass)?;
         let Some(listed) = read.get(name) else {
             continue;

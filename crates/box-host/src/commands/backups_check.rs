@@ -13,8 +13,8 @@ use box_proto::BoxName;
 use secrecy::SecretString;
 
 use super::Context;
-use super::backups::files_by_box;
 use crate::backup::check::{self, BoxCheck, Depth, Input, Passphrase, Verdict};
+use crate::backup::location::files_by_box;
 use crate::backup::tree_cache::Known;
 use crate::backup::{chain, location, passphrase};
 use crate::cli::CheckArgs;

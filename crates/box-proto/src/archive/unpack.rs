@@ -385,8 +385,8 @@ fn write_sparse(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use std::io::Write;
     use crate::archive::validate::{Limits, WalkError, walk};
+    use std::io::Write;
     use std::os::unix::fs::MetadataExt;
 
     /// A raw ustar header block.

@@ -26,7 +26,7 @@
 //! (empty) → rule 7 (nested beneath a link) → rule 8 (`home`, `home/agent`) → rule 9
 //! (every member's parent is a directory of the archive).
 //!
-//! After rule 9: the block directory rule ([`block_dirs`]): a large file kept in blocks
+//! After rule 9: the block directory rule (`block_dirs`): a large file kept in blocks
 //! holds exactly the blocks its index lists, of their lengths and hashes, as a restore
 //! reassembles it. It reads the data of blocks and indexes as they stream past.
 //!
