@@ -15,54 +15,11 @@ mod save_load_support;
 use std::path::Path;
 use std::process::Command;
 
+use save_load_support::hermes_db::{self, CHAT_TURN};
 use save_load_support::{World, prerequisites, serial};
 
 const DB: &str = "/data/home/agent/.hermes/state.db";
 const DB_IN_DATA: &str = "home/agent/.hermes/state.db";
-
-/// Hermes's shape, grown to about 300 MiB: 90,000 messages of 3 KB, each with a few words
-/// in the full-text index.
-const GROW: &str = r#"
-import os, random, sqlite3
-os.makedirs("/data/home/agent/.hermes", exist_ok=True)
-db = sqlite3.connect("/data/home/agent/.hermes/state.db", isolation_level=None)
-db.execute("PRAGMA journal_mode=WAL")
-db.executescript("""
-CREATE TABLE sessions (id INTEGER PRIMARY KEY, title TEXT, started REAL);
-CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id INTEGER, role TEXT, content TEXT);
-CREATE VIRTUAL TABLE messages_fts USING fts5(content);
-""")
-words = ["alpha", "build", "cargo", "deploy", "error", "fix", "git", "hermes", "index", "json"]
-rnd = random.Random(41)
-db.execute("BEGIN")
-for s in range(900):
-    db.execute("INSERT INTO sessions VALUES (?, ?, ?)", (s, "session %d" % s, s * 60.0))
-    for m in range(100):
-        mid = s * 100 + m
-        db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)",
-                   (mid, s, "user" if m % 2 else "assistant", os.urandom(1500).hex()))
-        db.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)",
-                   (mid, " ".join(rnd.choice(words) for _ in range(8))))
-db.execute("COMMIT")
-db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-print(os.path.getsize("/data/home/agent/.hermes/state.db"))
-"#;
-
-/// One chat turn, as Hermes writes it: a session row, four messages and their index rows,
-/// committed to the WAL and left there (no checkpoint).
-const CHAT_TURN: &str = r#"
-import os, sqlite3
-db = sqlite3.connect("/data/home/agent/.hermes/state.db", isolation_level=None)
-db.execute("PRAGMA wal_autocheckpoint=0")
-db.execute("BEGIN")
-db.execute("INSERT INTO sessions VALUES (900, 'a new chat', 54000.0)")
-for m in range(4):
-    mid = 90000 + m
-    db.execute("INSERT INTO messages VALUES (?, 900, 'user', ?)", (mid, os.urandom(1000).hex()))
-    db.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, 'deploy fix hermes')", (mid,))
-db.execute("COMMIT")
-print(os.path.getsize("/data/home/agent/.hermes/state.db-wal"))
-"#;
 
 /// The database as a restore must give it: its pages as SQLite reads them (the WAL's
 /// frames over the main file), which a checkpoint writes into the file. Run after the save
@@ -105,20 +62,11 @@ fn a_chat_turn_on_a_large_database_saves_its_changed_blocks() {
     }
     let _serial = serial();
     let w = World::with_box("alpha");
-    let size: u64 = w
-        .sh("alpha", &format!("python3 - <<'EOF'\n{GROW}EOF"))
-        .trim()
-        .parse()
-        .unwrap();
+    let size: u64 = w.sh("alpha", &hermes_db::grow(900)).trim().parse().unwrap();
     assert!(size >= 256 << 20, "state.db grew to {size} bytes");
-    w.sh("alpha", "chown -R agent:agent /data/home/agent/.hermes");
 
     let full = w.save_alpha("(full: starts a chain)");
-    let wal: u64 = w
-        .sh("alpha", &format!("python3 - <<'EOF'\n{CHAT_TURN}EOF"))
-        .trim()
-        .parse()
-        .unwrap();
+    let wal: u64 = w.sh("alpha", CHAT_TURN).trim().parse().unwrap();
     assert!(wal > 0, "the chat turn is in the WAL");
     let link = w.save_alpha("(incremental: link 2 of its chain)");
     let image = w

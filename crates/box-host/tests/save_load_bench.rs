@@ -835,52 +835,14 @@ fn bench_large_files_in_blocks() {
     let w = World::new();
     let runs = env_or("BENCH_RUNS", 3).max(1) as usize;
     let db_mb = env_or("BENCH_DB_MB", 1024);
-    let hermes = format!(
-        r#"set -e
-mkdir -p /data/home/agent/.hermes
-python3 - <<'PY'
-import os, random, sqlite3
-db = sqlite3.connect("/data/home/agent/.hermes/state.db", isolation_level=None)
-db.execute("PRAGMA journal_mode=WAL")
-db.executescript("""
-CREATE TABLE sessions (id INTEGER PRIMARY KEY, title TEXT, started REAL);
-CREATE TABLE messages (id INTEGER PRIMARY KEY, session_id INTEGER, role TEXT, content TEXT);
-CREATE VIRTUAL TABLE messages_fts USING fts5(content);
-""")
-words = ["alpha", "build", "cargo", "deploy", "error", "fix", "git", "hermes", "index", "json"]
-rnd = random.Random(41)
-db.execute("BEGIN")
-for s in range({db_mb} * 350 // 100):
-    db.execute("INSERT INTO sessions VALUES (?, ?, ?)", (s, "session %d" % s, s * 60.0))
-    for m in range(100):
-        mid = s * 100 + m
-        db.execute("INSERT INTO messages VALUES (?, ?, ?, ?)", (mid, s, "user", os.urandom(1500).hex()))
-        db.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, ?)",
-                   (mid, " ".join(rnd.choice(words) for _ in range(8))))
-db.execute("COMMIT")
-db.execute("PRAGMA wal_checkpoint(TRUNCATE)")
-PY
-chown -R agent:agent /data/home/agent/.hermes
-du -sm /data/home/agent/.hermes/state.db | cut -f1
-"#
-    );
-    let chat_turn = r#"python3 - <<'PY'
-import os, sqlite3
-db = sqlite3.connect("/data/home/agent/.hermes/state.db", isolation_level=None)
-db.execute("BEGIN")
-s = db.execute("SELECT max(id) + 1 FROM sessions").fetchone()[0]
-db.execute("INSERT INTO sessions VALUES (?, 'a chat turn', 0)", (s,))
-first = db.execute("SELECT max(id) + 1 FROM messages").fetchone()[0]
-for mid in range(first, first + 4):
-    db.execute("INSERT INTO messages VALUES (?, ?, 'user', ?)", (mid, s, os.urandom(1000).hex()))
-    db.execute("INSERT INTO messages_fts (rowid, content) VALUES (?, 'deploy fix hermes')", (mid,))
-db.execute("COMMIT")
-PY"#;
+    // About 0.42 MiB a session.
+    let hermes = save_load_support::hermes_db::grow(db_mb * 100 / 42);
+    let chat_turn = save_load_support::hermes_db::CHAT_TURN;
     let log = r#"set -e
 mkdir -p /data/home/agent/logs
 yes "2026-12-07T12:00:00Z INFO request served in 12ms path=/api/v1/items user=agent" | head -c 512M > /data/home/agent/logs/agent.log
 chown -R agent:agent /data/home/agent/logs
-du -sm /data/home/agent/logs/agent.log | cut -f1
+stat -c %s /data/home/agent/logs/agent.log
 "#;
     let grow_log = "yes \"2026-12-07T12:30:00Z INFO another request\" | head -c 1M >> /data/home/agent/logs/agent.log";
     // (box, what, its data, one change, BACKUP_BLOCK_FILES_ABOVE)
@@ -917,15 +879,15 @@ du -sm /data/home/agent/logs/agent.log | cut -f1
     for (name, what, script, _, blocks) in &boxes {
         let t = Instant::now();
         assert!(w.run(&["new", name], &[]).ok(), "box new {name}");
-        let mib = w.sh(name, script);
+        let bytes: f64 = w.sh(name, script).trim().parse().unwrap_or(f64::NAN);
         let r = w.run(
             &["save", name, "--full"],
             &[("BACKUP_BLOCK_FILES_ABOVE", blocks)],
         );
         assert!(r.ok(), "box save {name} --full: {}", r.all());
         eprintln!(
-            "{name}: {what}: {} MiB, made and saved whole in {:.0} s",
-            mib.trim(),
+            "{name}: {what}: {:.0} MiB, made and saved whole in {:.0} s",
+            bytes / 1048576.0,
             t.elapsed().as_secs_f64()
         );
     }

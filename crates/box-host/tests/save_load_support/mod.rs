@@ -5,6 +5,7 @@
 //! deleted when the world is dropped.
 #![allow(dead_code)]
 
+pub mod hermes_db;
 #[path = "../sim_support/mod.rs"]
 mod sim_support;
 
