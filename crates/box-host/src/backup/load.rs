@@ -141,8 +141,16 @@ fn decrypt_validate_link(
 ) -> Result<Pass1, BackupError> {
     let (tap, status, finished, sealing) = open_tapped(path, passphrase, label)?;
     let mut hashed = HashingReader::new(tap);
-    let (report, state) = validate::validate_link(&mut hashed, &Limits::default(), prior)
-        .map_err(|e| BackupError::from_archive(e, &status))?;
+    let (report, state) = match validate::validate_link(&mut hashed, &Limits::default(), prior) {
+        Ok(walked) => walked,
+        Err(e) => {
+            // The decrypt thread may not have reached the integrity check yet (it runs
+            // ahead of the walk only as far as the channel holds): read on to it, so a
+            // damaged file is said to be damaged, not an archive that breaks a rule.
+            let _ = io::copy(&mut hashed, &mut io::sink());
+            return Err(BackupError::from_archive(e, &status));
+        }
+    };
     let (sha256, size) = finish_tap(hashed, &status, &finished)?;
     Ok(Pass1 {
         sha256,
