@@ -682,8 +682,10 @@ const DRILL_HELP: &str = "Examples:\n  box drill alpha                     the n
     as box load makes one (the policy sealed in the backup, from a base when there is one),\n\
     hb doctor runs in it, and its /data is listed inside it and compared with the backup's.\n\
     When the source box runs, its /data is listed too: a source that changed since the save is\n\
-    said, and not counted as damage. Not compared: what a backup leaves out, the logs and\n\
-    hermes-box's own config dir (box rewrites both in every box it restores).\n\n\
+    said, and not counted as damage. Not compared: what a backup leaves out, the logs,\n\
+    hermes-box's config dir (box rewrites them in every box it restores), Executor's record\n\
+    of its running server (server-control/, daemon-*.json) and the -wal/-shm files of a live\n\
+    SQLite database (the database itself is compared).\n\n\
     The throwaway box is removed whatever happens, Ctrl-C included; --keep keeps it (as an\n\
     ordinary box) and says its name. Until it is removed it is registered, shown by box ls as\n\
     drill-<name>-<stamp> (incomplete); a drill killed outright (SIGKILL, power loss) leaves it\n\

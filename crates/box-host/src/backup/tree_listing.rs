@@ -80,9 +80,12 @@ pub struct Entry {
 pub type Listing = BTreeMap<String, Entry>;
 
 /// Whether `path` is compared at all: not what a backup leaves out (and nothing beneath
-/// it), and not what box itself rewrites in every box it restores or runs: the runtime
-/// manifest (`box load` writes the restored box's own), the logs, and the config files
-/// `hb init` and the Executor wiring write (token, markers).
+/// it), and not what box or the box's running software rewrites in every box it restores
+/// or runs: the runtime manifest and the token files (`box load` writes the restored box's
+/// own: hermes-box's config dir), the logs, Executor's record of its running server
+/// (`server-control/`, whose token a load replaces, and `daemon-*.json`), and the
+/// write-ahead log and shared memory of a live SQLite database (the database itself is
+/// compared).
 pub fn compared(path: &str) -> bool {
     let mut prefix = String::new();
     for part in path.split('/') {
@@ -94,10 +97,17 @@ pub fn compared(path: &str) -> bool {
             return false;
         }
     }
-    let rewritten = [layout::LOGS_DIR, layout::HB_CONFIG_DIR];
-    !rewritten
-        .iter()
-        .any(|r| path == *r || path.starts_with(&format!("{r}/")))
+    let under = |dir: &str| path == dir || path.starts_with(&format!("{dir}/"));
+    let server_control = format!("{}/server-control", layout::EXECUTOR_DATA_DIR);
+    let executor_daemon = path
+        .strip_prefix(&format!("{}/daemon-", layout::EXECUTOR_DATA_DIR))
+        .is_some_and(|rest| !rest.contains('/') && rest.ends_with(".json"));
+    let sqlite_sidecar = [".db-wal", ".db-shm"].iter().any(|s| path.ends_with(s));
+    !(under(layout::LOGS_DIR)
+        || under(layout::HB_CONFIG_DIR)
+        || under(&server_control)
+        || executor_daemon
+        || sqlite_sidecar)
 }
 
 fn mode_of(kind: Kind, raw: u32) -> u32 {
@@ -195,7 +205,8 @@ fn hash_file(path: &Path, cancel: &dyn Fn() -> Result<()>) -> Result<String> {
 }
 
 /// Separates the entries from the hashes in the guest's output, and ends it: output
-/// without the end marker was cut (by the byte cap, or by a guest that lied).
+/// without the end marker was cut (by the byte cap, or by a guest that lied). No entry
+/// looks like one: an entry always has a space.
 const SUMS_MARK: &str = "--box-drill-sums--";
 const END_MARK: &str = "--box-drill-end--";
 
@@ -218,9 +229,9 @@ pub fn guest_script() -> String {
         "set -e; cd /data; {{ \
          find . -xdev -mindepth 1 \\( {prune} \\) -prune -o \
            \\( -type l -printf 'l %m %s %P\\0%l\\0' \\) -o -printf '%y %m %s %P\\0'; \
-         printf '{SUMS_MARK}\\0'; \
+         printf '%s\\0' {SUMS_MARK}; \
          find . -xdev -mindepth 1 \\( {prune} \\) -prune -o -type f -exec sha256sum -z -- {{}} +; \
-         printf '{END_MARK}\\0'; \
+         printf '%s\\0' {END_MARK}; \
          }} | head -c {MAX_GUEST_BYTES}"
     )
 }
@@ -443,17 +454,26 @@ mod tests {
                 "f 600 1 home/agent/.config/hermes-box/runtime-manifest",
                 "d 755 0 home/agent/node_modules",
                 "f 644 1 home/agent/node_modules/x.js",
+                "f 644 1 home/agent/.executor/daemon-localhost-1.json",
+                "f 644 1 home/agent/.executor/data.db-wal",
+                "f 644 1 home/agent/.executor/data.db",
                 "f 644 1 home/agent/keep",
             ],
             &[
                 &format!("{SHA}  ./logs/executor.log"),
                 &format!("{SHA}  ./home/agent/.config/hermes-box/runtime-manifest"),
                 &format!("{SHA}  ./home/agent/node_modules/x.js"),
+                &format!("{SHA}  ./home/agent/.executor/daemon-localhost-1.json"),
+                &format!("{SHA}  ./home/agent/.executor/data.db-wal"),
+                &format!("{SHA}  ./home/agent/.executor/data.db"),
                 &format!("{SHA}  ./home/agent/keep"),
             ],
         );
         let listing = parse_guest(&out).unwrap();
-        assert_eq!(listing.keys().collect::<Vec<_>>(), ["home/agent/keep"]);
+        assert_eq!(
+            listing.keys().collect::<Vec<_>>(),
+            ["home/agent/.executor/data.db", "home/agent/keep"]
+        );
     }
 
     #[test]
