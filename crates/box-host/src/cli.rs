@@ -232,6 +232,10 @@ pub enum Command {
     )]
     Extract(ExtractArgs),
 
+    /// Restore drill: load a backup into a throwaway box, check it, compare, remove it
+    #[command(after_long_help = DRILL_HELP)]
+    Drill(DrillArgs),
+
     /// List backups by chain, or prune them without breaking a chain a kept one needs
     #[command(
         args_conflicts_with_subcommands = true,
@@ -296,6 +300,7 @@ impl Command {
             Command::Load(_) => "load",
             Command::Clone(_) => "clone",
             Command::Extract(_) => "extract",
+            Command::Drill(_) => "drill",
             Command::Backups(BackupsArgs {
                 cmd: Some(BackupsCmd::Check(_)),
                 ..
@@ -664,6 +669,45 @@ pub struct ExtractArgs {
     pub chain_dir: Option<PathBuf>,
 }
 
+const DRILL_HELP: &str = "Examples:\n  box drill alpha                     the newest backup of alpha\n  \
+    box drill alpha alpha-20261129-120000.tar.zst.gpg\n  \
+    box drill alpha --json              for a timer: exit 0 only when it passed\n  \
+    box drill alpha --keep              keep the throwaway box to look inside\n\n\
+    An integrity check is not a restore: this one restores. The backup (and every link of its\n\
+    chain) is decrypted and validated as box load validates it, before anything is made; a\n\
+    backup that does not restore fails here, naming the file, and no box is made. The chain is\n\
+    then unpacked into a private dir under the state dir (it needs the data's size in host\n\
+    disk; removed right after) and listed: names, kinds, modes, sizes, a SHA-256 of each file\n\
+    and symlink target. Then a throwaway box drill-<name>-<stamp> is made and restored exactly\n\
+    as box load makes one (the policy sealed in the backup, from a base when there is one),\n\
+    hb doctor runs in it, and its /data is listed inside it and compared with the backup's.\n\
+    When the source box runs, its /data is listed too: a source that changed since the save is\n\
+    said, and not counted as damage. Not compared: what a backup leaves out, the logs,\n\
+    hermes-box's config dir (box rewrites them in every box it restores), Executor's record\n\
+    of its running server (server-control/, daemon-*.json) and the -wal/-shm files of a live\n\
+    SQLite database (the database itself is compared).\n\n\
+    The throwaway box is removed whatever happens, Ctrl-C included; --keep keeps it (as an\n\
+    ordinary box) and says its name. Until it is removed it is registered, shown by box ls as\n\
+    drill-<name>-<stamp> (incomplete); a drill killed outright (SIGKILL, power loss) leaves it\n\
+    so, and box rm drill-<name>-<stamp> --force removes it.\n\
+    Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE (no prompt: fit for cron), then a\n\
+    prompt. Exit status: 0 passed, 1 a difference, a failed hb doctor, or a backup that does\n\
+    not restore, 2 usage, 128+n interrupted by signal n.";
+
+#[derive(Debug, Args)]
+pub struct DrillArgs {
+    /// The box whose backup to drill
+    pub name: String,
+    /// A backup of it (a path, or a file name as box backups lists it; default: its newest)
+    pub backup: Option<PathBuf>,
+    /// Keep the throwaway box afterwards, and say its name
+    #[arg(long)]
+    pub keep: bool,
+    /// Machine-readable report on stdout
+    #[arg(long)]
+    pub json: bool,
+}
+
 #[derive(Debug, Args)]
 pub struct RmArgs {
     /// Box name
@@ -734,6 +778,15 @@ mod tests {
             ],
             &["box", "extract", "f.gpg"],
             &["box", "extract", "f.gpg", "/tmp/d"],
+            &["box", "drill", "alpha"],
+            &[
+                "box",
+                "drill",
+                "alpha",
+                "alpha-20261129-120000.tar.zst.gpg",
+                "--keep",
+                "--json",
+            ],
             &["box", "rm", "alpha"],
             &["box", "rm", "alpha", "--force"],
             &["box", "exec", "alpha", "--", "ls", "-la"],

@@ -59,6 +59,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Clone(a) => commands::clone::run(&ctx, a),
         Command::Backups(a) => commands::backups::run(&ctx, a),
         Command::Extract(a) => commands::extract::run(&ctx, a),
+        Command::Drill(a) => commands::drill::run(&ctx, a),
         Command::Rm(a) => commands::rm::run(&ctx, a),
         Command::Base(a) => commands::base::run(&ctx, a),
         Command::Gateway(a) => box_host::gateway::spawn::run_process(&ctx, &a.name),

@@ -41,6 +41,7 @@ pub mod save;
 pub mod segments;
 pub mod seipd;
 pub mod tree_cache;
+pub mod tree_listing;
 mod unpublished;
 pub mod writeback;
 

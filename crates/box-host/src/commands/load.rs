@@ -161,7 +161,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
 }
 
 /// What the backup holds of its box's policy: sealed by box, or only in its manifest.
-fn recorded(v: &ValidatedBackup) -> Recorded<'_> {
+pub(super) fn recorded(v: &ValidatedBackup) -> Recorded<'_> {
     match &v.sealing {
         Sealing::Sealed(facts) => Recorded::Sealed(facts.policy.as_ref()),
         Sealing::Unsealed => Recorded::Unsealed {
@@ -184,7 +184,7 @@ fn interrupted(signals: &DeferredSignals, name: &BoxName) -> ExitCode {
     ExitCode::from(DeferredSignals::exit_status(sig))
 }
 
-fn describe(v: &ValidatedBackup) {
+pub(super) fn describe(v: &ValidatedBackup) {
     // When it was saved: as box sealed it; as the manifest says, for an older backup.
     let created = match &v.sealing {
         Sealing::Sealed(facts) => format!(
@@ -308,7 +308,7 @@ impl LoadRun<'_> {
 
     /// The backup (or each link of its chain, oldest first, into a dir of its own) copied
     /// in as parts, then restored.
-    fn restore(
+    pub(super) fn restore(
         &mut self,
         links: &[ValidatedBackup],
         pass: &SecretString,

@@ -10,6 +10,7 @@ pub mod base;
 pub mod clone;
 pub mod completions;
 pub mod doctor;
+pub mod drill;
 pub mod egress;
 pub mod enter;
 pub mod exec;
