@@ -3,7 +3,7 @@
 //!
 //! * [`of_host_dir`]: a tree the backup engine unpacked on the host (what the chain
 //!   restores to);
-//! * [`GUEST_SCRIPT`] + [`parse_guest`]: a box's `/data`, listed by `find` and `sha256sum`
+//! * [`guest_script`] + [`parse_guest`]: a box's `/data`, listed by `find` and `sha256sum`
 //!   inside the guest. Its output is the guest's: parsed as hostile data, bounded
 //!   ([`MAX_GUEST_BYTES`], [`MAX_ENTRIES`]), never trusted to be well formed.
 //!
