@@ -284,6 +284,39 @@ fn check_box(
         ));
         return;
     }
+    if record.incomplete && is_drill_leftover(record) {
+        // We hold the box lock, so no `box drill` is using it: one that was killed before
+        // it removed its throwaway box (a kept one is marked complete).
+        if fix {
+            let outcome = crate::lifecycle::cleanup::rollback_created(
+                &ctx.state,
+                smolvm,
+                &record.name,
+                &record.machine,
+                None,
+                true,
+            );
+            if outcome == crate::lifecycle::cleanup::Rollback::Clean {
+                fixed.push(format!(
+                    "removed '{}', the throwaway box of a box drill that did not finish",
+                    record.name
+                ));
+                checks.push(Check::new(s, "setup", Status::Ok, "drill leftover removed"));
+                return;
+            }
+        }
+        checks.push(Check::new(
+            s,
+            "setup",
+            Status::Fail,
+            format!(
+                "the throwaway box of a box drill that did not finish (killed?); box doctor --fix \
+                 removes it, as does box rm {} --force",
+                record.name
+            ),
+        ));
+        return;
+    }
     if record.incomplete {
         // We hold the box lock, so no `box new`/`box load` is building it right now.
         checks.push(Check::new(s, "setup", Status::Fail, unfinished(record)));
@@ -528,6 +561,12 @@ fn guest_doctor(
         ok,
         interrupted_save: said.interrupted_save,
     }
+}
+
+/// A `box drill` throwaway box its drill did not remove: named so, and never kept on
+/// purpose (`--keep` marks it complete).
+fn is_drill_leftover(record: &BoxRecord) -> bool {
+    record.name.as_str().starts_with(super::drill::PREFIX) && record.kept_after_failure.is_none()
 }
 
 fn drop_stale_row(ctx: &Context, record: &BoxRecord) -> Result<()> {

@@ -38,8 +38,20 @@ use crate::transfer::guest_hb::Guest;
 use crate::transfer::{self, host_dir};
 use crate::ui;
 
-/// The prefix of every throwaway box's name.
+/// The prefix of every throwaway box's name, which no other verb gives a box: `box doctor
+/// --fix` removes an unfinished box so named as a drill's leftover.
 pub const PREFIX: &str = "drill-";
+
+/// Refuses a name a user asked `box new`, `box load` or `box clone` for that is kept for
+/// drills.
+pub fn refuse_reserved(name: &BoxName) -> Result<()> {
+    if name.as_str().starts_with(PREFIX) {
+        anyhow::bail!(
+            "box names starting with '{PREFIX}' are kept for box drill's throwaway boxes; choose another name"
+        );
+    }
+    Ok(())
+}
 
 /// As `box doctor` gives `hb doctor`.
 const DOCTOR_TIMEOUT: Duration = Duration::from_secs(60);
@@ -481,6 +493,13 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn drill_names_are_kept_from_the_other_verbs() {
+        let err = refuse_reserved(&BoxName::parse("drill-alpha").unwrap()).unwrap_err();
+        assert!(err.to_string().contains("kept for box drill"), "{err}");
+        assert!(refuse_reserved(&BoxName::parse("drills").unwrap()).is_ok());
+    }
 
     #[test]
     fn a_throwaway_name_is_a_valid_box_name_for_the_longest_source() {
