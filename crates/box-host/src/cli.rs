@@ -689,7 +689,8 @@ const DRILL_HELP: &str = "Examples:\n  box drill alpha                     the n
     The throwaway box is removed whatever happens, Ctrl-C included; --keep keeps it (as an\n\
     ordinary box) and says its name. Until it is removed it is registered, shown by box ls as\n\
     drill-<name>-<stamp> (incomplete); a drill killed outright (SIGKILL, power loss) leaves it\n\
-    so, and box rm drill-<name>-<stamp> --force removes it.\n\
+    so, and box doctor --fix (or box rm drill-<name>-<stamp> --force) removes it. Names\n\
+    starting with drill- are kept for these boxes: box new, load and clone refuse them.\n\
     Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE (no prompt: fit for cron), then a\n\
     prompt. Exit status: 0 passed, 1 a difference, a failed hb doctor, or a backup that does\n\
     not restore, 2 usage, 128+n interrupted by signal n.";

@@ -13,7 +13,7 @@
 //!
 //! The throwaway box's registry row stays "incomplete" all its life (it is never marked
 //! complete unless kept): a drill killed with SIGKILL leaves a box `box ls` shows as
-//! incomplete, which `box rm drill-… --force` removes.
+//! incomplete, which `box doctor --fix` (or `box rm drill-… --force`) removes.
 
 use std::process::ExitCode;
 use std::time::Duration;
