@@ -600,7 +600,8 @@ pub struct Plan {
 /// go, whether or not its chain checks out: a fork (a copied link under another name), a
 /// missing middle link or a parent of another box never make prune drop an ancestor. A
 /// link whose chain does not check out ([`chain_of`]) cannot be judged, so it is kept too,
-/// with everything it stands on: prune never decides about what it cannot read.
+/// with everything it stands on, and, where a parent it names is missing, with every backup
+/// older than it: prune never decides about what it cannot read.
 pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
     let mut order: Vec<&Link> = links.iter().collect();
     order.sort_by(|a, b| b.stamp.cmp(&a.stamp).then(a.path.cmp(&b.path)));
@@ -631,8 +632,13 @@ pub fn prune(links: &[Link], keep_last: usize, keep_daily: usize) -> Plan {
         if !keep.insert(&l.path) {
             continue;
         }
-        if let Some(parents) = l.parent.and_then(|p| by_digest.get(&p)) {
-            pending.extend(parents.iter().copied());
+        match l.parent.map(|p| by_digest.get(&p)) {
+            Some(Some(parents)) => pending.extend(parents.iter().copied()),
+            // Its parent is not among the files (a missing middle link, which may come
+            // back): whichever older backup it stood on through that link is not known,
+            // so every older one is kept.
+            Some(None) => pending.extend(links.iter().filter(|o| o.stamp < l.stamp)),
+            None => {}
         }
     }
     let mut plan = Plan {
@@ -1088,6 +1094,31 @@ mod tests {
     }
 
     #[test]
+    fn prune_keeps_everything_older_than_a_link_whose_parent_is_missing() {
+        // Link 2 of the chain 1 <- 2 <- 3 is gone: 3 cannot be judged, and the full backup
+        // it stood on through 2 must stay (2 may come back), as must an older chain.
+        let links = vec![
+            link(9, None, "20261130-090000"),
+            link(1, None, "20261201-120100"),
+            link(3, Some(2), "20261201-120300"),
+            link(4, None, "20261202-080000"),
+        ];
+        let plan = prune(&links, 1, 0);
+        let kept: Vec<&str> = plan.keep.iter().map(|p| p.to_str().unwrap()).collect();
+        assert_eq!(
+            kept,
+            [
+                "alpha-20261202-080000.tar.zst.gpg",
+                "alpha-20261201-120300.tar.zst.gpg",
+                "alpha-20261201-120100.tar.zst.gpg",
+                "alpha-20261130-090000.tar.zst.gpg",
+            ],
+            "{plan:?}"
+        );
+        assert!(plan.remove.is_empty(), "{plan:?}");
+    }
+
+    #[test]
     fn prune_keeps_the_full_backup_under_a_fork() {
         // Issue 30: link 2 copied under a later name; keep-last 1 keeps the copy, whose
         // chain is a fork, and must keep what it stands on.
@@ -1102,18 +1133,6 @@ mod tests {
         ];
         let plan = prune(&links, 1, 0);
         assert!(plan.remove.is_empty(), "{plan:?}");
-        // A missing middle link: the tip cannot be judged, and its full backup stays.
-        let links = vec![
-            link(1, None, "20261129-100000"),
-            link(3, Some(2), "20261129-120000"),
-            link(4, None, "20261130-100000"),
-        ];
-        let plan = prune(&links, 1, 0);
-        assert_eq!(
-            plan.remove,
-            [PathBuf::from("alpha-20261129-100000.tar.zst.gpg")],
-            "the lone full backup nothing stands on goes; the unjudged link stays: {plan:?}"
-        );
     }
 
     proptest! {
