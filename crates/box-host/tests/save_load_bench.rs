@@ -840,11 +840,12 @@ fn bench_large_files_in_blocks() {
     let chat_turn = save_load_support::hermes_db::CHAT_TURN;
     let log = r#"set -e
 mkdir -p /data/home/agent/logs
-yes "2026-12-07T12:00:00Z INFO request served in 12ms path=/api/v1/items user=agent" | head -c 512M > /data/home/agent/logs/agent.log
+head -c 384M /dev/urandom | base64 -w 64 | sed 's/^/2026-12-07T12:00:00Z INFO request id=/' | head -c 512M > /data/home/agent/logs/agent.log
 chown -R agent:agent /data/home/agent/logs
 stat -c %s /data/home/agent/logs/agent.log
 "#;
-    let grow_log = "yes \"2026-12-07T12:30:00Z INFO another request\" | head -c 1M >> /data/home/agent/logs/agent.log";
+    // Lines that differ, as a log's do (a repeated line would compress to nothing whole).
+    let grow_log = "head -c 768K /dev/urandom | base64 -w 64 | sed 's/^/2026-12-07T12:30:00Z INFO request id=/' | head -c 1M >> /data/home/agent/logs/agent.log";
     // (box, what, its data, one change, BACKUP_BLOCK_FILES_ABOVE)
     let boxes: Vec<(&str, &str, String, &str, &str)> = vec![
         (
