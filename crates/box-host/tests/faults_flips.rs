@@ -1,0 +1,507 @@
+//! Faults counted (issue 42): bit flips, truncations, zeroed blocks, missing and foreign
+//! files, against backups `box save` wrote through the simulator with the real `hb`.
+//!
+//! Four backup shapes are saved once: a full backup; a chain of three links; a full backup
+//! of many parts (a 64 KiB `BOX_PART_SIZE`: parts above 4 GiB, simulated by a small part
+//! size); a chain whose link holds a 3 MiB file in blocks (`BACKUP_BLOCK_FILES_ABOVE=1M`).
+//! Each case copies one shape's files into the backup directory, damages one file (one
+//! random bit flipped at a random offset; a cut at a random length; a zeroed 4 KiB block; or
+//! a bit of the OpenPGP headers or of the encrypted start that holds the sealed host facts),
+//! then runs `box backups check --read-data`, `box extract` and `box load` on the newest
+//! link. Each must refuse, naming the damaged file; `box load` before any machine exists;
+//! nothing may be left beside the target or in the scratch dirs; and an extract that
+//! succeeds anyway must be byte for byte the clean one (else it is a wrong restore).
+//!
+//! Then the files themselves: a link deleted from the middle of a chain, a link copied
+//! into another box's backup directory, two chains mixed in one directory, a backup
+//! renamed: `box backups check` reports each exactly, and `box backups prune` keeps
+//! everything a kept backup stands on.
+//!
+//! 50 damage cases in all by default, spread over the shapes; `BOX_HEAVY_FAULTS=1` runs
+//! 1,000 per shape. `FAULTS_SEED=<n>` replays a run (the seed is printed).
+
+#![allow(clippy::unwrap_used, clippy::expect_used)]
+
+mod backup_support;
+mod save_load_support;
+
+use std::fmt::Write as _;
+use std::path::{Path, PathBuf};
+
+use backup_support::{Tree, snapshot};
+use rand::rngs::StdRng;
+use rand::{Rng, SeedableRng};
+use save_load_support::{Run, World, prerequisites, serial};
+
+const PROJ: &str = "/data/home/agent/workspace/proj";
+
+/// One backup shape: its files, oldest first (the last is the one restored), kept aside.
+struct Shape {
+    name: &'static str,
+    files: Vec<PathBuf>,
+    /// `box extract` of the undamaged shape.
+    clean: Tree,
+}
+
+impl Shape {
+    fn newest(&self) -> &Path {
+        self.files.last().unwrap()
+    }
+}
+
+/// What is done to one file of a shape.
+#[derive(Debug, Clone, Copy)]
+enum Damage {
+    Flip { at: u64, bit: u8 },
+    Cut { to: u64 },
+    ZeroBlock { at: u64 },
+}
+
+impl Damage {
+    fn apply(self, file: &Path) {
+        let mut bytes = std::fs::read(file).unwrap();
+        match self {
+            Damage::Flip { at, bit } => bytes[at as usize] ^= 1 << bit,
+            Damage::Cut { to } => bytes.truncate(to as usize),
+            Damage::ZeroBlock { at } => {
+                let end = (at as usize + 4096).min(bytes.len());
+                bytes[at as usize..end].fill(0);
+            }
+        }
+        std::fs::write(file, bytes).unwrap();
+    }
+}
+
+fn name(p: &Path) -> String {
+    p.file_name().unwrap().to_string_lossy().into_owned()
+}
+
+fn copy(from: &Path, to: &Path) {
+    std::fs::copy(from, to).unwrap_or_else(|e| panic!("cp {from:?} {to:?}: {e}"));
+}
+
+/// Every entry of `dir`, sorted (none when it does not exist).
+fn entries(dir: &Path) -> Vec<String> {
+    backup_support::listing(dir)
+}
+
+/// Counts of one row of the table.
+#[derive(Default)]
+struct Counts {
+    cases: usize,
+    check_refused: usize,
+    extract_refused: usize,
+    load_refused: usize,
+    /// An extract that succeeded with a tree other than the clean one: must stay 0.
+    wrong_restores: usize,
+    /// An extract that succeeded with exactly the clean tree (possible only when the
+    /// damage hit bytes nothing reads): counted, never taken for a refusal.
+    identical_accepts: usize,
+    /// Files left in the target's dir, the scratch dirs or beside the backups after a
+    /// refusal: must stay 0.
+    leftovers: usize,
+}
+
+/// The test's world: one box `alpha`, the shapes, and where each case runs.
+struct Bench<'a> {
+    w: &'a World,
+    /// The parent of each extract's target: must be empty after every case.
+    extracts: PathBuf,
+    problems: Vec<String>,
+}
+
+impl Bench<'_> {
+    /// The backup dir holding exactly `files` (copied from the store).
+    fn stage(&self, files: &[&Path]) {
+        let dir = self.w.backups();
+        std::fs::remove_dir_all(&dir).unwrap();
+        std::fs::create_dir(&dir).unwrap();
+        for f in files {
+            copy(f, &dir.join(name(f)));
+        }
+    }
+
+    fn staged(&self, file: &Path) -> PathBuf {
+        self.w.backups().join(name(file))
+    }
+
+    fn extract(&self, file: &Path) -> (Run, PathBuf) {
+        let target = self.extracts.join("out");
+        let r = self.w.run(
+            &["extract", file.to_str().unwrap(), target.to_str().unwrap()],
+            &[],
+        );
+        (r, target)
+    }
+
+    /// What a refused verb left: entries beside the extract target, in box's scratch and
+    /// TMPDIR, temporaries beside the backups.
+    fn leftovers(&self) -> Vec<String> {
+        let mut left = Vec::new();
+        for (what, dir) in [
+            ("beside the target", self.extracts.clone()),
+            ("in the state dir's scratch", self.w.home().join("tmp")),
+            ("in TMPDIR", self.w.tmp()),
+        ] {
+            left.extend(entries(&dir).into_iter().map(|e| format!("{e} {what}")));
+        }
+        left.extend(
+            entries(&self.w.backups())
+                .into_iter()
+                .filter(|e| e.starts_with('.'))
+                .map(|e| format!("{e} beside the backups")),
+        );
+        left
+    }
+
+    fn clear_leftovers(&self) {
+        for dir in [self.extracts.clone(), self.w.home().join("tmp"), self.w.tmp()] {
+            for e in entries(&dir) {
+                let p = dir.join(e);
+                let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
+            }
+        }
+    }
+
+    /// One damaged case of `shape`: `damage` applied to its file `victim`, then the three
+    /// verbs on the newest link. Every failed expectation is recorded as a problem.
+    fn case(&mut self, shape: &Shape, victim: usize, damage: Damage, counts: &mut Counts) {
+        let files: Vec<&Path> = shape.files.iter().map(PathBuf::as_path).collect();
+        self.stage(&files);
+        let damaged = self.staged(&shape.files[victim]);
+        damage.apply(&damaged);
+        let newest = self.staged(shape.newest());
+        let label = format!("{} {damage:?} in {}", shape.name, name(&damaged));
+        let victim_name = name(&damaged);
+        counts.cases += 1;
+
+        // box backups check --read-data: a damage report (exit 3) naming the file.
+        let r = self.w.run(&["backups", "check", "alpha", "--read-data"], &[]);
+        if r.code != Some(0) {
+            counts.check_refused += 1;
+        }
+        let names_it = r
+            .stdout
+            .lines()
+            .any(|l| l.trim_start().starts_with("damaged") && l.contains(&victim_name));
+        if r.code != Some(3) || !names_it {
+            self.problems.push(format!(
+                "{label}: box backups check --read-data did not report it damaged:\n{}",
+                r.all()
+            ));
+        }
+        self.note_leftovers(&label, "backups check", counts);
+
+        // box extract of the newest link: refused naming the file, or the clean tree.
+        let (r, target) = self.extract(&newest);
+        if r.ok() {
+            if snapshot(&target) == shape.clean {
+                counts.identical_accepts += 1;
+                self.problems.push(format!(
+                    "{label}: box extract accepted it (an identical restore): {}",
+                    r.all()
+                ));
+            } else {
+                counts.wrong_restores += 1;
+                self.problems
+                    .push(format!("{label}: box extract gave a WRONG restore: {}", r.all()));
+            }
+            std::fs::remove_dir_all(&target).unwrap();
+        } else {
+            counts.extract_refused += 1;
+            if !r.stderr.contains(&victim_name) || r.code != Some(1) {
+                self.problems.push(format!(
+                    "{label}: box extract refused without naming {victim_name}:\n{}",
+                    r.all()
+                ));
+            }
+            self.note_leftovers(&label, "extract", counts);
+        }
+
+        // box load of the newest link: refused before any machine is made.
+        let calls = self.w.calls().len();
+        let r = self.w.run(&["load", newest.to_str().unwrap(), "beta"], &[]);
+        let created = self
+            .w
+            .calls_since(calls)
+            .into_iter()
+            .any(|c| c.contains("machine create"));
+        if r.ok() {
+            self.problems
+                .push(format!("{label}: box load accepted it: {}", r.all()));
+            let _ = self.w.run(&["rm", "beta", "--force"], &[]);
+        } else {
+            counts.load_refused += 1;
+            if !r.stderr.contains(&victim_name) || r.code != Some(1) {
+                self.problems.push(format!(
+                    "{label}: box load refused without naming {victim_name}:\n{}",
+                    r.all()
+                ));
+            }
+            if created || self.w.registered("beta") || self.w.machines().len() != 1 {
+                self.problems.push(format!(
+                    "{label}: box load made a machine or a box before refusing: {}",
+                    r.all()
+                ));
+                let _ = self.w.run(&["rm", "beta", "--force"], &[]);
+            }
+            self.note_leftovers(&label, "load", counts);
+        }
+    }
+
+    fn note_leftovers(&mut self, label: &str, verb: &str, counts: &mut Counts) {
+        let left = self.leftovers();
+        if !left.is_empty() {
+            counts.leftovers += 1;
+            self.problems
+                .push(format!("{label}: {verb} left {left:?}"));
+            self.clear_leftovers();
+        }
+    }
+}
+
+/// The sizes of a shape's files, in order.
+fn sizes(shape: &Shape) -> Vec<u64> {
+    shape
+        .files
+        .iter()
+        .map(|f| std::fs::metadata(f).unwrap().len())
+        .collect()
+}
+
+/// `n` random cases of `shape`: mostly single bit flips (in each link in turn), one cut at
+/// a random length and one zeroed 4 KiB block (4 KiB-aligned, as a disk loses a sector).
+fn random_cases(rng: &mut StdRng, shape: &Shape, n: usize) -> Vec<(usize, Damage)> {
+    let sizes = sizes(shape);
+    let mut cases = Vec::new();
+    for i in 0..n {
+        let victim = i % sizes.len();
+        let len = sizes[victim];
+        cases.push((
+            victim,
+            Damage::Flip {
+                at: rng.random_range(0..len),
+                bit: rng.random_range(0..8),
+            },
+        ));
+    }
+    let victim = rng.random_range(0..sizes.len());
+    cases.push((
+        victim,
+        Damage::Cut {
+            to: rng.random_range(0..sizes[victim]),
+        },
+    ));
+    let victim = rng.random_range(0..sizes.len());
+    cases.push((
+        victim,
+        Damage::ZeroBlock {
+            at: rng.random_range(0..sizes[victim].div_ceil(4096)) * 4096,
+        },
+    ));
+    cases
+}
+
+/// Flips in the head of the full backup: the OpenPGP packet headers (the SKESK with its
+/// cipher and S2K salt and count, the SEIPD header) and the start of the encrypted data,
+/// which holds the sealed host-facts frame. One random bit in each of the first bytes.
+fn head_cases(rng: &mut StdRng, bytes: u64) -> Vec<(usize, Damage)> {
+    (0..bytes)
+        .map(|at| {
+            (
+                0,
+                Damage::Flip {
+                    at,
+                    bit: rng.random_range(0..8),
+                },
+            )
+        })
+        .collect()
+}
+
+fn table(rows: &[(String, Counts)]) -> String {
+    let mut t = String::from(
+        "| shape | cases | check refused | extract refused | load refused | wrong restores | identical accepts | leftovers |\n|---|---|---|---|---|---|---|---|\n",
+    );
+    for (shape, c) in rows {
+        writeln!(
+            t,
+            "| {shape} | {} | {} | {} | {} | {} | {} | {} |",
+            c.cases,
+            c.check_refused,
+            c.extract_refused,
+            c.load_refused,
+            c.wrong_restores,
+            c.identical_accepts,
+            c.leftovers
+        )
+        .unwrap();
+    }
+    t
+}
+
+/// `box save alpha` with `env`, which must succeed and say `words`; returns the new file.
+fn save(w: &World, args: &[&str], env: &[(&str, &str)], words: &str) -> PathBuf {
+    let before = w.backups_published();
+    let mut argv = vec!["save", "alpha"];
+    argv.extend_from_slice(args);
+    let r = w.run(&argv, env);
+    assert!(r.ok() && r.stdout.contains(words), "box save {args:?}: {}", r.all());
+    let new: Vec<_> = w
+        .backups_published()
+        .into_iter()
+        .filter(|p| !before.contains(p))
+        .collect();
+    assert_eq!(new.len(), 1, "{new:?}");
+    // Backups are named by the second: the next save must not share one.
+    std::thread::sleep(std::time::Duration::from_millis(1100));
+    new[0].clone()
+}
+
+const PART_1M: (&str, &str) = ("BOX_PART_SIZE", "1048576");
+
+/// Saves the four shapes through the simulator and keeps their files in `store`.
+fn make_shapes(w: &World, store: &Path) -> Vec<(&'static str, Vec<PathBuf>)> {
+    w.sh(
+        "alpha",
+        &format!(
+            "set -e; mkdir -p {PROJ} && cd {PROJ}; printf 'v1\\n' > notes.md
+             head -c 300000 /dev/urandom > data.bin; chown -R agent:agent /data/home/agent/workspace"
+        ),
+    );
+    let a1 = save(w, &[], &[PART_1M], "(full: starts a chain)");
+    w.sh(
+        "alpha",
+        &format!("cd {PROJ} && head -c 100000 /dev/urandom > more.bin && printf 'v2\\n' > notes.md"),
+    );
+    let a2 = save(w, &[], &[PART_1M], "(incremental: link 2 of its chain)");
+    w.sh("alpha", &format!("cd {PROJ} && printf 'v3\\n' > notes.md && rm data.bin"));
+    let a3 = save(w, &[], &[PART_1M], "(incremental: link 3 of its chain)");
+
+    // Many parts: 64 KiB each over ~0.5 MB of data that does not compress.
+    w.sh(
+        "alpha",
+        &format!("cd {PROJ} && head -c 400000 /dev/urandom > parts.bin"),
+    );
+    let p1 = save(
+        w,
+        &["--full"],
+        &[("BOX_PART_SIZE", "65536")],
+        "(full: starts a chain)",
+    );
+
+    // A 3 MiB file in 1 MiB blocks; the link holds the one block that changed.
+    std::fs::write(
+        w.config(),
+        std::fs::read_to_string(w.config()).unwrap() + "BACKUP_BLOCK_FILES_ABOVE=1M\n",
+    )
+    .unwrap();
+    w.sh(
+        "alpha",
+        &format!("cd {PROJ} && rm parts.bin && head -c 3145728 /dev/urandom > big.img"),
+    );
+    let b1 = save(w, &["--full"], &[PART_1M], "(full: starts a chain)");
+    w.sh(
+        "alpha",
+        &format!(
+            "cd {PROJ} && head -c 5000 /dev/urandom | dd of=big.img bs=1 seek=1500000 conv=notrunc status=none"
+        ),
+    );
+    let b2 = save(w, &[], &[PART_1M], "(incremental: link 2 of its chain)");
+    let b2_size = std::fs::metadata(&b2).unwrap().len();
+    assert!(
+        (1 << 20) < b2_size && b2_size < (2 << 20),
+        "the link holds one 1 MiB block of big.img, not all of it: {b2_size} bytes"
+    );
+
+    let keep = |shape: &'static str, files: &[&PathBuf]| {
+        let dir = store.join(shape);
+        std::fs::create_dir_all(&dir).unwrap();
+        let kept = files
+            .iter()
+            .map(|f| {
+                let to = dir.join(name(f));
+                copy(f, &to);
+                to
+            })
+            .collect();
+        (shape, kept)
+    };
+    vec![
+        keep("full", &[&a1]),
+        keep("chain of 3", &[&a1, &a2, &a3]),
+        keep("parts (64 KiB)", &[&p1]),
+        keep("blocks link", &[&b1, &b2]),
+    ]
+}
+
+#[test]
+fn damaged_backups_are_refused_and_counted() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let heavy = std::env::var("BOX_HEAVY_FAULTS").is_ok_and(|v| v == "1");
+    let seed: u64 = std::env::var("FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("faults_flips: FAULTS_SEED={seed} (heavy: {heavy})");
+    let mut rng = StdRng::seed_from_u64(seed);
+
+    let w = World::with_box("alpha");
+    let store = w.dir.path().join("shapes");
+    let made = make_shapes(&w, &store);
+    let mut bench = Bench {
+        w: &w,
+        extracts: w.dir.path().join("extracts"),
+        problems: Vec::new(),
+    };
+    std::fs::create_dir_all(&bench.extracts).unwrap();
+
+    // Each shape undamaged: checks sound, and its extract is what a damaged one must equal.
+    let mut shapes = Vec::new();
+    for (shape, files) in made {
+        let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
+        bench.stage(&refs);
+        let r = w.run(&["backups", "check", "alpha", "--read-data"], &[]);
+        assert!(r.ok(), "{shape} undamaged: {}", r.all());
+        let (r, target) = bench.extract(&bench.staged(files.last().unwrap()));
+        assert!(r.ok(), "{shape} undamaged: {}", r.all());
+        let clean = snapshot(&target);
+        std::fs::remove_dir_all(&target).unwrap();
+        shapes.push(Shape {
+            name: shape,
+            files,
+            clean,
+        });
+    }
+
+    // 50 in all by default (2 of each shape are the cut and the zeroed block).
+    let per_shape = |i: usize| if heavy { 1000 } else { [10, 13, 10, 9][i] };
+    let mut rows = Vec::new();
+    for (i, shape) in shapes.iter().enumerate() {
+        let mut counts = Counts::default();
+        for (victim, damage) in random_cases(&mut rng, shape, per_shape(i)) {
+            bench.case(shape, victim, damage, &mut counts);
+        }
+        rows.push((shape.name.to_string(), counts));
+    }
+    let mut counts = Counts::default();
+    for (victim, damage) in head_cases(&mut rng, if heavy { 400 } else { 24 }) {
+        bench.case(&shapes[0], victim, damage, &mut counts);
+    }
+    rows.push(("full: head (OpenPGP headers, sealed facts)".into(), counts));
+
+    let table = table(&rows);
+    eprintln!("faults_flips (seed {seed}):\n{table}");
+    let total_cases: usize = rows.iter().map(|(_, c)| c.cases).sum();
+    assert!(total_cases >= 50, "{total_cases} cases");
+    assert!(
+        bench.problems.is_empty(),
+        "{} problem(s) (seed {seed}):\n{}\n{table}",
+        bench.problems.len(),
+        bench.problems.join("\n---\n")
+    );
+    w.scan_secrets();
+}
