@@ -29,6 +29,7 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use backup_support::{Tree, snapshot};
+use box_proto::BoxName;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use save_load_support::{Run, World, prerequisites, serial};
@@ -39,6 +40,9 @@ const PROJ: &str = "/data/home/agent/workspace/proj";
 struct Shape {
     name: &'static str,
     files: Vec<PathBuf>,
+    /// Whether the last save's record of its chain (file digests and places) is kept in
+    /// the state dir while it is checked: only for the chain the last save extended.
+    recorded: bool,
     /// `box extract` of the undamaged shape.
     clean: Tree,
 }
@@ -105,14 +109,24 @@ struct Counts {
 /// The test's world: one box `alpha`, the shapes, and where each case runs.
 struct Bench<'a> {
     w: &'a World,
+    /// The last save's record of its chain, kept aside: installed while that chain is
+    /// checked, removed for the others (which it would report missing).
+    memo: (PathBuf, Vec<u8>),
     /// The parent of each extract's target: must be empty after every case.
     extracts: PathBuf,
     problems: Vec<String>,
 }
 
 impl Bench<'_> {
-    /// The backup dir holding exactly `files` (copied from the store).
-    fn stage(&self, files: &[&Path]) {
+    /// The backup dir holding exactly `files` (copied from the store), the saves' record
+    /// of them there when `recorded`.
+    fn stage(&self, files: &[&Path], recorded: bool) {
+        let (memo, record) = &self.memo;
+        if recorded {
+            std::fs::write(memo, record).unwrap();
+        } else if memo.exists() {
+            std::fs::remove_file(memo).unwrap();
+        }
         let dir = self.w.backups();
         std::fs::remove_dir_all(&dir).unwrap();
         std::fs::create_dir(&dir).unwrap();
@@ -155,7 +169,11 @@ impl Bench<'_> {
     }
 
     fn clear_leftovers(&self) {
-        for dir in [self.extracts.clone(), self.w.home().join("tmp"), self.w.tmp()] {
+        for dir in [
+            self.extracts.clone(),
+            self.w.home().join("tmp"),
+            self.w.tmp(),
+        ] {
             for e in entries(&dir) {
                 let p = dir.join(e);
                 let _ = std::fs::remove_dir_all(&p).or_else(|_| std::fs::remove_file(&p));
@@ -167,7 +185,7 @@ impl Bench<'_> {
     /// verbs on the newest link. Every failed expectation is recorded as a problem.
     fn case(&mut self, shape: &Shape, victim: usize, damage: Damage, counts: &mut Counts) {
         let files: Vec<&Path> = shape.files.iter().map(PathBuf::as_path).collect();
-        self.stage(&files);
+        self.stage(&files, shape.recorded);
         let damaged = self.staged(&shape.files[victim]);
         damage.apply(&damaged);
         let newest = self.staged(shape.newest());
@@ -176,7 +194,9 @@ impl Bench<'_> {
         counts.cases += 1;
 
         // box backups check --read-data: a damage report (exit 3) naming the file.
-        let r = self.w.run(&["backups", "check", "alpha", "--read-data"], &[]);
+        let r = self
+            .w
+            .run(&["backups", "check", "alpha", "--read-data"], &[]);
         if r.code != Some(0) {
             counts.check_refused += 1;
         }
@@ -203,8 +223,10 @@ impl Bench<'_> {
                 ));
             } else {
                 counts.wrong_restores += 1;
-                self.problems
-                    .push(format!("{label}: box extract gave a WRONG restore: {}", r.all()));
+                self.problems.push(format!(
+                    "{label}: box extract gave a WRONG restore: {}",
+                    r.all()
+                ));
             }
             std::fs::remove_dir_all(&target).unwrap();
         } else {
@@ -253,8 +275,7 @@ impl Bench<'_> {
         let left = self.leftovers();
         if !left.is_empty() {
             counts.leftovers += 1;
-            self.problems
-                .push(format!("{label}: {verb} left {left:?}"));
+            self.problems.push(format!("{label}: {verb} left {left:?}"));
             self.clear_leftovers();
         }
     }
@@ -346,7 +367,11 @@ fn save(w: &World, args: &[&str], env: &[(&str, &str)], words: &str) -> PathBuf 
     let mut argv = vec!["save", "alpha"];
     argv.extend_from_slice(args);
     let r = w.run(&argv, env);
-    assert!(r.ok() && r.stdout.contains(words), "box save {args:?}: {}", r.all());
+    assert!(
+        r.ok() && r.stdout.contains(words),
+        "box save {args:?}: {}",
+        r.all()
+    );
     let new: Vec<_> = w
         .backups_published()
         .into_iter()
@@ -358,6 +383,7 @@ fn save(w: &World, args: &[&str], env: &[(&str, &str)], words: &str) -> PathBuf 
     new[0].clone()
 }
 
+const BLOCKS: &str = "blocks link";
 const PART_1M: (&str, &str) = ("BOX_PART_SIZE", "1048576");
 
 /// Saves the four shapes through the simulator and keeps their files in `store`.
@@ -372,10 +398,15 @@ fn make_shapes(w: &World, store: &Path) -> Vec<(&'static str, Vec<PathBuf>)> {
     let a1 = save(w, &[], &[PART_1M], "(full: starts a chain)");
     w.sh(
         "alpha",
-        &format!("cd {PROJ} && head -c 100000 /dev/urandom > more.bin && printf 'v2\\n' > notes.md"),
+        &format!(
+            "cd {PROJ} && head -c 100000 /dev/urandom > more.bin && printf 'v2\\n' > notes.md"
+        ),
     );
     let a2 = save(w, &[], &[PART_1M], "(incremental: link 2 of its chain)");
-    w.sh("alpha", &format!("cd {PROJ} && printf 'v3\\n' > notes.md && rm data.bin"));
+    w.sh(
+        "alpha",
+        &format!("cd {PROJ} && printf 'v3\\n' > notes.md && rm data.bin"),
+    );
     let a3 = save(w, &[], &[PART_1M], "(incremental: link 3 of its chain)");
 
     // Many parts: 64 KiB each over ~0.5 MB of data that does not compress.
@@ -431,7 +462,7 @@ fn make_shapes(w: &World, store: &Path) -> Vec<(&'static str, Vec<PathBuf>)> {
         keep("full", &[&a1]),
         keep("chain of 3", &[&a1, &a2, &a3]),
         keep("parts (64 KiB)", &[&p1]),
-        keep("blocks link", &[&b1, &b2]),
+        keep(BLOCKS, &[&b1, &b2]),
     ]
 }
 
@@ -452,8 +483,12 @@ fn damaged_backups_are_refused_and_counted() {
     let w = World::with_box("alpha");
     let store = w.dir.path().join("shapes");
     let made = make_shapes(&w, &store);
+    let memo = box_host::backup::tree_cache::kept_at(&w.state(), &BoxName::parse("alpha").unwrap())
+        .with_extension("known");
+    let record = std::fs::read(&memo).expect("the last save's record of its chain");
     let mut bench = Bench {
         w: &w,
+        memo: (memo, record),
         extracts: w.dir.path().join("extracts"),
         problems: Vec::new(),
     };
@@ -463,7 +498,9 @@ fn damaged_backups_are_refused_and_counted() {
     let mut shapes = Vec::new();
     for (shape, files) in made {
         let refs: Vec<&Path> = files.iter().map(PathBuf::as_path).collect();
-        bench.stage(&refs);
+        // The blocks chain is the one the last save extended.
+        let recorded = shape == BLOCKS;
+        bench.stage(&refs, recorded);
         let r = w.run(&["backups", "check", "alpha", "--read-data"], &[]);
         assert!(r.ok(), "{shape} undamaged: {}", r.all());
         let (r, target) = bench.extract(&bench.staged(files.last().unwrap()));
@@ -473,6 +510,7 @@ fn damaged_backups_are_refused_and_counted() {
         shapes.push(Shape {
             name: shape,
             files,
+            recorded,
             clean,
         });
     }
@@ -503,5 +541,194 @@ fn damaged_backups_are_refused_and_counted() {
         bench.problems.len(),
         bench.problems.join("\n---\n")
     );
+    w.scan_secrets();
+}
+
+/// `box backups check alpha --read-data` (or `--all`), for the files cases.
+fn check_all(w: &World, who: &str) -> Run {
+    w.run(&["backups", "check", who, "--read-data"], &[])
+}
+
+/// Registers `beta` without a VM, its backups in `dir` (another box's backup directory).
+fn register_beta(w: &World, dir: &Path) {
+    use box_host::state::{BoxRecord, Registry};
+    Registry::new(&w.state())
+        .insert(&BoxRecord {
+            name: BoxName::parse("beta").unwrap(),
+            machine: "beta".into(),
+            web_port: None,
+            created_at: "2026-12-01T09:00:00Z".into(),
+            box_version: "test".into(),
+            base_image: "debian:12".into(),
+            incomplete: false,
+            kept_after_failure: None,
+            machine_label: None,
+            host: None,
+            containment: None,
+            backup_dir: Some(dir.to_path_buf()),
+        })
+        .unwrap();
+}
+
+#[test]
+fn missing_and_foreign_files_are_reported_and_prune_keeps_what_kept_ones_need() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::with_box("alpha");
+    let store = w.dir.path().join("shapes");
+    let made = make_shapes(&w, &store);
+    let memo = box_host::backup::tree_cache::kept_at(&w.state(), &BoxName::parse("alpha").unwrap())
+        .with_extension("known");
+    std::fs::remove_file(&memo).unwrap();
+    let chain3 = &made[1].1;
+    let blocks = &made[3].1;
+    let bench = Bench {
+        w: &w,
+        memo: (memo.clone(), Vec::new()),
+        extracts: w.dir.path().join("extracts"),
+        problems: Vec::new(),
+    };
+    let n = |i: usize| name(&chain3[i]);
+    let line = |r: &Run, starts: &str, file: &str| -> String {
+        r.stdout
+            .lines()
+            .find(|l| l.trim_start().starts_with(starts) && l.contains(file))
+            .unwrap_or_else(|| panic!("no '{starts}' line of {file}: {}", r.all()))
+            .to_string()
+    };
+
+    // A link deleted from the middle of a chain: the last link incomplete, the missing
+    // one named by its place and digest, with what it takes down.
+    bench.stage(&[&chain3[0], &chain3[2]], false);
+    let r = check_all(&w, "alpha");
+    assert_eq!(r.code, Some(3), "{}", r.all());
+    assert!(line(&r, "sound", &n(0)).contains("the full backup of its chain"));
+    assert!(
+        line(&r, "incomplete", &n(2))
+            .contains("link 3 of its chain: stands on link 2 of the chain, which is missing"),
+        "{}",
+        r.all()
+    );
+    assert!(
+        line(&r, "missing", "link 2 of a chain").contains(&format!(
+            "{} names it as its parent; it takes down {}",
+            n(2),
+            n(2)
+        )),
+        "{}",
+        r.all()
+    );
+    assert!(
+        r.stdout
+            .contains("1 sound, 0 damaged, 1 incomplete, 1 missing link(s)")
+    );
+    // Prune keeps the unjudged link and, as the README promises, everything before it:
+    // the missing link may come back, and then the link stands on the full backup again.
+    let r = w.run(&["backups", "prune", "alpha", "--keep-last", "1"], &[]);
+    assert!(r.ok(), "{}", r.all());
+    assert!(
+        r.stderr
+            .contains(&format!("keeping {} and every backup it stands on", n(2))),
+        "{}",
+        r.all()
+    );
+    assert_eq!(
+        entries(&w.backups()),
+        vec![n(0), n(2)],
+        "prune removed what the kept link stands on: {}",
+        r.all()
+    );
+
+    // Two chains mixed in one directory: each link found by digest, all sound.
+    let all: Vec<&Path> = chain3.iter().chain(blocks).map(PathBuf::as_path).collect();
+    bench.stage(&all, false);
+    let r = check_all(&w, "alpha");
+    assert!(r.ok(), "{}", r.all());
+    for (f, place) in [
+        (&chain3[0], "the full backup of its chain"),
+        (&chain3[1], "link 2 of its chain"),
+        (&chain3[2], "link 3 of its chain"),
+        (&blocks[0], "the full backup of its chain"),
+        (&blocks[1], "link 2 of its chain"),
+    ] {
+        assert!(line(&r, "sound", &name(f)).contains(place), "{}", r.all());
+    }
+    assert!(
+        r.stdout
+            .contains("5 sound, 0 damaged, 0 incomplete, 0 missing link(s): all sound")
+    );
+    // Prune of the newest (the blocks chain's link) keeps its full backup too.
+    let r = w.run(&["backups", "prune", "alpha", "--keep-last", "1"], &[]);
+    assert!(r.ok(), "{}", r.all());
+    assert_eq!(
+        entries(&w.backups()),
+        vec![name(&blocks[0]), name(&blocks[1])]
+    );
+
+    // A backup renamed: the middle link given a later name than its child's. The child
+    // is damaged, naming both files; prune keeping the renamed one keeps its full backup,
+    // and keeps the child it cannot judge with everything before it.
+    bench.stage(&all, false);
+    let renamed = "alpha-20300101-000000.tar.zst.gpg";
+    std::fs::rename(bench.staged(&chain3[1]), w.backups().join(renamed)).unwrap();
+    let r = check_all(&w, "alpha");
+    assert_eq!(r.code, Some(3), "{}", r.all());
+    let child = line(&r, "damaged", &n(2));
+    assert!(
+        child.contains(&format!("names {}", w.backups().join(renamed).display()))
+            && child.contains("as its parent, which is not older: not a chain box saved"),
+        "{}",
+        r.all()
+    );
+    assert!(line(&r, "sound", renamed).contains("link 2 of its chain"));
+    let r = w.run(&["backups", "prune", "alpha", "--keep-last", "1"], &[]);
+    assert!(r.ok(), "{}", r.all());
+    let mut kept = vec![n(0), n(2), renamed.to_string()];
+    kept.sort();
+    assert_eq!(entries(&w.backups()), kept, "{}", r.all());
+
+    // A link copied into another box's backup directory: there, it is incomplete (its
+    // full backup is not beside it); the original chain stays sound; prune removes
+    // nothing a copy of a link could stand on.
+    bench.stage(&all, false);
+    let other = w.dir.path().join("beta-backups");
+    std::fs::create_dir(&other).unwrap();
+    register_beta(&w, &other);
+    copy(&chain3[1], &other.join(n(1)));
+    let r = w.run(&["backups", "check", "--all", "--read-data"], &[]);
+    assert_eq!(r.code, Some(3), "{}", r.all());
+    let (here, there) = r
+        .stdout
+        .split_once(&format!("\nalpha in {}", other.display()))
+        .unwrap_or_else(|| panic!("a section for {}: {}", other.display(), r.all()));
+    assert!(
+        here.contains(&format!("sound       {}  link 2 of its chain", n(1))),
+        "{}",
+        r.all()
+    );
+    assert!(
+        there.contains(&format!(
+            "incomplete  {}  link 2 of its chain: stands on the full backup of the chain, which is missing",
+            n(1)
+        )) && there.contains(&format!("it takes down {}", n(1))),
+        "{}",
+        r.all()
+    );
+    assert!(
+        r.stdout
+            .contains("5 sound, 0 damaged, 1 incomplete, 1 missing link(s)")
+    );
+    // Every box's places, so the copy is seen beside the original (a prune of alpha
+    // alone looks only in alpha's directory).
+    let r = w.run(&["backups", "prune", "--keep-last", "1"], &[]);
+    assert!(
+        r.ok() && r.stderr.contains("box never forks a chain"),
+        "{}",
+        r.all()
+    );
+    assert_eq!(entries(&w.backups()).len(), 5, "{}", r.all());
+    assert_eq!(entries(&other), vec![n(1)]);
     w.scan_secrets();
 }
