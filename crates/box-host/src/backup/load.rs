@@ -229,11 +229,12 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
         let validated = decrypt_validate_link(path, passphrase, "decrypting", prior.clone());
         let mut pass1 = match validated {
             Ok(v) => v,
-            // A single backup's errors stay as they were (callers tell them apart).
-            Err(e) if links.len() == 1 => return Err(e.into()),
+            // Named by the link refused (callers still tell the errors apart: a context
+            // keeps the error under it).
             Err(e) => {
                 return Err(anyhow::Error::from(e).context(FailedLink {
                     index: i,
+                    alone: links.len() == 1,
                     path: path.clone(),
                 }));
             }
@@ -271,17 +272,33 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
 pub struct FailedLink {
     /// 0 for the chain's full backup.
     pub index: usize,
+    /// A backup restored alone (no chain): named by its file only.
+    pub alone: bool,
     pub path: PathBuf,
 }
 
 impl std::fmt::Display for FailedLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.alone {
+            return write!(f, "{}", self.path.display());
+        }
         write!(
             f,
             "link {} of the chain, {}",
             self.index + 1,
             self.path.display()
         )
+    }
+}
+
+/// `e`, naming `path` unless its message already does: every refusal says which file it
+/// is about (the error under the name is kept, so callers still tell errors apart).
+pub fn naming(e: anyhow::Error, path: &Path) -> anyhow::Error {
+    let name = path.display().to_string();
+    if format!("{e:#}").contains(&name) {
+        e
+    } else {
+        e.context(name)
     }
 }
 
@@ -620,7 +637,9 @@ pub fn check_backup_file(path: &Path) -> Result<()> {
             })
             .into())
         }
-        Some(envelope::Verdict::Truncated(what)) => Err(BackupError::Corrupt(what).into()),
+        Some(envelope::Verdict::Truncated(what)) => {
+            Err(naming(BackupError::Corrupt(what).into(), path))
+        }
         None => Ok(()),
     }
 }
