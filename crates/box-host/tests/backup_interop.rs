@@ -176,7 +176,8 @@ fn box_extract_round_trip_default_dir_and_refusals() {
     assert!(!wrong.status.success());
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(
-        err.contains("decryption failed (wrong passphrase?)"),
+        err.contains("decryption failed (wrong passphrase, or its first bytes are damaged)")
+            && err.contains(&out.display().to_string()),
         "{err}"
     );
     assert!(!err.contains("not a valid archive"));
