@@ -311,8 +311,10 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     let err =
         box_host::backup::load::write_parts(&out, &pass, &[0; 32], 100_000, &dir, |_, _| Ok(()))
             .unwrap_err();
+    // As box prints it: the file named, then what is wrong with it.
+    let err = format!("{err:#}");
     assert!(
-        err.to_string().contains("backup changed between passes"),
+        err.contains("backup changed between passes") && err.contains(&out.display().to_string()),
         "{err}"
     );
     assert!(listing(&dir).is_empty());
