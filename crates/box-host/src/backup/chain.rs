@@ -115,8 +115,9 @@ pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
 }
 
 /// [`chain_of`], knowing the place in its chain (0: the full backup) of each link whose
-/// `link_no` says it: an error about a missing parent then names a file lying there in its
-/// place only when that file's place is the missing one's.
+/// `link_no` says it: an error about a missing parent then also names a file lying there
+/// whose place is the missing one's (without places, a full backup left by a deleted
+/// middle link would be blamed for the link that is gone).
 fn chain_of_placed<'a>(
     tip: &'a Link,
     links: &'a [Link],
@@ -180,11 +181,11 @@ fn chain_of_placed<'a>(
 }
 
 /// The file most likely to be the parent `child` names but that is not found by its
-/// digest: the newest backup of the same box older than `child` that no backup names as
-/// its parent (a save's parent is the newest backup before it), in the place before
-/// `child`'s when both places are known. A parent whose bytes changed (a flipped bit, a
-/// cut, a rewrite) lies right there under its own name, and a user told only "missing"
-/// would look for a file they have.
+/// digest: the newest backup of the same box older than `child`, in the place before
+/// `child`'s, that no backup names as its parent (a save's parent is the newest backup
+/// before it). A parent whose bytes changed (a flipped bit, a cut, a rewrite) lies right
+/// there under its own name, and a user told only "missing" would look for a file they
+/// have.
 fn unaccounted_before<'a>(
     child: &Link,
     links: &'a [Link],
@@ -194,7 +195,7 @@ fn unaccounted_before<'a>(
     let box_of = |l: &Link| box_and_stamp(&l.path).map(|(name, _)| name);
     let in_place_before = |l: &Link| match (link_no(l), link_no(child)) {
         (Some(l), Some(c)) => l.checked_add(1) == Some(c),
-        _ => true,
+        _ => false,
     };
     links
         .iter()
@@ -752,6 +753,8 @@ mod tests {
             e.contains("alpha-20261201-120300") && e.contains("missing a link"),
             "{e}"
         );
+        // Without the links' places, the full backup left there is not blamed for it.
+        assert!(!e.contains("is there but"), "{e}");
         // A loop.
         let links = vec![
             link(1, Some(2), "20261201-120100"),
