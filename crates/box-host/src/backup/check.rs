@@ -514,7 +514,7 @@ fn read_data(
                 }
             }
             Err(e) => {
-                // The error names the link refused.
+                // A link refused is named by the error; what is about the chain, by its tip.
                 let (failed, why) = match e.downcast_ref::<FailedLink>() {
                     Some(f) => (f.path.clone(), cause(&e)),
                     None => (tip.clone(), format!("{e:#}")),
