@@ -176,7 +176,8 @@ fn box_extract_round_trip_default_dir_and_refusals() {
     assert!(!wrong.status.success());
     let err = String::from_utf8_lossy(&wrong.stderr);
     assert!(
-        err.contains("decryption failed (wrong passphrase?)"),
+        err.contains("decryption failed (wrong passphrase, or its first bytes are damaged)")
+            && err.contains(&out.display().to_string()),
         "{err}"
     );
     assert!(!err.contains("not a valid archive"));
@@ -310,8 +311,10 @@ fn load_pass_two_hands_out_parts_matching_pass_one() {
     let err =
         box_host::backup::load::write_parts(&out, &pass, &[0; 32], 100_000, &dir, |_, _| Ok(()))
             .unwrap_err();
+    // As box prints it: the file named, then what is wrong with it.
+    let err = format!("{err:#}");
     assert!(
-        err.to_string().contains("backup changed between passes"),
+        err.contains("backup changed between passes") && err.contains(&out.display().to_string()),
         "{err}"
     );
     assert!(listing(&dir).is_empty());

@@ -111,6 +111,18 @@ impl Link {
 
 /// The links a restore of `tip` applies, oldest (the full backup) first, `tip` last.
 pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
+    chain_of_placed(tip, links, &|_| None)
+}
+
+/// [`chain_of`], knowing the place in its chain (0: the full backup) of each link whose
+/// `link_no` says it: an error about a missing parent then also names a file lying there
+/// whose place is the missing one's (without places, a full backup left by a deleted
+/// middle link would be blamed for the link that is gone).
+fn chain_of_placed<'a>(
+    tip: &'a Link,
+    links: &'a [Link],
+    link_no: &dyn Fn(&Link) -> Option<u32>,
+) -> Result<Vec<&'a Link>> {
     let by_digest: HashMap<[u8; 32], &Link> = links.iter().map(|l| (l.digest, l)).collect();
     let mut children: HashMap<[u8; 32], Vec<&Link>> = HashMap::new();
     for l in links {
@@ -123,8 +135,15 @@ pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
     let mut link = tip;
     while let Some(parent) = link.parent {
         let Some(found) = by_digest.get(&parent).copied() else {
+            let suspect = unaccounted_before(link, links, link_no).map_or_else(String::new, |s| {
+                format!(
+                    "; {} is there but its bytes are not the ones {} names: damaged or replaced?",
+                    s.shown(),
+                    link.shown()
+                )
+            });
             bail!(
-                "{} is an increment on a backup that is not in its directory (SHA-256 {}): the chain is missing a link; restore an older full backup, or bring the missing file back beside it",
+                "{} is an increment on a backup that is not in its directory (SHA-256 {}): the chain is missing a link{suspect}; restore an older full backup, or bring the missing file back beside it",
                 link.shown(),
                 hex_sha(&parent)
             );
@@ -159,6 +178,34 @@ pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
     }
     chain.reverse();
     Ok(chain)
+}
+
+/// The file most likely to be the parent `child` names but that is not found by its
+/// digest: the newest backup of the same box older than `child`, in the place before
+/// `child`'s, that no backup names as its parent (a save's parent is the newest backup
+/// before it). A parent whose bytes changed (a flipped bit, a cut, a rewrite) lies right
+/// there under its own name, and a user told only "missing" would look for a file they
+/// have.
+fn unaccounted_before<'a>(
+    child: &Link,
+    links: &'a [Link],
+    link_no: &dyn Fn(&Link) -> Option<u32>,
+) -> Option<&'a Link> {
+    let named: HashSet<[u8; 32]> = links.iter().filter_map(|l| l.parent).collect();
+    let box_of = |l: &Link| box_and_stamp(&l.path).map(|(name, _)| name);
+    let in_place_before = |l: &Link| match (link_no(l), link_no(child)) {
+        (Some(l), Some(c)) => l.checked_add(1) == Some(c),
+        _ => false,
+    };
+    links
+        .iter()
+        .filter(|l| {
+            l.stamp < child.stamp
+                && !named.contains(&l.digest)
+                && box_of(l) == box_of(child)
+                && in_place_before(l)
+        })
+        .max_by(|a, b| a.stamp.cmp(&b.stamp))
 }
 
 /// Where a backup says it sits in its chain (its runtime manifest, read before it is
@@ -244,11 +291,11 @@ pub type KnownOf<'a> = dyn Fn(&Path, &FileState) -> Option<([u8; 32], Option<Pla
 pub const KNOWS_NOTHING: &KnownOf<'static> = &|_, _| None;
 
 /// The backups of one box in a directory, as [`discover_links`] reads them: each one's
-/// parent once its place was read, its digest once hashed (`None` until then).
+/// place once read, its digest once hashed (`None` until then).
 struct Found<'k> {
     paths: Vec<PathBuf>,
     stamps: Vec<String>,
-    parents: Vec<Option<Option<[u8; 32]>>>,
+    places: Vec<Option<Option<Place>>>,
     digests: Vec<Option<([u8; 32], FileState)>>,
     known: &'k KnownOf<'k>,
 }
@@ -268,7 +315,7 @@ impl Found<'_> {
         // (index, read its place, hash it)
         let mut work: Vec<(usize, bool, bool)> = Vec::new();
         for i in places.iter().chain(hashes).copied() {
-            let read = places.contains(&i) && self.parents[i].is_none();
+            let read = places.contains(&i) && self.places[i].is_none();
             let hash = hashes.contains(&i) && self.digests[i].is_none();
             if (read || hash) && !work.iter().any(|w| w.0 == i) {
                 work.push((i, read, hash));
@@ -277,21 +324,21 @@ impl Found<'_> {
         let done = par_map(&work, &|&(i, read, hash)| {
             let path = self.paths[i].as_path();
             let known = known_now(self.known, path)?;
-            let parent = match (read, &known) {
+            let placed = match (read, &known) {
                 (false, _) => None,
-                (true, Some((_, place, _))) => Some(place.and_then(|p| p.parent)),
-                (true, None) => Some(place(path)?.and_then(|p| p.parent)),
+                (true, Some((_, place, _))) => Some(*place),
+                (true, None) => Some(place(path)?),
             };
             let digest = match (hash, known) {
                 (false, _) => None,
                 (true, Some((digest, _, state))) => Some((digest, state)),
                 (true, None) => Some(hash_file(path)?),
             };
-            Ok((parent, digest))
+            Ok((placed, digest))
         })?;
-        for ((i, _, _), (parent, digest)) in work.into_iter().zip(done) {
-            if parent.is_some() {
-                self.parents[i] = parent;
+        for ((i, _, _), (placed, digest)) in work.into_iter().zip(done) {
+            if placed.is_some() {
+                self.places[i] = placed;
             }
             if digest.is_some() {
                 self.digests[i] = digest;
@@ -302,7 +349,7 @@ impl Found<'_> {
 
     /// The parent `i` names (`None` for a full backup, or one not read).
     fn parent(&self, i: usize) -> Option<[u8; 32]> {
-        self.parents[i].flatten()
+        self.places[i].flatten().and_then(|p| p.parent)
     }
 
     /// The digest of `i`, hashed now if it was not.
@@ -442,7 +489,7 @@ pub fn discover_links_knowing(
     let mut found = Found {
         paths: vec![file.to_path_buf()],
         stamps: vec![tip_stamp],
-        parents: vec![Some(tip_place.and_then(|p| p.parent))],
+        places: vec![Some(tip_place)],
         digests: vec![Some(tip_hashed)],
         known,
     };
@@ -467,7 +514,7 @@ pub fn discover_links_knowing(
         }
         found.paths.push(path);
         found.stamps.push(stamp.to_string());
-        found.parents.push(None);
+        found.places.push(None);
         found.digests.push(None);
     }
     // Newest first, the backups older than `i`.
@@ -540,7 +587,11 @@ pub fn discover_links_knowing(
         .into_iter()
         .map(|i| found.link(i))
         .collect::<Result<Vec<_>>>()?;
-    let chain = chain_of(&links[tip], &links)?;
+    let link_no = |l: &Link| {
+        let i = links.iter().position(|m| m.path == l.path)?;
+        found.places[i].flatten().map(|p| p.link)
+    };
+    let chain = chain_of_placed(&links[tip], &links, &link_no)?;
     bail!(
         "{}: its chain could not be followed (the walk over {} backup(s) stopped early)",
         chain.last().map_or_else(String::new, |l| l.shown()),
@@ -708,6 +759,8 @@ mod tests {
             e.contains("alpha-20261201-120300") && e.contains("missing a link"),
             "{e}"
         );
+        // Without the links' places, the full backup left there is not blamed for it.
+        assert!(!e.contains("is there but"), "{e}");
         // A loop.
         let links = vec![
             link(1, Some(2), "20261201-120100"),
@@ -797,11 +850,28 @@ mod tests {
             discover(&full, None, &place).unwrap(),
             std::slice::from_ref(&full)
         );
-        // The middle link deleted: refused, naming the link that misses its parent.
+        // The middle link damaged (its bytes, not its place): the file lying there is
+        // named as the one whose bytes are not those the tip names.
+        std::fs::write(&inc, "inc, one bit flipped").unwrap();
+        let e = discover(&tip, None, &place).unwrap_err().to_string();
+        assert!(
+            e.contains("alpha-20261201-120000")
+                && e.contains("missing a link")
+                && e.contains(&format!(
+                    "; {} is there but its bytes are not the ones {} names: damaged or replaced?",
+                    inc.display(),
+                    tip.display()
+                )),
+            "{e}"
+        );
+        // The middle link deleted: refused, naming the link that misses its parent, and
+        // not blaming the full backup, which sits in another place of the chain.
         std::fs::remove_file(&inc).unwrap();
         let e = discover(&tip, None, &place).unwrap_err().to_string();
         assert!(
-            e.contains("alpha-20261201-120000") && e.contains("missing a link"),
+            e.contains("alpha-20261201-120000")
+                && e.contains("missing a link")
+                && !e.contains("is there but"),
             "{e}"
         );
     }

@@ -24,7 +24,7 @@ use std::collections::HashSet;
 use std::io::{self, Read};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use secrecy::SecretString;
 use sha2::{Digest, Sha256};
 
@@ -310,10 +310,8 @@ fn read_places(files: &mut [FileFound], pass: &Passphrase<'_>) -> Result<()> {
         }
     }
     if !opened && !wrong.is_empty() {
-        bail!(
-            "{}: it opens none of the backups no save recorded",
-            BackupError::WrongPassphrase
-        );
+        let unopened: Vec<&Path> = wrong.iter().map(|&i| files[i].path.as_path()).collect();
+        return Err(opens_none(&unopened));
     }
     for i in wrong {
         files[i].faults.push(
@@ -491,12 +489,16 @@ fn read_data(
         .filter(|tip| !chains.iter().any(|c| c[1..].contains(tip)))
         .collect();
     let mut read: HashSet<PathBuf> = HashSet::new();
-    let (mut opened, mut wrong) = (false, false);
+    // Whether the passphrase opened any file, and the files it did not open.
+    let mut opened = false;
+    let mut wrong: Vec<PathBuf> = Vec::new();
     for tip in tips {
         let found = match open_chain::find(&tip, Some(dir), pass) {
             Ok(found) => found,
             Err(e) => {
-                wrong |= is_wrong_passphrase(&e);
+                if is_wrong_passphrase(&e) {
+                    wrong.push(tip.clone());
+                }
                 fault(files, &tip, format!("opening its chain: {e:#}"));
                 read.insert(tip);
                 continue;
@@ -512,12 +514,14 @@ fn read_data(
                 }
             }
             Err(e) => {
-                wrong |= is_wrong_passphrase(&e);
-                // A chain's error names the link refused; a lone backup's is its own.
+                // A link refused is named by the error; what is about the chain, by its tip.
                 let (failed, why) = match e.downcast_ref::<FailedLink>() {
                     Some(f) => (f.path.clone(), cause(&e)),
                     None => (tip.clone(), format!("{e:#}")),
                 };
+                if is_wrong_passphrase(&e) {
+                    wrong.push(failed.clone());
+                }
                 // The links before the one refused passed.
                 for p in paths.iter().take_while(|p| **p != failed) {
                     opened = true;
@@ -547,18 +551,34 @@ fn read_data(
                 );
             }
             Err(e) => {
-                wrong |= matches!(e, BackupError::WrongPassphrase);
+                if matches!(e, BackupError::WrongPassphrase) {
+                    wrong.push(f.path.clone());
+                }
                 f.faults.push(format!("decrypting it: {e}"));
             }
         }
     }
-    if wrong && !opened {
-        bail!(
-            "{}: it opens none of these backups",
-            BackupError::WrongPassphrase
-        );
+    if !wrong.is_empty() && !opened {
+        let unopened: Vec<&Path> = wrong.iter().map(PathBuf::as_path).collect();
+        return Err(opens_none(&unopened));
     }
     Ok(())
+}
+
+/// The passphrase opened none of the files checked and `unopened` are those it could not
+/// open: a wrong passphrase is the user's to fix, not a finding. But a damaged key packet
+/// (salt, S2K count, encrypted session key) derives another key just as another passphrase
+/// does, so when the passphrase opens no other file of the box either, the files alone
+/// cannot tell which: the error says both, naming them.
+fn opens_none(unopened: &[&Path]) -> anyhow::Error {
+    let names: Vec<String> = unopened.iter().map(|p| p.display().to_string()).collect();
+    anyhow!(
+        "the passphrase opens none of the backups checked; it does not open {}: a wrong \
+         passphrase, or their first bytes (the key packet) are damaged, and with no other \
+         backup of this box that it opens, box cannot tell which. If the passphrase is \
+         right, these files are damaged",
+        names.join(", ")
+    )
 }
 
 fn is_wrong_passphrase(e: &anyhow::Error) -> bool {

@@ -229,11 +229,12 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
         let validated = decrypt_validate_link(path, passphrase, "decrypting", prior.clone());
         let mut pass1 = match validated {
             Ok(v) => v,
-            // A single backup's errors stay as they were (callers tell them apart).
-            Err(e) if links.len() == 1 => return Err(e.into()),
+            // Named by the link refused (callers still tell the errors apart: a context
+            // keeps the error under it).
             Err(e) => {
                 return Err(anyhow::Error::from(e).context(FailedLink {
                     index: i,
+                    alone: links.len() == 1,
                     path: path.clone(),
                 }));
             }
@@ -271,17 +272,33 @@ pub fn validate_chain(links: &[Link], passphrase: &SecretString) -> Result<Valid
 pub struct FailedLink {
     /// 0 for the chain's full backup.
     pub index: usize,
+    /// A backup restored alone (no chain): named by its file only.
+    pub alone: bool,
     pub path: PathBuf,
 }
 
 impl std::fmt::Display for FailedLink {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        if self.alone {
+            return write!(f, "{}", self.path.display());
+        }
         write!(
             f,
             "link {} of the chain, {}",
             self.index + 1,
             self.path.display()
         )
+    }
+}
+
+/// `e`, naming `path` unless its message already does: every refusal says which file it
+/// is about (the error under the name is kept, so callers still tell errors apart).
+pub fn naming(e: anyhow::Error, path: &Path) -> anyhow::Error {
+    let name = path.display().to_string();
+    if format!("{e:#}").contains(&name) {
+        e
+    } else {
+        e.context(name)
     }
 }
 
@@ -385,7 +402,9 @@ pub fn write_parts(
     if part_size == 0 {
         bail!("part size must be positive");
     }
-    let mut reader = DecryptReader::open(path, passphrase)?;
+    // What is wrong with the backup's bytes names it (not a part's copy into the box).
+    let named = |e: BackupError| naming(e.into(), path);
+    let mut reader = DecryptReader::open(path, passphrase).map_err(named)?;
     let mut head = [0u8; 4];
     let mut total = Sha256::new();
     let mut parts = Vec::new();
@@ -405,7 +424,9 @@ pub fn write_parts(
             cleanup::check()?;
             let want = (part_size - written).min(buf.len() as u64) as usize;
             let n = reader.read(&mut buf[..want]).map_err(|e| {
-                BackupError::Corrupt(reader.status().failure().unwrap_or_else(|| e.to_string()))
+                named(BackupError::Corrupt(
+                    reader.status().failure().unwrap_or_else(|| e.to_string()),
+                ))
             })?;
             if n == 0 {
                 eof = true;
@@ -443,15 +464,16 @@ pub fn write_parts(
     }
     progress.finish();
     if !reader.authenticated() {
-        return Err(BackupError::Corrupt("the OpenPGP message did not end cleanly".into()).into());
+        return Err(named(BackupError::Corrupt(
+            "the OpenPGP message did not end cleanly".into(),
+        )));
     }
     let sha: [u8; 32] = total.finalize().into();
     if &sha != expected {
-        return Err(BackupError::Changed {
+        return Err(named(BackupError::Changed {
             first: hex_sha(expected),
             second: hex_sha(&sha),
-        }
-        .into());
+        }));
     }
     if let Some((t, p)) = pending.take() {
         on_part(t.path(), &p)?;
@@ -459,7 +481,7 @@ pub fn write_parts(
         drop(t);
     }
     let compression = box_proto::archive::compress::sniff(&head)
-        .ok_or_else(|| BackupError::NotArchive("neither zstd nor gzip data".into()))?;
+        .ok_or_else(|| named(BackupError::NotArchive("neither zstd nor gzip data".into())))?;
     Ok(PartIndex {
         compression,
         total_size: size_total,
@@ -524,7 +546,10 @@ pub fn extract_chain(
         if i > 0 {
             unpacker.next_link();
         }
-        let (tap, status, finished, _) = open_tapped(&validated.path, passphrase, "extracting")?;
+        // What is wrong with a backup's bytes names it.
+        let named = |e: BackupError| naming(e.into(), &validated.path);
+        let (tap, status, finished, _) =
+            open_tapped(&validated.path, passphrase, "extracting").map_err(named)?;
         let mut hashed = HashingReader::new(tap);
         let walked = validate::walk_link(
             &mut hashed,
@@ -539,10 +564,10 @@ pub fn extract_chain(
         );
         let (walked, _) = match walked {
             Ok(done) => done,
-            Err(WalkError::Archive(e)) => return Err(BackupError::from_archive(e, &status).into()),
+            Err(WalkError::Archive(e)) => return Err(named(BackupError::from_archive(e, &status))),
             Err(WalkError::Callback(e)) => {
                 if let Some(failure) = status.failure() {
-                    return Err(BackupError::Corrupt(failure).into());
+                    return Err(named(BackupError::Corrupt(failure)));
                 }
                 return Err(anyhow!(
                     "cannot extract {} into {}: {e}",
@@ -551,13 +576,12 @@ pub fn extract_chain(
                 ));
             }
         };
-        let (sha, _) = finish_tap(hashed, &status, &finished)?;
+        let (sha, _) = finish_tap(hashed, &status, &finished).map_err(named)?;
         if sha != validated.sha256 {
-            return Err(BackupError::Changed {
+            return Err(named(BackupError::Changed {
                 first: hex_sha(&validated.sha256),
                 second: hex_sha(&sha),
-            }
-            .into());
+            }));
         }
         report = Some(walked);
     }
@@ -620,7 +644,9 @@ pub fn check_backup_file(path: &Path) -> Result<()> {
             })
             .into())
         }
-        Some(envelope::Verdict::Truncated(what)) => Err(BackupError::Corrupt(what).into()),
+        Some(envelope::Verdict::Truncated(what)) => {
+            Err(naming(BackupError::Corrupt(what).into(), path))
+        }
         None => Ok(()),
     }
 }

@@ -50,7 +50,10 @@ use box_proto::archive::ArchiveError;
 /// Failures a user must be able to tell apart.
 #[derive(Debug, thiserror::Error)]
 pub enum BackupError {
-    #[error("decryption failed (wrong passphrase?)")]
+    /// The passphrase does not open the file's key packet. A damaged key packet (its salt,
+    /// S2K count or encrypted session key) derives another key just as another passphrase
+    /// does: the file alone cannot tell the two apart, so the message says both.
+    #[error("decryption failed (wrong passphrase, or its first bytes are damaged)")]
     WrongPassphrase,
     #[error("not an encrypted OpenPGP backup: {0}")]
     NotOpenPgp(String),

@@ -71,8 +71,8 @@ pub fn places(paths: &[&Path], passphrase: &SecretString) -> Result<Vec<Option<P
     })
 }
 
-/// How every opening reads a file's place. The tip's errors stay as they are (a wrong
-/// passphrase is the user's to fix); another file's name the file. Every link of a chain was saved on its parent under
+/// How every opening reads a file's place. The tip's errors name it and stay what they are
+/// (a wrong passphrase is the user's to fix). Every link of a chain was saved on its parent under
 /// one passphrase (a save builds only on a parent its passphrase opens), so once the tip
 /// opened, another file that does not open is damaged (or no link of this chain), never
 /// "another passphrase".
@@ -87,7 +87,7 @@ fn place_reader<'a>(
                 Some(BackupError::WrongPassphrase)
             );
             if p == tip {
-                e
+                load::naming(e, p)
             } else if wrong {
                 anyhow!(
                     "{} does not open with the passphrase that opens {}; the links of a chain \
