@@ -42,7 +42,7 @@ use crate::ui;
 pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.source)?;
     let name = BoxName::parse(&args.name)?;
-    super::drill::refuse_reserved(&name)?;
+    crate::state::reserved::refuse_reserved(&name)?;
     if name == record.name {
         bail!("a clone needs a name of its own: box clone {name} <new-name>");
     }

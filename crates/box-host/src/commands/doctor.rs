@@ -566,7 +566,11 @@ fn guest_doctor(
 /// A `box drill` throwaway box its drill did not remove: named so, and never kept on
 /// purpose (`--keep` marks it complete).
 fn is_drill_leftover(record: &BoxRecord) -> bool {
-    record.name.as_str().starts_with(super::drill::PREFIX) && record.kept_after_failure.is_none()
+    record
+        .name
+        .as_str()
+        .starts_with(crate::state::reserved::DRILL_PREFIX)
+        && record.kept_after_failure.is_none()
 }
 
 fn drop_stale_row(ctx: &Context, record: &BoxRecord) -> Result<()> {

@@ -33,25 +33,11 @@ use crate::lifecycle::cleanup::{Rollback, rollback_created};
 use crate::lifecycle::guest::HB_PATH;
 use crate::lifecycle::signals::DeferredSignals;
 use crate::smolvm::Smolvm;
+use crate::state::reserved::DRILL_PREFIX;
 use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::Guest;
 use crate::transfer::{self, host_dir};
 use crate::ui;
-
-/// The prefix of every throwaway box's name, which no other verb gives a box: `box doctor
-/// --fix` removes an unfinished box so named as a drill's leftover.
-pub const PREFIX: &str = "drill-";
-
-/// Refuses a name a user asked `box new`, `box load` or `box clone` for that is kept for
-/// drills.
-pub fn refuse_reserved(name: &BoxName) -> Result<()> {
-    if name.as_str().starts_with(PREFIX) {
-        anyhow::bail!(
-            "box names starting with '{PREFIX}' are kept for box drill's throwaway boxes; choose another name"
-        );
-    }
-    Ok(())
-}
 
 /// As `box doctor` gives `hb doctor`.
 const DOCTOR_TIMEOUT: Duration = Duration::from_secs(60);
@@ -220,10 +206,10 @@ fn newest_backup(ctx: &Context, source: &BoxName) -> Result<std::path::PathBuf> 
 /// `drill-<name>-<stamp>`, the name cut to fit a box name.
 fn throwaway_name(source: &BoxName) -> Result<BoxName> {
     let stamp = transfer::stamp();
-    let room = box_proto::name::MAX_NAME_LEN - PREFIX.len() - 1 - stamp.len();
+    let room = box_proto::name::MAX_NAME_LEN - DRILL_PREFIX.len() - 1 - stamp.len();
     let cut: String = source.as_str().chars().take(room).collect();
     Ok(BoxName::parse(&format!(
-        "{PREFIX}{}-{stamp}",
+        "{DRILL_PREFIX}{}-{stamp}",
         cut.trim_end_matches('-')
     ))?)
 }
@@ -493,13 +479,6 @@ impl Report {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn drill_names_are_kept_from_the_other_verbs() {
-        let err = refuse_reserved(&BoxName::parse("drill-alpha").unwrap()).unwrap_err();
-        assert!(err.to_string().contains("kept for box drill"), "{err}");
-        assert!(refuse_reserved(&BoxName::parse("drills").unwrap()).is_ok());
-    }
 
     #[test]
     fn a_throwaway_name_is_a_valid_box_name_for_the_longest_source() {

@@ -51,7 +51,7 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
     load::check_backup_file(file)?;
     let name = BoxName::parse(&args.name)?;
-    super::drill::refuse_reserved(&name)?;
+    crate::state::reserved::refuse_reserved(&name)?;
     cleanup::install();
     cleanup::set_deferred(true);
     let signals = DeferredSignals::install()?;

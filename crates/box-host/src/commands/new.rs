@@ -91,7 +91,7 @@ fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
 
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     let name = BoxName::parse(&args.name)?;
-    super::drill::refuse_reserved(&name)?;
+    crate::state::reserved::refuse_reserved(&name)?;
     let containment = Containment::from_config(&ctx.config.env, &args.policy.overrides())?;
     let signals = DeferredSignals::install()?;
     let _box_lock = locks::try_acquire(

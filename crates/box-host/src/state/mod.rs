@@ -3,6 +3,7 @@
 pub mod locks;
 pub mod paths;
 pub mod registry;
+pub mod reserved;
 
 pub use locks::{LockGuard, LockKey};
 pub use paths::StateDir;
