@@ -114,6 +114,13 @@ enum Payload<'a> {
     Dumpdir(&'a [u8]),
 }
 
+impl<'a> Payload<'a> {
+    /// A directory's: its dumpdir in chain mode, nothing otherwise.
+    fn directory(dumpdir: Option<&'a [u8]>) -> Self {
+        dumpdir.map_or(Payload::None, Payload::Dumpdir)
+    }
+}
+
 /// The chain state of an export: the parent's snapshot and the one being made.
 struct Chain {
     parent: Option<Snapshot>,
@@ -705,10 +712,7 @@ impl<W: Write> Walker<W> {
             ),
             None => None,
         };
-        let payload = match &dumpdir {
-            Some(d) => Payload::Dumpdir(d),
-            None => Payload::None,
-        };
+        let payload = Payload::directory(dumpdir.as_deref());
         self.append(
             member,
             &Attrs::of(meta),
@@ -995,10 +999,7 @@ impl<W: Write> Walker<W> {
             }
             None => None,
         };
-        let payload = match &dumpdir {
-            Some(d) => Payload::Dumpdir(d),
-            None => Payload::None,
-        };
+        let payload = Payload::directory(dumpdir.as_deref());
         let attrs = Attrs::of_block_dir(meta, 0o700, 0);
         self.append(dir_member, &attrs, tar::EntryType::Directory, None, payload)
             .with_context(|| format!("cannot archive {shown}"))
