@@ -191,6 +191,10 @@ pub enum Command {
         (an incremental backup, one link of a chain; BACKUP_CHAIN_MAX links, default 24, or\n\
         BACKUP_CHAIN_MAX_AGE_DAYS, default 7, then a full one). box load and box extract of any link restore its whole chain; --full\n\
         starts a new chain, in the backup dir; an explicit output file is always a full backup.\n\
+        A file of BACKUP_BLOCK_FILES_ABOVE or more (default 64M; 0: never), a Hermes state.db or\n\
+        a long log, is saved as NAME.box-blocks/ of 1 MiB blocks, so a link holds only the\n\
+        blocks that changed; box load and box extract put it back together, and after a stock\n\
+        restore `cat NAME.box-blocks/b* > NAME` does (README, \"Restoring without box\").\n\
         --check (for a timer: one command): after the save, the chain it extended is checked as\n\
         box backups check checks it without --read-data (each older file hashed against the\n\
         record its save kept, each link's parent there); the new file itself was just decrypted\n\
