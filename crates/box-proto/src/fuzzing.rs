@@ -31,6 +31,7 @@ pub const TARGETS: &[(&str, Target)] = &[
     ("box_env", box_env),
     ("guest_output", guest_output),
     ("host_facts", host_facts),
+    ("dumpdir", dumpdir),
 ];
 
 /// Small caps, so one input can neither allocate much nor run long: a hang or an
@@ -390,6 +391,56 @@ pub fn part_index(data: &[u8]) {
         match PartIndex::parse(&rendered) {
             Ok(again) => assert_eq!(again, index, "render/parse changed the index"),
             Err(e) => panic!("rendered part index does not parse ({e}): {rendered:?}"),
+        }
+    }
+}
+
+/// `dumpdir`: the two listings a chain link carries beside its files, read on their own
+/// (the archive targets reach them only through a whole tar). The first byte picks one:
+/// even, a GNU dumpdir (what parses renders back to the same bytes' entries, and a lookup
+/// of each listed name finds its code); odd, a block directory's `index` (what parses
+/// renders to exactly the bytes read: the format has one spelling). Block names parse
+/// back to the number they were made from.
+pub fn dumpdir(data: &[u8]) {
+    use crate::archive::blocks::{self, BlockIndex};
+    use crate::archive::incremental::Dumpdir;
+    let Some((&pick, rest)) = data.split_first() else {
+        return;
+    };
+    if pick % 2 == 0 {
+        if let Ok(listing) = Dumpdir::parse(rest) {
+            let rendered = listing.render();
+            match Dumpdir::parse(&rendered) {
+                Ok(again) => assert_eq!(
+                    again.entries(),
+                    listing.entries(),
+                    "render/parse changed the dumpdir"
+                ),
+                Err(e) => panic!("rendered dumpdir does not parse ({e:?}): {rendered:?}"),
+            }
+            for (code, name) in listing.entries() {
+                assert_eq!(
+                    listing.lookup(name),
+                    Some(*code),
+                    "lookup lost a listed name"
+                );
+            }
+        }
+    } else if let Ok(index) = BlockIndex::parse(rest) {
+        assert_eq!(
+            index.render().as_bytes(),
+            rest,
+            "a block index has one spelling"
+        );
+        assert_eq!(
+            index.blocks.len() as u64,
+            blocks::block_count(index.size, index.block_size)
+        );
+        for i in 0..index.blocks.len() as u64 {
+            assert_eq!(
+                blocks::block_number(blocks::block_name(i).as_bytes()),
+                Some(i)
+            );
         }
     }
 }
