@@ -563,6 +563,90 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     );
     assert!(fix.stdout.contains("host Executor MCP: healthy"), "{fix}");
 
+    // A pause the user chose (`hb down`) survives `box repair` and `box enter` of a
+    // stopped box (both used to run `hb up`, which clears it); each says so.
+    let paused = |w: &World| -> bool {
+        let out = w.sim(&[
+            "machine",
+            "exec",
+            "--name",
+            "alpha",
+            "--",
+            "/usr/local/bin/hb",
+            "status",
+            "--json",
+        ]);
+        assert!(out.status.success(), "hb status --json");
+        let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        status["executor"]["state"] == "paused"
+    };
+    let down = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "/usr/local/bin/hb",
+        "down",
+    ]);
+    assert!(down.status.success());
+    assert!(paused(&w));
+    let repair = w.run(&["repair", "alpha"]);
+    assert!(repair.ok(), "{repair}");
+    assert!(
+        repair
+            .stdout
+            .contains("Executor in 'alpha' is paused again, as you left it"),
+        "{repair}"
+    );
+    assert!(paused(&w), "box repair cleared the user's hb down");
+    assert!(w.run(&["stop", "alpha"]).ok());
+    let mut cmd = std::process::Command::new("script");
+    cmd.args([
+        "-qec",
+        &format!("{} enter alpha", lifecycle_support::box_bin().display()),
+        "/dev/null",
+    ]);
+    for (k, v) in w.command(&[], &[]).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        let _ = stdin.write_all(b"exit\r");
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    });
+    let enter = w.collect(child, "script box enter alpha");
+    assert!(enter.ok(), "{enter}");
+    assert!(
+        enter
+            .stdout
+            .contains("Executor in 'alpha' stays paused as you left it"),
+        "{enter}"
+    );
+    assert!(
+        paused(&w),
+        "box enter of a stopped box cleared the user's hb down"
+    );
+    let up = w.sim(&[
+        "machine",
+        "exec",
+        "--name",
+        "alpha",
+        "--",
+        "/usr/local/bin/hb",
+        "up",
+    ]);
+    assert!(up.status.success());
+
     // Without web exposure: no published port, doctor says the host check is skipped,
     // open says how to enable it.
     let new = w.run_env(&["new", "beta"], &[("EXPOSE_EXECUTOR_WEB", "0")]);

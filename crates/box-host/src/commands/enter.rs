@@ -2,13 +2,11 @@
 //! session `main` as `agent`. No lock, as in the seed (docs/design.md, "Locks"): a long
 //! interactive session must not block saves. The guest's exit code is passed through.
 
-use std::process::ExitCode;
-use std::time::Duration;
-
 use anyhow::Result;
+use std::process::ExitCode;
 
 use super::Context;
-use crate::lifecycle::{boxes, guest, readiness};
+use crate::lifecycle::{boxes, readiness};
 use crate::ui;
 
 /// The login shell of `agent` runs tmux; `-l` gives it the login environment
@@ -23,20 +21,19 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         ui::say(format!("Starting '{}'", record.name));
         crate::lifecycle::containment::start_box(&smolvm, &record, None)?;
         readiness::wait_for_agent(&smolvm, &record.machine)?;
-        // `box stop` paused Executor durably (hb down); entering brings it back, as
-        // `box start` does. A failure is reported but does not keep the user out.
-        if ctx.config.env.install_executor {
-            match guest::hb(&smolvm, &record.machine, &["up"], Duration::from_secs(180)) {
-                Ok(out) if out.success() => {}
-                Ok(out) => ui::warn(format!(
-                    "hb up in '{}' failed ({}){}; Executor may be down (see box doctor {})",
-                    record.name,
-                    guest::status(&out),
-                    guest::last_lines(&out.stderr, &out.stdout),
-                    record.name
-                )),
-                Err(e) => ui::warn(format!("{e:#}")),
-            }
+        // `box stop` quiesced Executor; entering undoes that, as `box start` does, and
+        // only that: a pause the user chose with `hb down` survives (`hb resume`, never
+        // `hb up`). A failure is reported but does not keep the user out.
+        match readiness::wait_until_ready(&smolvm, &record, ctx.config.env.install_executor) {
+            Ok(readiness::Readiness::Ready) => {}
+            Ok(readiness::Readiness::ExecutorPaused) => ui::say(format!(
+                "Executor in '{}' stays paused as you left it (resume it inside with: hb up)",
+                record.name
+            )),
+            Err(e) => ui::warn(format!(
+                "{e:#}; Executor may be down (see box doctor {})",
+                record.name
+            )),
         }
     }
     let code = smolvm.exec_interactive(

@@ -27,6 +27,17 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         crate::lifecycle::containment::start_box(&smolvm, &record, None)?;
     }
     readiness::wait_for_agent(&smolvm, &record.machine)?;
+    // Provisioning starts Executor (`hb up`) to wire and check it; a pause the user chose
+    // with `hb down` is put back afterwards, whether the repair succeeds or not.
+    // A box broken enough to need a repair may have no working hb to ask: then it is said.
+    let user_paused = ctx.config.env.install_executor
+        && readiness::resume_quiesced(&smolvm, &record.machine).unwrap_or_else(|e| {
+            ui::warn(format!(
+                "could not tell whether Executor in '{}' was paused ({e:#}); the repair leaves it running",
+                record.name
+            ));
+            false
+        });
     ui::say(format!(
         "Repairing '{}' in place: every provisioning step runs again inside the box, /data is \
          kept (repair never rebases onto a base; box save + box load starts from one)",
@@ -45,11 +56,17 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         setup.install_assets()?;
         setup.provision()?;
         setup.runtime()?;
-        if ctx.config.env.install_executor {
-            setup.hb_step(&["up"])?;
-        }
         setup.health(record.web_port)
     })();
+    if user_paused {
+        match setup.hb_step(&["down"]) {
+            Ok(()) => ui::say(format!(
+                "Executor in '{}' is paused again, as you left it (resume it inside with: hb up)",
+                record.name
+            )),
+            Err(e) => ui::warn(format!("{e:#}; Executor in '{}' is running", record.name)),
+        }
+    }
     match result {
         Ok(()) => {
             // A repair that gets this far has built the box completely.

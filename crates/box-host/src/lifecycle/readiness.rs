@@ -57,13 +57,7 @@ pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> 
     if !executor {
         return Ok(Readiness::Ready);
     }
-    guest::hb_ok(
-        smolvm,
-        &record.machine,
-        &["resume"],
-        Duration::from_secs(180),
-    )?;
-    if executor_paused(smolvm, &record.machine)? {
+    if resume_quiesced(smolvm, &record.machine)? {
         return Ok(Readiness::ExecutorPaused);
     }
     if let Some(port) = record.web_port {
@@ -73,6 +67,14 @@ pub fn wait_until_ready(smolvm: &Smolvm, record: &BoxRecord, executor: bool) -> 
         guest::host_handshake(reach.local_port(), &token, 30, None)?;
     }
     Ok(Readiness::Ready)
+}
+
+/// `hb resume`: undoes the quiesce of a `box stop` (or of a save or load that never
+/// finished), and only that. Then says whether Executor is still paused: a pause the user
+/// chose with `hb down`, which every verb keeps.
+pub fn resume_quiesced(smolvm: &Smolvm, machine: &str) -> Result<bool> {
+    guest::hb_ok(smolvm, machine, &["resume"], Duration::from_secs(180))?;
+    executor_paused(smolvm, machine)
 }
 
 /// Asks `hb status --json` whether Executor is durably paused.
