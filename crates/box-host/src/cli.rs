@@ -64,7 +64,8 @@ pub struct Cli {
     )]
     pub progress: Option<crate::ui::progress::Choice>,
 
-    /// Config file in box.env form (default: $BOX_CONFIG, then the user config dir)
+    /// Config file in box.env form (default: $BOX_CONFIG, then the user config dir); read as
+    /// a shell would source it ($VAR expanded, nothing run), unused keys named and ignored
     #[arg(long, global = true, value_name = "FILE")]
     pub config: Option<PathBuf>,
 

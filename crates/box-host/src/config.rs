@@ -1,6 +1,8 @@
 //! Finding and loading `box.env`: `--config`, then `BOX_CONFIG`, then the user config dir
 //! (`$XDG_CONFIG_HOME/hermes-box/box.env`, macOS `~/Library/Application Support/hermes-box/box.env`),
 //! else the built-in defaults. Environment variables of the same names override the file.
+//! The file is read as the original tool's `source` read it (`BoxEnv::parse_user_file`):
+//! a key box does not read is named in a warning, not refused.
 //!
 //! `BACKUP_DIR` is resolved here, once, to an absolute path, so that every directory `box`
 //! runs from finds the same backups: unset, the user's data directory
@@ -25,6 +27,9 @@ pub struct Config {
     backup_dir: Option<PathBuf>,
     /// Where `box` put backups before they had one known place ([`Config::legacy_backup_dir`]).
     legacy_backup_dir: Option<PathBuf>,
+    /// Keys the file sets that box does not read (a box.env of the original tool, say):
+    /// `main` names them in a warning.
+    pub unused: Vec<box_proto::box_env::UnusedKey>,
 }
 
 /// Where a user's own box.env lives when neither `--config` nor `BOX_CONFIG` is given.
@@ -55,10 +60,11 @@ pub fn load(explicit: Option<&Path>) -> Result<Config> {
         (None, None) => (user_config_file().filter(|p| p.exists()), false),
     };
     let mut env = BoxEnv::default();
+    let mut unused = Vec::new();
     let source = match path {
         Some(path) if required || path.exists() => {
             let text = read_file(&path)?;
-            env = BoxEnv::parse(&text, &path)?;
+            (env, unused) = BoxEnv::parse_user_file(&text, &path, |name| std::env::var(name).ok())?;
             Some(path)
         }
         _ => None,
@@ -82,6 +88,7 @@ pub fn load(explicit: Option<&Path>) -> Result<Config> {
         source,
         backup_dir,
         legacy_backup_dir,
+        unused,
     })
 }
 

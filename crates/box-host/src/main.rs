@@ -34,6 +34,18 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         _ => {}
     }
     let config = config::load(cli.config.as_deref())?;
+    if let (Some(file), false) = (&config.source, config.unused.is_empty()) {
+        let keys: Vec<String> = config
+            .unused
+            .iter()
+            .map(|u| format!("{} (line {})", u.key, u.line))
+            .collect();
+        box_host::ui::warn(format!(
+            "{}: box does not read {}; ignored (the box.env box ships lists every key it reads)",
+            file.display(),
+            keys.join(", ")
+        ));
+    }
     let host = box_host::remote::selected(cli.host.as_deref(), &config.env.host)?;
     let ctx = commands::Context {
         config,

@@ -147,9 +147,9 @@ fn config_errors_name_file_line_and_key() {
     let tmp = tempfile::tempdir().unwrap();
     let cases = [
         (
-            "EXECUTOR_PORT=4788\nNOT_A_KEY=1\n",
+            "EXECUTOR_PORT=4788\nEGRES=allowlist\n",
             2,
-            "NOT_A_KEY: unknown key",
+            "EGRES: unknown key; did you mean EGRESS?",
         ),
         (
             "INSTALL_HERMES=perhaps\n",
@@ -229,5 +229,41 @@ fn environment_overrides_the_file_and_is_validated_too() {
     assert!(
         e.contains("environment: EXECUTOR_PORT: port 0 is outside 1-65535"),
         "{e}"
+    );
+}
+
+/// A box.env written for the original tool (which `source`d it) works with `--config`:
+/// quoted values with comments after them, `""` for "the default", `$HOME` expanded, and
+/// the keys box does not read named in one warning, not refused.
+#[test]
+fn an_original_tool_box_env_works_with_a_warning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let file = tmp.path().join("tx9.env");
+    write(
+        &file,
+        "# Sourced by ./box.\nBASE_IMAGE=\"ubuntu:24.04\"\nBOX_CPUS=\"4\"\nBOX_OVERLAY_GIB=\"64\"\n\
+         CODEX_VERSION=\"\"         # empty = latest\n\
+         \x20                         # a continued comment\n\
+         EXECUTOR_PORT=\"4788\"          # inside the box\nEXPOSE_HERMES_API=0\n\
+         BACKUP_DIR=\"${HOME}/old box backups\"\n",
+    );
+    let out = run(box_cmd(tmp.path())
+        .env("HOME", tmp.path())
+        .arg("--config")
+        .arg(&file)
+        .arg("backups"));
+    let (stdout, stderr) = (text(&out.stdout), text(&out.stderr));
+    assert!(out.status.success(), "{stdout}{stderr}");
+    assert!(
+        stderr.contains(&format!(
+            "{}: box does not read BOX_OVERLAY_GIB (line 4), EXPOSE_HERMES_API (line 8); ignored",
+            file.display()
+        )),
+        "{stderr}"
+    );
+    assert_eq!(stderr.matches("does not read").count(), 1, "{stderr}");
+    assert!(
+        stdout.contains(&format!("{}/old box backups", tmp.path().display())),
+        "BACKUP_DIR's ${{HOME}} was not expanded: {stdout}"
     );
 }

@@ -3,10 +3,15 @@
 //! The host reads it to create boxes; a rendered copy of the effective values is installed
 //! root-owned in every guest at `/etc/hermes-box.env`, where `hb` and provisioning read it.
 //! The format is the seed's dotenv form: `KEY=value` lines, `#` comments, optional
-//! `export ` prefix, optional single or double quotes around the value, no expansion.
-//! Every key is known and typed: an unknown key or a bad value is an error naming the
-//! file, the line and the key, never a silent default.
+//! `export ` prefix, optional single or double quotes around the value. Every key is typed:
+//! a bad value is an error naming the file, the line and the key, never a silent default.
+//! The file box writes into a guest is read as written ([`BoxEnv::parse`]: no expansion,
+//! every key known); a user's file is read as the original tool's `source` read it
+//! ([`BoxEnv::parse_user_file`], [`shell`]), its unused keys named for a warning.
 
+pub mod shell;
+
+use std::collections::HashMap;
 use std::fmt;
 use std::path::PathBuf;
 
@@ -479,41 +484,18 @@ impl BoxEnv {
         Ok(env)
     }
 
-    /// Applies the `KEY=value` lines of a file.
+    /// Applies the `KEY=value` lines of a file box wrote (the guest's `/etc/hermes-box.env`):
+    /// every key known, values taken as written.
     pub fn apply_file(&mut self, text: &str, path: &std::path::Path) -> Result<(), ConfigError> {
-        let mut seen: Vec<(&str, usize)> = Vec::new();
-        for (index, raw) in text.lines().enumerate() {
-            let line = index + 1;
-            let origin = Origin::File {
-                path: path.to_path_buf(),
-                line,
-            };
-            let trimmed = raw.trim();
-            if trimmed.is_empty() || trimmed.starts_with('#') {
-                continue;
-            }
-            let body = trimmed.strip_prefix("export ").unwrap_or(trimmed);
-            let Some((key, value)) = body.split_once('=') else {
-                return Err(ConfigError {
-                    origin,
-                    key: body.chars().take(40).collect(),
-                    problem: "expected KEY=value".into(),
-                });
-            };
-            let key = key.trim();
-            let value = unquote(value.trim()).map_err(|problem| ConfigError {
+        let mut seen = SeenKeys::default();
+        for assignment in assignments(text, path) {
+            let (origin, key, raw) = assignment?;
+            let value = unquote(raw.trim()).map_err(|problem| ConfigError {
                 origin: origin.clone(),
                 key: key.to_string(),
                 problem,
             })?;
-            if let Some((_, first)) = seen.iter().find(|(k, _)| *k == key) {
-                return Err(ConfigError {
-                    origin,
-                    key: key.to_string(),
-                    problem: format!("set twice (first on line {first})"),
-                });
-            }
-            seen.push((key, line));
+            seen.once(&origin, key)?;
             self.set(key, &value).map_err(|problem| ConfigError {
                 origin,
                 key: key.to_string(),
@@ -521,6 +503,56 @@ impl BoxEnv {
             })?;
         }
         Ok(())
+    }
+
+    /// A user's box.env (`--config`, `BOX_CONFIG`, the user config dir), read as the
+    /// original tool's `source` read it ([`shell`]): quoting and `$NAME` expansion from the
+    /// file's earlier lines and then `environment`, a comment after a quoted value, an empty
+    /// value leaving a key that needs one at its default (`CODEX_VERSION=""` meant "latest").
+    /// A key box does not read is returned for a warning, not refused, unless it is one
+    /// letter or two away from a key box reads: a typo of `EGRESS` must not leave a box open.
+    pub fn parse_user_file(
+        text: &str,
+        path: &std::path::Path,
+        environment: impl Fn(&str) -> Option<String>,
+    ) -> Result<(Self, Vec<UnusedKey>), ConfigError> {
+        let mut env = Self::default();
+        let mut assigned: HashMap<String, String> = HashMap::new();
+        let mut unused = Vec::new();
+        let mut seen = SeenKeys::default();
+        for assignment in assignments(text, path) {
+            let (origin, key, raw) = assignment?;
+            let error = |problem: String| ConfigError {
+                origin: origin.clone(),
+                key: key.to_string(),
+                problem,
+            };
+            if !is_shell_name(key) {
+                return Err(error("not a variable name (letters, digits and _)".into()));
+            }
+            let lookup = |name: &str| assigned.get(name).cloned().or_else(|| environment(name));
+            let value = shell::value(raw.trim_start(), &lookup).map_err(&error)?;
+            if KEYS.contains(&key) {
+                seen.once(&origin, key)?;
+                match env.set(key, &value) {
+                    Err(_) if value.is_empty() => {}
+                    result => result.map_err(&error)?,
+                }
+            } else if let Some(near) = near_key(key) {
+                return Err(error(format!("unknown key; did you mean {near}?")));
+            } else if let Origin::File { line, .. } = origin {
+                unused.push(UnusedKey {
+                    line,
+                    key: key.to_string(),
+                });
+            }
+            assigned.insert(key.to_string(), value);
+        }
+        env.check_ranges(&Origin::File {
+            path: path.to_path_buf(),
+            line: 0,
+        })?;
+        Ok((env, unused))
     }
 
     /// Environment variables of the same names override the file, as in the seed.
@@ -572,6 +604,92 @@ impl BoxEnv {
     pub fn web_ports(&self) -> std::ops::RangeInclusive<u16> {
         self.web_port_lo..=self.web_port_hi
     }
+}
+
+/// A key a user's box.env sets that box does not read (one of the original tool's, say):
+/// named in a warning, otherwise ignored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct UnusedKey {
+    pub line: usize,
+    pub key: String,
+}
+
+/// The `KEY=value` lines of a file, comments and blank lines skipped, an `export ` prefix
+/// dropped: where each is, its key and the raw text after `=`.
+fn assignments<'t>(
+    text: &'t str,
+    path: &std::path::Path,
+) -> impl Iterator<Item = Result<(Origin, &'t str, &'t str), ConfigError>> {
+    let path = path.to_path_buf();
+    text.lines().enumerate().filter_map(move |(index, raw)| {
+        let origin = Origin::File {
+            path: path.clone(),
+            line: index + 1,
+        };
+        let trimmed = raw.trim();
+        if trimmed.is_empty() || trimmed.starts_with('#') {
+            return None;
+        }
+        let body = trimmed.strip_prefix("export ").unwrap_or(trimmed);
+        Some(match body.split_once('=') {
+            Some((key, value)) => Ok((origin, key.trim(), value)),
+            None => Err(ConfigError {
+                origin,
+                key: body.chars().take(40).collect(),
+                problem: "expected KEY=value".into(),
+            }),
+        })
+    })
+}
+
+/// The keys a file has set so far: a key box reads is set once.
+#[derive(Default)]
+struct SeenKeys(Vec<(String, usize)>);
+
+impl SeenKeys {
+    fn once(&mut self, origin: &Origin, key: &str) -> Result<(), ConfigError> {
+        let line = match origin {
+            Origin::File { line, .. } => *line,
+            _ => 0,
+        };
+        if let Some((_, first)) = self.0.iter().find(|(k, _)| k == key) {
+            return Err(ConfigError {
+                origin: origin.clone(),
+                key: key.to_string(),
+                problem: format!("set twice (first on line {first})"),
+            });
+        }
+        self.0.push((key.to_string(), line));
+        Ok(())
+    }
+}
+
+/// A shell variable name, as `source` would assign it.
+fn is_shell_name(key: &str) -> bool {
+    key.starts_with(|c: char| c.is_ascii_alphabetic() || c == '_')
+        && key.chars().all(|c| c.is_ascii_alphanumeric() || c == '_')
+}
+
+/// The key box reads that `key` is one or two edits away from, if any.
+fn near_key(key: &str) -> Option<&'static str> {
+    KEYS.iter()
+        .copied()
+        .find(|known| edit_distance(&key.to_ascii_uppercase(), known) <= 2)
+}
+
+/// Levenshtein distance over bytes (keys are ASCII).
+fn edit_distance(a: &str, b: &str) -> usize {
+    let (a, b) = (a.as_bytes(), b.as_bytes());
+    let mut previous: Vec<usize> = (0..=b.len()).collect();
+    for (i, &x) in a.iter().enumerate() {
+        let mut current = vec![i + 1; b.len() + 1];
+        for (j, &y) in b.iter().enumerate() {
+            let substitute = previous[j] + usize::from(x != y);
+            current[j + 1] = substitute.min(previous[j + 1] + 1).min(current[j] + 1);
+        }
+        previous = current;
+    }
+    previous[b.len()]
 }
 
 fn unquote(v: &str) -> Result<String, String> {
@@ -746,6 +864,12 @@ mod tests {
     fn shipped_box_env_and_the_default_agree_on_hermes_flags() {
         let shipped = include_str!("../../../box.env");
         let env = parse(shipped).unwrap();
+        // Read as users' files are (`box --config box.env`), it says the same and nothing
+        // is unused.
+        let (as_user_file, unused) =
+            BoxEnv::parse_user_file(shipped, std::path::Path::new("box.env"), |_| None).unwrap();
+        assert_eq!(as_user_file, env);
+        assert!(unused.is_empty(), "{unused:?}");
         assert_eq!(
             env.hermes_install_args,
             "--skip-browser --skip-computer-use"
@@ -754,6 +878,71 @@ mod tests {
             BoxEnv::default().hermes_install_args,
             env.hermes_install_args
         );
+    }
+
+    /// A box.env written for the original tool (sourced by bash): its own keys, quoted
+    /// values with comments after them, empty values meaning "the default", `$VAR`.
+    #[test]
+    fn a_user_file_reads_as_the_original_sourced_it() {
+        let text = "# sourced by ./box\nBASE_IMAGE=\"ubuntu:24.04\"\nBOX_CPUS=\"4\"\nBOX_OVERLAY_GIB=\"64\"\n\
+            BOX_STORAGE_GIB=\"\"\nCLAUDE_CODE_CHANNEL=\"\"   # stable, latest, or a version\n\
+            \x20                         # a comment line under it\nCODEX_VERSION=\"\"   # empty = latest\n\
+            HERMES_INSTALL_ARGS=\"--skip-browser\"   # headless\nHERMES_API_PORT=\"8642\"\n\
+            NODE_MAJOR=${NODE:-20}\nBACKUP_DIR=$HOME/box-backups\nEXECUTOR_PORT=4788   # inside\n";
+        let env_var = |name: &str| (name == "HOME").then(|| "/home/u".to_string());
+        let (env, unused) =
+            BoxEnv::parse_user_file(text, std::path::Path::new("/u/box.env"), env_var).unwrap();
+        assert_eq!(env.base_image, "ubuntu:24.04");
+        assert_eq!(env.codex_version, BoxEnv::default().codex_version);
+        assert_eq!(env.hermes_install_args, "--skip-browser");
+        assert_eq!(env.node_major, 20);
+        assert_eq!(env.backup_dir, Some(PathBuf::from("/home/u/box-backups")));
+        let named: Vec<(usize, &str)> = unused.iter().map(|u| (u.line, u.key.as_str())).collect();
+        assert_eq!(
+            named,
+            [
+                (4, "BOX_OVERLAY_GIB"),
+                (5, "BOX_STORAGE_GIB"),
+                (6, "CLAUDE_CODE_CHANNEL"),
+                (10, "HERMES_API_PORT")
+            ]
+        );
+        // An earlier line's value, even of a key box does not read, expands later ones.
+        let (env, _) = BoxEnv::parse_user_file(
+            "MY_IMAGE=ubuntu:26.04\nBASE_IMAGE=$MY_IMAGE\n",
+            std::path::Path::new("/u/box.env"),
+            |_| None,
+        )
+        .unwrap();
+        assert_eq!(env.base_image, "ubuntu:26.04");
+    }
+
+    #[test]
+    fn a_user_file_still_refuses_typos_secrets_and_commands() {
+        let path = std::path::Path::new("/u/box.env");
+        for (text, words) in [
+            (
+                "EGRES=allowlist\n",
+                "/u/box.env:1: EGRES: unknown key; did you mean EGRESS?",
+            ),
+            ("egress=allowlist\n", "did you mean EGRESS?"),
+            ("BOX_CPU=2\n", "did you mean BOX_CPUS?"),
+            (
+                "HERMES_INSTALL_ARGS=\"--key $OPENAI_API_KEY\"\n",
+                "looks like a secret",
+            ),
+            ("BASE_IMAGE=$(curl x)\n", "is not run"),
+            ("BOX_CPUS=2\nBOX_CPUS=3\n", "set twice"),
+            ("BOX-CPUS=2\n", "not a variable name"),
+            ("BOX_CPUS=two\n", "/u/box.env:1: BOX_CPUS"),
+            ("BASE_IMAGE=a b\n", "must be quoted"),
+        ] {
+            let err = BoxEnv::parse_user_file(text, path, |_| Some("sk-x".into()))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains(words), "{text:?}: {err}");
+            assert!(!err.contains("sk-x"), "{err}");
+        }
     }
 
     #[test]

@@ -473,6 +473,17 @@ pub fn box_env(data: &[u8]) {
             let _ = e.to_string();
         }
     }
+    // The same bytes as a user's file (expansion from a fixed environment): what it reads
+    // renders to a file the guest's strict reader takes.
+    let environment = |name: &str| (name == "HOME").then(|| "/home/u".to_string());
+    if let Ok((env, _unused)) = BoxEnv::parse_user_file(text, path, environment) {
+        let rendered = env.render();
+        if let Err(e) = BoxEnv::parse(&rendered, path) {
+            panic!(
+                "a user file's values render to a box.env that does not parse ({e}): {rendered:?}"
+            );
+        }
+    }
 }
 
 /// A message built from guest bytes by [`crate::guest_output::quoted`]: one line, no
