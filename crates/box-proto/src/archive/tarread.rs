@@ -479,8 +479,9 @@ impl<R: Read> TarReader<R> {
                 (Some("1"), Some("0")) => self.map_10(offset)?,
                 (Some(major), minor) => {
                     return err(format!(
-                        "sparse member at byte {offset} uses PAX sparse format {major}.{}, which GNU tar 1.34 does not read either",
-                        minor.unwrap_or("?")
+                        "sparse member at byte {offset} uses PAX sparse format {}.{}, which GNU tar 1.34 does not read either",
+                        shown_name(major.as_bytes()),
+                        shown_name(minor.unwrap_or("?").as_bytes())
                     ));
                 }
                 (None, _) => match sparse.map.take() {
