@@ -553,3 +553,74 @@ fn a_live_database_is_read_in_blocks_while_its_writer_goes_on() {
     check_restored(t.path(), &[(l0.clone(), &full)], &live, before);
     check_restored(t.path(), &[(l0, &full), (l1, &next)], &live, between);
 }
+
+/// A database nobody wrote to since the last save is not read again: not the large one in
+/// blocks (its link would hold only its index, but every page would be hashed), not a
+/// small one copied whole. Run as root (as `hb export` runs), SQLite gives the `-wal` it
+/// opens to the database's owner, which moves the `-wal`'s ctime and made every later save
+/// take the database for changed. A row written afterwards is seen by the next link.
+#[test]
+fn an_unchanged_live_database_is_not_read_again() {
+    if !tools() {
+        return;
+    }
+    let t = tempfile::tempdir().unwrap();
+    let src = t.path().join("src");
+    data_root(&src);
+    let large = src.join(HERMES_DB);
+    let small = src.join("home/agent/.hermes/small.db");
+    fs::create_dir_all(large.parent().unwrap()).unwrap();
+    // Held open as an agent holds them, so each keeps its -wal between saves.
+    let open = |path: &Path, rows: u32| {
+        let conn = rusqlite::Connection::open(path).unwrap();
+        conn.pragma_update(None, "journal_mode", "WAL").unwrap();
+        conn.pragma_update(None, "wal_autocheckpoint", 0).unwrap();
+        conn.execute_batch("CREATE TABLE t(id INTEGER PRIMARY KEY, v BLOB);")
+            .unwrap();
+        for _ in 0..rows {
+            conn.execute("INSERT INTO t(v) VALUES (randomblob(3000))", [])
+                .unwrap();
+        }
+        conn
+    };
+    let large_conn = open(&large, 200);
+    let _small_conn = open(&small, 3);
+    assert!(sqlite_wal(&large).exists() && sqlite_wal(&small).exists());
+    let dir = format!("{HERMES_DB}.box-blocks");
+    let l0 = t.path().join("l0");
+    let (full, d0) = link(&src, &l0, None);
+    let m0 = members(&l0, &full);
+    assert!(!written_in(&m0, &dir).is_empty());
+    assert!(m0.contains_key("./home/agent/.hermes/small.db"));
+
+    let l1 = t.path().join("l1");
+    let (unchanged, d1) = link(&src, &l1, Some(&d0));
+    let m1 = members(&l1, &unchanged);
+    assert_eq!(
+        written_in(&m1, &dir),
+        Vec::<String>::new(),
+        "the unchanged large database was read again"
+    );
+    assert!(
+        !m1.contains_key("./home/agent/.hermes/small.db"),
+        "the unchanged small database was copied again"
+    );
+
+    large_conn
+        .execute("INSERT INTO t(v) VALUES (randomblob(3000))", [])
+        .unwrap();
+    let l2 = t.path().join("l2");
+    let (changed, _) = link(&src, &l2, Some(&d1));
+    let m2 = members(&l2, &changed);
+    assert!(
+        written_in(&m2, &dir).contains(&"index".to_string()),
+        "a row written after the save was not seen: {:?}",
+        written_in(&m2, &dir)
+    );
+}
+
+fn sqlite_wal(db: &Path) -> PathBuf {
+    let mut name = db.as_os_str().to_owned();
+    name.push("-wal");
+    PathBuf::from(name)
+}

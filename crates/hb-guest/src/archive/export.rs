@@ -1259,6 +1259,9 @@ pub fn export_announcing(
         live,
     };
     walker.walk_dir(&opts.root, b"", b"./", &root_meta)?;
+    if let Some(chain) = &mut walker.chain {
+        walker.live.settle_wal_stamps(&mut chain.next.entries);
+    }
     let _ = fs::remove_dir_all(opts.out.join("live-db"));
     let encoder = walker
         .builder

@@ -80,6 +80,9 @@ pub struct LiveDatabases {
     /// `-wal`'s, taken before it was copied (a write after the copy shows as a change next
     /// time). A database archived as it is has none.
     pub stamps: Vec<(Vec<u8>, Stamp)>,
+    /// The `-wal` of each database this export reads (copied or in blocks): its path, key
+    /// and stamp before the read, for [`Self::settle_wal_stamps`].
+    wal_reads: Vec<(PathBuf, Vec<u8>, Stamp)>,
     /// Copied and checked in this export.
     pub copied: usize,
     /// Kept from the parent, unread.
@@ -144,6 +147,7 @@ impl LiveDatabases {
             if let Some(s) = wal_stamp {
                 stamps.push((wal_key.clone(), s));
             }
+            let wal_read = wal_stamp.map(|s| (wal.clone(), wal_key.clone(), s));
             // Kept from the parent in the form it has there: blocks need room for them.
             let unchanged = parent.is_some_and(|p| {
                 (may_block || !p.blocks.contains_key(&key))
@@ -196,10 +200,35 @@ impl LiveDatabases {
             } else {
                 live.left_out.extend(sidecars);
                 live.stamps.extend(stamps);
+                if !matches!(archive, Archive::Kept) {
+                    live.wal_reads.extend(wal_read);
+                }
             }
             live.by_path.insert(db, Prepared { archive });
         }
         Ok(live)
+    }
+
+    /// Once every read is done: the stamps the next save compares with for the `-wal`s
+    /// this export read, where only their ctime moved. SQLite, run as root, gives the
+    /// `-wal` it opens to the database's owner (an fchown to the owner it already has),
+    /// which sets the ctime and nothing else; left in, every later save would take the
+    /// database for changed and read all of it again. A write between the first stamp and
+    /// now moves the size or the mtime, and then the first stamp stays, so the write is
+    /// seen next time.
+    pub fn settle_wal_stamps(&self, entries: &mut HashMap<Vec<u8>, Stamp>) {
+        for (wal, key, before) in &self.wal_reads {
+            let Some(now) = stamp_at(wal) else {
+                continue;
+            };
+            let only_ctime_moved = Stamp {
+                ctime_ns: before.ctime_ns,
+                ..now
+            } == *before;
+            if only_ctime_moved {
+                entries.insert(key.clone(), now);
+            }
+        }
     }
 
     /// What to archive for the entry at `path`, when it is a database.
