@@ -310,6 +310,10 @@ impl Command {
                 cmd: Some(BackupsCmd::Check(_)),
                 ..
             }) => "backups check",
+            Command::Backups(BackupsArgs {
+                cmd: Some(BackupsCmd::Copy(_)),
+                ..
+            }) => "backups copy",
             Command::Backups(_) => "backups",
             Command::Egress(_) => "egress",
             Command::Rm(_) => "rm",
@@ -614,6 +618,33 @@ pub enum BackupsCmd {
     /// Check that backups still restore: files there, links whole, bytes as saved
     #[command(after_long_help = CHECK_HELP)]
     Check(CheckArgs),
+    /// Copy a box's newest backup with every file it needs (or all) to another directory
+    #[command(after_long_help = COPY_HELP)]
+    Copy(CopyArgs),
+}
+
+const COPY_HELP: &str = "Examples:\n  box backups copy alpha /media/usb/box-backups\n  \
+    box backups copy /mnt/nas/backups            the one box that has backups\n  \
+    box backups copy --all ~/Sync/box-backups    every backup of every box\n\n\
+    An incremental backup restores only with every link before it, so a copy of the newest\n\
+    file alone is no backup: this copies the newest backup's whole chain (with --all, every\n\
+    backup file of the box, or of every box). A file already there with the same SHA-256 is\n\
+    skipped; another file of the same name is never overwritten (it is named, and the copy\n\
+    goes on with the rest, exit 1). Each copy is written beside its final name without one,\n\
+    flushed, read back from the disk and compared before it gets its name, so a copy box\n\
+    reports is a copy that reads back. box load DEST/FILE restores from there.\n\
+    Passphrase (to find which files a backup stands on; --all needs none): the usual sources,\n\
+    as for box load.";
+
+#[derive(Debug, Args)]
+pub struct CopyArgs {
+    /// [BOX] DEST: the box (optional when only one box has backups, or with --all) and the
+    /// directory to copy to (made if missing)
+    #[arg(value_name = "[BOX] DEST", num_args = 1..=2, required = true)]
+    pub args: Vec<String>,
+    /// Every backup file (of the box, or of every box), not only the newest chain
+    #[arg(long)]
+    pub all: bool,
 }
 
 const CHECK_HELP: &str = "Examples:\n  box backups check alpha\n  box backups check --all --json\n  \

@@ -63,6 +63,9 @@ pub struct BoxEnv {
     /// the box.env that sets it, never from where `box` runs (box-host's `config`); a host
     /// path, so never written into a box.
     pub backup_dir: Option<PathBuf>,
+    /// `BACKUP_MIRROR`: a second directory (a mounted NAS, a synced folder) each save also
+    /// copies its chain into once it is verified. Absolute; a host path, never in a box.
+    pub backup_mirror: Option<PathBuf>,
     pub node_major: u32,
     pub claude_code_version: String,
     pub codex_version: String,
@@ -138,6 +141,7 @@ impl Default for BoxEnv {
             cpus: 4,
             mem_mib: 8192,
             backup_dir: None,
+            backup_mirror: None,
             node_major: 22,
             claude_code_version: "latest".into(),
             codex_version: "latest".into(),
@@ -179,6 +183,7 @@ pub const KEYS: &[&str] = &[
     "BOX_CPUS",
     "BOX_MEM_MIB",
     "BACKUP_DIR",
+    "BACKUP_MIRROR",
     "NODE_MAJOR",
     "CLAUDE_CODE_VERSION",
     "CODEX_VERSION",
@@ -209,6 +214,7 @@ pub const KEYS: &[&str] = &[
 /// smolvm's business on the host: a guest never needs them, and cannot change them.
 pub const HOST_ONLY_KEYS: &[&str] = &[
     "BACKUP_DIR", // a path on the laptop
+    "BACKUP_MIRROR",
     "BOX_HOST",
     "BOX_REMOTE_SMOLVM",
     "BOX_SSH_COMMAND",
@@ -364,6 +370,16 @@ impl BoxEnv {
                 let v = parse_text(value)?;
                 self.backup_dir = (!v.is_empty()).then(|| PathBuf::from(v));
             }
+            "BACKUP_MIRROR" => {
+                let v = parse_text(value)?;
+                if !v.is_empty() && !v.starts_with('/') {
+                    return Err(format!(
+                        "'{}' is not an absolute path (a mirror is one place, wherever box runs)",
+                        v.escape_debug()
+                    ));
+                }
+                self.backup_mirror = (!v.is_empty()).then(|| PathBuf::from(v));
+            }
             "NODE_MAJOR" => self.node_major = parse_in(value, 20, 99, "Node.js major version")?,
             "CLAUDE_CODE_VERSION" => self.claude_code_version = parse_word(value)?,
             "CODEX_VERSION" => self.codex_version = parse_word(value)?,
@@ -437,6 +453,11 @@ impl BoxEnv {
             "BOX_MEM_MIB" => self.mem_mib.to_string(),
             "BACKUP_DIR" => self
                 .backup_dir
+                .as_ref()
+                .map(|d| d.display().to_string())
+                .unwrap_or_default(),
+            "BACKUP_MIRROR" => self
+                .backup_mirror
                 .as_ref()
                 .map(|d| d.display().to_string())
                 .unwrap_or_default(),
@@ -1002,6 +1023,14 @@ mod tests {
         let env = parse("BACKUP_DIR='my backups'\n").unwrap();
         assert_eq!(env.backup_dir, Some(PathBuf::from("my backups")));
         assert!(!env.render().contains("BACKUP_DIR"), "{}", env.render());
+        let env = parse("BACKUP_MIRROR=/mnt/nas/box\n").unwrap();
+        assert_eq!(env.backup_mirror, Some(PathBuf::from("/mnt/nas/box")));
+        assert!(!env.render().contains("BACKUP_MIRROR"), "{}", env.render());
+        let err = parse("BACKUP_MIRROR=nas\n").unwrap_err().to_string();
+        assert!(
+            err.contains("BACKUP_MIRROR: 'nas' is not an absolute path"),
+            "{err}"
+        );
         let err = parse("BACKUP_DIR=a\u{7}b\n").unwrap_err().to_string();
         assert!(err.contains("BACKUP_DIR: contains a control"), "{err}");
     }

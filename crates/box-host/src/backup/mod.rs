@@ -25,6 +25,7 @@ pub mod chain;
 mod channel;
 pub mod check;
 pub mod cleanup;
+pub mod copy_to;
 pub mod crypto;
 pub mod envelope;
 mod follow;

@@ -107,6 +107,7 @@ pub fn run(ctx: &Context, args: &crate::cli::BackupsArgs) -> Result<ExitCode> {
     match &args.cmd {
         Some(crate::cli::BackupsCmd::Prune(p)) => return prune(ctx, p),
         Some(crate::cli::BackupsCmd::Check(c)) => return super::backups_check::run(ctx, c),
+        Some(crate::cli::BackupsCmd::Copy(c)) => return super::backups_copy::run(ctx, c),
         None => {}
     }
     let places = location::places_of(&ctx.config, &ctx.state, args.name.as_deref())?;
@@ -244,6 +245,10 @@ fn prune(ctx: &Context, args: &crate::cli::PruneArgs) -> Result<ExitCode> {
                     .with_context(|| format!("cannot remove {}", path.display()))?;
                 println!("removed {}", path.display());
                 removed += 1;
+            }
+            // The mirror keeps what the backup dir keeps (BACKUP_MIRROR).
+            if let Some(link) = links.iter().find(|l| &l.path == path) {
+                super::backups_copy::prune_mirror(ctx, path, &link.digest, args.dry_run);
             }
         }
         ui::say(format!(

@@ -6,6 +6,7 @@ pub use crate::context::Context;
 
 pub mod backups;
 pub mod backups_check;
+pub mod backups_copy;
 pub mod base;
 pub mod clone;
 pub mod completions;

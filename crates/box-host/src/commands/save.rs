@@ -149,6 +149,12 @@ pub fn run(ctx: &Context, args: &crate::cli::SaveArgs) -> Result<ExitCode> {
             published.path.display(),
             chain_words(&published)
         );
+        super::backups_copy::mirror_after_save(
+            ctx,
+            &run.record.name,
+            &published.path,
+            &published.digest,
+        );
         if args.check {
             let checked =
                 super::backups_check::after_save(ctx, &run.record.name, &published.path, &pass)?;
