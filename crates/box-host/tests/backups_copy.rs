@@ -163,3 +163,74 @@ fn a_chain_copied_off_the_machine_restores_there() {
     assert!(r.ok(), "{}", r.all());
     assert_eq!(names(&mirror), names(&w.backups()), "{}", r.all());
 }
+
+/// `box load`/`box extract` of a link whose parents are gone name each missing file (as the
+/// saves recorded it) with its SHA-256, every place box looked, and the other place that
+/// holds it (here `BACKUP_MIRROR`), with the `--chain-dir` that restores from there.
+#[test]
+fn a_link_without_its_parents_names_each_and_where_box_looked() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::with_box("alpha");
+    let mirror = w.dir.path().join("nas");
+    std::fs::create_dir(&mirror).unwrap();
+    let env = [("BACKUP_MIRROR", mirror.to_str().unwrap())];
+    w.sh(
+        "alpha",
+        &format!("set -e; mkdir -p {PROJ}; printf 'v1\\n' > {PROJ}/notes.md; chown -R agent:agent /data/home/agent/workspace"),
+    );
+    for (i, text) in ["v1", "v2", "v3"].iter().enumerate() {
+        w.sh("alpha", &format!("printf '{text}\\n' > {PROJ}/notes.md"));
+        let r = w.run(&["save", "alpha"], &env);
+        assert!(r.ok(), "save {i}: {}", r.all());
+        std::thread::sleep(std::time::Duration::from_millis(1100));
+    }
+    let published = w.backups_published();
+    assert_eq!(published.len(), 3);
+    let [full, middle, tip] = [&published[0], &published[1], &published[2]];
+    let sha = |p: &Path| {
+        use sha2::Digest as _;
+        hex::encode(sha2::Sha256::digest(std::fs::read(p).unwrap()))
+    };
+    let (full_sha, middle_sha) = (sha(full), sha(middle));
+    std::fs::remove_file(full).unwrap();
+    std::fs::remove_file(middle).unwrap();
+    let out = w.dir.path().join("out");
+    for args in [
+        vec!["load", tip.to_str().unwrap(), "beta"],
+        vec!["extract", tip.to_str().unwrap(), out.to_str().unwrap()],
+    ] {
+        let r = w.run(&args, &env);
+        assert_eq!(r.code, Some(1), "{}", r.all());
+        for words in [
+            format!("missing: {} (SHA-256 {middle_sha})", name(middle)),
+            format!("missing: {} (SHA-256 {full_sha})", name(full)),
+            format!("looked in: {} (beside it)", w.backups().display()),
+            mirror.display().to_string(),
+            format!(
+                "{} has that SHA-256: restore with --chain-dir {}",
+                mirror.join(name(middle)).display(),
+                mirror.display()
+            ),
+        ] {
+            assert!(r.stderr.contains(&words), "{words:?} in {}", r.all());
+        }
+        assert!(!out.exists());
+    }
+    assert!(!w.registered("beta"));
+    // As it says: restored from the mirror.
+    let r = w.run(
+        &[
+            "load",
+            tip.to_str().unwrap(),
+            "beta",
+            "--chain-dir",
+            mirror.to_str().unwrap(),
+        ],
+        &env,
+    );
+    assert!(r.ok(), "{}", r.all());
+    assert_eq!(w.sh("beta", &format!("cat {PROJ}/notes.md")).trim(), "v3");
+}

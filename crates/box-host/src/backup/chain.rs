@@ -109,6 +109,32 @@ impl Link {
     }
 }
 
+/// A link's parent is not among the files beside it: what box says, and what a verb that
+/// knows more places looks for ([`super::location::explain_missing`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct MissingParent {
+    /// The link that names the missing parent.
+    pub child: PathBuf,
+    /// The parent's SHA-256, as the child names it.
+    pub digest: [u8; 32],
+    /// A file lying where the parent should be, whose bytes are not the parent's (`; …`).
+    pub suspect: String,
+}
+
+impl std::fmt::Display for MissingParent {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "{} is an increment on a backup that is not in its directory (SHA-256 {}): the chain is missing a link{}; restore an older full backup, or bring the missing file back beside it",
+            self.child.display(),
+            hex_sha(&self.digest),
+            self.suspect
+        )
+    }
+}
+
+impl std::error::Error for MissingParent {}
+
 /// The links a restore of `tip` applies, oldest (the full backup) first, `tip` last.
 pub fn chain_of<'a>(tip: &'a Link, links: &'a [Link]) -> Result<Vec<&'a Link>> {
     chain_of_placed(tip, links, &|_| None)
@@ -142,11 +168,12 @@ fn chain_of_placed<'a>(
                     link.shown()
                 )
             });
-            bail!(
-                "{} is an increment on a backup that is not in its directory (SHA-256 {}): the chain is missing a link{suspect}; restore an older full backup, or bring the missing file back beside it",
-                link.shown(),
-                hex_sha(&parent)
-            );
+            return Err(MissingParent {
+                child: link.path.clone(),
+                digest: parent,
+                suspect,
+            }
+            .into());
         };
         if !seen.insert(found.digest) {
             bail!(

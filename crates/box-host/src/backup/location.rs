@@ -85,7 +85,7 @@ pub fn places_of(config: &Config, state: &StateDir, only: Option<&str>) -> Resul
 }
 
 /// The same directory: the same path, or the same directory reached another way.
-fn same_dir(a: &Path, b: &Path) -> bool {
+pub fn same_dir(a: &Path, b: &Path) -> bool {
     a == b
         || matches!(
             (std::fs::canonicalize(a), std::fs::canonicalize(b)),

@@ -32,6 +32,7 @@ mod follow;
 pub mod host_facts;
 pub mod load;
 pub mod location;
+pub mod missing;
 pub mod next_link;
 pub mod open_chain;
 pub mod page_cache;

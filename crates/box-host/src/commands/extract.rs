@@ -12,7 +12,7 @@ use anyhow::{Result, bail};
 use box_proto::archive::naming::strip_backup_extension;
 
 use super::Context;
-use crate::backup::{cleanup, load, location, open_chain, passphrase};
+use crate::backup::{chain, cleanup, load, location, open_chain, passphrase};
 use crate::ui;
 
 /// `<file name minus .tar.zst.gpg or .tar.gz.gpg>-extracted` in the current directory, as
@@ -43,7 +43,13 @@ pub fn run(ctx: &Context, args: &crate::cli::ExtractArgs) -> Result<ExitCode> {
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     // An incremental backup restores with the links before it: found beside it by digest,
     // each validated after the ones before, before anything is written.
-    let found = open_chain::find(&file, args.chain_dir.as_deref(), &pass)?;
+    let found = open_chain::find(&file, args.chain_dir.as_deref(), &pass).map_err(|e| {
+        let looked_in = args
+            .chain_dir
+            .clone()
+            .unwrap_or_else(|| chain::dir_of(&file));
+        crate::backup::missing::explain(&ctx.config, &ctx.state, &looked_in, e)
+    })?;
     let links = &found.links;
     if links.len() > 1 {
         ui::say(format!(

@@ -29,7 +29,7 @@ use super::new::{self, Provisioned};
 use crate::backup::host_facts::Sealing;
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::open_chain;
-use crate::backup::{BackupError, cleanup, location, passphrase};
+use crate::backup::{BackupError, chain, cleanup, location, passphrase};
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
@@ -77,7 +77,14 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let found = match open_chain::find(file, args.chain_dir.as_deref(), &pass) {
         Ok(found) => found,
         Err(_) if signals.pending().is_some() => return Ok(interrupted(&signals, &name)),
-        Err(e) => bail!("archive is invalid or unsafe: {e:#}"),
+        Err(e) => {
+            let looked_in = args
+                .chain_dir
+                .clone()
+                .unwrap_or_else(|| chain::dir_of(file));
+            let e = crate::backup::missing::explain(&ctx.config, &ctx.state, &looked_in, e);
+            bail!("archive is invalid or unsafe: {e:#}")
+        }
     };
     if found.links.len() > 1 {
         ui::say(format!(
