@@ -491,40 +491,16 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     // enter: starts a stopped box, attaches tmux session `main` as agent, on a real pty.
     let stop = w.run(&["stop", "alpha"]);
     assert!(stop.ok(), "{stop}");
-    let mut cmd = std::process::Command::new("script");
-    cmd.args([
-        "-qec",
-        &format!("{} enter alpha", lifecycle_support::box_bin().display()),
-        "/dev/null",
-    ]);
-    let probe = w.command(&[], &[]);
-    for (k, v) in probe.get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::Write;
-        std::thread::sleep(std::time::Duration::from_secs(4));
-        let _ = stdin.write_all(b"echo hello-from-$(whoami)-in-$TMUX_PANE\r");
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        // The MCP token in the agent's login shell. The tools are not on this world's login
-        // PATH (they come from HB_TOOL_PREFIX, the line prints tools-0): first_run.rs, which
-        // provisions the real /opt/hermes-box layout, checks all four there.
-        let _ = stdin.write_all(
-            b"echo token-${EXECUTOR_MCP_TOKEN:+set}-tools-$(command -v claude codex executor | wc -l)\r",
-        );
-        std::thread::sleep(std::time::Duration::from_secs(1));
-        let _ = stdin.write_all(b"exit\r");
-        std::thread::sleep(std::time::Duration::from_secs(3));
-    });
-    let enter = w.collect(child, "script box enter alpha");
+    // The MCP token in the agent's login shell. The tools are not on this world's login
+    // PATH (they come from HB_TOOL_PREFIX, the line prints tools-0): first_run.rs, which
+    // provisions the real /opt/hermes-box layout, checks all four there.
+    let enter = enter_typing(
+        &mut w,
+        &[
+            "echo hello-from-$(whoami)-in-$TMUX_PANE",
+            "echo token-${EXECUTOR_MCP_TOKEN:+set}-tools-$(command -v claude codex executor | wc -l)",
+        ],
+    );
     assert!(enter.ok(), "{enter}");
     assert!(enter.stdout.contains("hello-from-agent-in-%"), "{enter}");
     assert!(
@@ -601,30 +577,7 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     );
     assert!(paused(&w), "box repair cleared the user's hb down");
     assert!(w.run(&["stop", "alpha"]).ok());
-    let mut cmd = std::process::Command::new("script");
-    cmd.args([
-        "-qec",
-        &format!("{} enter alpha", lifecycle_support::box_bin().display()),
-        "/dev/null",
-    ]);
-    for (k, v) in w.command(&[], &[]).get_envs() {
-        match v {
-            Some(v) => cmd.env(k, v),
-            None => cmd.env_remove(k),
-        };
-    }
-    cmd.stdin(std::process::Stdio::piped())
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped());
-    let mut child = cmd.spawn().unwrap();
-    let mut stdin = child.stdin.take().unwrap();
-    std::thread::spawn(move || {
-        use std::io::Write;
-        std::thread::sleep(std::time::Duration::from_secs(4));
-        let _ = stdin.write_all(b"exit\r");
-        std::thread::sleep(std::time::Duration::from_secs(3));
-    });
-    let enter = w.collect(child, "script box enter alpha");
+    let enter = enter_typing(&mut w, &[]);
     assert!(enter.ok(), "{enter}");
     assert!(
         enter
@@ -727,6 +680,40 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
 }
 
 /// Standard base64, for handing a file's bytes to a guest shell in an argument.
+/// `box enter alpha` on a real pty (`script`), typing each of `lines` into the session,
+/// then `exit`.
+fn enter_typing(w: &mut World, lines: &[&str]) -> lifecycle_support::Run {
+    let mut cmd = std::process::Command::new("script");
+    cmd.args([
+        "-qec",
+        &format!("{} enter alpha", lifecycle_support::box_bin().display()),
+        "/dev/null",
+    ]);
+    for (k, v) in w.command(&[], &[]).get_envs() {
+        match v {
+            Some(v) => cmd.env(k, v),
+            None => cmd.env_remove(k),
+        };
+    }
+    cmd.stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped());
+    let mut child = cmd.spawn().unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let typed: Vec<String> = lines.iter().map(|l| format!("{l}\r")).collect();
+    std::thread::spawn(move || {
+        use std::io::Write;
+        std::thread::sleep(std::time::Duration::from_secs(4));
+        for line in typed {
+            let _ = stdin.write_all(line.as_bytes());
+            std::thread::sleep(std::time::Duration::from_secs(1));
+        }
+        let _ = stdin.write_all(b"exit\r");
+        std::thread::sleep(std::time::Duration::from_secs(3));
+    });
+    w.collect(child, "script box enter alpha")
+}
+
 fn base64(bytes: &[u8]) -> String {
     const ABC: &[u8; 64] = b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789+/";
     let mut out = String::new();
