@@ -203,7 +203,7 @@ pub enum Command {
         record its save kept, each link's parent there); the new file itself was just decrypted\n\
         and validated. When the chain is not sound the command fails with exit status 3 and says\n\
         why; the new backup stays.\n",
-        "Passphrase: ", passphrase_precedence!()
+        "Passphrase", passphrase_precedence!()
     ))]
     Save(SaveArgs),
 
@@ -213,7 +213,7 @@ pub enum Command {
         A file name without a directory that is not in the current directory is looked for in\n\
         the backup dir (as box backups lists it). The default box name is 'restored'. Seed\n\
         backups (.tar.gz.gpg) load too.\n",
-        "Passphrase: ", passphrase_precedence!()
+        "Passphrase", passphrase_precedence!()
     ))]
     Load(LoadArgs),
 
@@ -237,7 +237,7 @@ pub enum Command {
         A file name without a directory is looked for in the backup dir too, as box load does.\n\
         Default directory: <file name>-extracted in the current directory. An existing\n\
         directory is never overwritten.\n",
-        "Passphrase: ", passphrase_precedence!()
+        "Passphrase", passphrase_precedence!()
     ))]
     Extract(ExtractArgs),
 
@@ -255,7 +255,7 @@ pub enum Command {
         prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
         and every backup those need to restore; it removes only whole files nothing kept needs.\n\
         check says whether each backup still restores (box backups check --help).\n",
-        "Passphrase: ", passphrase_precedence!()
+        "Passphrase", passphrase_precedence!()
     ))]
     Backups(BackupsArgs),
 
@@ -264,7 +264,7 @@ pub enum Command {
         "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first and checks its chain as box load\n\
         would (the passphrase is needed for that); a newest backup that would not restore (a\n\
         link of its chain missing) is refused unless --force (which never prompts).\n",
-        "Passphrase: ", passphrase_precedence!()
+        "Passphrase", passphrase_precedence!()
     ))]
     Rm(RmArgs),
 
@@ -644,7 +644,7 @@ const CHECK_HELP: &str = concat!(
     every backup it takes down). The backup directory is only read, never written.\n\
     Exit status: 0 everything checked is sound, 3 something is damaged or incomplete,\n\
     1 the check itself failed, 2 usage.\n",
-    "Passphrase (only when needed): ",
+    "Passphrase, only when needed",
     passphrase_precedence!()
 );
 
@@ -716,7 +716,7 @@ const DRILL_HELP: &str = concat!(
     For a timer (cron): BOX_PASSPHRASE_FILE or BOX_PASSPHRASE_COMMAND, so nothing prompts.\n\
     Exit status: 0 passed, 1 a difference, a failed hb doctor, or a backup that does\n\
     not restore, 2 usage, 128+n interrupted by signal n.\n",
-    "Passphrase: ",
+    "Passphrase",
     passphrase_precedence!()
 );
 
@@ -751,7 +751,7 @@ const PASSPHRASE_HELP: &str = concat!(
     desktop session on Linux; the entry is service hermes-box, account backup-passphrase.\n\
     An SSH session or a headless server has none: box then says so in one line and asks on\n\
     the terminal. For cron, use BOX_PASSPHRASE_FILE or BOX_PASSPHRASE_COMMAND.\n",
-    "Passphrase: ",
+    "Passphrase",
     passphrase_precedence!()
 );
 

@@ -14,7 +14,7 @@ use crate::cli::PassphraseCmd;
 use crate::ui;
 
 pub fn run(cmd: &PassphraseCmd) -> Result<ExitCode> {
-    let env = |key: &str| std::env::var_os(key);
+    let env = passphrase::process_env;
     let said = match cmd {
         PassphraseCmd::Store => store(&OsKeychain, &env, &mut TtyPrompt::default())?,
         PassphraseCmd::Forget => forget(&OsKeychain)?,
@@ -94,10 +94,7 @@ fn status(keychain: &dyn Keychain, env: Env<'_>) -> String {
             Err(why) => format!("not available ({why})"),
         }
     ));
-    lines.push(format!(
-        "Order: {}",
-        passphrase::PRECEDENCE.replace('\n', " ")
-    ));
+    lines.push(format!("Order{}", passphrase::PRECEDENCE));
     lines.join("\n")
 }
 

@@ -39,10 +39,8 @@ const TICK: Duration = Duration::from_millis(20);
 pub fn passphrase_from(text: &str, deadline: Duration) -> Result<SecretString> {
     let words =
         split_words(text).map_err(|problem| anyhow!("{COMMAND_VAR} cannot be read: {problem}"))?;
-    let what = format!(
-        "the passphrase command `{}` ({COMMAND_VAR})",
-        words.join(" ")
-    );
+    // Named as the user wrote it (quotes and all), so they find it in their own files.
+    let what = format!("the passphrase command `{}` ({COMMAND_VAR})", text.trim());
     let mut cmd = Command::new(&words[0]);
     child_env::apply(&mut cmd, ChildKind::PassphraseCommand);
     cmd.args(&words[1..])
@@ -59,11 +57,15 @@ pub fn passphrase_from(text: &str, deadline: Duration) -> Result<SecretString> {
     let (tx, rx) = mpsc::channel();
     if let Some(stdout) = child.stdout.take() {
         std::thread::spawn(move || {
-            // One byte past the limit tells "too much" from "exactly the limit".
+            // One byte past the limit tells "too much" from "exactly the limit"; the rest is
+            // drained unread, so a command that prints too much is told as such rather than
+            // killed by SIGPIPE half-way.
             let mut out = Zeroizing::new(Vec::new());
-            let read = stdout
+            let mut stdout = stdout;
+            let read = (&mut stdout)
                 .take(MAX_OUTPUT as u64 + 1)
                 .read_to_end(&mut out)
+                .and_then(|_| std::io::copy(&mut stdout, &mut std::io::sink()))
                 .map(|_| out);
             let _ = tx.send(read);
         });

@@ -35,13 +35,14 @@ pub const FILE_VAR: &str = "BOX_PASSPHRASE_FILE";
 pub const VALUE_VAR: &str = "BOX_PASSPHRASE";
 pub const COMMAND_VAR: &str = "BOX_PASSPHRASE_COMMAND";
 
-/// The order of the sources, as every verb that asks for the passphrase says it in its
-/// `--help` (a macro, so `concat!` can put it into clap's help text).
+/// The order of the sources, as every verb that asks for the passphrase says it at the
+/// end of its `--help`, after "Passphrase" (a macro, so `concat!` can put it into clap's
+/// help text).
 #[macro_export]
 macro_rules! passphrase_precedence {
     () => {
-        "$BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then $BOX_PASSPHRASE_COMMAND, then the\n\
-         keychain (box passphrase store), then a prompt; the first set wins (box passphrase\n\
+        ":\n  $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then $BOX_PASSPHRASE_COMMAND, then the\n  \
+         keychain (box passphrase store), then a prompt; the first set wins (box passphrase\n  \
          status says which)."
     };
 }
@@ -64,7 +65,8 @@ pub trait Prompt {
 /// The process's environment, as [`resolve_with`] reads it.
 pub type Env<'a> = &'a dyn Fn(&str) -> Option<OsString>;
 
-fn process_env(key: &str) -> Option<OsString> {
+/// [`Env`] of this process.
+pub fn process_env(key: &str) -> Option<OsString> {
     std::env::var_os(key)
 }
 
@@ -232,9 +234,8 @@ pub fn resolve_with(
             .map(|why| format!("; the keychain is not available: {why}"))
             .unwrap_or_default();
         anyhow!(
-            "no BOX_PASSPHRASE set and no terminal to prompt on \
-             (set {FILE_VAR} to a file holding it, {VALUE_VAR}, or {COMMAND_VAR} to a command \
-             printing it{keychain})"
+            "no passphrase set and no terminal to prompt on (set {FILE_VAR} to a file \
+             holding it, {COMMAND_VAR} to a command printing it, or {VALUE_VAR}{keychain})"
         )
     };
     let first = prompt.ask("Passphrase: ")?.ok_or_else(no_tty)?;
@@ -382,7 +383,7 @@ mod tests {
         let file = file.display().to_string();
         let command = printing(dir.path(), "from-command");
         let keychain = Memory::holding("from-keychain");
-        let all = vec![
+        let all = [
             (FILE_VAR, file.clone()),
             (VALUE_VAR, "from-env".to_string()),
             (COMMAND_VAR, command.clone()),
