@@ -32,6 +32,9 @@ pub enum ChildKind {
     /// agent. Not even the locale: Debian's own `ssh_config` has `SendEnv LANG LC_*`, and
     /// smolvm on a remote host gets only what the remote account gives it, nothing of box's.
     Ssh,
+    /// `BOX_PASSPHRASE_COMMAND`: the user's password manager, which may need its agent, its
+    /// store or the desktop's keyring to answer (and never gets `BOX_PASSPHRASE*` itself).
+    PassphraseCommand,
 }
 
 /// What every child gets: where it runs, who for, in which language.
@@ -106,6 +109,19 @@ const SSH: &[&str] = &[
     "KRB5CCNAME",
 ];
 
+/// What common password managers need beyond `COMMON`: gpg and its pinentry (`pass`), the
+/// session bus (`secret-tool`), the ssh agent (age/ssh-key based stores), a display for a
+/// graphical pinentry. Anything else a command needs, a wrapper script sets.
+const PASSWORD_MANAGER: &[&str] = &[
+    "GNUPGHOME",
+    "GPG_TTY",
+    "PASSWORD_STORE_DIR",
+    "DBUS_SESSION_BUS_ADDRESS",
+    "SSH_AUTH_SOCK",
+    "DISPLAY",
+    "WAYLAND_DISPLAY",
+];
+
 /// box's own variables the gateway process reads (the box.env keys come on top).
 const BOX_OWN: &[&str] = &["BOX_HOME", "BOX_CONFIG", "BOX_LOG", "BOX_SMOLVM_TIMEOUT"];
 
@@ -127,6 +143,7 @@ pub fn allowed(kind: ChildKind, name: &str) -> bool {
             }
             ChildKind::Opener => DESKTOP.contains(&name),
             ChildKind::Ssh => false,
+            ChildKind::PassphraseCommand => PASSWORD_MANAGER.contains(&name),
             ChildKind::Gateway => {
                 // The gateway of a box on a remote host runs ssh (its token read, its forward).
                 SSH.contains(&name)
@@ -185,6 +202,7 @@ mod tests {
             ChildKind::Opener,
             ChildKind::Gateway,
             ChildKind::Ssh,
+            ChildKind::PassphraseCommand,
         ] {
             assert_eq!(names(kind, &env), ["PATH"], "{kind:?}");
         }
@@ -220,6 +238,11 @@ mod tests {
         assert_eq!(
             names(ChildKind::Opener, &env),
             ["HOME", "LC_ALL", "DISPLAY"]
+        );
+        // A password manager: its agents and display, never an API key or smolvm's knobs.
+        assert_eq!(
+            names(ChildKind::PassphraseCommand, &env),
+            ["HOME", "LC_ALL", "DISPLAY", "SSH_AUTH_SOCK"]
         );
         // smolvm's logging reaches smolvm, but not the start that holds API keys.
         let mut logged = env.clone();

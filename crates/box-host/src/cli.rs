@@ -4,6 +4,8 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
+use crate::passphrase_precedence;
+
 const AFTER_HELP: &str = "\
 Examples:
   box new alpha                 create and provision a box
@@ -21,7 +23,8 @@ Environment:
   BOX_HOME             state directory (registry, locks, logs)
   BACKUP_DIR           where backups go, absolute (default: ~/.local/share/hermes-box/backups)
   BOX_PASSPHRASE_FILE  backup passphrase from the first line of a file
-  BOX_PASSPHRASE       backup passphrase (prefer the file or the prompt)
+  BOX_PASSPHRASE       backup passphrase (prefer the file, a command or the prompt)
+  BOX_PASSPHRASE_COMMAND  backup passphrase: the first line a command prints (no shell)
   BOX_KEEP_ON_FAILURE  1: keep the VM of a failed load for inspection
   BOX_BROWSER          the program that opens Executor's web UI (box open)
   BOX_HB_BINARY        the guest helper to copy into new boxes (default: beside box)
@@ -182,8 +185,8 @@ pub enum Command {
     Egress(EgressArgs),
 
     /// Save /data of a box into an encrypted, verified backup (never overwrites)
-    #[command(
-        after_long_help = "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha --check   then check the chain it extended\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
+    #[command(after_long_help = concat!(
+        "Examples:\n  box save alpha\n  box save alpha --full\n  box save alpha --check   then check the chain it extended\n  box save alpha ~/safe/alpha.tar.zst.gpg\n\n\
         Default output: <backup dir>/<name>-<YYYYmmdd-HHMMSS>.tar.zst.gpg; the backup dir is\n\
         BACKUP_DIR, by default ~/.local/share/hermes-box/backups (macOS: ~/Library/Application\n\
         Support/hermes-box/backups), the same from any directory. A box's chain goes on where\n\
@@ -200,18 +203,19 @@ pub enum Command {
         box backups check checks it without --read-data (each older file hashed against the\n\
         record its save kept, each link's parent there); the new file itself was just decrypted\n\
         and validated. When the chain is not sound the command fails with exit status 3 and says\n\
-        why; the new backup stays.\n\
-        Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt."
-    )]
+        why; the new backup stays.\n",
+        "Passphrase", passphrase_precedence!()
+    ))]
     Save(SaveArgs),
 
     /// Restore a backup into a fresh box (validated before anything is created)
-    #[command(
-        after_long_help = "Examples:\n  box load alpha-20261129-120000.tar.zst.gpg\n  box load ~/safe/alpha.tar.zst.gpg beta --keep-on-failure\n\n\
+    #[command(after_long_help = concat!(
+        "Examples:\n  box load alpha-20261129-120000.tar.zst.gpg\n  box load ~/safe/alpha.tar.zst.gpg beta --keep-on-failure\n\n\
         A file name without a directory that is not in the current directory is looked for in\n\
         the backup dir (as box backups lists it). The default box name is 'restored'. Seed\n\
-        backups (.tar.gz.gpg) load too."
-    )]
+        backups (.tar.gz.gpg) load too.\n",
+        "Passphrase", passphrase_precedence!()
+    ))]
     Load(LoadArgs),
 
     /// Branch a box: a new box whose /data is the source's at this moment
@@ -229,12 +233,13 @@ pub enum Command {
     Clone(CloneArgs),
 
     /// Decrypt and validate a backup into a directory on the host
-    #[command(
-        after_long_help = "Examples:\n  box extract alpha-20261129-120000.tar.zst.gpg\n  box extract ~/safe/alpha.tar.zst.gpg /tmp/alpha-data\n\n\
+    #[command(after_long_help = concat!(
+        "Examples:\n  box extract alpha-20261129-120000.tar.zst.gpg\n  box extract ~/safe/alpha.tar.zst.gpg /tmp/alpha-data\n\n\
         A file name without a directory is looked for in the backup dir too, as box load does.\n\
         Default directory: <file name>-extracted in the current directory. An existing\n\
-        directory is never overwritten."
-    )]
+        directory is never overwritten.\n",
+        "Passphrase", passphrase_precedence!()
+    ))]
     Extract(ExtractArgs),
 
     /// Restore drill: load a backup into a throwaway box, check it, compare, remove it
@@ -244,22 +249,24 @@ pub enum Command {
     /// List backups by chain, or prune them without breaking a chain a kept one needs
     #[command(
         args_conflicts_with_subcommands = true,
-        after_long_help = "Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n  box backups check alpha --read-data\n\n\
+        after_long_help = concat!("Examples:\n  box backups\n  box backups alpha --json\n  box backups prune --keep-last 5 --dry-run\n  box backups prune alpha --keep-last 3 --keep-daily 7\n  box backups check alpha --read-data\n\n\
         Backups in the backup dir (and wherever a box's saves went), per box, grouped by\n\
         chain (a full backup and the incremental ones built on it): kind, size, age. Which\n\
         backup builds on which is written inside them, so the passphrase is asked.\n\
         prune keeps the newest N backups, the newest of each of the last D days that have one,\n\
         and every backup those need to restore; it removes only whole files nothing kept needs.\n\
-        check says whether each backup still restores (box backups check --help)."
-    )]
+        check says whether each backup still restores (box backups check --help).\n",
+        "Passphrase", passphrase_precedence!()
+    ))]
     Backups(BackupsArgs),
 
     /// Delete a box and its VM (asks for the exact name unless --force)
-    #[command(
-        after_long_help = "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first and checks its chain as box load\n\
+    #[command(after_long_help = concat!(
+        "Examples:\n  box rm alpha\n  box rm alpha --force\n\nShows the newest backup of the box first and checks its chain as box load\n\
         would (the passphrase is needed for that); a newest backup that would not restore (a\n\
-        link of its chain missing) is refused unless --force."
-    )]
+        link of its chain missing) is refused unless --force (which never prompts).\n",
+        "Passphrase", passphrase_precedence!()
+    ))]
     Rm(RmArgs),
 
     /// Provisioned bases that make new and load fast (build, list, remove)
@@ -271,6 +278,10 @@ pub enum Command {
         configuration or proxy settings. Older than BASE_MAX_AGE_DAYS: stale."
     )]
     Base(BaseCmd),
+
+    /// Keep the backup passphrase in the OS keychain (store, forget, status)
+    #[command(subcommand, after_long_help = PASSPHRASE_HELP)]
+    Passphrase(PassphraseCmd),
 
     /// Print a shell completion script
     #[command(
@@ -319,6 +330,9 @@ impl Command {
             Command::Rm(_) => "rm",
             Command::Base(BaseCmd::Build(_)) => "base build",
             Command::Base(_) => "base",
+            Command::Passphrase(PassphraseCmd::Store) => "passphrase store",
+            Command::Passphrase(PassphraseCmd::Forget) => "passphrase forget",
+            Command::Passphrase(PassphraseCmd::Status) => "passphrase status",
             Command::Completions(_) => "completions",
             Command::Man => "man",
             Command::Gateway(_) => "gateway",
@@ -647,7 +661,8 @@ pub struct CopyArgs {
     pub all: bool,
 }
 
-const CHECK_HELP: &str = "Examples:\n  box backups check alpha\n  box backups check --all --json\n  \
+const CHECK_HELP: &str = concat!(
+    "Examples:\n  box backups check alpha\n  box backups check --all --json\n  \
     box backups check alpha --read-data      decrypt and validate every byte, as box load would\n\n\
     Without --read-data (fast: metadata and one hash per file): every backup's file is there,\n\
     each link's parent is there (found by digest, as a restore finds it), and each file's\n\
@@ -659,9 +674,11 @@ const CHECK_HELP: &str = "Examples:\n  box backups check alpha\n  box backups ch
     Each backup is reported sound, damaged (which file, and what: a cut or changed byte range,\n\
     a failed integrity check, the validator's rule) or incomplete (which link is missing, and\n\
     every backup it takes down). The backup directory is only read, never written.\n\
-    Passphrase (only when needed): $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE, then a prompt.\n\
     Exit status: 0 everything checked is sound, 3 something is damaged or incomplete,\n\
-    1 the check itself failed, 2 usage.";
+    1 the check itself failed, 2 usage.\n",
+    "Passphrase, only when needed",
+    passphrase_precedence!()
+);
 
 #[derive(Debug, Args)]
 pub struct CheckArgs {
@@ -705,7 +722,8 @@ pub struct ExtractArgs {
     pub chain_dir: Option<PathBuf>,
 }
 
-const DRILL_HELP: &str = "Examples:\n  box drill alpha                     the newest backup of alpha\n  \
+const DRILL_HELP: &str = concat!(
+    "Examples:\n  box drill alpha                     the newest backup of alpha\n  \
     box drill alpha alpha-20261129-120000.tar.zst.gpg\n  \
     box drill alpha --json              for a timer: exit 0 only when it passed\n  \
     box drill alpha --keep              keep the throwaway box to look inside\n\n\
@@ -727,9 +745,12 @@ const DRILL_HELP: &str = "Examples:\n  box drill alpha                     the n
     drill-<name>-<stamp> (incomplete); a drill killed outright (SIGKILL, power loss) leaves it\n\
     so, and box doctor --fix (or box rm drill-<name>-<stamp> --force) removes it. Names\n\
     starting with drill- are kept for these boxes: box new, load and clone refuse them.\n\
-    Passphrase: $BOX_PASSPHRASE_FILE, then $BOX_PASSPHRASE (no prompt: fit for cron), then a\n\
-    prompt. Exit status: 0 passed, 1 a difference, a failed hb doctor, or a backup that does\n\
-    not restore, 2 usage, 128+n interrupted by signal n.";
+    For a timer (cron): BOX_PASSPHRASE_FILE or BOX_PASSPHRASE_COMMAND, so nothing prompts.\n\
+    Exit status: 0 passed, 1 a difference, a failed hb doctor, or a backup that does\n\
+    not restore, 2 usage, 128+n interrupted by signal n.\n",
+    "Passphrase",
+    passphrase_precedence!()
+);
 
 #[derive(Debug, Args)]
 pub struct DrillArgs {
@@ -752,6 +773,28 @@ pub struct RmArgs {
     /// Delete without asking for the name
     #[arg(short, long)]
     pub force: bool,
+}
+
+const PASSPHRASE_HELP: &str = concat!(
+    "Examples:\n  box passphrase store     keep it in the keychain (asked twice, or read from a variable)\n  \
+    box passphrase status    which source box would use now; whether the keychain has it\n  \
+    box passphrase forget    deletes the keychain's entry\n\n\
+    The keychain is the macOS Keychain, or the Secret Service (GNOME Keyring, KWallet) of the\n\
+    desktop session on Linux; the entry is service hermes-box, account backup-passphrase.\n\
+    An SSH session or a headless server has none: box then says so in one line and asks on\n\
+    the terminal. For cron, use BOX_PASSPHRASE_FILE or BOX_PASSPHRASE_COMMAND.\n",
+    "Passphrase",
+    passphrase_precedence!()
+);
+
+#[derive(Debug, Subcommand)]
+pub enum PassphraseCmd {
+    /// Store the backup passphrase in the OS keychain (asks twice)
+    Store,
+    /// Delete the keychain's entry
+    Forget,
+    /// Say which source box would read the passphrase from, and whether the keychain has it
+    Status,
 }
 
 #[derive(Debug, Args)]

@@ -31,6 +31,7 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
     match &cli.command {
         Command::Completions(args) => return commands::completions::run(args),
         Command::Man => return commands::man::run(),
+        Command::Passphrase(cmd) => return commands::passphrase::run(cmd),
         _ => {}
     }
     let config = config::load(cli.config.as_deref())?;
@@ -75,7 +76,9 @@ fn run(cli: Cli) -> anyhow::Result<ExitCode> {
         Command::Rm(a) => commands::rm::run(&ctx, a),
         Command::Base(a) => commands::base::run(&ctx, a),
         Command::Gateway(a) => box_host::gateway::spawn::run_process(&ctx, &a.name),
-        Command::Completions(_) | Command::Man => unreachable!("handled above"),
+        Command::Completions(_) | Command::Man | Command::Passphrase(_) => {
+            unreachable!("handled above")
+        }
     }
 }
 

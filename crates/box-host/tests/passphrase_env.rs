@@ -3,7 +3,9 @@
 //! (smolvm calls, the simulator's long-lived machine processes in its PID namespaces, the
 //! gateway, the browser opener) ever has it in its environment or argv, and the
 //! simulator's unredacted call log (argv and environment of every smolvm call) never
-//! records it. `/proc` is read continuously while each step runs.
+//! records it. `/proc` is read continuously while each step runs. The same holds for a
+//! passphrase a password manager prints (`BOX_PASSPHRASE_COMMAND`) through new, save and
+//! load: the command and every smolvm call run without it in argv or environment.
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod lifecycle_support;
@@ -162,4 +164,61 @@ fn box_passphrase_from_the_environment_reaches_no_other_process() {
     );
     w.assert_no_secrets(&[passphrase]);
     assert!(w.run(&["open", "--stop", "alpha"]).ok());
+}
+
+/// `BOX_PASSPHRASE_COMMAND` as a user sets it for a password manager (`pass show box`'s
+/// shape: the passphrase on the first line, notes after): the save and the load both read
+/// it from the command, and no process box starts, the command included, holds it in its
+/// argv or environment.
+#[test]
+fn box_passphrase_from_a_command_reaches_no_other_process() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.9.2");
+    let passphrase = format!("pp-cmd-{:016x}", rand::random::<u64>());
+    let store = w.dir.path().join("store");
+    std::fs::write(&store, format!("{passphrase}\nlogin: me\n")).unwrap();
+    let runs = w.dir.path().join("runs");
+    let manager = w.dir.path().join("fake-pass");
+    std::fs::write(
+        &manager,
+        format!(
+            "#!/bin/sh\necho run >> '{}'\nexec cat '{}'\n",
+            runs.display(),
+            store.display()
+        ),
+    )
+    .unwrap();
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(&manager, std::fs::Permissions::from_mode(0o755)).unwrap();
+    w.extra_env.push((
+        "BOX_PASSPHRASE_COMMAND".into(),
+        format!("{} show box", manager.display()),
+    ));
+    let backup = w.dir.path().join("alpha.tar.zst.gpg");
+    let backup = backup.to_str().unwrap();
+
+    let scanner = Scanner::start(passphrase.clone());
+    step(&mut w, &scanner, &["new", "alpha"], &[]);
+    step(&mut w, &scanner, &["save", "alpha", backup], &[]);
+    step(&mut w, &scanner, &["load", backup, "beta"], &[]);
+    std::thread::sleep(Duration::from_millis(200));
+    let (found, scans) = scanner.finish();
+    assert!(scans > 10, "only {scans} scans of /proc");
+    assert!(
+        found.is_empty(),
+        "the command's passphrase reached processes box started:\n{}",
+        found.join("\n")
+    );
+    // Asked once by the save and once by the load, never by new.
+    assert_eq!(std::fs::read_to_string(&runs).unwrap(), "run\nrun\n");
+    let raw = std::fs::read_to_string(w.sim_home.join("raw-calls.jsonl")).unwrap();
+    assert!(raw.contains("\"machine\""), "no smolvm call was logged");
+    assert!(!raw.contains(&passphrase), "the raw call log recorded it");
+    assert!(
+        !raw.contains("fake-pass"),
+        "BOX_PASSPHRASE_COMMAND reached a smolvm call"
+    );
+    w.assert_no_secrets(&[passphrase]);
 }

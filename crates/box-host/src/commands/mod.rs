@@ -22,6 +22,7 @@ pub mod ls;
 pub mod man;
 pub mod new;
 pub mod open;
+pub mod passphrase;
 pub mod repair;
 pub mod rm;
 pub mod save;

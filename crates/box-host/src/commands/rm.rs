@@ -167,23 +167,23 @@ fn check_newest_backup(ctx: &Context, record: &BoxRecord, force: bool) -> Newest
     }
 }
 
-/// The passphrase that opens the newest backup at `path`: the environment's (one try),
-/// else asked on the terminal, again after one that does not open it ([`TRIES`] times),
-/// never with `force`. `Err` is the verdict when none does: a file damaged in its first
-/// bytes is broken (asking again would not help), a passphrase that only is not this
-/// file's leaves it unchecked ([`unopened`]).
+/// The passphrase that opens the newest backup at `path`: the environment's or the
+/// keychain's (one try), else asked on the terminal, again after one that does not open it
+/// ([`TRIES`] times), never with `force`. `Err` is the verdict when none does: a file
+/// damaged in its first bytes is broken (asking again would not help), a passphrase that
+/// only is not this file's leaves it unchecked ([`unopened`]).
 fn passphrase_that_opens(
     ctx: &Context,
     record: &BoxRecord,
     path: &Path,
     force: bool,
 ) -> Result<SecretString, Newest> {
-    let mut from_environment = passphrase::from_environment(passphrase::Purpose::Decrypt);
+    let mut from_environment = passphrase::from_environment();
     let tries = match (&from_environment, force) {
         (Some(_), _) => 1,
         (None, true) => {
             return Err(Newest::Unchecked(
-                "--force, and no BOX_PASSPHRASE or BOX_PASSPHRASE_FILE to check it with".into(),
+                "--force, and no passphrase set (BOX_PASSPHRASE*, or the keychain) to check it with".into(),
             ));
         }
         (None, false) => TRIES,

@@ -1,4 +1,5 @@
-//! Quoting for the remote POSIX shell, and splitting `BOX_SSH_COMMAND` into words.
+//! Quoting for the remote POSIX shell, and splitting `BOX_SSH_COMMAND` (and
+//! `BOX_PASSPHRASE_COMMAND`) into words.
 //!
 //! ssh joins its command words with spaces and hands the result to the remote account's
 //! shell, so every word box sends is single-quoted: inside `'…'` nothing is special except
@@ -89,7 +90,7 @@ pub fn split_words(text: &str) -> Result<Vec<String>, String> {
         words.push(word);
     }
     if words.is_empty() {
-        return Err("the ssh command is empty".into());
+        return Err("it holds no command".into());
     }
     Ok(words)
 }
