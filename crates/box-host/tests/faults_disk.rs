@@ -351,17 +351,27 @@ impl Bench<'_> {
         left
     }
 
-    /// The box's Executor answers, nothing of a quiesce is left, its lock is free.
-    fn box_running(&self, label: &str) -> bool {
+    /// No plaintext on the host or in the guest; the box's Executor answers, nothing of
+    /// a quiesce is left, its lock is free.
+    fn left_well(&mut self, label: &str, counts: &mut Counts) {
+        let plain = self.plaintext_left();
+        if !plain.is_empty() {
+            counts.plaintext += 1;
+            self.problem(label, &format!("plaintext left: {plain:?}"), None);
+        }
         let w = self.w;
-        let checked = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+        let running = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
             w.assert_running_unpaused("alpha")
         }));
         let free = w.lock_free("alpha");
-        if checked.is_err() || !free {
-            eprintln!("{label}: the box is not running unpaused (lock free: {free})");
+        if running.is_err() || !free {
+            counts.box_not_running += 1;
+            self.problem(
+                label,
+                &format!("the box is not running unpaused (its lock free: {free})"),
+                None,
+            );
         }
-        checked.is_ok() && free
     }
 
     fn problem(&mut self, label: &str, what: &str, run: Option<&Run>) {
@@ -419,50 +429,57 @@ impl Bench<'_> {
         counts.cases += 1;
         let dir = self.backups();
         self.mounts.leave_room(&dir, room);
-        let (named, used, state) = (self.named(), self.mounts.used(&dir), self.state_files());
-
-        let mut args = vec!["save", "alpha"];
-        if full {
-            args.push("--full");
-        }
-        let r = self.run(&args, &[("BOX_PART_SIZE", &PART_SIZE.to_string())]);
-        if r.ok() {
-            self.problem(
-                &label,
-                "the save succeeded in a directory it cannot fit in",
-                Some(&r),
-            );
-        } else if r.code == Some(1)
-            && r.stderr.contains(ENOSPC)
-            && r.stderr.contains(&dir.display().to_string())
-            && r.stderr.contains("box save alpha failed")
-        {
-            counts.named_enospc += 1;
+        let args: &[&str] = if full {
+            &["save", "alpha", "--full"]
         } else {
-            self.problem(
-                &label,
-                "the save did not say it ran out of space there",
-                Some(&r),
-            );
-        }
-        self.after_failure(&label, &named, used, &state, counts);
+            &["save", "alpha"]
+        };
+        let there = dir.display().to_string();
+        self.save_without_room(
+            &label,
+            args,
+            &[("BOX_PART_SIZE", &PART_SIZE.to_string())],
+            &|said| said.contains(ENOSPC) && said.contains(&there),
+            counts,
+        );
         self.mounts.resize(&dir, ROOMY);
         if !self.next_save_works(&label, full, None) {
             counts.next_save_failures += 1;
         }
     }
 
-    /// What a failed save must have left as it was: the backups' names, the space used in
-    /// their directory, the state files; and no plaintext, the box running.
-    fn after_failure(
+    /// `box <args>`, a save that finds no room: it must fail (exit 1) with words of
+    /// which `names_the_fault` holds, and leave as they were the backups' names, the
+    /// space used in their directory, the state files; no plaintext, the box running.
+    fn save_without_room(
         &mut self,
         label: &str,
-        named: &[String],
-        used: u64,
-        state: &[(String, Vec<u8>)],
+        args: &[&str],
+        env: &[(&str, &str)],
+        names_the_fault: &dyn Fn(&str) -> bool,
         counts: &mut Counts,
     ) {
         let dir = self.backups();
+        let (named, used, state) = (self.named(), self.mounts.used(&dir), self.state_files());
+        let r = self.run(args, env);
+        if r.ok() {
+            self.problem(
+                label,
+                "the save succeeded without the room it needs",
+                Some(&r),
+            );
+        } else if r.code == Some(1)
+            && r.stderr.contains("box save alpha failed")
+            && names_the_fault(&r.stderr)
+        {
+            counts.named_enospc += 1;
+        } else {
+            self.problem(
+                label,
+                "the save did not say what ran out of space",
+                Some(&r),
+            );
+        }
         let now = self.named();
         if now != named {
             counts.named_leftovers += 1;
@@ -488,15 +505,7 @@ impl Bench<'_> {
             counts.named_leftovers += 1;
             self.problem(label, "a failed save changed the chain state files", None);
         }
-        let plain = self.plaintext_left();
-        if !plain.is_empty() {
-            counts.plaintext += 1;
-            self.problem(label, &format!("plaintext left: {plain:?}"), None);
-        }
-        if !self.box_running(label) {
-            counts.box_not_running += 1;
-            self.problem(label, "the box is not running unpaused", None);
-        }
+        self.left_well(label, counts);
     }
 
     /// `dir` (of the state dir) on a tmpfs of its own, holding the files it held.
@@ -574,10 +583,7 @@ impl Bench<'_> {
             counts.temp_leftovers += 1;
             self.problem(label, &format!("left {hidden:?} beside the rows"), None);
         }
-        if !self.box_running(label) {
-            counts.box_not_running += 1;
-            self.problem(label, "the box is not running unpaused", None);
-        }
+        self.left_well(label, counts);
         self.mounts.resize(&dir, ROOMY);
         if !self.next_save_works(label, false, None) {
             counts.next_save_failures += 1;
@@ -648,11 +654,18 @@ impl Bench<'_> {
                 Some(&r),
             );
         }
-        let refused = tree == Kept::Old || known == Kept::Old;
-        if !refused {
+        // The write this case leaves no room for; the other is as said above.
+        let hit = if memo {
+            tree == Kept::New && known == Kept::Old
+        } else {
+            tree == Kept::Old && known == Kept::Old
+        };
+        if !hit {
             self.problem(
                 &label,
-                "the test left room for everything: no write was refused",
+                &format!(
+                    "not the write the case left no room for (tree: {tree:?}, memo: {known:?})"
+                ),
                 Some(&r),
             );
         } else if r.stderr.contains(ENOSPC) && r.stderr.contains(&dir.display().to_string()) {
@@ -674,15 +687,7 @@ impl Bench<'_> {
                 None,
             );
         }
-        let plain = self.plaintext_left();
-        if !plain.is_empty() {
-            counts.plaintext += 1;
-            self.problem(&label, &format!("plaintext left: {plain:?}"), None);
-        }
-        if !self.box_running(&label) {
-            counts.box_not_running += 1;
-            self.problem(&label, "the box is not running unpaused", None);
-        }
+        self.left_well(&label, counts);
         self.mounts.resize(&dir, ROOMY);
         // Without the tree of its newest backup, box said the next save is a full one.
         let says = (tree == Kept::Old).then_some("(full: starts a chain)");
@@ -691,10 +696,17 @@ impl Bench<'_> {
         }
     }
 
+    /// The state dir as box sees it, to read with box's own readers; and the box's name.
+    fn seen_state(&self) -> (box_host::state::StateDir, box_proto::BoxName) {
+        (
+            box_host::state::StateDir::at(self.mounts.view(&self.w.home())),
+            box_proto::BoxName::parse("alpha").unwrap(),
+        )
+    }
+
     /// The backup dir the box's registry row records, as box sees the row.
     fn recorded_backup_dir(&self) -> Option<PathBuf> {
-        let state = box_host::state::StateDir::at(self.mounts.view(&self.w.home()));
-        let alpha = box_proto::BoxName::parse("alpha").unwrap();
+        let (state, alpha) = self.seen_state();
         box_host::state::Registry::new(&state)
             .get(&alpha)
             .unwrap()
@@ -710,12 +722,11 @@ impl Bench<'_> {
     /// in the state dir as box sees it: each is then whole and new.
     fn kept_for(&self, published: &Path) -> (bool, bool) {
         use box_host::backup::tree_cache::{self, Known};
-        let alpha = box_proto::BoxName::parse("alpha").unwrap();
         let digest: [u8; 32] = {
             use sha2::Digest as _;
             sha2::Sha256::digest(std::fs::read(self.mounts.view(published)).unwrap()).into()
         };
-        let state = box_host::state::StateDir::at(self.mounts.view(&self.w.home()));
+        let (state, alpha) = self.seen_state();
         (
             tree_cache::load(&state, &alpha, &digest).is_some(),
             Known::recorded_digest(&state, &alpha, published) == Some(digest),
@@ -740,34 +751,21 @@ impl Bench<'_> {
         eprintln!("case: {label}");
         counts.cases += 1;
         self.fill_guest_root(room);
-        let dir = self.backups();
-        let (named, used, state) = (self.named(), self.mounts.used(&dir), self.state_files());
         let part = GUEST_PART.to_string();
         let mut env = vec![("BOX_PART_SIZE", part.as_str())];
         if !streaming {
             env.push(("BOX_STREAM_PARTS", "0"));
         }
-        let r = self.run(&["save", "alpha"], &env);
-        if r.ok() {
-            self.problem(
-                &label,
-                "the save succeeded though the guest had no room",
-                Some(&r),
-            );
-        } else if r.code == Some(1)
-            && r.stderr.contains("box save alpha failed")
-            && r.stderr.contains("in box 'alpha' failed")
-            && (r.stderr.contains(ENOSPC) || r.stderr.contains("the disk is full"))
-        {
-            counts.named_enospc += 1;
-        } else {
-            self.problem(
-                &label,
-                "the save did not say the guest ran out of space",
-                Some(&r),
-            );
-        }
-        self.after_failure(&label, &named, used, &state, counts);
+        self.save_without_room(
+            &label,
+            &["save", "alpha"],
+            &env,
+            &|said| {
+                said.contains("in box 'alpha' failed")
+                    && (said.contains(ENOSPC) || said.contains("the disk is full"))
+            },
+            counts,
+        );
         self.w.sh("alpha", "rm -f /root/.faults-disk-filler");
         if !self.next_save_works(&label, false, None) {
             counts.next_save_failures += 1;
