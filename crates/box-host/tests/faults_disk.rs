@@ -23,7 +23,8 @@
 //! and published; box says "No space left on device" and the directory; each file is as
 //! it was or whole and new (read with box's own readers), never cut; no temporary left;
 //! then, with room again, the next save works (a full one where box said it would be) and
-//! the chain checks sound. Nothing else is written there, or beside the backups.
+//! the chain checks sound. A save writes nothing else there, nor anything but the backup
+//! beside the backups.
 //!
 //! **The guest's disk full mid-export.** `hb export` writes into `/root/hb-save-*` (its
 //! copy of each changed database, then its parts); real smolvm gives the guest an ext4
@@ -48,8 +49,8 @@
 //! records it.
 //!
 //! By default 8 backup-directory cases, 1 registry case, 2 state-file cases and 2 guest
-//! cases; `BOX_HEAVY_FAULTS=1` runs 40, 1, 6 and 8. `FAULTS_SEED=<n>` replays a run (the seed is
-//! printed). The counts go to stderr as a table; every bad column must be 0.
+//! cases; `BOX_HEAVY_FAULTS=1` runs 40, 1, 6 and 8. `FAULTS_SEED=<n>` replays a run (the
+//! seed is printed). The counts go to stderr as a table; every bad column must be 0.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
