@@ -373,7 +373,7 @@ impl Pipeline {
         let frame = facts.seal(self.writer.seal_key())?;
         self.writer
             .write_all(&frame)
-            .context("cannot write the encrypted backup")?;
+            .map_err(|e| cannot_write(&self.out, e.into()))?;
         self.seal = Seal::Written {
             facts,
             len: frame.len() as u64,
@@ -408,7 +408,7 @@ impl Pipeline {
             self.segments.update(&chunk);
             self.writer
                 .write_all(&chunk)
-                .context("cannot write the encrypted backup")?;
+                .map_err(|e| cannot_write(&self.out, e.into()))?;
             let sent = self.tx.as_ref().map(|tx| tx.send(chunk));
             if !matches!(sent, Some(Ok(()))) {
                 return Err(self.validator_error());
@@ -482,7 +482,10 @@ impl Pipeline {
             _ => bail!("the validator thread failed"),
         };
         self.progress.finish();
-        let (_, mdc) = self.writer.finish()?;
+        let (_, mdc) = self
+            .writer
+            .finish()
+            .map_err(|e| cannot_write(&self.out, e))?;
         self.written.complete();
         let segment_size = self.segments.segment_size();
         let segments = self.segments.finish();
@@ -504,6 +507,29 @@ impl Pipeline {
             verifier: VerifierState::Running(self.verifier),
         })
     }
+}
+
+/// A failed write of the backup file into `out`'s directory: said with the directory (the
+/// file has no name yet), and on a full disk what to do about it.
+fn cannot_write(out: &Path, e: anyhow::Error) -> anyhow::Error {
+    let dir = out
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
+    let full = e.chain().any(|cause| {
+        cause
+            .downcast_ref::<io::Error>()
+            .is_some_and(|io| io.kind() == io::ErrorKind::StorageFull)
+    });
+    let hint = if full {
+        " (nothing was published; free space there, then save again)"
+    } else {
+        ""
+    };
+    e.context(format!(
+        "cannot write the encrypted backup into {}{hint}",
+        dir.display()
+    ))
 }
 
 /// A part's size and hash against what the export said of it.
