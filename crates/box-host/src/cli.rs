@@ -652,7 +652,7 @@ const COPY_HELP: &str = "Examples:\n  box backups copy alpha /media/usb/box-back
 
 #[derive(Debug, Args)]
 pub struct CopyArgs {
-    /// [BOX] DEST: the box (optional when only one box has backups, or with --all) and the
+    /// `[BOX] DEST`: the box (optional when only one box has backups, or with --all) and the
     /// directory to copy to (made if missing)
     #[arg(value_name = "[BOX] DEST", num_args = 1..=2, required = true)]
     pub args: Vec<String>,

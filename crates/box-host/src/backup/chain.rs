@@ -110,7 +110,7 @@ impl Link {
 }
 
 /// A link's parent is not among the files beside it: what box says, and what a verb that
-/// knows more places looks for ([`super::location::explain_missing`]).
+/// knows more places looks for (`backup::missing::explain`).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct MissingParent {
     /// The link that names the missing parent.

@@ -2,7 +2,7 @@
 //! `BACKUP_MIRROR`): a USB stick, a mounted NAS, a synced folder.
 //!
 //! A copy is only published once it is known good: written into an unnamed file (a named
-//! 0600 temp where there is none, [`super::unpublished`]), flushed to the disk and dropped
+//! 0600 temp where there is none, the module `unpublished`), flushed to the disk and dropped
 //! from the page cache, then read back from the disk and hashed; the source's bytes are
 //! hashed on the way too, so a file that changed since box hashed it is not copied as if it
 //! were the backup. Only then is it linked into place, which never replaces anything: a file

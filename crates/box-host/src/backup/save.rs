@@ -294,7 +294,7 @@ impl Pipeline {
             follower,
         } = Unpublished::create(&dir, &name, kind)
             .with_context(|| format!("cannot create a temporary file in {}", dir.display()))?;
-        let writer = SeipdWriter::new(writer, passphrase)?;
+        let writer = SeipdWriter::new(writer, passphrase).map_err(|e| cannot_write(out, e))?;
         let afterwards = if temp.named_path().is_some() {
             follow::Afterwards::ReadAgain
         } else {

@@ -2,7 +2,7 @@
 //! fourth of its sources (see [`crate::backup::passphrase`]).
 //!
 //! Each verb works on a [`Keychain`]; `box` passes the OS one, the unit tests an in-memory
-//! one ([`crate::backup::passphrase::keychain::Memory`]). Nothing here prints the secret.
+//! one (`keychain::Memory`, built for tests only). Nothing here prints the secret.
 
 use std::process::ExitCode;
 

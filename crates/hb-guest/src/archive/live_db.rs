@@ -188,7 +188,10 @@ impl LiveDatabases {
                             .push((String::from_utf8_lossy(&key).into_owned(), why));
                         Archive::AsIs
                     }
-                    Err(failure) => return Err(db_failed("copy", &key, &db, &failure)),
+                    Err(failure) => {
+                        let failure = out_of_room(failure, &copies, db_meta.len());
+                        return Err(db_failed("copy", &key, &db, &failure));
+                    }
                 }
             };
             if !matches!(archive, Archive::Kept) {
@@ -297,6 +300,28 @@ fn retried<T>(
 }
 
 /// A copy (and the journal SQLite may have left beside it), gone.
+/// A copy that failed for want of room, said as such: SQLite reports a write that found the
+/// disk full as "disk I/O error" from some of its paths (its check of the copy does), so a
+/// failure where `dir` has less room than the database needs is taken for a full disk.
+fn out_of_room(failure: CopyFailure, dir: &Path, db_len: u64) -> CopyFailure {
+    let CopyFailure::Other(said) = failure else {
+        return failure;
+    };
+    match nix::sys::statvfs::statvfs(dir) {
+        Ok(fs) => {
+            let free = fs.blocks_available().saturating_mul(fs.fragment_size());
+            if free < db_len.saturating_add(1 << 20) {
+                CopyFailure::Full(format!(
+                    "{said}; {free} bytes are free where the copy is made, for a database of {db_len}"
+                ))
+            } else {
+                CopyFailure::Other(said)
+            }
+        }
+        Err(_) => CopyFailure::Other(said),
+    }
+}
+
 fn remove_copy(copy: &Path) {
     let _ = fs::remove_file(copy);
     for suffix in sqlite::SIDECARS {

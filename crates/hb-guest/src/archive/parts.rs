@@ -175,7 +175,9 @@ impl PartWriter {
 
     /// Closes the last part and writes the index (temp + rename). Returns it.
     pub fn finish(mut self, compression: Compression) -> Result<PartIndex> {
-        self.close_current()?;
+        if let Err(e) = self.close_current() {
+            return Err(self.disk_full(e).into());
+        }
         let index = PartIndex {
             compression,
             total_size: self.total_size,
@@ -198,8 +200,28 @@ impl PartWriter {
     }
 }
 
-impl Write for PartWriter {
-    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+impl PartWriter {
+    /// A full disk said as what it is: the parts' directory full, not the file being
+    /// archived when it ran out (which is what the tar writer's caller names).
+    fn disk_full(&self, e: io::Error) -> io::Error {
+        let full = matches!(
+            e.kind(),
+            io::ErrorKind::StorageFull | io::ErrorKind::QuotaExceeded
+        );
+        if !full {
+            return e;
+        }
+        io::Error::new(
+            e.kind(),
+            format!(
+                "the box's disk is full writing the export's parts into {} ({e}); free space \
+                 in the box, then save again",
+                self.dir.display()
+            ),
+        )
+    }
+
+    fn write_part(&mut self, buf: &[u8]) -> io::Result<usize> {
         if buf.is_empty() {
             return Ok(0);
         }
@@ -229,12 +251,19 @@ impl Write for PartWriter {
         self.total_size += n as u64;
         Ok(n)
     }
+}
+
+impl Write for PartWriter {
+    fn write(&mut self, buf: &[u8]) -> io::Result<usize> {
+        self.write_part(buf).map_err(|e| self.disk_full(e))
+    }
 
     fn flush(&mut self) -> io::Result<()> {
-        match self.current.as_mut() {
+        let flushed = match self.current.as_mut() {
             Some((f, _, _)) => f.flush(),
             None => Ok(()),
-        }
+        };
+        flushed.map_err(|e| self.disk_full(e))
     }
 }
 

@@ -7,7 +7,7 @@
 //! stdin from `/dev/null`, and box's own stderr, so whatever it says reaches the user. It
 //! stays in box's process group: a command that asks on the terminal (gpg's pinentry,
 //! `systemd-ask-password`) can read it. Its stdout is read as `BOX_PASSPHRASE_FILE` is
-//! ([`super::first_line`]), at most [`MAX_OUTPUT`] bytes, into memory that is wiped.
+//! (`first_line`), at most `MAX_OUTPUT` bytes, into memory that is wiped.
 //!
 //! Not the smolvm runner ([`crate::process::runner`]): that one captures stderr, puts the
 //! call in a process group of its own (no terminal) and keeps stdout in a plain `String`.

@@ -7,7 +7,7 @@
 //! [`Unavailable`], with the one line that says why, and box then asks on the terminal.
 //!
 //! [`Keychain`] is the seam between box's logic and the OS store. **Fast-test hook:**
-//! [`Memory`] is an in-memory keychain for unit tests, since CI has no Secret Service to
+//! `Memory` is an in-memory keychain for unit tests, since CI has no Secret Service to
 //! store into; `box` itself only ever uses [`OsKeychain`].
 
 use std::sync::mpsc;
