@@ -201,7 +201,7 @@ pub fn propose<'a>(
             tally,
         })
         .collect();
-    addresses.sort_by(|a, b| b.tally.denials.cmp(&a.tally.denials));
+    addresses.sort_by_key(|a| std::cmp::Reverse(a.tally.denials));
     Proposal {
         hosts,
         addresses,
