@@ -123,8 +123,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
     };
     match run.steps() {
         Ok(()) => {
-            let asked = args.policy.egress.as_deref();
-            if asked.unwrap_or(&ctx.config.env.egress) == "learn" {
+            if args.policy.egress.as_deref() == Some("learn") {
                 ui::say(learn_note(&run.name));
             }
             Ok(ExitCode::SUCCESS)

@@ -1,7 +1,7 @@
 //! An allow list proposed from what smolvm refused a box (`box egress --propose`, `--learn`):
 //! the names its software tried to resolve, grouped as a person would write them
 //! (`*.example.com` when several subdomains of one registrable domain were refused, never
-//! broader than that domain: [`super::suffixes`]), each group with its count, first and last
+//! broader than that domain: `suffixes.rs`), each group with its count, first and last
 //! time; addresses connected to without a name apart (an allow list takes names).
 //!
 //! smolvm records denials only; the names in them were asked by whatever runs in the box,

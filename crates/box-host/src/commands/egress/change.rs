@@ -13,7 +13,7 @@ use anyhow::{Result, bail};
 use super::Context;
 use crate::commands::{start, stop};
 use crate::lifecycle::{boxes, containment};
-use crate::policy::{Containment, Mode, Overrides};
+use crate::policy::{Mode, Overrides};
 use crate::state::{BoxRecord, Registry};
 use crate::ui;
 
@@ -102,8 +102,7 @@ pub fn run(ctx: &Context, record: &BoxRecord, args: &crate::cli::EgressArgs) -> 
         );
     }
     let mut row = record.clone();
-    let lan_closed = current.lan_closed;
-    row.containment = Some(Containment { lan_closed, ..next });
+    row.containment = Some(next);
     if let Err(e) = Registry::new(&ctx.state).update(&row) {
         let restarted = restart_after(ctx, &smolvm, &record, was_running);
         bail!(

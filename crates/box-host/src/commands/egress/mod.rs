@@ -3,9 +3,9 @@
 //! egress-events`). A name outside an allow list does not resolve inside the box: tools
 //! report it as a DNS failure ("Could not resolve host"), which is why this verb exists.
 //!
-//! `--propose`/`--learn` turn those refusals into allow-list entries ([`propose`]);
+//! `--propose`/`--learn` turn those refusals into allow-list entries (`propose.rs`);
 //! `--allow-host`/`--deny-host` change the list of the box itself where smolvm can
-//! ([`change`]). Where it cannot (a smolvm older than the `machine update --allow-host` of
+//! (`change.rs`). Where it cannot (a smolvm older than the `machine update --allow-host` of
 //! its newer code, or a box without an allow list), box checks the change against the box's
 //! policy and gives the exact commands that make the box again with it and its /data: `box
 //! clone` with the same flags (`box load` of a save keeps the name).

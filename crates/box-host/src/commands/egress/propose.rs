@@ -130,8 +130,8 @@ fn lines(name: &str, p: &Proposal, of: LinesOf<'_>) -> Vec<String> {
         .map(|s| format!(" since {}", time(s)))
         .unwrap_or_default();
     out.push(format!(
-        "{name}: what smolvm refused{window} (its newest {} denials read; a refused name \
-         shows in the box as a DNS failure)",
+        "{name}: what smolvm refused{window} (from its {} newest denials, {READ_LIMIT} at \
+         most; a refused name shows in the box as a DNS failure)",
         of.read
     ));
     if of.learn {
