@@ -170,16 +170,24 @@ pub enum Command {
     #[command(after_long_help = "Example:\n  box start alpha")]
     Start(NameArg),
 
-    /// Show where a box may connect, its API key bindings, and what smolvm refused it
+    /// Show where a box may connect, its API key bindings, and what smolvm refused it;
+    /// propose and change its allow list
     #[command(
         after_long_help = "Examples:\n  box egress alpha\n  box egress alpha --json\n  \
-        box egress alpha --allow-host pypi.example.com\n\n\
+        box egress alpha --propose --since 1h\n  \
+        box egress alpha --allow-host pypi.example.com --restart\n\n\
         A name outside the box's allow list does not resolve inside the box: curl says\n\
         \"Could not resolve host\", npm ENOTFOUND. The denials listed here are smolvm's record\n\
         (machine egress-events). Set the policy at box new (--egress, --allow-host,\n\
         --credential) or in box.env (EGRESS, EGRESS_ALLOW_HOSTS, CREDENTIALS); box load and\n\
-        box clone keep it, with the same flags on top. smolvm cannot change the list of an\n\
-        existing machine: --allow-host/--deny-host print the commands that make the box\n\
+        box clone keep it, with the same flags on top.\n\
+        --propose groups the names smolvm refused as allow-list entries (*.example.com for\n\
+        several subdomains of one domain, never broader), with counts and the command that\n\
+        allows them; --learn does so for a box made with box new --egress learn.\n\
+        --allow-host/--deny-host change the list of the box itself (/data and the name stay)\n\
+        where smolvm can (machine update on a stopped machine, smolvm 1.33 or newer): stop the\n\
+        box first, or add --restart. Box's record is changed with smolvm's, so box save and\n\
+        box clone carry the new list. An older smolvm gets the commands that make the box\n\
         again with the change and its /data."
     )]
     Egress(EgressArgs),
@@ -355,10 +363,11 @@ pub struct NewArgs {
 /// of the policy the box carries over (`load`: the backup's; `clone`: the source's).
 #[derive(Debug, Args)]
 pub struct PolicyArgs {
-    /// Egress: open (the internet, not the LAN) or allowlist (the agents' names plus
-    /// --allow-host/--allow-cidr); default EGRESS in box.env (load: the backup's policy;
+    /// Egress: open (the internet, not the LAN), allowlist (the agents' names plus
+    /// --allow-host/--allow-cidr), or learn (an allowlist box whose refusals box egress
+    /// --learn proposes as entries); default EGRESS in box.env (load: the backup's policy;
     /// clone: the source's)
-    #[arg(long, value_name = "open|allowlist")]
+    #[arg(long, value_name = "open|allowlist|learn")]
     pub egress: Option<String>,
     /// A name (or *.domain) the box may reach under --egress allowlist (repeatable; adds to
     /// EGRESS_ALLOW_HOSTS, or to the list carried over)
@@ -486,13 +495,26 @@ pub struct EgressArgs {
     /// JSON output
     #[arg(long)]
     pub json: bool,
-    /// Add a name to the allow list (refused: smolvm applies a list only at create; the
-    /// message says how to change it)
-    #[arg(long, value_name = "HOST")]
+    /// Add a name (or *.domain) to the box's allow list (repeatable; the box must be
+    /// stopped, or --restart given)
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["propose", "learn"])]
     pub allow_host: Vec<String>,
-    /// Take a name off the allow list (refused, as --allow-host)
-    #[arg(long, value_name = "HOST")]
+    /// Take a name off the box's own allow list (repeatable; as --allow-host)
+    #[arg(long, value_name = "HOST", conflicts_with_all = ["propose", "learn"])]
     pub deny_host: Vec<String>,
+    /// With --allow-host/--deny-host on a running box: stop it, change the list, start it
+    #[arg(long)]
+    pub restart: bool,
+    /// The names smolvm refused the box, grouped as allow-list entries, with counts, first
+    /// and last seen, and the command that allows them
+    #[arg(long, conflicts_with = "learn")]
+    pub propose: bool,
+    /// --propose for a box made with --egress learn, after you worked in it
+    #[arg(long)]
+    pub learn: bool,
+    /// With --propose/--learn: only what was refused in this last span (30m, 1h, 2d)
+    #[arg(long, value_name = "SPAN")]
+    pub since: Option<String>,
 }
 
 #[derive(Debug, Args)]

@@ -333,11 +333,21 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     assert_eq!(w.run(&["egress", "gamma"]).stdout, egress.stdout);
     assert_eq!(stdout(&as_agent(&w, "gamma", curl)), "{\"ok\":true}");
 
-    // A change to the list: refused, with the commands that make it happen.
+    // A change to the list of a running box: refused until it is stopped (or --restart);
+    // on a smolvm that cannot change a machine's list, the commands that make it happen.
     let refused = w.run(&["egress", "gamma", "--allow-host", "new.example"]);
     assert_eq!(refused.code, Some(1), "{refused}");
+    assert!(
+        refused.stderr.contains("box stop gamma") && refused.stderr.contains("--restart"),
+        "{refused}"
+    );
+    let refused = w.run_env(
+        &["egress", "gamma", "--allow-host", "new.example"],
+        &[("SMOLVM_SIM_VERSION", "1.17.0")],
+    );
+    assert_eq!(refused.code, Some(1), "{refused}");
     for want in [
-        "no release's machine update or start takes egress flags",
+        "smolvm 1.17.0 cannot change the list of an existing machine",
         "box clone gamma gamma-2 --allow-host new.example",
         "box rm gamma",
         "box load <the backup box save wrote> gamma --allow-host new.example",
@@ -383,4 +393,185 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     for name in ["alpha", "gamma"] {
         assert!(w.run(&["rm", name, "--force"]).ok());
     }
+}
+
+/// An allow list learned from use (issue 43, item 2): a box made with `--egress learn` whose
+/// agent tries names outside its list (`w.sh`: three subdomains of one domain, another name,
+/// an address); `box egress --propose` groups them as a person would (`*.example.org` for
+/// the three, with their count), lists the address apart, and prints the command that
+/// allows them. That command is refused on the running box and, on a smolvm without
+/// `machine update --allow-host`, answered with the commands that make the box again;
+/// on the stopped box with the smolvm that can, it changes the box itself: the guest then
+/// resolves the name, the registry row and `box egress --json` show the list, and the next
+/// proposal leaves them out. `--deny-host --restart` takes one off a running box.
+#[test]
+fn an_allow_list_learned_from_what_the_agent_was_refused() {
+    if !lifecycle_support::prerequisites() {
+        return;
+    }
+    let mut w = World::new("1.33.0");
+    // The names smolvm's resolver answers once they are allowed (nothing needs to listen).
+    w.extra_env.push((
+        "SMOLVM_SIM_DNS_HOSTS".to_string(),
+        "a.example.org=198.51.100.10,example.org=198.51.100.10".to_string(),
+    ));
+    let new = w.run(&["new", "alpha", "--egress", "learn"]);
+    assert!(new.ok(), "{new}");
+    assert!(
+        new.stdout
+            .contains("Learning: 'alpha' reaches only the agents' names")
+            && new.stdout.contains("box egress alpha --learn"),
+        "{new}"
+    );
+    assert_eq!(w.row("alpha")["containment"]["mode"], "allowlist");
+
+    // The agent's work: names outside the list, and an address.
+    let work = "cat > /tmp/w.sh <<'EOF'\n\
+        getent hosts a.example.org b.example.org c.example.org other.net\n\
+        timeout 3 bash -c 'exec 3<>/dev/tcp/203.0.113.7/443' 2>/dev/null\n\
+        exit 0\n\
+        EOF\n\
+        sh /tmp/w.sh";
+    let ran = as_agent(&w, "alpha", work);
+    assert!(ran.status.success(), "{ran:?}");
+    assert_eq!(stdout(&ran), "", "a name outside the list resolved");
+
+    let command = "box egress alpha --allow-host '*.example.org' --allow-host other.net";
+    let propose = w.run(&["egress", "alpha", "--propose"]);
+    assert!(propose.ok(), "{propose}");
+    for want in [
+        "3 names: a.example.org b.example.org c.example.org",
+        "other.net",
+        command,
+        "203.0.113.7:443",
+        "EGRESS_ALLOW_CIDRS",
+    ] {
+        assert!(propose.stdout.contains(want), "{want}: {propose}");
+    }
+    let learn = w.run(&["egress", "alpha", "--learn"]);
+    assert!(
+        learn.ok()
+            && learn.stdout.contains("learned from denials")
+            && learn.stdout.contains(command),
+        "{learn}"
+    );
+    let json = w.run(&["egress", "alpha", "--propose", "--json", "--since", "1h"]);
+    assert!(json.ok(), "{json}");
+    let v: serde_json::Value = serde_json::from_str(&json.stdout).unwrap();
+    assert_eq!(v["hosts"][0]["entry"], "*.example.org", "{v}");
+    assert_eq!(
+        v["hosts"][0]["names"],
+        serde_json::json!(["a.example.org", "b.example.org", "c.example.org"])
+    );
+    assert!(v["hosts"][0]["denials"].as_u64().unwrap() >= 3, "{v}");
+    assert_eq!(v["hosts"][1]["entry"], "other.net", "{v}");
+    assert_eq!(v["addresses"][0]["ip"], "203.0.113.7", "{v}");
+    assert_eq!(v["addresses"][0]["port"], 443, "{v}");
+    assert_eq!(v["command"], command);
+    let bad = w.run(&["egress", "alpha", "--propose", "--since", "forever"]);
+    assert_eq!(bad.code, Some(1), "{bad}");
+    assert!(bad.stderr.contains("--since 'forever'"), "{bad}");
+
+    let allow = [
+        "egress",
+        "alpha",
+        "--allow-host",
+        "*.example.org",
+        "--allow-host",
+        "other.net",
+    ];
+    // Running: refused, nothing changed.
+    let running = w.run(&allow);
+    assert_eq!(running.code, Some(1), "{running}");
+    assert!(
+        running.stderr.contains("stop it first (box stop alpha)")
+            && running.stderr.contains("Nothing was changed"),
+        "{running}"
+    );
+    // A smolvm without machine update --allow-host: the commands that make the box again.
+    let older = w.run_env(&allow, &[("SMOLVM_SIM_VERSION", "1.17.0")]);
+    assert_eq!(older.code, Some(1), "{older}");
+    for want in [
+        "smolvm 1.17.0 cannot change the list of an existing machine",
+        "box clone alpha alpha-2 --allow-host *.example.org --allow-host other.net",
+        "box load <the backup box save wrote> alpha --allow-host *.example.org --allow-host other.net",
+    ] {
+        assert!(older.stderr.contains(want), "{want}: {older}");
+    }
+    let updates = |w: &World| {
+        w.calls()
+            .into_iter()
+            .filter(|c| c.len() > 1 && c[0] == "machine" && c[1] == "update")
+            .map(|c| c.join(" "))
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        updates(&w),
+        Vec::<String>::new(),
+        "a refusal changed smolvm"
+    );
+    assert_eq!(
+        w.row("alpha")["containment"]["hosts"],
+        serde_json::json!([])
+    );
+
+    // Stopped, on the smolvm that can: the box itself changes, smolvm first, then the row.
+    assert!(w.run(&["stop", "alpha"]).ok());
+    let applied = w.run(&allow);
+    assert!(applied.ok(), "{applied}");
+    assert!(
+        applied.stdout.contains("smolvm's and box's record agree")
+            && applied.stdout.contains("box start alpha"),
+        "{applied}"
+    );
+    assert_eq!(
+        updates(&w),
+        ["machine update --name alpha --allow-host-pattern *.example.org --allow-host other.net"]
+    );
+    let hosts = serde_json::json!(["*.example.org", "other.net"]);
+    assert_eq!(w.row("alpha")["containment"]["hosts"], hosts);
+    assert_eq!(egress_json(&mut w, "alpha")["hosts"], hosts);
+    let start = w.run(&["start", "alpha"]);
+    assert!(start.ok(), "{start}");
+    let resolved = as_agent(&w, "alpha", "getent hosts a.example.org");
+    assert!(stdout(&resolved).contains("198.51.100.10"), "{resolved:?}");
+    // `*.example.org` is the subdomains only: the domain itself stays refused.
+    let apex = as_agent(&w, "alpha", "getent hosts example.org");
+    assert_eq!(apex.status.code(), Some(2), "{apex:?}");
+    // What is allowed now is no longer proposed; the domain just refused is.
+    let after = w.run(&["egress", "alpha", "--propose"]);
+    assert!(after.ok(), "{after}");
+    assert!(
+        !after.stdout.contains("--allow-host '*.example.org'")
+            && after.stdout.contains("on the list now")
+            && after
+                .stdout
+                .contains("box egress alpha --allow-host example.org"),
+        "{after}"
+    );
+    // An entry the list has changes nothing, running or not.
+    let again = w.run(&["egress", "alpha", "--allow-host", "other.net"]);
+    assert!(
+        again.ok() && again.stdout.contains("nothing to change"),
+        "{again}"
+    );
+
+    // --deny-host --restart on the running box: stopped, changed, started again.
+    let deny = w.run(&["egress", "alpha", "--deny-host", "other.net", "--restart"]);
+    assert!(deny.ok(), "{deny}");
+    assert!(
+        deny.stdout.contains("Stopped 'alpha'") && deny.stdout.contains("is running and healthy"),
+        "{deny}"
+    );
+    assert_eq!(
+        w.row("alpha")["containment"]["hosts"],
+        serde_json::json!(["*.example.org"])
+    );
+    assert!(
+        updates(&w)
+            .contains(&"machine update --name alpha --remove-allow-host other.net".to_string()),
+        "{:?}",
+        updates(&w)
+    );
+    assert!(w.run(&["rm", "alpha", "--force"]).ok());
 }

@@ -376,8 +376,12 @@ pub struct ShExtras {
     pub allow_private: Vec<String>,
     /// `create --credential NAME=ENV@HOST[,HOST]` (1.33 here; smolvm has it from 1.18).
     pub credentials: Vec<String>,
-    /// `create --allow-host-pattern P` (1.33).
+    /// `create --allow-host-pattern P` (1.33), and `update --allow-host-pattern P`.
     pub allow_host_patterns: Vec<String>,
+    /// `update --allow-host H` (create's is a derive field: every version has it).
+    pub update_allow_hosts: Vec<String>,
+    /// `update --remove-allow-host H`.
+    pub remove_allow_hosts: Vec<String>,
 }
 
 /// The clap command for a personality.
@@ -491,6 +495,27 @@ pub fn command(p: Personality) -> clap::Command {
                     "Opt-in egress pattern: exact hostname or `*.domain` subdomains only",
                 ))
             });
+            let m = if !p.updates_allow_lists() {
+                m
+            } else {
+                m.mut_subcommand("update", |c| {
+                    c.arg(repeat(
+                    "allow-host",
+                    "HOSTNAME",
+                    "Allow egress to a hostname and its subdomains (stopped machine; repeatable)",
+                ))
+                .arg(repeat(
+                    "allow-host-pattern",
+                    "PATTERN",
+                    "Allow an exact hostname or `*.domain` subdomains only (repeatable)",
+                ))
+                .arg(repeat(
+                    "remove-allow-host",
+                    "HOSTNAME",
+                    "Remove an allowed hostname or pattern, as it was added (repeatable)",
+                ))
+                })
+            };
             m.subcommand(name_only(
                 "pause",
                 "Save a running machine's execution and stop it (1.18+)",
@@ -554,18 +579,16 @@ impl ShExtras {
             return x;
         };
         if let Some(c) = mm.subcommand_matches("create") {
-            let many = |id: &str| -> Vec<String> {
-                c.try_get_many::<String>(id)
-                    .ok()
-                    .flatten()
-                    .map(|v| v.cloned().collect())
-                    .unwrap_or_default()
-            };
-            x.labels = many("label");
-            x.allow_private = many("allow-private");
-            x.credentials = many("credential");
-            x.allow_host_patterns = many("allow-host-pattern");
+            x.labels = many(c, "label");
+            x.allow_private = many(c, "allow-private");
+            x.credentials = many(c, "credential");
+            x.allow_host_patterns = many(c, "allow-host-pattern");
             x.block_private = c.try_get_one::<bool>("block-private").ok().flatten() == Some(&true);
+        }
+        if let Some(c) = mm.subcommand_matches("update") {
+            x.update_allow_hosts = many(c, "allow-host");
+            x.allow_host_patterns = many(c, "allow-host-pattern");
+            x.remove_allow_hosts = many(c, "remove-allow-host");
         }
         if let Some(c) = mm.subcommand_matches("exec") {
             x.detach = c.get_flag("detach");
@@ -580,6 +603,15 @@ impl ShExtras {
         }
         x
     }
+}
+
+/// Every value of a repeatable flag added at runtime (none when this personality lacks it).
+fn many(c: &ArgMatches, id: &str) -> Vec<String> {
+    c.try_get_many::<String>(id)
+        .ok()
+        .flatten()
+        .map(|v| v.cloned().collect())
+        .unwrap_or_default()
 }
 
 fn parse_image(s: &str) -> Result<String, String> {

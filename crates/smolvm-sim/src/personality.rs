@@ -84,6 +84,16 @@ impl Personality {
         self == Personality::V1330
     }
 
+    /// `machine update --allow-host/--allow-host-pattern/--remove-allow-host` on a stopped
+    /// machine: smolvm's `EgressUpdate` and `VmRecord::updated_egress` in src/config.rs at
+    /// 090d4512, the code this personality models. The first release that has them is not
+    /// confirmed (smol-machines/smolvm#1304 proposed the flags; no 1.30-1.34 release notes
+    /// were found, reference/peers-and-backups-2026-12.md §1.3), so only the ~1.33
+    /// personality has them; older ones reject the flags as clap does.
+    pub fn updates_allow_lists(self) -> bool {
+        self == Personality::V1330
+    }
+
     /// The guest hostname: `container` before 1.9.0; then the machine name when it is a
     /// lowercase DNS label of at most 63 characters.
     pub fn hostname(self, name: &str) -> String {

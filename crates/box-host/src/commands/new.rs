@@ -122,9 +122,24 @@ pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
         keys: Vec::new(),
     };
     match run.steps() {
-        Ok(()) => Ok(ExitCode::SUCCESS),
+        Ok(()) => {
+            if args.policy.egress.as_deref() == Some("learn") {
+                ui::say(learn_note(&run.name));
+            }
+            Ok(ExitCode::SUCCESS)
+        }
         Err(stop) => Ok(run.fail(stop)),
     }
+}
+
+/// What a box made with `--egress learn` (an allowlist box) is for, and the way on.
+fn learn_note(name: &BoxName) -> String {
+    format!(
+        "Learning: '{name}' reaches only the agents' names and yours (box egress {name} lists \
+         them). Work in it as usual: a name outside the list fails as a DNS error, and smolvm \
+         records the refusal. Then box egress {name} --learn proposes the entries to add (from \
+         those denials), and box egress {name} --allow-host ENTRY --restart adds them"
+    )
 }
 
 impl NewRun<'_> {

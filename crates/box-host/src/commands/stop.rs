@@ -29,9 +29,19 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
         ));
         return Ok(ExitCode::SUCCESS);
     }
+    stop_running(&smolvm, &record)?;
+    Ok(ExitCode::SUCCESS)
+}
+
+/// Stops a running box whose lock the caller holds: its services through hb, then the VM
+/// (also `box egress --restart`).
+pub fn stop_running(
+    smolvm: &crate::smolvm::Smolvm,
+    record: &crate::state::BoxRecord,
+) -> Result<()> {
     ui::say(format!("Stopping services in '{}'", record.name));
     match guest::hb(
-        &smolvm,
+        smolvm,
         &record.machine,
         &["quiesce"],
         Duration::from_secs(90),
@@ -47,5 +57,5 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     }
     smolvm.stop(&record.machine)?;
     ui::say(format!("Stopped '{}'", record.name));
-    Ok(ExitCode::SUCCESS)
+    Ok(())
 }

@@ -69,15 +69,8 @@ pub fn create_args(
             );
         }
         for h in c.allow_hosts() {
-            match h.strip_prefix("*.") {
-                Some(_) if v.has_host_patterns() => {
-                    args.extend(["--allow-host-pattern".to_string(), h.clone()])
-                }
-                // Older releases have only exact-or-subdomain entries: the parent itself
-                // is admitted too.
-                Some(parent) => args.extend(["--allow-host".to_string(), parent.to_string()]),
-                None => args.extend(["--allow-host".to_string(), h.clone()]),
-            }
+            let (flag, entry) = smolvm_entry(&h, v);
+            args.extend([flag.to_string(), entry]);
         }
         for r in &c.cidrs {
             args.extend(["--allow-cidr".to_string(), r.clone()]);
@@ -105,6 +98,34 @@ pub fn create_args(
         }
     }
     Ok((args, notes))
+}
+
+/// How smolvm `v` takes (and stores) allow-list entry `h`: its flag and the entry. `*.x` is
+/// a pattern where smolvm has them; older releases have only exact-or-subdomain entries,
+/// so the parent itself is admitted too.
+fn smolvm_entry(h: &str, v: SmolvmVersion) -> (&'static str, String) {
+    match h.strip_prefix("*.") {
+        Some(_) if v.has_host_patterns() => ("--allow-host-pattern", h.to_string()),
+        Some(parent) => ("--allow-host", parent.to_string()),
+        None => ("--allow-host", h.to_string()),
+    }
+}
+
+/// The `machine update` flags that turn the allow list smolvm `v` has for a box made with
+/// `old` into the one `new` asks for: `--remove-allow-host` for each entry that goes (as
+/// smolvm stored it), `--allow-host`/`--allow-host-pattern` for each that comes. Empty:
+/// nothing to change in smolvm (a name already admitted).
+pub fn update_args(old: &Containment, new: &Containment, v: SmolvmVersion) -> Vec<String> {
+    let (before, after) = (old.allow_hosts(), new.allow_hosts());
+    let mut args = Vec::new();
+    for gone in before.iter().filter(|h| !after.contains(h)) {
+        args.extend(["--remove-allow-host".to_string(), smolvm_entry(gone, v).1]);
+    }
+    for came in after.iter().filter(|h| !before.contains(h)) {
+        let (flag, entry) = smolvm_entry(came, v);
+        args.extend([flag.to_string(), entry]);
+    }
+    args
 }
 
 /// The values of `credentials`, for the environment of one `machine start`. A variable that
@@ -505,6 +526,37 @@ mod tests {
         }
         // api.anthropic.com is under anthropic.com already: not added twice.
         assert!(!line.contains("--allow-host api.anthropic.com"), "{line}");
+    }
+
+    #[test]
+    fn a_changed_list_is_the_update_that_takes_the_old_one_there() {
+        let e = env(&[
+            ("EGRESS", "allowlist"),
+            ("EGRESS_ALLOW_HOSTS", "old.example *.gone.example"),
+            ("CREDENTIALS", "KEY2@api.other.test"),
+        ]);
+        let old = Containment::from_config(&e, &Overrides::default()).unwrap();
+        let mut new = old.clone();
+        new.apply(&Overrides {
+            allow_hosts: vec!["*.example.org".into(), "other.net".into()],
+            deny_hosts: vec!["old.example".into(), "*.gone.example".into()],
+            ..Overrides::default()
+        })
+        .unwrap();
+        let v = SmolvmVersion::new(1, 33, 0);
+        assert_eq!(
+            update_args(&old, &new, v).join(" "),
+            "--remove-allow-host old.example --remove-allow-host *.gone.example \
+             --allow-host-pattern *.example.org --allow-host other.net"
+        );
+        // A name the list admits already changes nothing in smolvm.
+        let mut same = old.clone();
+        same.apply(&Overrides {
+            allow_hosts: vec!["api.anthropic.com".into(), "api.other.test".into()],
+            ..Overrides::default()
+        })
+        .unwrap();
+        assert!(update_args(&old, &same, v).is_empty());
     }
 
     #[test]

@@ -12,6 +12,8 @@
 
 pub mod carried;
 pub mod lists;
+pub mod proposal;
+mod suffixes;
 mod words;
 
 use std::path::PathBuf;

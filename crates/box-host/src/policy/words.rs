@@ -8,7 +8,7 @@ use anyhow::{Result, bail};
 use super::lists::SHORTHANDS;
 use super::{Credential, Mode, Source};
 
-fn valid_label(l: &str) -> bool {
+pub(super) fn valid_label(l: &str) -> bool {
     !l.is_empty()
         && l.len() <= 63
         && !l.starts_with('-')
@@ -45,11 +45,16 @@ pub(super) fn check_cidr(c: &str, key: &str) -> Result<String> {
     Ok(c.to_string())
 }
 
+/// `open`, `allowlist`, or `learn`: an allowlist box (the agents' names and the user's)
+/// made to learn from, whose refusals `box egress --learn` turns into a list.
 pub(super) fn parse_mode(word: &str, key: &str) -> Result<Mode> {
     match word {
         "open" => Ok(Mode::Open),
-        "allowlist" => Ok(Mode::Allowlist),
-        other => bail!("{key}: '{other}' is neither open nor allowlist"),
+        "allowlist" | "learn" => Ok(Mode::Allowlist),
+        other => bail!(
+            "{key}: '{other}' is neither open nor allowlist (nor learn: an allowlist box whose \
+             refusals box egress --learn proposes)"
+        ),
     }
 }
 

@@ -618,9 +618,30 @@ impl Smolvm {
         check(&call, out).map(drop)
     }
 
-    /// `machine egress-events --name N --json`: the denials smolvm recorded, oldest first.
+    /// `machine update --name N` with allow-list flags (`lifecycle::containment::
+    /// update_args`), on a stopped machine.
+    pub fn update_allow_list(&self, name: &str, flags: &[String]) -> Result<(), SmolvmError> {
+        let mut a = args(["machine", "update", "--name", name]);
+        a.extend(flags.iter().map(OsString::from));
+        self.checked(a, timeouts::QUERY).map(drop)
+    }
+
+    /// `machine egress-events --name N --json`: the newest denials smolvm recorded (its
+    /// default, 200), oldest first.
     pub fn egress_events(&self, name: &str) -> Result<Vec<EgressDenial>, SmolvmError> {
-        let a = args(["machine", "egress-events", "--name", name, "--json"]);
+        self.egress_events_up_to(name, None)
+    }
+
+    /// [`Self::egress_events`], the newest `limit` of them (`--limit`, in the same release).
+    pub fn egress_events_up_to(
+        &self,
+        name: &str,
+        limit: Option<usize>,
+    ) -> Result<Vec<EgressDenial>, SmolvmError> {
+        let mut a = args(["machine", "egress-events", "--name", name, "--json"]);
+        if let Some(n) = limit {
+            a.extend([OsString::from("--limit"), OsString::from(n.to_string())]);
+        }
         let call = self.call_name(&a);
         let out = self.checked(a, timeouts::QUERY)?;
         serde_json::from_str(out.stdout.trim()).map_err(|e| SmolvmError::BadOutput {

@@ -154,6 +154,15 @@ impl SmolvmVersion {
         (self.major, self.minor) >= (1, 33)
     }
 
+    /// `machine update --allow-host/--allow-host-pattern/--remove-allow-host` on a stopped
+    /// machine: smolvm's `EgressUpdate` (src/config.rs at 090d4512, the code the 1.33 row of
+    /// [`CHECKED`] was read from; smol-machines/smolvm#1304 proposed the flags). The first
+    /// release that has it is not confirmed (reference/peers-and-backups-2026-12.md §1.3):
+    /// box gates on 1.33, and a smolvm that rejects the flags anyway gets the clone commands.
+    pub fn updates_allow_lists(&self) -> bool {
+        (self.major, self.minor) >= (1, 33)
+    }
+
     /// Allow lists enforced on every backend (policy machines moved off TSI, #427, and
     /// `machine egress-events`, #937, in 1.8.1): box asks for 1.9.
     pub fn enforces_allow_lists(&self) -> bool {

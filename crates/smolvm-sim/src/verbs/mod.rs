@@ -17,6 +17,7 @@ pub mod start;
 pub mod status;
 pub mod stop;
 pub mod update;
+mod update_egress;
 
 use crate::output::{SimError, agent, not_found, not_running};
 use crate::registry::{self, Record, State};

@@ -1,5 +1,7 @@
-//! `machine update`: change a stopped machine's record.
+//! `machine update`: change a stopped machine's record (its allow list too, where the
+//! personality has the flags: [`super::update_egress`]).
 
+use super::update_egress::{self, Amendment};
 use crate::cli::UpdateCmd;
 use crate::context::Ctx;
 use crate::output::{self, SimError, VerbResult, config};
@@ -29,6 +31,26 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
             ));
         }
     }
+    let egress = Amendment {
+        allow_hosts: ctx.extras.update_allow_hosts.clone(),
+        allow_host_patterns: ctx.extras.allow_host_patterns.clone(),
+        remove_allow_hosts: ctx.extras.remove_allow_hosts.clone(),
+        allow_all: c.net,
+    };
+    // Checked before anything is changed: a refused amendment changes nothing.
+    let amended = if egress.is_empty() {
+        None
+    } else {
+        let a = update_egress::amend(
+            &c.name,
+            r.allowed_hosts.as_deref(),
+            &r.allowed_cidrs,
+            &r.credentials,
+            &egress,
+        )
+        .map_err(|e| config("update", e))?;
+        Some(a)
+    };
     let mut ports = r.ports.clone();
     ports.retain(|p| !c.remove_port.contains(p));
     for p in &c.port {
@@ -124,6 +146,11 @@ pub fn run(ctx: &Ctx, c: UpdateCmd) -> VerbResult {
             r.overlay_gb.unwrap_or(10)
         ));
         r.overlay_gb = Some(o);
+    }
+    if let Some(a) = amended {
+        r.allowed_hosts = a.hosts;
+        r.network = true;
+        changes.extend(a.changes);
     }
     if changes.is_empty() {
         println!("{}", output::NO_CHANGES);

@@ -3,14 +3,15 @@
 //! egress-events`). A name outside an allow list does not resolve inside the box: tools
 //! report it as a DNS failure ("Could not resolve host"), which is why this verb exists.
 //!
-//! `--allow-host`/`--deny-host` would change the list. No smolvm release applies a changed
-//! list to an existing machine: `machine update` and `machine start` take no egress flags
-//! (v1.9.3 `src/cli/machine.rs` `UpdateCmd`/`StartCmd`; an edited Smolfile plus `update` is
-//! ignored, smol-machines/smolvm#1299, open; #1304, which adds `update --allow-host` for a
-//! stopped machine, is not merged), and the live replace in smolvm-network 1.33.0
-//! (`EgressPolicy::replace_allow_list`) has no CLI verb. So box refuses, checks the change
-//! against the box's policy, and gives the exact commands that make the box again with it
-//! and its /data: `box clone` with the same flags (`box load` of a save keeps the name).
+//! `--propose`/`--learn` turn those refusals into allow-list entries (`propose.rs`);
+//! `--allow-host`/`--deny-host` change the list of the box itself where smolvm can
+//! (`change.rs`). Where it cannot (a smolvm older than the `machine update --allow-host` of
+//! its newer code, or a box without an allow list), box checks the change against the box's
+//! policy and gives the exact commands that make the box again with it and its /data: `box
+//! clone` with the same flags (`box load` of a save keeps the name).
+
+mod change;
+mod propose;
 
 use std::process::ExitCode;
 
@@ -30,7 +31,16 @@ const SHOWN: usize = 20;
 pub fn run(ctx: &Context, args: &crate::cli::EgressArgs) -> Result<ExitCode> {
     let record = boxes::registered(ctx, &args.name)?;
     if !args.allow_host.is_empty() || !args.deny_host.is_empty() {
-        bail!(refusal(ctx, &record, &args.allow_host, &args.deny_host)?);
+        return change::run(ctx, &record, args);
+    }
+    if args.restart {
+        bail!("--restart goes with --allow-host or --deny-host");
+    }
+    if args.propose || args.learn {
+        return propose::run(ctx, &record, args);
+    }
+    if args.since.is_some() {
+        bail!("--since goes with --propose or --learn");
     }
     let smolvm = boxes::smolvm(ctx, &record)?;
     let report = Report::read(&smolvm, &record)?;
@@ -122,27 +132,39 @@ impl Report {
                     d.len().min(shown),
                     d.len()
                 )];
-                out.extend(
-                    d.iter()
-                        .skip(d.len().saturating_sub(shown))
-                        .map(|e| format!("  {}  {:<8} {}", e.timestamp, e.operation, e.dest)),
-                );
+                // Every field is what the box's software asked for, as smolvm recorded it:
+                // shown escaped, never obeyed by the terminal.
+                let quoted = crate::ui::terminal_text::quoted;
+                out.extend(d.iter().skip(d.len().saturating_sub(shown)).map(|e| {
+                    format!(
+                        "  {}  {:<8} {}",
+                        quoted(&e.timestamp),
+                        quoted(&e.operation),
+                        quoted(&e.dest)
+                    )
+                }));
                 out
             }
         }
     }
 }
 
-/// Why a changed list cannot be applied to `record`'s machine, and the commands that make
-/// the box again with it. The change is checked first (an agents name, a name not on the
-/// list): a command that would fail is never suggested.
-fn refusal(ctx: &Context, record: &BoxRecord, allow: &[String], deny: &[String]) -> Result<String> {
+/// Why a changed list cannot be applied to `record`'s machine (`why`), and the commands
+/// that make the box again with it. The change is checked first (an agents name, a name not
+/// on the list): a command that would fail is never suggested.
+fn refusal(
+    ctx: &Context,
+    record: &BoxRecord,
+    allow: &[String],
+    deny: &[String],
+    why: &str,
+) -> Result<String> {
     let current = record.containment.clone().map_or_else(
         || Containment::from_config(&ctx.config.env, &Overrides::default()),
         Ok,
     )?;
     let beside = free_name(ctx, &record.name)?;
-    change_commands(current, &record.name, &beside, allow, deny)
+    change_commands(current, &record.name, &beside, allow, deny, why)
 }
 
 /// [`refusal`]'s text for a box `name` whose policy is `current`, `beside` a free name.
@@ -152,6 +174,7 @@ fn change_commands(
     beside: &str,
     allow: &[String],
     deny: &[String],
+    why: &str,
 ) -> Result<String> {
     // An open box reaches every name already: a list means making it an allowlist box.
     let open = current.mode == crate::policy::Mode::Open;
@@ -177,9 +200,8 @@ fn change_commands(
         String::new()
     };
     Ok(format!(
-        "smolvm applies an allow list only when it creates a machine (no release's machine \
-         update or start takes egress flags: smol-machines/smolvm#1299, #1304), so '{name}' \
-         keeps its policy. Make the box again with the change and its /data{now}:\n  \
+        "{why}, so '{name}' keeps its policy. Make the box again with the change and its \
+         /data{now}:\n  \
          box clone {name} {beside} {flags}\n  \
          box rm {name}\n\
          or, to keep the name:\n  \
@@ -224,14 +246,20 @@ mod tests {
         let name = BoxName::parse("alpha").unwrap();
         let allow = vec!["pypi.example.com".to_string()];
         let deny = vec!["old.example".to_string()];
+        let why = "smolvm 1.17.0 cannot change the list of an existing machine";
         let text = change_commands(
             policy(Mode::Allowlist, &["old.example"]),
             &name,
             "alpha-2",
             &allow,
             &deny,
+            why,
         )
         .unwrap();
+        assert!(
+            text.starts_with(&format!("{why}, so 'alpha' keeps its policy")),
+            "{text}"
+        );
         for want in [
             "box clone alpha alpha-2 --allow-host pypi.example.com --deny-host old.example\n",
             "box load <the backup box save wrote> alpha --allow-host pypi.example.com --deny-host old.example",
@@ -240,7 +268,8 @@ mod tests {
         }
         assert!(!text.contains("is open now"), "{text}");
         // An open box becomes an allowlist box, and says so.
-        let text = change_commands(policy(Mode::Open, &[]), &name, "alpha-2", &allow, &[]).unwrap();
+        let text =
+            change_commands(policy(Mode::Open, &[]), &name, "alpha-2", &allow, &[], why).unwrap();
         assert!(
             text.contains(
                 "box clone alpha alpha-2 --egress allowlist --allow-host pypi.example.com"
@@ -248,9 +277,16 @@ mod tests {
             "{text}"
         );
         // A change that would fail is refused, with no command.
-        let err = change_commands(policy(Mode::Allowlist, &[]), &name, "alpha-2", &[], &deny)
-            .unwrap_err()
-            .to_string();
+        let err = change_commands(
+            policy(Mode::Allowlist, &[]),
+            &name,
+            "alpha-2",
+            &[],
+            &deny,
+            why,
+        )
+        .unwrap_err()
+        .to_string();
         assert!(err.contains("not on this box's own list"), "{err}");
     }
 }
