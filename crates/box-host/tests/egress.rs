@@ -208,28 +208,45 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     assert_eq!(alpha_policy["mode"], "allowlist", "{alpha_policy}");
     assert_eq!(alpha_policy["lan_closed"], true, "{alpha_policy}");
 
-    // The agent rewrites its runtime manifest as fast as it can while the save runs: the
-    // LAN reopened, egress open, the user's other keys bound to their hosts, another
-    // place in the chain.
+    // The agent rewrites its runtime manifest while the save runs, after hb wrote it and
+    // before the export reads it (the export's start held there by the simulator's `slow`
+    // fault, so the agent's words are the archive's every time, not by winning a race):
+    // the LAN reopened, egress open, the user's other keys bound to their hosts, another
+    // place in the chain (the export sets the chain's keys itself; the seal is what box
+    // reads of them).
     let hostile = "m=/data/home/agent/.config/hermes-box/runtime-manifest; \
-        while :; do printf 'egress=open\\negress_allow_hosts=\\negress_allow_cidrs=\\negress_allow_private=10.0.0.0/8 172.16.0.0/12 192.168.0.0/16\\ncredentials=OPENAI_API_KEY@api.openai.com ANTHROPIC_API_KEY@api.anthropic.com OPENROUTER_API_KEY@openrouter.ai\\nchain_link=7\\nchain_parent=%064d\\n' 0 > $m.t && mv -f $m.t $m; done";
+        printf 'egress=open\\negress_allow_hosts=\\negress_allow_cidrs=\\negress_allow_private=10.0.0.0/8 172.16.0.0/12 192.168.0.0/16\\ncredentials=OPENAI_API_KEY@api.openai.com ANTHROPIC_API_KEY@api.anthropic.com OPENROUTER_API_KEY@openrouter.ai\\nchain_link=7\\nchain_parent=%064d\\n' 0 > $m.t && mv -f $m.t $m";
+    let from = w.calls().len();
+    let saving = w.spawn(
+        &["save", "alpha"],
+        &[
+            ("SMOLVM_SIM_FAIL", "exec:slow@hb export"),
+            ("SMOLVM_SIM_SLOW_SECS", "3"),
+        ],
+    );
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while !w.calls()[from..]
+        .iter()
+        .any(|c| c.join(" ").contains("hb export"))
+    {
+        assert!(
+            std::time::Instant::now() < deadline,
+            "the save never reached hb export"
+        );
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    }
+    let rewritten = as_agent(&w, "alpha", hostile);
+    assert!(rewritten.status.success(), "{rewritten:?}");
+    // And on, as fast as it can, to move the backup in its chain: whether one of these
+    // lands after the export set the chain's keys is a race, checked both ways below.
+    let again = format!("while :; do {hostile}; done");
     let started = w.sim(&[
         "machine", "exec", "--name", "alpha", "--", "runuser", "-u", "agent", "--", "setsid", "-f",
-        "sh", "-c", hostile,
+        "sh", "-c", &again,
     ]);
     assert!(started.status.success(), "{started:?}");
-    let save = w.run(&["save", "alpha"]);
+    let save = w.collect(saving, "box save alpha");
     assert!(save.ok(), "{save}");
-    let running = as_agent(
-        &w,
-        "alpha",
-        "pgrep -u agent -f runtime-manifest.t >/dev/null && echo yes",
-    );
-    assert_eq!(
-        stdout(&running).trim(),
-        "yes",
-        "the agent's loop did not run through the save"
-    );
     let _ = w.sim(&[
         "machine",
         "exec",
@@ -265,10 +282,15 @@ fn a_policy_goes_with_its_box_through_save_load_and_repair() {
     // The agent's words are what the archive holds (else this test would prove nothing):
     // the save said so, and went by what it sealed.
     assert!(
-        manifest.contains("egress=open\n") && manifest.contains("chain_link=7\n"),
+        manifest.contains("egress=open\n") && manifest.contains("OPENAI_API_KEY@api.openai.com"),
         "{manifest}"
     );
-    assert!(save.all().contains("box goes by what it sealed"), "{save}");
+    // A place in the chain the agent wrote is said, and never taken; none is not said.
+    assert_eq!(
+        manifest.contains("chain_link=7\n"),
+        save.all().contains("box goes by what it sealed"),
+        "{manifest}\n{save}"
+    );
 
     // box.env changed since: open, but still binding ANTHROPIC_API_KEY to its host; the
     // user's OpenAI key is in the shell. The restored box gets the sealed policy.
