@@ -226,6 +226,10 @@ fn mtime(text: &str) -> Result<(i64, u32), IndexError> {
         None => (false, secs),
     };
     let secs = i64::try_from(number(digits, "mtime")?).map_err(|_| bad("mtime is too large"))?;
+    // One spelling, as everywhere in the index: `-0` is 0, which is written without a sign.
+    if negative && secs == 0 {
+        return Err(bad("mtime's seconds are -0"));
+    }
     if nanos.len() != 9 || !nanos.bytes().all(|b| b.is_ascii_digit()) {
         return Err(bad("mtime's nanoseconds are not nine digits"));
     }
@@ -367,6 +371,10 @@ mod tests {
             (
                 good.replace("mtime 1765000000.123456789", "mtime 1765000000"),
                 "mtime",
+            ),
+            (
+                good.replace("mtime 1765000000.123456789", "mtime -0.000040000"),
+                "-0",
             ),
         ];
         for (text, why) in cases {
