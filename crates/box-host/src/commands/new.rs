@@ -233,8 +233,9 @@ impl NewRun<'_> {
             LockKey::Registry,
             &format!("box new {}", self.name),
         )?);
-        if registry.get(&self.name)?.is_some() {
-            return Err(anyhow!("box '{}' is already registered", self.name).into());
+        if let Some(taken) = registry.get(&self.name)? {
+            let refusal = format!("box '{}' is already registered", self.name);
+            return Err(crate::lifecycle::boxes::name_taken(&taken, refusal).into());
         }
         if let Some(m) = self.smolvm.find(&self.machine)? {
             return Err(anyhow!(
