@@ -238,6 +238,13 @@ impl NewRun<'_> {
             return Err(crate::lifecycle::boxes::name_taken(&taken, refusal).into());
         }
         if let Some(m) = self.smolvm.find(&self.machine)? {
+            if crate::smolvm::labels::made_here(m.labels.as_ref(), &self.ctx.state) {
+                return Err(anyhow!(
+                    "{}; then run this again",
+                    crate::lifecycle::boxes::unrecorded(&m.name)
+                )
+                .into());
+            }
             return Err(anyhow!(
                 "smolvm machine '{}' already exists ({}); box never touches a machine it did not create: pick another name",
                 m.name,

@@ -35,6 +35,17 @@ pub fn name_taken(record: &BoxRecord, taken: String) -> anyhow::Error {
     )
 }
 
+/// What a smolvm machine box made under this state dir (its labels say so) but no row
+/// names is, and the way out: a `box new`, `load`, `clone` or `base build` killed between
+/// its `machine create` and its registry row (a base builder has none).
+pub fn unrecorded(machine: &str) -> String {
+    format!(
+        "smolvm machine '{machine}' was made by box here (its labels carry this state dir's id) \
+         but no box records it: a box command was killed before it recorded or removed it; \
+         `box doctor --fix` removes it"
+    )
+}
+
 /// smolvm where `record`'s box lives: this machine's, or its remote host's over ssh.
 pub fn smolvm(ctx: &Context, record: &BoxRecord) -> Result<Smolvm> {
     Ok(Smolvm::for_host(
