@@ -34,7 +34,7 @@ mod save_load_support;
 
 use std::collections::BTreeSet;
 use std::fmt::Write as _;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
 use box_host::state::Registry;
@@ -115,9 +115,10 @@ struct Counts {
     clean: usize,
     /// New files in the backup dir that are not sound backups.
     named_partials: usize,
-    /// Cases that left plaintext on the host at the kill (a SIGKILL runs no cleanup): the
-    /// next save, load or clone sweeps it. Informative.
-    plaintext_at_kill: usize,
+    /// Cases that left scratch (plaintext parts, their dir) or temporaries on the host at the
+    /// kill (a SIGKILL runs no cleanup): the next save, load or clone sweeps them.
+    /// Informative.
+    left_at_kill: usize,
     /// Plaintext or temporaries still there after the same command ran again.
     plaintext_left: usize,
     /// Machines smolvm lists that no registry row names, after the kill.
@@ -154,54 +155,6 @@ fn rows(w: &World) -> (Vec<(String, String, bool)>, Vec<String>) {
 /// Names of the machines smolvm lists.
 fn machine_names(w: &World) -> BTreeSet<String> {
     w.machines().into_iter().map(|(n, _)| n).collect()
-}
-
-/// Every regular file under `dir`, recursively (none when it does not exist).
-fn files_under(dir: &Path) -> Vec<PathBuf> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        let Ok(rd) = std::fs::read_dir(&d) else {
-            continue;
-        };
-        for e in rd.flatten() {
-            let Ok(t) = e.file_type() else { continue };
-            if t.is_dir() {
-                stack.push(e.path());
-            } else {
-                out.push(e.path());
-            }
-        }
-    }
-    out
-}
-
-/// Plaintext and temporaries on the host: files in box's scratch dirs and TMPDIR,
-/// unpublished temporaries beside the backups, a base build's staging files.
-fn host_leftovers(w: &World) -> Vec<String> {
-    let mut left: Vec<String> = files_under(&w.home().join("tmp"))
-        .into_iter()
-        .chain(files_under(&w.tmp()))
-        .map(|p| p.display().to_string())
-        .collect();
-    left.extend(
-        std::fs::read_dir(w.backups())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .map(|n| format!("{n} beside the backups")),
-    );
-    left.extend(
-        std::fs::read_dir(w.home().join("bases"))
-            .into_iter()
-            .flatten()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .map(|n| format!("{n} in the base store")),
-    );
-    left
 }
 
 /// Whether `pid` is gone (or a zombie nobody reaped yet).
@@ -387,8 +340,8 @@ impl Bench<'_> {
             }
         }
 
-        if !host_leftovers(self.w).is_empty() {
-            counts.plaintext_at_kill += 1;
+        if !self.w.host_leftovers().is_empty() {
+            counts.left_at_kill += 1;
         }
 
         // Boxes lost: every row before, but the one rm removes.
@@ -414,7 +367,7 @@ impl Bench<'_> {
         }
 
         // The guests a transfer had scratch in: alpha (saved, cloned) and the box made.
-        let left = host_leftovers(self.w);
+        let left = self.w.host_leftovers();
         let mut guest_left = Vec::new();
         if verb.touches_alpha() {
             guest_left.extend(self.w.guest_plaintext_left("alpha"));
@@ -431,7 +384,7 @@ impl Bench<'_> {
         }
         if let Some(why) = verb
             .touches_alpha()
-            .then(|| unhealthy(self.w, "alpha"))
+            .then(|| self.w.not_running_unpaused("alpha"))
             .flatten()
         {
             counts.alpha_unhealthy += 1;
@@ -581,22 +534,9 @@ enum Rerun {
     Failed,
 }
 
-/// Why `machine` is not running with its Executor unpaused, if it is not.
-fn unhealthy(w: &World, machine: &str) -> Option<String> {
-    let (ok, status) = w.sh_any(machine, "/usr/local/bin/hb status");
-    if !ok || !status.contains("executor: running") {
-        return Some(format!("not running: {status}"));
-    }
-    let (_, left) = w.sh_any(
-        machine,
-        "ls /data/home/agent/.config/hermes-box/quiesced /data/home/agent/.config/hermes-box/quiesce-record.json 2>/dev/null; true",
-    );
-    (!left.trim().is_empty()).then(|| format!("still quiesced: {left}"))
-}
-
 fn table(rows: &[(Verb, Counts)]) -> String {
     let mut t = String::from(
-        "| verb | cases | killed | clean | named partials | plaintext at kill (swept later) | plaintext left | unknown machines (fixed by doctor --fix) | lost boxes | retried after box's advice | rerun failures | alpha unhealthy |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
+        "| verb | cases | killed | clean | named partials | scratch at kill (swept later) | plaintext left | unknown machines (fixed by doctor --fix) | lost boxes | retried after box's advice | rerun failures | alpha unhealthy |\n|---|---|---|---|---|---|---|---|---|---|---|---|\n",
     );
     for (verb, c) in rows {
         writeln!(
@@ -607,7 +547,7 @@ fn table(rows: &[(Verb, Counts)]) -> String {
             c.killed,
             c.clean,
             c.named_partials,
-            c.plaintext_at_kill,
+            c.left_at_kill,
             c.plaintext_left,
             c.unknown_machines,
             c.unknown_fixed,
@@ -752,7 +692,7 @@ fn a_machine_killed_mid_save_fails_the_save_and_the_next_save_works() {
         "nothing published: {:?}",
         w.backups_published()
     );
-    let left = host_leftovers(&w);
+    let left = w.host_leftovers();
     assert!(left.is_empty(), "the failed save cleaned up: {left:?}");
     let ls = w.run(&["ls"], &[]);
     assert!(
