@@ -826,3 +826,56 @@ fn a_new_killed_in_its_create_leaves_a_machine_doctor_fix_removes() {
     assert!(again.ok(), "{}", again.all());
     assert!(w.registered("gamma"));
 }
+
+/// A window a random kill hits rarely: `box base build` killed while its `pack create`
+/// runs. The pack is written after box is gone, under a staging name only that run knew;
+/// the next build removes it (and builds), and doctor --fix removes the builder.
+#[test]
+fn a_base_build_killed_mid_pack_leaves_nothing_after_the_next_build() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    let small = w.dir.path().join("small.env");
+    std::fs::write(
+        &small,
+        std::fs::read_to_string(w.config())
+            .unwrap()
+            .replace("INSTALL_EXECUTOR=1", "INSTALL_EXECUTOR=0"),
+    )
+    .unwrap();
+    let env = [("BOX_CONFIG", small.to_str().unwrap())];
+    let args = ["base", "build"];
+    let from = w.calls().len();
+    let child = w.spawn(&args, &env);
+    assert!(w.wait_for_call(from, "pack create", 120));
+    kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
+    let killed = w.finish(&args, child, 60);
+    assert_eq!(killed.code, None, "{}", killed.all());
+    let pids = call_pids(&w, from);
+    let start = Instant::now();
+    while !pids.iter().all(|p| gone(*p)) {
+        assert!(
+            start.elapsed() < Duration::from_secs(60),
+            "the pack never ended"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let left = w.host_leftovers();
+    assert!(
+        left.iter().any(|l| l.starts_with(".build-")),
+        "the killed build's pack is there to be swept: {left:?}"
+    );
+    let again = w.run(&args, &env);
+    assert!(again.ok(), "{}", again.all());
+    let left = w.host_leftovers();
+    assert!(left.is_empty(), "after the next build: {left:?}");
+    let fix = w.run(&["doctor", "--fix"], &env);
+    assert!(
+        fix.all().contains("removed smolvm machine 'box-base-"),
+        "{}",
+        fix.all()
+    );
+    assert!(w.machines().is_empty(), "{:?}", w.machines());
+}
