@@ -178,6 +178,32 @@ fn call_pids(w: &World, from: usize) -> Vec<i32> {
         .collect()
 }
 
+/// Waits (at most `limit`) until the smolvm calls logged since call `from` have ended.
+fn calls_ended(w: &World, from: usize, limit: Duration) -> bool {
+    let pids = call_pids(w, from);
+    let start = Instant::now();
+    while !pids.iter().all(|p| gone(*p)) {
+        if start.elapsed() > limit {
+            return false;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    true
+}
+
+/// A box.env beside the world's for a small base: no Executor.
+fn small_base_config(w: &World) -> PathBuf {
+    let path = w.dir.path().join("small.env");
+    std::fs::write(
+        &path,
+        std::fs::read_to_string(w.config())
+            .unwrap()
+            .replace("INSTALL_EXECUTOR=1", "INSTALL_EXECUTOR=0"),
+    )
+    .unwrap();
+    path
+}
+
 /// The test's world: `alpha` (saved and cloned), the backup loads read, spare boxes for
 /// `rm`, and what went wrong.
 struct Bench<'a> {
@@ -399,17 +425,11 @@ impl Bench<'_> {
     /// Waits until the smolvm calls the killed run made have ended (they go on, or die, as
     /// they would after a real kill), at most two minutes.
     fn settle(&mut self, from: usize, label: &str) {
-        let pids = call_pids(self.w, from);
-        let start = Instant::now();
-        while !pids.iter().all(|p| gone(*p)) {
-            if start.elapsed() > Duration::from_secs(120) {
-                self.problem(
-                    label,
-                    "smolvm calls still running 2 min after the kill".into(),
-                );
-                return;
-            }
-            std::thread::sleep(Duration::from_millis(50));
+        if !calls_ended(self.w, from, Duration::from_secs(120)) {
+            self.problem(
+                label,
+                "smolvm calls still running 2 min after the kill".into(),
+            );
         }
     }
 
@@ -588,14 +608,7 @@ fn sigkilled_verbs_leave_nothing_behind_and_run_again() {
     let first = &w.backups_published()[0];
     let backup = kept.join(first.file_name().unwrap());
     std::fs::rename(first, &backup).unwrap();
-    let small_config = w.dir.path().join("small.env");
-    std::fs::write(
-        &small_config,
-        std::fs::read_to_string(w.config())
-            .unwrap()
-            .replace("INSTALL_EXECUTOR=1", "INSTALL_EXECUTOR=0"),
-    )
-    .unwrap();
+    let small_config = small_base_config(&w);
     let mut bench = Bench {
         w: &w,
         backup: backup.display().to_string(),
@@ -770,15 +783,10 @@ fn a_new_killed_in_its_create_leaves_a_machine_doctor_fix_removes() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     let killed = w.finish(&args, child, 60);
     assert_eq!(killed.code, None, "{}", killed.all());
-    let pids = call_pids(&w, from);
-    let start = Instant::now();
-    while !pids.iter().all(|p| gone(*p)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the create never ended"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        calls_ended(&w, from, Duration::from_secs(60)),
+        "the create never ended"
+    );
     assert!(machine_names(&w).contains("gamma"), "the create finished");
     assert!(!w.registered("gamma"), "box was killed before its row");
 
@@ -837,14 +845,7 @@ fn a_base_build_killed_mid_pack_leaves_nothing_after_the_next_build() {
     }
     let _serial = serial();
     let w = World::new();
-    let small = w.dir.path().join("small.env");
-    std::fs::write(
-        &small,
-        std::fs::read_to_string(w.config())
-            .unwrap()
-            .replace("INSTALL_EXECUTOR=1", "INSTALL_EXECUTOR=0"),
-    )
-    .unwrap();
+    let small = small_base_config(&w);
     let env = [("BOX_CONFIG", small.to_str().unwrap())];
     let args = ["base", "build"];
     let from = w.calls().len();
@@ -870,15 +871,10 @@ fn a_base_build_killed_mid_pack_leaves_nothing_after_the_next_build() {
     kill(Pid::from_raw(child.id() as i32), Signal::SIGKILL).unwrap();
     let killed = w.finish(&args, child, 60);
     assert_eq!(killed.code, None, "{}", killed.all());
-    let pids = call_pids(&w, from);
-    let start = Instant::now();
-    while !pids.iter().all(|p| gone(*p)) {
-        assert!(
-            start.elapsed() < Duration::from_secs(60),
-            "the pack never ended"
-        );
-        std::thread::sleep(Duration::from_millis(50));
-    }
+    assert!(
+        calls_ended(&w, from, Duration::from_secs(60)),
+        "the pack never ended"
+    );
     let left = w.host_leftovers();
     assert!(
         left.iter().any(|l| l.starts_with(".build-")),
