@@ -151,7 +151,7 @@ pub enum Command {
 
     /// Check the host, the registry and each box (guest health and MCP handshake)
     #[command(
-        after_long_help = "Examples:\n  box doctor\n  box doctor alpha --json\n  box doctor --fix   drop stale rows, restart a stopped Executor"
+        after_long_help = "Examples:\n  box doctor\n  box doctor alpha --json\n  box doctor --fix   drop stale rows, remove machines a killed run left unrecorded, restart a stopped Executor"
     )]
     Doctor(DoctorArgs),
 

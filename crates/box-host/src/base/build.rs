@@ -63,6 +63,7 @@ pub fn build(ctx: &Context, refresh: bool) -> Result<Built> {
     store.ensure()?;
     let asked = Instant::now();
     let _lock = wait_for_lock(ctx, &format!("box base build ({digest})"))?;
+    store.sweep_killed_builds();
     if let Some(meta) = store.find(&key)? {
         let fresh = !meta.is_stale(env.base_max_age_days);
         // A base finished while we waited counts as refreshed.

@@ -83,6 +83,18 @@ const REMOTE_LIST: &str = concat!(
     r#"[ -f "$d.smolmachine" ] || continue; printf '\036%s\n' "$d"; cat "$f"; printf '\n'; done"#
 );
 
+/// How a build's staging files begin (a dot: [`Store::list`] skips them).
+const STAGING_PREFIX: &str = ".build-";
+
+/// This process's part of its staging names: pid and a random word.
+fn staging_token() -> &'static str {
+    static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
+    TOKEN.get_or_init(|| {
+        use rand::Rng;
+        format!("{}-{:08x}", std::process::id(), rand::rng().random::<u32>())
+    })
+}
+
 impl Store {
     pub fn new(state: &StateDir) -> Self {
         Self {
@@ -163,12 +175,32 @@ impl Store {
     /// The name is this process's own: two laptops sharing one remote account may build at
     /// once, and their pids may be equal.
     pub fn staging_out(&self, digest: &str) -> PathBuf {
-        static TOKEN: std::sync::OnceLock<String> = std::sync::OnceLock::new();
-        let token = TOKEN.get_or_init(|| {
-            use rand::Rng;
-            format!("{}-{:08x}", std::process::id(), rand::rng().random::<u32>())
-        });
-        self.dir.join(format!(".build-{digest}-{token}"))
+        self.dir
+            .join(format!("{STAGING_PREFIX}{digest}-{}", staging_token()))
+    }
+
+    /// Removes the staging packs of builds killed before their cleanup (a SIGKILL mid-pack
+    /// leaves one, and the next build's name is another) from a store on this machine: every
+    /// staging file but this process's. Only under the base lock, where no other build on
+    /// this machine runs. A remote store may be shared by other machines' builds, whose
+    /// files look the same: left alone.
+    pub fn sweep_killed_builds(&self) {
+        if self.remote.is_some() {
+            return;
+        }
+        let Ok(entries) = std::fs::read_dir(&self.dir) else {
+            return;
+        };
+        let own = format!("-{}", staging_token());
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            let ours = name.trim_end_matches(".smolmachine").ends_with(&own);
+            if name.starts_with(STAGING_PREFIX) && !ours && e.file_type().is_ok_and(|t| t.is_file())
+            {
+                tracing::info!("removing {name}, the staging pack of a killed base build");
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
     }
 
     /// Every complete base (metadata and pack present), newest first. Unreadable metadata
@@ -371,6 +403,30 @@ pub fn size(bytes: u64) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_build_sweeps_killed_builds_staging_but_its_own_and_the_bases() {
+        let tmp = tempfile::tempdir().unwrap();
+        let store = Store::new(&StateDir::at(tmp.path().to_path_buf()));
+        store.ensure().unwrap();
+        let own = store.staging_out("d1");
+        let killed = store.dir().join(".build-d1-999999-0badcafe");
+        let files = [
+            own.clone(),
+            own.with_extension("smolmachine"),
+            killed.clone(),
+            killed.with_extension("smolmachine"),
+            store.pack_path("d1"),
+            store.dir().join("d1.json"),
+            store.dir().join(".other"),
+        ];
+        for f in &files {
+            std::fs::write(f, b"x").unwrap();
+        }
+        store.sweep_killed_builds();
+        let left: Vec<bool> = files.iter().map(|f| f.exists()).collect();
+        assert_eq!(left, [true, true, false, false, true, true, true]);
+    }
 
     /// The same store, step for step, on a remote host (a real sshd; the remote account's
     /// XDG_DATA_HOME is a temp dir).

@@ -51,11 +51,12 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     let operation = format!("box clone {} {name}", record.name);
     let _source_lock = boxes::lock(ctx, &record, &operation)?;
     let _lock = locks::try_acquire(&ctx.state, LockKey::Box(name.clone()), &operation)?;
-    if Registry::new(&ctx.state).get(&name)?.is_some() {
-        bail!(
+    if let Some(taken) = Registry::new(&ctx.state).get(&name)? {
+        let refusal = format!(
             "box '{name}' already exists; clone into another name: box clone {} <name>",
             record.name
         );
+        return Err(boxes::name_taken(&taken, refusal));
     }
     let part_size = transfer::part_size()?;
     let pending = transfer::stream_pending()?;

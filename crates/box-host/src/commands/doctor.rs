@@ -1,7 +1,9 @@
 //! `box doctor [<name>] [--json] [--fix]`: the host, the registry against smolvm (orphans
 //! both ways), and per box its state, the guest's `hb doctor` and the MCP handshake from the
 //! host through the published port. Read-only unless `--fix`, which drops rows whose
-//! machine is gone and brings a stopped Executor back up, and says what it did.
+//! machine is gone, deletes machines box made here that no row names (left by a run killed
+//! between its `machine create` and its row, or by a killed base build) and brings a
+//! stopped Executor back up, and says what it did.
 
 use std::process::ExitCode;
 use std::time::Duration;
@@ -16,7 +18,7 @@ use crate::gateway;
 use crate::lifecycle::boxes;
 use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
-use crate::smolvm::{Machine, Smolvm};
+use crate::smolvm::{Machine, Smolvm, labels};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
 use crate::ui;
 
@@ -116,7 +118,12 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
         };
         if only.is_none() {
             for m in &machines {
-                if !boxes::is_managed(&listing.records, host, &m.name) {
+                if boxes::is_managed(&listing.records, host, &m.name) {
+                    continue;
+                }
+                if labels::made_here(m.labels.as_ref(), &ctx.state) {
+                    unrecorded_machine(ctx, smolvm, host, m, args.fix, &mut checks, &mut fixed);
+                } else {
                     checks.push(Check::new(
                         "registry",
                         "unmanaged",
@@ -155,6 +162,96 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// A machine box made under this state dir that no row names (see
+/// [`boxes::unrecorded`]). While the registry lock (held from a create to its row) or the
+/// base lock (held through a build) is taken, a running command may still record or remove
+/// it: left alone. Otherwise its maker is gone: a failure, and `--fix` deletes it.
+fn unrecorded_machine(
+    ctx: &Context,
+    smolvm: &Smolvm,
+    host: &Option<crate::remote::RemoteHost>,
+    m: &Machine,
+    fix: bool,
+    checks: &mut Vec<Check>,
+    fixed: &mut Vec<String>,
+) {
+    let operation = format!("box doctor ('{}')", m.name);
+    let held = (
+        locks::try_acquire(&ctx.state, LockKey::Registry, &operation),
+        locks::try_acquire(&ctx.state, LockKey::Base, &operation),
+    );
+    let (Ok(_registry), Ok(_base)) = held else {
+        checks.push(Check::new(
+            "registry",
+            "unrecorded",
+            Status::Ok,
+            format!(
+                "smolvm machine '{}' was made by box here and a box command is running (the \
+                 registry or base lock is held): left to it",
+                m.name
+            ),
+        ));
+        return;
+    };
+    // Under the registry lock no row can appear: read them again.
+    match Registry::new(&ctx.state).list() {
+        Ok(l) if !boxes::is_managed(&l.records, host, &m.name) => {}
+        Ok(_) => return,
+        Err(e) => {
+            checks.push(Check::new(
+                "registry",
+                "unrecorded",
+                Status::Fail,
+                format!("{e:#}"),
+            ));
+            return;
+        }
+    }
+    if !fix {
+        checks.push(Check::new(
+            "registry",
+            "unrecorded",
+            Status::Fail,
+            boxes::unrecorded(&m.name),
+        ));
+        return;
+    }
+    let gone = match smolvm.delete(&m.name) {
+        Ok(()) => smolvm.find(&m.name).map(|left| left.is_none()),
+        Err(e) if e.is_not_found() => Ok(true),
+        Err(e) => Err(e),
+    };
+    match gone {
+        Ok(true) => {
+            fixed.push(format!(
+                "removed smolvm machine '{}', made by a box command killed before it recorded it",
+                m.name
+            ));
+            checks.push(Check::new(
+                "registry",
+                "unrecorded",
+                Status::Ok,
+                format!("smolvm machine '{}' removed", m.name),
+            ));
+        }
+        Ok(false) => checks.push(Check::new(
+            "registry",
+            "unrecorded",
+            Status::Fail,
+            format!("smolvm still lists '{}' after delete; retry: box doctor --fix", m.name),
+        )),
+        Err(e) => checks.push(Check::new(
+            "registry",
+            "unrecorded",
+            Status::Fail,
+            format!(
+                "cannot remove smolvm machine '{0}': {e}; remove it with: smolvm machine delete --name {0} -f",
+                m.name
+            ),
+        )),
+    }
 }
 
 /// How many of a box's newest denials the text report shows.

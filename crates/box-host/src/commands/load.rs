@@ -30,6 +30,7 @@ use crate::backup::host_facts::Sealing;
 use crate::backup::load::{self, ValidatedBackup};
 use crate::backup::open_chain;
 use crate::backup::{BackupError, chain, cleanup, location, passphrase};
+use crate::lifecycle::boxes;
 use crate::lifecycle::cleanup::rollback_created;
 use crate::lifecycle::setup::Setup;
 use crate::lifecycle::signals::DeferredSignals;
@@ -62,11 +63,12 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     )?;
     // Plaintext parts a killed save or load left on the host (their owners are gone).
     host_dir::sweep_stale(&ctx.state);
-    if Registry::new(&ctx.state).get(&name)?.is_some() {
-        bail!(
+    if let Some(taken) = Registry::new(&ctx.state).get(&name)? {
+        let refusal = format!(
             "box '{name}' already exists; load into another name: box load {} <name>",
             file.display()
         );
+        return Err(boxes::name_taken(&taken, refusal));
     }
     let pass = passphrase::resolve(passphrase::Purpose::Decrypt)?;
     let part_size = transfer::part_size()?;

@@ -248,10 +248,18 @@ impl NewRun<'_> {
             LockKey::Registry,
             &format!("box new {}", self.name),
         )?);
-        if registry.get(&self.name)?.is_some() {
-            return Err(anyhow!("box '{}' is already registered", self.name).into());
+        if let Some(taken) = registry.get(&self.name)? {
+            let refusal = format!("box '{}' is already registered", self.name);
+            return Err(crate::lifecycle::boxes::name_taken(&taken, refusal).into());
         }
         if let Some(m) = self.smolvm.find(&self.machine)? {
+            if crate::smolvm::labels::made_here(m.labels.as_ref(), &self.ctx.state) {
+                return Err(anyhow!(
+                    "{}; then run this again",
+                    crate::lifecycle::boxes::unrecorded(&m.name)
+                )
+                .into());
+            }
             return Err(anyhow!(
                 "smolvm machine '{}' already exists ({}); box never touches a machine it did not create: pick another name",
                 m.name,

@@ -1,6 +1,6 @@
 //! Looking up a managed box and its machine, shared by the verbs that act on one box.
 
-use anyhow::{Result, bail};
+use anyhow::{Result, anyhow, bail};
 use box_proto::BoxName;
 
 use crate::context::Context;
@@ -16,6 +16,34 @@ pub fn registered(ctx: &Context, raw: &str) -> Result<BoxRecord> {
         Some(r) => Ok(r),
         None => bail!("no box named '{name}' (see box ls; create one with: box new {name})"),
     }
+}
+
+/// The refusal of a `new`, `load` or `clone` onto the name of `record`, a box already
+/// there: `taken` for a box in use; for one a run never finished (killed?) or kept after a
+/// failure, what to remove before running the same command again.
+pub fn name_taken(record: &BoxRecord, taken: String) -> anyhow::Error {
+    if !record.incomplete {
+        return anyhow!(taken);
+    }
+    let name = &record.name;
+    let why = match &record.kept_after_failure {
+        Some(what) => format!("kept on purpose after a failure ({what})"),
+        None => "left incomplete by a run that never finished (killed?)".to_string(),
+    };
+    anyhow!(
+        "box '{name}' already exists, {why}; to run this again, remove it first with: box rm {name} --force"
+    )
+}
+
+/// What a smolvm machine box made under this state dir (its labels say so) but no row
+/// names is, and the way out: a `box new`, `load`, `clone` or `base build` killed between
+/// its `machine create` and its registry row (a base builder has none).
+pub fn unrecorded(machine: &str) -> String {
+    format!(
+        "smolvm machine '{machine}' was made by box here (its labels carry this state dir's id) \
+         but no box records it: a box command was killed before it recorded or removed it; \
+         `box doctor --fix` removes it"
+    )
 }
 
 /// smolvm where `record`'s box lives: this machine's, or its remote host's over ssh.

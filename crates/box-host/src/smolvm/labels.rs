@@ -102,6 +102,15 @@ pub fn is_ours(
     })
 }
 
+/// Whether a listed machine carries this state dir's id: box made it under this state dir
+/// (for a box, or as a base builder), whatever its name. Reads the id, never makes it.
+pub fn made_here(labels: Option<&BTreeMap<String, String>>, state: &StateDir) -> bool {
+    let Ok(id) = std::fs::read_to_string(state.root().join(ID_FILE)) else {
+        return false;
+    };
+    is_id(id.trim()) && labels.is_some_and(|l| l.get(ID_KEY).map(String::as_str) == Some(id.trim()))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -138,5 +147,26 @@ mod tests {
         assert_eq!(state_id(&state).unwrap(), a);
         std::fs::write(tmp.path().join("state").join(ID_FILE), "garbage").unwrap();
         assert!(state_id(&state).is_err(), "never silently replaced");
+    }
+
+    #[test]
+    fn made_here_reads_the_id_and_never_makes_one() {
+        let tmp = tempfile::tempdir().unwrap();
+        let state = StateDir::at(tmp.path().join("state"));
+        let any = labels(&[
+            (BOX_KEY, "alpha"),
+            (ID_KEY, "0123456789abcdef0123456789abcdef"),
+        ]);
+        assert!(!made_here(Some(&any), &state));
+        assert!(!tmp.path().join("state").join(ID_FILE).exists());
+        let id = state_id(&state).unwrap();
+        let here = labels(&[(BOX_KEY, "box-base-1"), (ID_KEY, id.as_str())]);
+        assert!(made_here(Some(&here), &state));
+        assert!(
+            !made_here(Some(&any), &state),
+            "another state dir's machine"
+        );
+        assert!(!made_here(Some(&labels(&[])), &state));
+        assert!(!made_here(None, &state));
     }
 }

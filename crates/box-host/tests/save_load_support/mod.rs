@@ -351,34 +351,45 @@ impl World {
         t
     }
 
-    /// No plaintext anywhere: host scratch, TMPDIR, unpublished temps beside backups, guest
-    /// scratch in each of `machines`.
+    /// No plaintext anywhere: nothing [`World::host_leftovers`] finds, no guest scratch in
+    /// each of `machines`.
     pub fn assert_no_plaintext(&self, machines: &[&str]) {
-        let scratch = self.home().join("tmp");
-        let left: Vec<_> = std::fs::read_dir(&scratch)
-            .map(|r| r.flatten().map(|e| e.path()).collect())
-            .unwrap_or_default();
-        assert!(left.is_empty(), "host scratch left: {left:?}");
-        let tmp: Vec<_> = std::fs::read_dir(self.tmp())
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .collect();
-        assert!(tmp.is_empty(), "TMPDIR left: {tmp:?}");
-        let temps: Vec<_> = std::fs::read_dir(self.backups())
-            .unwrap()
-            .flatten()
-            .map(|e| e.file_name().to_string_lossy().into_owned())
-            .filter(|n| n.starts_with('.'))
-            .collect();
-        assert!(
-            temps.is_empty(),
-            "temporaries beside the backups: {temps:?}"
-        );
+        let left = self.host_leftovers();
+        assert!(left.is_empty(), "left on the host: {left:?}");
         for m in machines {
             let left = self.guest_plaintext_left(m);
             assert!(left.is_empty(), "guest plaintext left in {m}: {left:?}");
         }
+    }
+
+    /// What a save, load, clone or base build may leave on the host, each named with where
+    /// it is: entries of box's scratch dir and of TMPDIR, unpublished temporaries beside the
+    /// backups, a base build's staging files.
+    pub fn host_leftovers(&self) -> Vec<String> {
+        let entries = |dir: &Path| -> Vec<String> {
+            std::fs::read_dir(dir)
+                .map(|r| {
+                    r.flatten()
+                        .map(|e| e.file_name().to_string_lossy().into_owned())
+                        .collect()
+                })
+                .unwrap_or_default()
+        };
+        let hidden = |dir: &Path| entries(dir).into_iter().filter(|n| n.starts_with('.'));
+        let mut left = Vec::new();
+        left.extend(
+            entries(&self.home().join("tmp"))
+                .into_iter()
+                .map(|n| format!("{n} in box's scratch dir")),
+        );
+        left.extend(
+            entries(&self.tmp())
+                .into_iter()
+                .map(|n| format!("{n} in TMPDIR")),
+        );
+        left.extend(hidden(&self.backups()).map(|n| format!("{n} beside the backups")));
+        left.extend(hidden(&self.home().join("bases")).map(|n| format!("{n} in the base store")));
+        left
     }
 
     /// Plaintext a save or load may leave in a guest: the transfer's scratch under /root,
@@ -430,16 +441,23 @@ tar -cf /tmp/stray-tar -C /etc hostname",
 
     /// The box's Executor runs and nothing of a quiesce is left.
     pub fn assert_running_unpaused(&self, machine: &str) {
-        let status = self.sh(machine, "/usr/local/bin/hb status");
-        assert!(
-            status.contains("executor: running"),
-            "{machine} not running:\n{status}"
-        );
+        if let Some(why) = self.not_running_unpaused(machine) {
+            panic!("{why}");
+        }
+    }
+
+    /// Why the box's Executor does not run, or what of a quiesce is left; None when all is
+    /// well.
+    pub fn not_running_unpaused(&self, machine: &str) -> Option<String> {
+        let (ok, status) = self.sh_any(machine, "/usr/local/bin/hb status");
+        if !ok || !status.contains("executor: running") {
+            return Some(format!("{machine} not running:\n{status}"));
+        }
         let (_, left) = self.sh_any(
             machine,
             "ls /data/home/agent/.config/hermes-box/quiesced /data/home/agent/.config/hermes-box/quiesce-record.json 2>/dev/null; true",
         );
-        assert!(left.trim().is_empty(), "{machine} still quiesced: {left}");
+        (!left.trim().is_empty()).then(|| format!("{machine} still quiesced: {left}"))
     }
 
     /// Published backups in the backup dir.
