@@ -309,8 +309,9 @@ fn unfinished(record: &BoxRecord) -> String {
             record.name
         ),
         None => format!(
-            "the run that created it never finished (killed?); finish it with: box repair {0}, \
-             or remove it with: box rm {0} --force",
+            "the run that created it never finished (killed?): after a box load or box clone \
+             its /data is not what was restored, so remove it with box rm {0} --force and run \
+             that command again; after a box new, box repair {0} finishes it",
             record.name
         ),
     }
