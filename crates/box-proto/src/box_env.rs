@@ -885,7 +885,12 @@ mod tests {
         // A guest key: rendered into /etc/hermes-box.env, read back the same.
         assert!(env.render().contains("HERMES_SERVICES=gateway,cron\n"));
         assert_eq!(parse(&env.render()).unwrap(), env);
-        assert!(parse("HERMES_SERVICES=\n").unwrap().hermes_services.is_empty());
+        assert!(
+            parse("HERMES_SERVICES=\n")
+                .unwrap()
+                .hermes_services
+                .is_empty()
+        );
         let err = parse("HERMES_SERVICES=gateway,dashboard\n")
             .unwrap_err()
             .to_string();

@@ -17,9 +17,9 @@
 //! index ([`crate::archive::parts::PartIndex`]), the runtime manifest
 //! ([`crate::RuntimeManifest`]), the archives themselves ([`crate::archive::validate`]).
 
+use crate::HermesService;
 use crate::archive::chain_line::{self, ChainSaid};
 use crate::archive::parts::Part;
-use crate::HermesService;
 use crate::escape::shown;
 use crate::mcp::BearerToken;
 
@@ -380,7 +380,11 @@ mod tests {
         let long = format!("✗ hermes-cron: {}", "z".repeat(50_000));
         assert!(doctor(&long).services[0].detail.chars().count() <= MAX_FACT_QUOTED + 1);
         // A look-alike name is not the service's line.
-        assert!(doctor("✓ hermes-gateway2: x\n✓ hermes-gateway:x\n").services.is_empty());
+        assert!(
+            doctor("✓ hermes-gateway2: x\n✓ hermes-gateway:x\n")
+                .services
+                .is_empty()
+        );
     }
 
     #[test]
@@ -398,7 +402,10 @@ mod tests {
         );
         // An older hb lists none; a list of another shape is none too.
         assert_eq!(enabled_services(r#"{"executor":{}}"#), Ok(vec![]));
-        assert_eq!(enabled_services(r#"{"services":"hermes-gateway"}"#), Ok(vec![]));
+        assert_eq!(
+            enabled_services(r#"{"services":"hermes-gateway"}"#),
+            Ok(vec![])
+        );
         let err = enabled_services("services: \x1b[31m").unwrap_err();
         assert!(!err.chars().any(char::is_control), "{err}");
         let huge = format!("{both}{}", " ".repeat(MAX_STATUS_BYTES));

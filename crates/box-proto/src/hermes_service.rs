@@ -105,7 +105,10 @@ mod tests {
             Ok(vec![Gateway])
         );
         let err = HermesService::parse_list("gateway,dashboard").unwrap_err();
-        assert!(err.contains("'dashboard'") && err.contains("gateway, cron"), "{err}");
+        assert!(
+            err.contains("'dashboard'") && err.contains("gateway, cron"),
+            "{err}"
+        );
         assert_eq!(HermesService::render_list(&[Gateway, Cron]), "gateway,cron");
         assert_eq!(HermesService::render_list(&[]), "");
     }
