@@ -603,8 +603,18 @@ impl BoxEnv {
         self.check_ranges(&Origin::Env)
     }
 
-    /// Cross-key rules: the web port range must not be empty.
+    /// Cross-key rules: the web port range must not be empty; Hermes services need Hermes.
     pub fn check_ranges(&self, origin: &Origin) -> Result<(), ConfigError> {
+        if !self.hermes_services.is_empty() && !self.install_hermes {
+            return Err(ConfigError {
+                origin: origin.clone(),
+                key: "HERMES_SERVICES".into(),
+                problem: format!(
+                    "{} needs Hermes in the box, and INSTALL_HERMES=0 leaves it out (set INSTALL_HERMES=1 or empty HERMES_SERVICES)",
+                    crate::HermesService::render_list(&self.hermes_services)
+                ),
+            });
+        }
         if self.web_port_lo > self.web_port_hi {
             return Err(ConfigError {
                 origin: origin.clone(),
@@ -891,6 +901,15 @@ mod tests {
                 .hermes_services
                 .is_empty()
         );
+        // Nothing to run without Hermes: refused before any box is made.
+        let err = parse("INSTALL_HERMES=0\nHERMES_SERVICES=cron\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HERMES_SERVICES") && err.contains("INSTALL_HERMES=0"),
+            "{err}"
+        );
+        assert!(parse("INSTALL_HERMES=0\nHERMES_SERVICES=\n").is_ok());
         let err = parse("HERMES_SERVICES=gateway,dashboard\n")
             .unwrap_err()
             .to_string();

@@ -227,6 +227,32 @@ pub fn wait_settled(
     }
 }
 
+/// [`request_restart`], then waits until the workload took the request and the services
+/// run again; returns their views (none when none is enabled or no workload runs).
+pub fn restart(
+    paths: &Paths,
+    owner: Option<(Uid, Gid)>,
+    why: &str,
+    timeout: std::time::Duration,
+) -> Result<Vec<ServiceView>> {
+    if !request_restart(paths, owner, why)? {
+        return Ok(Vec::new());
+    }
+    let start = std::time::Instant::now();
+    while paths.hermes_restart_request().exists() {
+        if WorkloadState::read_live(paths).is_none() || start.elapsed() >= timeout {
+            return Ok(Vec::new());
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let enabled = read(paths).set;
+    Ok(wait_settled(
+        paths,
+        &enabled,
+        timeout.saturating_sub(start.elapsed()),
+    ))
+}
+
 /// `12s`, `4m 2s`, `3h 5m`.
 pub fn uptime(secs: i64) -> String {
     let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);

@@ -201,10 +201,11 @@ fn hermes_service_checks(paths: &Paths) -> Vec<Check> {
             "`hb service enable|disable <service>` rewrites it",
         ));
     }
-    for v in crate::hermes_services::views(paths)
-        .into_iter()
-        .filter(|v| v.enabled)
-    {
+    // A service the workload is stopping or starting right now (a restart `hb wire-mcp`
+    // asked for) is judged once it has done so.
+    let enabled = crate::hermes_services::read(paths).set;
+    let settle = crate::workload::supervisor::STOP_GRACE + std::time::Duration::from_secs(2);
+    for v in crate::hermes_services::wait_settled(paths, &enabled, settle) {
         out.push(match v.state.as_str() {
             "running" => pass(v.name, v.summary()),
             "paused" => pass(

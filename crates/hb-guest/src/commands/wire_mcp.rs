@@ -10,6 +10,7 @@ use nix::unistd::{Gid, Uid};
 use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
+use crate::workload::supervisor::STOP_GRACE;
 use crate::{account, config, executor, hermes_services, pause, token, wiring};
 
 /// The token the clients must carry now. For Executor 1.5.9 it is the token `hb` mints
@@ -32,8 +33,13 @@ pub fn obtain_token(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<BearerTo
 /// The Hermes services read their MCP configuration and token at start: the workload
 /// restarts those that run so the new wiring takes effect.
 fn restart_hermes_services(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<()> {
-    if hermes_services::request_restart(paths, owner, "hb wire-mcp changed Hermes's MCP wiring")? {
-        println!("hermes services: restarting, to read the new MCP wiring");
+    let why = "hb wire-mcp changed Hermes's MCP wiring";
+    let wait = STOP_GRACE + super::service::START_WAIT;
+    for view in hermes_services::restart(paths, owner, why, wait)? {
+        println!(
+            "{} (restarted to read the new MCP wiring)",
+            super::service::outcome(paths, &view)
+        );
     }
     Ok(())
 }
