@@ -8,7 +8,6 @@
 //! which Hermes processes hb runs as the agent, which the agent can run itself anyway.
 
 use std::io::Read as _;
-use std::os::unix::fs::OpenOptionsExt;
 
 use anyhow::{Result, bail};
 use box_proto::HermesService;
@@ -40,17 +39,10 @@ impl Enabled {
 /// out (and named).
 pub fn read(paths: &Paths) -> Enabled {
     let path = paths.hermes_services();
-    let opened = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(&path);
     let mut bytes = Vec::new();
-    let read = match opened {
+    let read = match crate::fsutil::open_regular(&path) {
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Enabled::default(),
         Err(e) => Err(e),
-        Ok(f) if !f.metadata().is_ok_and(|m| m.is_file()) => {
-            Err(std::io::Error::other("not a regular file"))
-        }
         Ok(f) => f.take(MAX_FILE_BYTES + 1).read_to_end(&mut bytes),
     };
     let refused = |why: String| Enabled {
@@ -356,6 +348,14 @@ mod tests {
         std::fs::remove_file(&file).unwrap();
         std::fs::create_dir(&file).unwrap();
         assert!(read(&p).set.is_empty());
+        // A FIFO neither blocks the reader (the workload, PID 1) nor enables anything.
+        std::fs::remove_dir(&file).unwrap();
+        nix::unistd::mkfifo(&file, nix::sys::stat::Mode::from_bits_truncate(0o600)).unwrap();
+        let e = read(&p);
+        assert!(
+            e.set.is_empty() && e.problems[0].contains("not a regular file"),
+            "{e:?}"
+        );
     }
 
     #[test]

@@ -46,7 +46,7 @@ const MARKER_READ_LIMIT: u64 = 512;
 pub fn paused_by(paths: &Paths) -> Option<(String, String)> {
     use std::io::Read as _;
     let mut text = String::new();
-    std::fs::File::open(paths.quiesced_marker())
+    crate::fsutil::open_regular(&paths.quiesced_marker())
         .ok()?
         .take(MARKER_READ_LIMIT)
         .read_to_string(&mut text)

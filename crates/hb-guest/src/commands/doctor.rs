@@ -164,13 +164,8 @@ const SERVICE_LOG_LINES: usize = 3;
 /// agent's and holds what Hermes printed.
 fn log_tail(path: &std::path::Path, n: usize) -> Vec<String> {
     use std::io::{Read as _, Seek as _, SeekFrom};
-    use std::os::unix::fs::OpenOptionsExt;
     const TAIL_BYTES: u64 = 8192;
-    let Ok(mut f) = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-    else {
+    let Ok(mut f) = crate::fsutil::open_regular(path) else {
         return Vec::new();
     };
     let len = f.metadata().map(|m| m.len()).unwrap_or(0);

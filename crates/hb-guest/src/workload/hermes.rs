@@ -11,7 +11,7 @@
 use std::os::unix::fs::MetadataExt;
 use std::os::unix::process::CommandExt;
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::process::Command;
 use std::time::Instant;
 
 use box_proto::HermesService;
@@ -55,12 +55,7 @@ fn service_argv(service: HermesService, hermes: &Path) -> Vec<String> {
 /// shell of the agent has: a clean base naming the durable homes, then the login profile
 /// provisioning installed (tool PATH, proxies and CA certificates, API-key placeholders;
 /// root's file, sourced by the agent's own process).
-pub fn service_command(
-    service: HermesService,
-    hermes: &Path,
-    paths: &Paths,
-    agent: &Agent,
-) -> Command {
+fn service_command(service: HermesService, hermes: &Path, paths: &Paths, agent: &Agent) -> Command {
     let mut cmd = Command::new("/bin/sh");
     cmd.arg("-c")
         .arg("hb_profile=$1; shift; if [ -r \"$hb_profile\" ]; then . \"$hb_profile\"; fi; exec \"$@\"")
@@ -117,7 +112,7 @@ enum Run {
 /// One service's process and history this boot.
 struct Slot {
     service: HermesService,
-    /// Its own log, `/data/logs/hermes-<name>.log`.
+    /// Its own log, `/data/logs/<service name>.log`.
     log: SharedLog,
     run: Run,
     backoff: Backoff,
@@ -387,20 +382,8 @@ impl Slot {
             l.set_owner(agent.owner_if_root());
         }
         let mut cmd = service_command(self.service, &hermes, paths, &agent);
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let pid = Pid::from_raw(child.id() as i32);
-                if let Some(out) = child.stdout.take() {
-                    logfile::pump(out, self.log.clone());
-                }
-                if let Some(err) = child.stderr.take() {
-                    logfile::pump(err, self.log.clone());
-                }
-                // The reaper collects its status; dropping `child` does not wait or kill.
-                drop(child);
+        match logfile::spawn_logged(&mut cmd, &self.log) {
+            Ok(pid) => {
                 let text = format!(
                     "started {} as {} (pid {pid}): {}",
                     self.service,

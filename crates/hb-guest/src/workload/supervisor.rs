@@ -1,7 +1,6 @@
 //! Executor's supervisor: start it as the agent, restart it with backoff, stop it while
 //! the durable pause marker exists or on shutdown.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
@@ -278,20 +277,8 @@ impl Supervisor {
         };
         let mut cmd =
             executor::daemon_command(&bin, &self.paths, self.port, &agent, token.as_ref());
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let pid = Pid::from_raw(child.id() as i32);
-                if let Some(out) = child.stdout.take() {
-                    logfile::pump(out, self.exec_log.clone());
-                }
-                if let Some(err) = child.stderr.take() {
-                    logfile::pump(err, self.exec_log.clone());
-                }
-                // The reaper collects its status; dropping `child` does not wait or kill.
-                drop(child);
+        match logfile::spawn_logged(&mut cmd, &self.exec_log) {
+            Ok(pid) => {
                 let v =
                     version.map_or("unknown version".into(), |(a, b, c)| format!("{a}.{b}.{c}"));
                 let src = self.token_source.map_or("", |s| s.key());
