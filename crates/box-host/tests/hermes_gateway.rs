@@ -113,6 +113,12 @@ fn the_hermes_gateway_stays_up_through_restarts_kills_pauses_saves_and_clones() 
         &[("INSTALL_HERMES", "1")],
     );
     assert!(new.ok(), "{}", new.all());
+    assert!(
+        new.all()
+            .contains("Hermes gateway kept running (box logs alpha hermes-gateway;"),
+        "{}",
+        new.all()
+    );
     let g = running(&w, "alpha", None, Duration::from_secs(15));
     assert_eq!(g["enabled"], true, "{g}");
     // Started at the seeding init, then once more when hb wire-mcp wired Hermes to

@@ -261,12 +261,15 @@ impl ServiceView {
     /// One line: `running (pid 7, up 3s, 0 restarts)`, `waiting: …`.
     pub fn summary(&self) -> String {
         let mut out = self.state.clone();
+        let restarts = format!(
+            "{} restart{}",
+            self.restarts,
+            if self.restarts == 1 { "" } else { "s" }
+        );
         if let Some(pid) = self.pid {
             out.push_str(&format!(
-                " (pid {pid}, up {}, {} restart{})",
+                " (pid {pid}, up {}, {restarts})",
                 uptime(self.uptime_secs.unwrap_or(0)),
-                self.restarts,
-                if self.restarts == 1 { "" } else { "s" }
             ));
         } else {
             if let Some(note) = self.note.as_ref().filter(|n| **n != self.state) {
@@ -281,7 +284,7 @@ impl ServiceView {
                 ));
             }
             if self.restarts > 0 {
-                out.push_str(&format!("; {} restarts", self.restarts));
+                out.push_str(&format!("; {restarts}"));
             }
         }
         out

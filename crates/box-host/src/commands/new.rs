@@ -183,6 +183,13 @@ impl NewRun<'_> {
                 self.name
             ));
         }
+        for service in &self.ctx.config.env.hermes_services {
+            ui::say(format!(
+                "Hermes {} kept running (box logs {} {service}; inside: hb service list)",
+                service.word(),
+                self.name
+            ));
+        }
         ui::say(format!(
             "Authenticate inside, then box save {} to capture the state.",
             self.name
