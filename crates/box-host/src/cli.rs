@@ -86,11 +86,17 @@ pub struct Cli {
 #[derive(Debug, Subcommand)]
 pub enum Command {
     /// Create and provision a new box
-    #[command(after_long_help = "Example:\n  box new alpha\n\n\
+    #[command(
+        after_long_help = "Examples:\n  box new alpha\n  box new bot --hermes-gateway\n\n\
         Creates the smolvm machine, installs the agents and Executor, wires MCP and runs doctor.\n\
         On failure or Ctrl-C, only what this run created is removed; the transcript is kept.\n\
         With a base for this configuration (box base build) it starts from the base and only\n\
-        does what is per box; --fresh provisions from scratch.")]
+        does what is per box; --fresh provisions from scratch.\n\n\
+        --hermes-gateway (or HERMES_SERVICES=gateway,cron in box.env) has the box keep Hermes's\n\
+        messaging gateway (and/or its cron ticker) running: started at boot, restarted when it\n\
+        exits, logged (box logs <box> hermes-gateway). That only seeds the box's own set, kept in\n\
+        its /data: change it inside with hb service enable|disable hermes-gateway|hermes-cron."
+    )]
     New(NewArgs),
 
     /// Attach the box's tmux session as 'agent' (starts the box if stopped)
@@ -115,9 +121,9 @@ pub enum Command {
     )]
     Exec(ExecArgs),
 
-    /// Show a service's log (executor, workload, provision, hermes); -f follows it
+    /// Show a service's log (executor, workload, provision, hermes-gateway, hermes-cron); -f follows it
     #[command(
-        after_long_help = "Examples:\n  box logs alpha executor\n  box logs alpha executor -f -n 50\n  box logs alpha provision -n 1000\n\n\
+        after_long_help = "Examples:\n  box logs alpha executor\n  box logs alpha executor -f -n 50\n  box logs alpha provision -n 1000\n  box logs alpha hermes-gateway -f\n\n\
         The logs live in the box under /data/logs (hb logs reads them there). -f keeps printing\n\
         as the log grows, across rotations, until Ctrl-C. The box must be running."
     )]
@@ -355,6 +361,10 @@ pub struct NewArgs {
     /// Provision from scratch even when a base exists
     #[arg(long)]
     pub fresh: bool,
+    /// Keep Hermes's messaging gateway running in the box (adds gateway to box.env's
+    /// HERMES_SERVICES for this box)
+    #[arg(long)]
+    pub hermes_gateway: bool,
     #[command(flatten)]
     pub policy: PolicyArgs,
 }
@@ -478,7 +488,7 @@ pub struct ExecArgs {
 pub struct LogsArgs {
     /// Box name
     pub name: String,
-    /// Service: executor, workload, provision or hermes
+    /// Service: executor, workload, provision, hermes-gateway or hermes-cron
     pub service: String,
     /// Keep printing as the log grows (until Ctrl-C)
     #[arg(short, long)]

@@ -71,6 +71,10 @@ pub struct BoxEnv {
     pub codex_version: String,
     pub executor_version: String,
     pub hermes_install_args: String,
+    /// `HERMES_SERVICES`: the Hermes processes (`gateway`, `cron`) a new box's workload
+    /// supervises from its first `hb init`. Only a seed: from then on the box's own set
+    /// (`hb service enable|disable`, kept in /data) decides.
+    pub hermes_services: Vec<crate::HermesService>,
     /// `GUEST_CA_CERTS`: PEM files on the host whose certificates every box trusts (a
     /// TLS-inspecting network's CA). `:`-separated, like PATH; empty for none.
     pub guest_ca_certs: Vec<PathBuf>,
@@ -147,6 +151,7 @@ impl Default for BoxEnv {
             codex_version: "latest".into(),
             executor_version: "latest".into(),
             hermes_install_args: "--skip-browser --skip-computer-use".into(),
+            hermes_services: Vec::new(),
             guest_ca_certs: Vec::new(),
             propagate_proxy: true,
             base_max_age_days: 7,
@@ -189,6 +194,7 @@ pub const KEYS: &[&str] = &[
     "CODEX_VERSION",
     "EXECUTOR_VERSION",
     "HERMES_INSTALL_ARGS",
+    "HERMES_SERVICES",
     "GUEST_CA_CERTS",
     "PROPAGATE_PROXY",
     "BASE_MAX_AGE_DAYS",
@@ -385,6 +391,9 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version = parse_word(value)?,
             "EXECUTOR_VERSION" => self.executor_version = parse_word(value)?,
             "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
+            "HERMES_SERVICES" => {
+                self.hermes_services = crate::HermesService::parse_list(&parse_text(value)?)?
+            }
             "GUEST_CA_CERTS" => self.guest_ca_certs = parse_path_list(value)?,
             "PROPAGATE_PROXY" => self.propagate_proxy = parse_bool(value)?,
             "BASE_MAX_AGE_DAYS" => self.base_max_age_days = parse_in(value, 1, 3650, "days")?,
@@ -466,6 +475,7 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version.clone(),
             "EXECUTOR_VERSION" => self.executor_version.clone(),
             "HERMES_INSTALL_ARGS" => self.hermes_install_args.clone(),
+            "HERMES_SERVICES" => crate::HermesService::render_list(&self.hermes_services),
             "GUEST_CA_CERTS" => self
                 .guest_ca_certs
                 .iter()
@@ -593,8 +603,18 @@ impl BoxEnv {
         self.check_ranges(&Origin::Env)
     }
 
-    /// Cross-key rules: the web port range must not be empty.
+    /// Cross-key rules: the web port range must not be empty; Hermes services need Hermes.
     pub fn check_ranges(&self, origin: &Origin) -> Result<(), ConfigError> {
+        if !self.hermes_services.is_empty() && !self.install_hermes {
+            return Err(ConfigError {
+                origin: origin.clone(),
+                key: "HERMES_SERVICES".into(),
+                problem: format!(
+                    "{} needs Hermes in the box, and INSTALL_HERMES=0 leaves it out (set INSTALL_HERMES=1 or empty HERMES_SERVICES)",
+                    crate::HermesService::render_list(&self.hermes_services)
+                ),
+            });
+        }
         if self.web_port_lo > self.web_port_hi {
             return Err(ConfigError {
                 origin: origin.clone(),
@@ -862,6 +882,39 @@ mod tests {
             .to_string();
         assert!(
             err.contains("REMOTE_PROXY_HOSTS") && err.contains("ssh://"),
+            "{err}"
+        );
+    }
+
+    #[test]
+    fn hermes_services_are_a_set_of_known_words_that_reaches_the_box() {
+        use crate::HermesService::{Cron, Gateway};
+        assert!(BoxEnv::default().hermes_services.is_empty());
+        let env = parse("HERMES_SERVICES=cron gateway,cron\n").unwrap();
+        assert_eq!(env.hermes_services, [Gateway, Cron]);
+        // A guest key: rendered into /etc/hermes-box.env, read back the same.
+        assert!(env.render().contains("HERMES_SERVICES=gateway,cron\n"));
+        assert_eq!(parse(&env.render()).unwrap(), env);
+        assert!(
+            parse("HERMES_SERVICES=\n")
+                .unwrap()
+                .hermes_services
+                .is_empty()
+        );
+        // Nothing to run without Hermes: refused before any box is made.
+        let err = parse("INSTALL_HERMES=0\nHERMES_SERVICES=cron\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HERMES_SERVICES") && err.contains("INSTALL_HERMES=0"),
+            "{err}"
+        );
+        assert!(parse("INSTALL_HERMES=0\nHERMES_SERVICES=\n").is_ok());
+        let err = parse("HERMES_SERVICES=gateway,dashboard\n")
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("HERMES_SERVICES") && err.contains("'dashboard'"),
             "{err}"
         );
     }

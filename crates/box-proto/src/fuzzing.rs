@@ -622,6 +622,24 @@ fn guest_status(text: &str) {
     // The word elsewhere is no pause.
     let elsewhere = serde_json::json!({"state": text, "executor": {"note": text}}).to_string();
     assert_eq!(executor_paused(&elsewhere), Ok(false));
+    // The enabled services: only known names, each once, whatever the guest listed.
+    use crate::HermesService;
+    use crate::guest_output::enabled_services;
+    match enabled_services(text) {
+        Ok(set) => assert!(
+            set.windows(2).all(|w| w[0] < w[1]),
+            "services out of order or twice: {set:?}"
+        ),
+        Err(e) => check_quoted(&e, MAX_LINE_QUOTED),
+    }
+    let listed = serde_json::json!({"services": [{"name": text, "enabled": true}]}).to_string();
+    assert_eq!(
+        enabled_services(&listed),
+        Ok(HermesService::ALL
+            .into_iter()
+            .filter(|s| s.name() == text)
+            .collect())
+    );
 }
 
 /// `hb doctor`: each fact from the first line that starts with its prefix, quoted; the
@@ -653,6 +671,15 @@ fn guest_doctor(text: &str) {
         }
     }
     assert_eq!(said.interrupted_save, text.contains(INTERRUPTED_SAVE));
+    for s in &said.services {
+        check_quoted(&s.detail, MAX_FACT_QUOTED);
+    }
+    assert!(
+        said.services
+            .windows(2)
+            .all(|w| w[0].service < w[1].service),
+        "services out of order or twice"
+    );
     // A report hb writes: its facts read back as they were.
     let plain: String = text
         .chars()

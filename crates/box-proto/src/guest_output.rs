@@ -17,6 +17,7 @@
 //! index ([`crate::archive::parts::PartIndex`]), the runtime manifest
 //! ([`crate::RuntimeManifest`]), the archives themselves ([`crate::archive::validate`]).
 
+use crate::HermesService;
 use crate::archive::chain_line::{self, ChainSaid};
 use crate::archive::parts::Part;
 use crate::escape::shown;
@@ -71,21 +72,41 @@ pub fn export_line(line: &str) -> ExportLine {
     }
 }
 
-/// Whether `hb status --json` says Executor is durably paused (`executor.state` is
-/// `paused`). Anything that is not JSON of at most [`MAX_STATUS_BYTES`] is an error, its
-/// message box's own words (a position, never the guest's bytes).
-pub fn executor_paused(status_json: &str) -> Result<bool, String> {
+/// `hb status --json` as a JSON value: anything that is not JSON of at most
+/// [`MAX_STATUS_BYTES`] is an error, its message box's own words (a position, never the
+/// guest's bytes).
+fn status_value(status_json: &str) -> Result<serde_json::Value, String> {
     if status_json.len() > MAX_STATUS_BYTES {
         return Err(format!(
             "{} bytes, more than the {MAX_STATUS_BYTES} box reads",
             status_json.len()
         ));
     }
-    let status: serde_json::Value = serde_json::from_str(status_json).map_err(|e| {
+    serde_json::from_str(status_json).map_err(|e| {
         // serde_json names a position and a kind of error; quoted all the same.
         quoted(&e.to_string(), MAX_LINE_QUOTED)
-    })?;
-    Ok(status["executor"]["state"] == "paused")
+    })
+}
+
+/// Whether `hb status --json` says Executor is durably paused (`executor.state` is
+/// `paused`).
+pub fn executor_paused(status_json: &str) -> Result<bool, String> {
+    Ok(status_value(status_json)?["executor"]["state"] == "paused")
+}
+
+/// The Hermes services `hb status --json` says are enabled (`services[].enabled`), each
+/// once, in [`HermesService::ALL`]'s order; an entry of another shape or name is not read.
+pub fn enabled_services(status_json: &str) -> Result<Vec<HermesService>, String> {
+    let status = status_value(status_json)?;
+    let listed = status["services"].as_array().map_or(&[][..], Vec::as_slice);
+    Ok(HermesService::ALL
+        .into_iter()
+        .filter(|s| {
+            listed
+                .iter()
+                .any(|e| e["name"] == s.name() && e["enabled"] == true)
+        })
+        .collect())
 }
 
 /// A line of `hb doctor` that says what is in effect, which `box doctor` shows.
@@ -117,6 +138,23 @@ impl DoctorFact {
 /// never resumed it.
 pub const INTERRUPTED_SAVE: &str = "✗ executor paused by an interrupted save";
 
+/// What `hb doctor` said of one enabled Hermes service: its check, `✓ hermes-gateway: …`
+/// or `✗ hermes-gateway: …` (see [`service_check_line`]).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceSaid {
+    pub service: HermesService,
+    /// The check passed (the service runs, or is paused on purpose).
+    pub ok: bool,
+    /// The rest of the line, [`quoted`] to [`MAX_FACT_QUOTED`].
+    pub detail: String,
+}
+
+/// The start of `hb doctor`'s line for `service`'s check, passed or failed; the detail
+/// follows.
+pub fn service_check_line(service: HermesService, ok: bool) -> String {
+    format!("{} {}: ", if ok { '✓' } else { '✗' }, service.name())
+}
+
 /// What box takes from `hb doctor`'s standard output.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct DoctorSaid {
@@ -125,6 +163,9 @@ pub struct DoctorSaid {
     pub facts: Vec<(DoctorFact, String)>,
     /// It reports an interrupted save ([`INTERRUPTED_SAVE`]).
     pub interrupted_save: bool,
+    /// The check of each Hermes service it has, in [`HermesService::ALL`]'s order, from
+    /// the first line of it.
+    pub services: Vec<ServiceSaid>,
 }
 
 /// Reads `hb doctor`'s standard output.
@@ -136,9 +177,31 @@ pub fn doctor(stdout: &str) -> DoctorSaid {
             Some((fact, quoted(said, MAX_FACT_QUOTED)))
         })
         .collect();
+    let services = HermesService::ALL
+        .into_iter()
+        .filter_map(|service| {
+            let (passed, failed) = (
+                service_check_line(service, true),
+                service_check_line(service, false),
+            );
+            stdout.lines().find_map(|l| {
+                let (ok, detail) = match (l.strip_prefix(&passed), l.strip_prefix(&failed)) {
+                    (Some(d), _) => (true, d),
+                    (_, Some(d)) => (false, d),
+                    _ => return None,
+                };
+                Some(ServiceSaid {
+                    service,
+                    ok,
+                    detail: quoted(detail, MAX_FACT_QUOTED),
+                })
+            })
+        })
+        .collect();
     DoctorSaid {
         facts,
         interrupted_save: stdout.contains(INTERRUPTED_SAVE),
+        services,
     }
 }
 
@@ -288,6 +351,65 @@ mod tests {
         let (_, text) = &said.facts[0];
         assert!(text.starts_with("\\x1b]0;owned\\x07y"), "{text}");
         assert!(text.chars().count() <= MAX_FACT_QUOTED + 8);
+    }
+
+    #[test]
+    fn service_checks_come_from_their_first_line_bounded_and_escaped() {
+        let out = format!(
+            "✓ layout: ok\n{}running (pid 7, up 3s, 0 restarts)\n{}exited with 1; last log lines: \x1b[2Jboom\n{}second line not read\n✓ hermes-dashboard: not ours\n",
+            service_check_line(HermesService::Gateway, true),
+            service_check_line(HermesService::Cron, false),
+            service_check_line(HermesService::Gateway, false),
+        );
+        let said = doctor(&out);
+        assert_eq!(
+            said.services,
+            [
+                ServiceSaid {
+                    service: HermesService::Gateway,
+                    ok: true,
+                    detail: "running (pid 7, up 3s, 0 restarts)".into(),
+                },
+                ServiceSaid {
+                    service: HermesService::Cron,
+                    ok: false,
+                    detail: "exited with 1; last log lines: \\x1b[2Jboom".into(),
+                },
+            ]
+        );
+        let long = format!("✗ hermes-cron: {}", "z".repeat(50_000));
+        assert!(doctor(&long).services[0].detail.chars().count() <= MAX_FACT_QUOTED + 1);
+        // A look-alike name is not the service's line.
+        assert!(
+            doctor("✓ hermes-gateway2: x\n✓ hermes-gateway:x\n")
+                .services
+                .is_empty()
+        );
+    }
+
+    #[test]
+    fn enabled_services_are_read_from_status_with_its_limits() {
+        let status = r#"{"executor":{"state":"running"},"services":[
+            {"name":"hermes-cron","enabled":true},
+            {"name":"hermes-gateway","enabled":"yes"},
+            {"name":"hermes-dashboard","enabled":true},
+            {"name":"hermes-cron","enabled":true}]}"#;
+        assert_eq!(enabled_services(status), Ok(vec![HermesService::Cron]));
+        let both = r#"{"services":[{"name":"hermes-gateway","enabled":true},{"name":"hermes-cron","enabled":true}]}"#;
+        assert_eq!(
+            enabled_services(both),
+            Ok(vec![HermesService::Gateway, HermesService::Cron])
+        );
+        // An older hb lists none; a list of another shape is none too.
+        assert_eq!(enabled_services(r#"{"executor":{}}"#), Ok(vec![]));
+        assert_eq!(
+            enabled_services(r#"{"services":"hermes-gateway"}"#),
+            Ok(vec![])
+        );
+        let err = enabled_services("services: \x1b[31m").unwrap_err();
+        assert!(!err.chars().any(char::is_control), "{err}");
+        let huge = format!("{both}{}", " ".repeat(MAX_STATUS_BYTES));
+        assert!(enabled_services(&huge).is_err());
     }
 
     #[test]

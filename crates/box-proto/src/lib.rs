@@ -9,6 +9,7 @@ pub mod escape;
 #[doc(hidden)]
 pub mod fuzzing;
 pub mod guest_output;
+pub mod hermes_service;
 pub mod layout;
 pub mod manifest;
 pub mod mcp;
@@ -16,5 +17,6 @@ pub mod name;
 pub mod proxy;
 
 pub use box_env::{BoxEnv, ConfigError};
+pub use hermes_service::HermesService;
 pub use manifest::{ManifestError, RuntimeManifest};
 pub use name::{BoxName, NameError};

@@ -51,6 +51,15 @@ impl Agent {
     }
 }
 
+/// The login profile provisioning installs, which every login shell sources: the tool
+/// PATH, the agent's durable config locations, the host's proxies and CA certificates, the
+/// placeholders of bound API keys (`HB_PROFILE` overrides it for tests).
+pub fn login_profile() -> std::path::PathBuf {
+    std::env::var_os("HB_PROFILE")
+        .map(std::path::PathBuf::from)
+        .unwrap_or_else(|| "/etc/profile.d/hermes-box.sh".into())
+}
+
 /// Gives `path` (not what it points to) to `owner`, if one is set.
 pub fn chown_nofollow(path: &Path, owner: Option<(Uid, Gid)>) -> Result<()> {
     if let Some((uid, gid)) = owner {

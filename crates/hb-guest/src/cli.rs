@@ -12,6 +12,7 @@ Examples:
   hb down                   pause Executor durably (survives a restart)
   hb up                     resume it
   hb logs executor -f       follow Executor's log
+  hb service enable hermes-gateway   keep Hermes's messaging gateway running
 
 Environment:
   HB_DATA     durable data root (default /data); tests point it elsewhere
@@ -81,9 +82,15 @@ pub enum Command {
     )]
     WireMcp,
 
-    /// Show a service's log (executor, workload, provision)
-    #[command(after_long_help = "Examples:\n  hb logs executor\n  hb logs executor -f -n 50")]
+    /// Show a service's log (executor, workload, provision, hermes-gateway, hermes-cron)
+    #[command(
+        after_long_help = "Examples:\n  hb logs executor\n  hb logs executor -f -n 50\n  hb logs hermes-gateway"
+    )]
     Logs(LogsArgs),
+
+    /// Keep Hermes's gateway or cron scheduler running under the workload, or stop it
+    #[command(after_long_help = SERVICE_HELP)]
+    Service(ServiceArgs),
 
     /// Pause every writer and checkpoint SQLite, for a consistent backup
     #[command(hide = true)]
@@ -140,6 +147,57 @@ pub struct WriteManifestArgs {
     pub policy: Vec<String>,
 }
 
+const SERVICE_HELP: &str = "\
+Examples:
+  hb service list
+  hb service enable hermes-gateway
+  hb service disable hermes-cron
+
+Services:
+  hermes-gateway  `hermes gateway run`: Hermes's messaging gateway (Telegram, Discord,
+                  Slack…; set them up with `hermes gateway setup`). It runs cron jobs too.
+  hermes-cron     `hermes cron tick` once a minute: cron jobs without a gateway.
+
+An enabled service runs as the agent with its login environment, from boot on (after
+provisioning), and is started again when it exits (after 1 s, then up to 30 s apart). Its
+output goes to /data/logs/<service>.log (`hb logs <service>`; `box logs <box> <service>`
+on the host). `hb down` stops it with Executor and `hb up` brings it back; a save
+(`box save`) leaves it running.
+
+The enabled set is kept in /data/home/agent/.config/hermes-box/hermes-services, so it
+travels with `box save`/`load`/`clone`. box.env's HERMES_SERVICES (and `box new
+--hermes-gateway`) only seed it when a box is made; from then on this verb changes it.
+Never enable the gateway in two boxes that share one messaging account (a clone): two
+gateways polling one bot conflict.";
+
+#[derive(Debug, Args)]
+pub struct ServiceArgs {
+    #[command(subcommand)]
+    pub action: ServiceAction,
+}
+
+#[derive(Debug, Subcommand)]
+pub enum ServiceAction {
+    /// Each Hermes service: enabled or not, running or why not
+    List(JsonArg),
+    /// Run the service from now on and at every boot (waits until it has started)
+    Enable(ServiceName),
+    /// Stop the service and no longer start it (waits until it has stopped)
+    Disable(ServiceName),
+}
+
+#[derive(Debug, Args)]
+pub struct ServiceName {
+    /// hermes-gateway or hermes-cron (or gateway, cron)
+    #[arg(value_parser = parse_service, value_name = "SERVICE")]
+    pub service: box_proto::HermesService,
+}
+
+fn parse_service(name: &str) -> Result<box_proto::HermesService, String> {
+    box_proto::HermesService::parse(name)
+        .ok_or_else(|| format!("'{name}' is not hermes-gateway or hermes-cron"))
+}
+
 #[derive(Debug, Args)]
 pub struct JsonArg {
     /// Machine-readable output
@@ -149,7 +207,7 @@ pub struct JsonArg {
 
 #[derive(Debug, Args)]
 pub struct LogsArgs {
-    /// Service: executor, workload or provision
+    /// Service: executor, workload, provision, hermes-gateway or hermes-cron
     pub service: String,
     /// Keep printing as the log grows
     #[arg(short, long)]
@@ -165,6 +223,10 @@ pub struct InitArgs {
     /// its Executor must not start on the empty layout; `hb up` clears it)
     #[arg(long)]
     pub paused: bool,
+    /// A new box: enable the Hermes services the configuration's HERMES_SERVICES names,
+    /// unless the box has its own set already
+    #[arg(long)]
+    pub seed_services: bool,
 }
 
 #[derive(Debug, Args)]
@@ -264,6 +326,10 @@ mod tests {
             &["hb", "quiesce"],
             &["hb", "resume"],
             &["hb", "init"],
+            &["hb", "init", "--seed-services"],
+            &["hb", "service", "list", "--json"],
+            &["hb", "service", "enable", "hermes-gateway"],
+            &["hb", "service", "disable", "cron"],
             &["hb", "write-manifest"],
             &[
                 "hb",
@@ -323,6 +389,9 @@ mod tests {
             &["hb", "export", "--out", "/d/x", "--stream-parts", "0"],
             &["hb", "export", "--out", "/d/x", "--part-hash", "md5"],
             &["hb", "export", "--out", "/d/x", "--parent", "ab"],
+            &["hb", "service", "enable", "hermes-dashboard"],
+            &["hb", "service", "enable"],
+            &["hb", "service"],
         ] {
             assert!(Cli::try_parse_from(argv).is_err(), "{argv:?}");
         }
@@ -337,7 +406,7 @@ mod tests {
             .filter_map(|l| l.split_whitespace().next())
             .collect();
         for visible in [
-            "status", "doctor", "versions", "down", "up", "wire-mcp", "logs",
+            "status", "doctor", "versions", "down", "up", "wire-mcp", "logs", "service",
         ] {
             assert!(
                 listed.contains(&visible),

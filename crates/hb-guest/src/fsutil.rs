@@ -87,6 +87,20 @@ pub fn read_optional(path: &Path) -> Result<Option<String>> {
     }
 }
 
+/// Opens a file the agent can write for reading, only if it is a regular file: never
+/// through a symlink, and never blocking on a FIFO (the workload reads such files each tick,
+/// as PID 1).
+pub fn open_regular(path: &Path) -> std::io::Result<File> {
+    let f = OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
+        .open(path)?;
+    if !f.metadata()?.is_file() {
+        return Err(std::io::Error::other("not a regular file"));
+    }
+    Ok(f)
+}
+
 /// Mode bits of a path (without following a final symlink).
 pub fn mode_of(path: &Path) -> Option<u32> {
     fs::symlink_metadata(path)

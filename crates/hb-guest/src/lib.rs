@@ -8,6 +8,7 @@ pub mod config;
 pub mod context;
 pub mod executor;
 pub mod fsutil;
+pub mod hermes_services;
 pub mod netenv;
 pub mod paths;
 pub mod pause;

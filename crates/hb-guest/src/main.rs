@@ -30,6 +30,7 @@ fn main() -> ExitCode {
         Some(Command::Up) => commands::up::run(&ctx),
         Some(Command::WireMcp) => commands::wire_mcp::run(&ctx),
         Some(Command::Logs(a)) => commands::logs::run(&ctx, a),
+        Some(Command::Service(a)) => commands::service::run(&ctx, a),
         Some(Command::Quiesce) => commands::quiesce::run(&ctx),
         Some(Command::Resume) => commands::resume::run(&ctx),
         Some(Command::Init(a)) => commands::init::run(&ctx, a),

@@ -75,6 +75,16 @@ impl Paths {
     pub fn wire_marker(&self) -> PathBuf {
         self.hb_config().join("mcp-wired")
     }
+    /// The Hermes services the workload runs (`hb service enable|disable`), one name a
+    /// line; agent-writable, read with limits ([`crate::hermes_services`]).
+    pub fn hermes_services(&self) -> PathBuf {
+        self.hb_config().join("hermes-services")
+    }
+    /// Asks the workload to restart the Hermes services that run (`hb wire-mcp` changed
+    /// what they read at start); it removes the file.
+    pub fn hermes_restart_request(&self) -> PathBuf {
+        self.hb_config().join("restart-hermes-services")
+    }
     /// Pids and start time of the running workload and Executor (checked against the
     /// boot id, so a copy restored into another VM or left from a reboot reads as stale).
     pub fn workload_state(&self) -> PathBuf {

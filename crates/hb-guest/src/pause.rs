@@ -1,5 +1,6 @@
 //! The durable pause: a marker file under the agent's config dir. While it exists the
-//! workload keeps Executor stopped, across VM restarts too (it lives on /data).
+//! workload keeps Executor stopped, across VM restarts too (it lives on /data), and the
+//! Hermes services too unless the pause is a save's ([`stops_hermes`]).
 
 use std::time::Duration;
 
@@ -37,13 +38,32 @@ pub fn set(paths: &Paths, owner: Option<(Uid, Gid)>, operation: &str) -> Result<
     Ok(true)
 }
 
+/// The most of the marker read: its one line is tens of bytes, and the agent can write it.
+const MARKER_READ_LIMIT: u64 = 512;
+
 /// Who paused Executor and when, from the marker: `("hb quiesce", "2026-…Z")`. Markers of
-/// older hb versions say only `paused by hb at …`.
+/// older hb versions say only `paused by hb at …`; the marker a restore re-arms is empty.
 pub fn paused_by(paths: &Paths) -> Option<(String, String)> {
-    let text = std::fs::read_to_string(paths.quiesced_marker()).ok()?;
+    use std::io::Read as _;
+    let mut text = String::new();
+    crate::fsutil::open_regular(&paths.quiesced_marker())
+        .ok()?
+        .take(MARKER_READ_LIMIT)
+        .read_to_string(&mut text)
+        .ok()?;
     let line = text.lines().next()?.strip_prefix("paused by ")?;
     let (op, at) = line.rsplit_once(" at ")?;
     Some((op.trim().to_string(), at.trim().to_string()))
+}
+
+/// The pause a save makes (`hb quiesce`): it stops Executor only. A save never stops
+/// Hermes, so the Hermes services go on through it.
+pub const SAVE_PAUSE: &str = "hb quiesce";
+
+/// Whether the pause in place stops the Hermes services too: every pause but a save's
+/// (`hb down`, a box about to be restored into, a restored box until `hb up`).
+pub fn stops_hermes(paths: &Paths) -> bool {
+    is_paused(paths) && paused_by(paths).is_none_or(|(op, _)| op != SAVE_PAUSE)
 }
 
 /// Waits until the workload has seen the pause (its note says so) and the Executor

@@ -21,8 +21,8 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use box_proto::BoxName;
 use box_proto::archive::parts::{Part, PartIndex, hash_part};
+use box_proto::{BoxName, HermesService, guest_output};
 use sha2::{Digest, Sha256};
 
 use super::Context;
@@ -120,6 +120,7 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
     match restored {
         Ok(()) => {
             target.complete("cloned")?;
+            warn_if_two_gateways(&target, &source_name);
             println!(
                 "Cloned '{source_name}' into '{}' in {:.1} s. Enter with: box enter {}",
                 target.name,
@@ -134,6 +135,39 @@ pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
                 .line(&format!("clone into {} failed: {e:#}", target.name));
             Ok(target.fail(&e))
         }
+    }
+}
+
+/// A clone of a box whose Hermes gateway is enabled runs one too, with the same messaging
+/// identity (the bot tokens in `~/.hermes`): two gateways polling one bot conflict, so say
+/// so and how to stop one. What the clone's `hb status` says is guest output, read with
+/// guest_output's limits; a clone whose status cannot be read is said to be unknown.
+fn warn_if_two_gateways(target: &LoadRun<'_>, source: &BoxName) {
+    let status = crate::lifecycle::guest::hb(
+        &target.box_.smolvm,
+        &target.box_.machine,
+        &["status", "--json"],
+        std::time::Duration::from_secs(60),
+    );
+    let gateway = match status {
+        Ok(out) if out.success() => guest_output::enabled_services(&out.stdout)
+            .ok()
+            .map(|set| set.contains(&HermesService::Gateway)),
+        _ => None,
+    };
+    let name = &target.name;
+    match gateway {
+        Some(false) => {}
+        Some(true) => ui::warn(format!(
+            "'{source}' has Hermes's messaging gateway enabled, so '{name}' runs one too, with \
+             the same messaging identity (its bot tokens came along): two gateways polling one \
+             bot conflict. Keep one: box exec {name} -- hb service disable hermes-gateway (or \
+             give '{name}' accounts of its own with hermes gateway setup)"
+        )),
+        None => ui::warn(format!(
+            "cannot tell whether '{name}' runs Hermes's messaging gateway as '{source}' may; two \
+             gateways polling one bot conflict: check with box exec {name} -- hb service list"
+        )),
     }
 }
 

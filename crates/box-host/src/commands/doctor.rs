@@ -609,7 +609,7 @@ struct GuestDoctor {
 }
 
 /// Runs `hb doctor` and records the result, plus the lines that say what is in effect
-/// (the guest network, a pause and who made it).
+/// (the guest network, a pause and who made it) and each enabled Hermes service's check.
 fn guest_doctor(
     smolvm: &Smolvm,
     record: &BoxRecord,
@@ -653,6 +653,16 @@ fn guest_doctor(
             name,
             Status::Ok,
             format!("{label}: {line}"),
+        ));
+    }
+    // Each enabled Hermes service, as hb doctor checked it (its failure also fails the
+    // guest check above; here it is named with its last log lines).
+    for service in said.services {
+        checks.push(Check::new(
+            scope,
+            service.service.name(),
+            if service.ok { Status::Ok } else { Status::Fail },
+            format!("{}: {}", service.service, service.detail),
         ));
     }
     GuestDoctor {

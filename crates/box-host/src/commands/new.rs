@@ -90,6 +90,24 @@ fn machine_name(ctx: &Context, name: &BoxName) -> Result<String> {
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::NewArgs) -> Result<ExitCode> {
+    // --hermes-gateway is HERMES_SERVICES with gateway in it, for this box: the rendered
+    // guest config carries it to `hb init --seed-services`.
+    let with_gateway;
+    let ctx = if args.hermes_gateway {
+        let mut own = ctx.clone();
+        let services = &mut own.config.env.hermes_services;
+        services.push(box_proto::HermesService::Gateway);
+        services.sort();
+        services.dedup();
+        own.config
+            .env
+            .check_ranges(&box_proto::box_env::Origin::Default)
+            .map_err(|e| anyhow!("--hermes-gateway: {}", e.problem))?;
+        with_gateway = own;
+        &with_gateway
+    } else {
+        ctx
+    };
     let name = BoxName::parse(&args.name)?;
     crate::state::reserved::refuse_reserved(&name)?;
     let containment = Containment::from_config(&ctx.config.env, &args.policy.overrides())?;
@@ -177,6 +195,13 @@ impl NewRun<'_> {
         if let Some(p) = self.port {
             ui::say(format!(
                 "Executor web: http://127.0.0.1:{p} (box open {})",
+                self.name
+            ));
+        }
+        for service in &self.ctx.config.env.hermes_services {
+            ui::say(format!(
+                "Hermes {} kept running (box logs {} {service}; inside: hb service list)",
+                service.word(),
                 self.name
             ));
         }
@@ -390,7 +415,7 @@ impl NewRun<'_> {
         }
 
         self.stage = STAGE_RUNTIME;
-        self.setup().runtime()?;
+        self.setup().runtime(true)?;
         self.checkpoint()?;
         self.timings.mark("runtime");
         let port = self.port;

@@ -55,7 +55,7 @@ pub fn run(ctx: &Context, args: &crate::cli::NameArg) -> Result<ExitCode> {
     let result = (|| -> Result<()> {
         setup.install_assets()?;
         setup.provision()?;
-        setup.runtime()?;
+        setup.runtime(false)?;
         setup.health(record.web_port)
     })();
     if user_paused {

@@ -192,9 +192,15 @@ impl Setup<'_> {
         Ok(())
     }
 
-    /// `hb init`, `hb up` (with Executor) and, when Executor is wired, `hb wire-mcp`.
-    pub fn runtime(&mut self) -> Result<()> {
-        self.hb_step(&["init"])?;
+    /// `hb init`, `hb up` (with Executor) and, when Executor is wired, `hb wire-mcp`. A new
+    /// box (`new_box`) has its Hermes services seeded from HERMES_SERVICES at that init; a
+    /// box with a /data of its own keeps its set.
+    pub fn runtime(&mut self, new_box: bool) -> Result<()> {
+        if new_box {
+            self.hb_step(&["init", "--seed-services"])?;
+        } else {
+            self.hb_step(&["init"])?;
+        }
         if self.env.install_executor {
             // Starts Executor under the workload and waits until it answers; wire-mcp
             // then reads the token it uses.

@@ -2,7 +2,8 @@
 //!
 //! Checks: required tools, the durable layout and its permissions, private secret files,
 //! the login profile, Executor up (or durably paused, with its port closed), a complete
-//! MCP handshake with the current token, the token's source, and the wiring.
+//! MCP handshake with the current token, each enabled Hermes service running (or paused
+//! with Executor), the token's source, and the wiring.
 
 use std::os::unix::fs::MetadataExt;
 use std::process::ExitCode;
@@ -18,9 +19,6 @@ use crate::fsutil::mode_of;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
 use crate::{config, executor, pause, token, wiring};
-
-/// The login profile provisioning installs (`HB_PROFILE` overrides it for tests).
-pub const PROFILE: &str = "/etc/profile.d/hermes-box.sh";
 
 #[derive(Debug, Serialize)]
 pub struct Check {
@@ -159,6 +157,85 @@ fn probe_fix(e: &ProbeError) -> &'static str {
     }
 }
 
+/// How many of a failed service's last log lines its check quotes.
+const SERVICE_LOG_LINES: usize = 3;
+
+/// The last `n` non-empty lines of a log, each escaped and cut short: the log is the
+/// agent's and holds what Hermes printed.
+fn log_tail(path: &std::path::Path, n: usize) -> Vec<String> {
+    use std::io::{Read as _, Seek as _, SeekFrom};
+    const TAIL_BYTES: u64 = 8192;
+    let Ok(mut f) = crate::fsutil::open_regular(path) else {
+        return Vec::new();
+    };
+    let len = f.metadata().map(|m| m.len()).unwrap_or(0);
+    let mut bytes = Vec::new();
+    if f.seek(SeekFrom::Start(len.saturating_sub(TAIL_BYTES)))
+        .is_err()
+        || f.take(TAIL_BYTES).read_to_end(&mut bytes).is_err()
+    {
+        return Vec::new();
+    }
+    let text = String::from_utf8_lossy(&bytes);
+    let lines: Vec<&str> = text.lines().filter(|l| !l.trim().is_empty()).collect();
+    lines[lines.len().saturating_sub(n)..]
+        .iter()
+        .map(|l| box_proto::guest_output::quoted(l, 200))
+        .collect()
+}
+
+/// Each enabled Hermes service runs, or is paused on purpose; a set file hb cannot read
+/// is a failure too (nothing it names runs).
+fn hermes_service_checks(paths: &Paths) -> Vec<Check> {
+    let mut out = Vec::new();
+    let problems = crate::hermes_services::read(paths).problems;
+    if !problems.is_empty() {
+        out.push(fail(
+            "hermes services list",
+            problems.join("; "),
+            "`hb service enable|disable <service>` rewrites it",
+        ));
+    }
+    // A service the workload is stopping or starting right now (a restart `hb wire-mcp`
+    // asked for) is judged once it has done so.
+    let enabled = crate::hermes_services::read(paths).set;
+    let settle = crate::workload::supervisor::STOP_GRACE + std::time::Duration::from_secs(2);
+    for v in crate::hermes_services::wait_settled(paths, &enabled, settle) {
+        out.push(match v.state.as_str() {
+            "running" => pass(v.name, v.summary()),
+            "paused" => pass(
+                v.name,
+                format!(
+                    "paused with Executor{}; `hb up` resumes both",
+                    pause::paused_by(paths)
+                        .map(|(op, at)| format!(" by {op} at {at}"))
+                        .unwrap_or_default()
+                ),
+            ),
+            _ => {
+                let tail = log_tail(&paths.log(v.name), SERVICE_LOG_LINES);
+                fail(
+                    v.name,
+                    format!(
+                        "not running: {}{}",
+                        v.summary(),
+                        if tail.is_empty() {
+                            String::new()
+                        } else {
+                            format!("; last log lines: {}", tail.join(" | "))
+                        }
+                    ),
+                    format!(
+                        "see `hb logs {0}` (and `hb logs workload`); `hb service disable {0}` stops hb starting it",
+                        v.name
+                    ),
+                )
+            }
+        });
+    }
+    out
+}
+
 pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
     let paths = Paths::new(&ctx.data);
     let cfg = config::load(ctx)?;
@@ -215,7 +292,7 @@ pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
             "chmod 600 each file listed",
         )
     });
-    let profile = std::env::var("HB_PROFILE").unwrap_or_else(|_| PROFILE.into());
+    let profile = crate::account::login_profile().display().to_string();
     out.push(if std::fs::File::open(&profile).is_ok() {
         pass("login profile present", profile)
     } else {
@@ -303,6 +380,7 @@ pub fn checks(ctx: &Context) -> Result<Vec<Check>> {
             },
         );
     }
+    out.extend(hermes_service_checks(&paths));
     match &tok {
         Ok(Some((_, s))) => out.push(pass("executor token", s.describe())),
         Ok(None) if !cfg.install_executor => {}

@@ -87,5 +87,17 @@ pub fn run(ctx: &Context, args: &crate::cli::InitArgs) -> Result<ExitCode> {
         paths.data.display(),
         agent.name
     );
+    if args.seed_services {
+        let cfg = crate::config::load(ctx)?;
+        let seeded =
+            crate::hermes_services::seed(&paths, &cfg.hermes_services, agent.owner_if_root())?;
+        if !seeded.is_empty() {
+            let names: Vec<&str> = seeded.iter().map(|s| s.name()).collect();
+            println!(
+                "Hermes services enabled (HERMES_SERVICES): {}",
+                names.join(", ")
+            );
+        }
+    }
     Ok(ExitCode::SUCCESS)
 }

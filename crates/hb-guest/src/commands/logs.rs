@@ -19,6 +19,7 @@ pub fn log_name(service: &str) -> Option<&'static str> {
         "workload" => "workload",
         "provision" => "provision",
         "hermes" | "gateway" | "hermes-gateway" => "hermes-gateway",
+        "cron" | "hermes-cron" => "hermes-cron",
         _ => return None,
     })
 }
@@ -44,7 +45,7 @@ pub fn tail(bytes: &[u8], n: usize) -> &[u8] {
 pub fn run(ctx: &Context, args: &crate::cli::LogsArgs) -> Result<ExitCode> {
     let Some(name) = log_name(&args.service) else {
         bail!(
-            "unknown service {:?}; choose executor, workload, provision or hermes",
+            "unknown service {:?}; choose executor, workload, provision, hermes-gateway or hermes-cron",
             args.service
         );
     };
@@ -108,6 +109,9 @@ mod tests {
         assert_eq!(tail(b"a\nb\n", 5), b"a\nb\n");
         assert_eq!(tail(b"a\n", 0), b"");
         assert_eq!(log_name("gateway"), Some("hermes-gateway"));
+        for s in box_proto::HermesService::ALL {
+            assert_eq!(log_name(s.name()), Some(s.name()), "{s}");
+        }
         assert_eq!(log_name("../etc/passwd"), None);
     }
 }

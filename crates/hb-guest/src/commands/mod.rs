@@ -8,6 +8,7 @@ pub mod init;
 pub mod logs;
 pub mod quiesce;
 pub mod resume;
+pub mod service;
 pub mod status;
 pub mod token;
 pub mod up;

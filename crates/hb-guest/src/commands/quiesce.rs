@@ -2,8 +2,8 @@
 //! durably, waits until its port is closed, and writes the runtime manifest. What it
 //! changed is recorded, so `hb resume` undoes only that.
 //!
-//! Nothing else stops: the agents (a Hermes chat in `box enter`, a Codex run) go on
-//! through a save, and `hb export` archives consistent copies of their live databases
+//! Nothing else stops: the agents (a Hermes chat in `box enter`, a Codex run, the Hermes
+//! services the workload runs) go on through a save, and `hb export` archives consistent copies of their live databases
 //! ([`crate::archive::live_db`]). (hb before that stopped every Hermes process; a record
 //! it wrote still names the gateways `hb resume` starts again.)
 
@@ -50,7 +50,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     // A second quiesce keeps the first record: resume must undo what the first one did.
     let mut record = Record::read(&paths)?.unwrap_or_default();
     let first = !paths.quiesce_record().exists();
-    let created = pause::set(&paths, owner, "hb quiesce")?;
+    let created = pause::set(&paths, owner, pause::SAVE_PAUSE)?;
     if first {
         record.created_marker = created;
     }
@@ -72,6 +72,8 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
     if let Err(e) = super::write_manifest::write(&paths, &cfg, &host, owner) {
         eprintln!("hb: warning: runtime manifest not written: {e:#}");
     }
-    println!("quiesced: Executor paused; agents and their databases go on (exports copy them)");
+    println!(
+        "quiesced: Executor paused; agents, the Hermes services and their databases go on (exports copy them)"
+    );
     Ok(ExitCode::SUCCESS)
 }

@@ -1,5 +1,6 @@
 //! `hb status [--json]`: Executor running/paused/stopped with pid and uptime, its port,
-//! the wiring, disk and memory of /data, tool versions (from the runtime manifest).
+//! each Hermes service (enabled, pid, restarts, last exit), the wiring, disk and memory of
+//! /data, tool versions (from the runtime manifest).
 
 use std::process::ExitCode;
 
@@ -10,6 +11,7 @@ use serde::Serialize;
 
 use crate::context::Context;
 use crate::fsutil::read_optional;
+use crate::hermes_services::{self, ServiceView, uptime};
 use crate::paths::Paths;
 use crate::workload::state::{WorkloadState, pid_alive};
 use crate::{config, executor, pause, token, wiring};
@@ -18,6 +20,8 @@ use crate::{config, executor, pause, token, wiring};
 pub struct Status {
     pub executor: ExecutorStatus,
     pub workload: Option<u32>,
+    /// Every Hermes service hb can run, enabled or not.
+    pub services: Vec<ServiceView>,
     pub wiring: String,
     pub data: Option<Space>,
     pub memory: Space,
@@ -44,17 +48,6 @@ pub struct Space {
 
 fn gib(b: u64) -> String {
     format!("{:.1} GiB", b as f64 / (1u64 << 30) as f64)
-}
-
-fn uptime(secs: i64) -> String {
-    let (h, m, s) = (secs / 3600, secs / 60 % 60, secs % 60);
-    if h > 0 {
-        format!("{h}h {m}m")
-    } else if m > 0 {
-        format!("{m}m {s}s")
-    } else {
-        format!("{s}s")
-    }
 }
 
 pub fn collect(ctx: &Context) -> Result<Status> {
@@ -134,6 +127,7 @@ pub fn collect(ctx: &Context) -> Result<Status> {
             note: live.as_ref().map(|s| s.note.clone()),
         },
         workload: live.map(|s| s.workload_pid),
+        services: hermes_services::views(&paths),
         wiring,
         data,
         memory,
@@ -163,6 +157,9 @@ pub fn run(ctx: &Context, args: &crate::cli::JsonArg) -> Result<ExitCode> {
         s.workload
             .map_or("not running".into(), |p| format!("running (pid {p})"))
     );
+    for v in &s.services {
+        println!("{}: {}", v.name, v.summary());
+    }
     println!(
         "token:    {}",
         e.token_source.as_deref().unwrap_or("none yet")

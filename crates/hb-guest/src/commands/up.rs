@@ -1,4 +1,5 @@
-//! `hb up`: clear the durable pause and wait until Executor passes the MCP handshake.
+//! `hb up`: clear the durable pause and wait until Executor passes the MCP handshake and
+//! the enabled Hermes services have started.
 
 use std::process::ExitCode;
 use std::time::{Duration, Instant};
@@ -9,7 +10,7 @@ use box_proto::mcp;
 use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
-use crate::{config, pause, token};
+use crate::{config, hermes_services, pause, token};
 
 /// How long `up`/`resume` wait for Executor to answer.
 pub const READY_WAIT: Duration = Duration::from_secs(60);
@@ -56,17 +57,24 @@ pub fn wait_healthy(paths: &Paths, port: u16, wait: Duration) -> Result<mcp::Hea
 pub fn run(ctx: &Context) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);
     let cfg = config::load(ctx)?;
+    // The pause holds the Hermes services too, with or without Executor.
+    let cleared = pause::clear(&paths)?;
     if !cfg.install_executor {
         println!("executor: disabled (INSTALL_EXECUTOR=0)");
-        return Ok(ExitCode::SUCCESS);
+    } else {
+        if cleared {
+            println!("executor: pause cleared; starting");
+        }
+        let h = wait_healthy(&paths, cfg.executor_port, READY_WAIT)?;
+        println!(
+            "executor: ready on 127.0.0.1:{} (MCP {} handshake ok, server {} {})",
+            cfg.executor_port, h.protocol_version, h.server.name, h.server.version
+        );
     }
-    if pause::clear(&paths)? {
-        println!("executor: pause cleared; starting");
+    // Reported, never failed on: `hb doctor` says what is wrong with one that does not run.
+    let enabled = hermes_services::read(&paths).set;
+    for view in hermes_services::wait_settled(&paths, &enabled, super::service::START_WAIT) {
+        println!("{}", super::service::outcome(&paths, &view));
     }
-    let h = wait_healthy(&paths, cfg.executor_port, READY_WAIT)?;
-    println!(
-        "executor: ready on 127.0.0.1:{} (MCP {} handshake ok, server {} {})",
-        cfg.executor_port, h.protocol_version, h.server.name, h.server.version
-    );
     Ok(ExitCode::SUCCESS)
 }

@@ -10,7 +10,8 @@ use nix::unistd::{Gid, Uid};
 use crate::context::Context;
 use crate::paths::Paths;
 use crate::workload::state::WorkloadState;
-use crate::{account, config, executor, pause, token, wiring};
+use crate::workload::supervisor::STOP_GRACE;
+use crate::{account, config, executor, hermes_services, pause, token, wiring};
 
 /// The token the clients must carry now. For Executor 1.5.9 it is the token `hb` mints
 /// (and the workload passes to Executor); newer Executors write their own.
@@ -29,6 +30,20 @@ pub fn obtain_token(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<BearerTo
     token::ensure_minted(paths, owner)
 }
 
+/// The Hermes services read their MCP configuration and token at start: the workload
+/// restarts those that run so the new wiring takes effect.
+fn restart_hermes_services(paths: &Paths, owner: Option<(Uid, Gid)>) -> Result<()> {
+    let why = "hb wire-mcp changed Hermes's MCP wiring";
+    let wait = STOP_GRACE + super::service::START_WAIT;
+    for view in hermes_services::restart(paths, owner, why, wait)? {
+        println!(
+            "{} (restarted to read the new MCP wiring)",
+            super::service::outcome(paths, &view)
+        );
+    }
+    Ok(())
+}
+
 pub fn run(ctx: &Context) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);
     let cfg = config::load(ctx)?;
@@ -44,6 +59,9 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
             "INSTALL_EXECUTOR=0"
         };
         let removed = wiring::unwire(&paths, &url, owner)?;
+        if removed.contains(&"hermes") {
+            restart_hermes_services(&paths, owner)?;
+        }
         if removed.is_empty() {
             println!("executor MCP wiring disabled ({why}); nothing to remove");
         } else {
@@ -69,6 +87,9 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         return Ok(ExitCode::SUCCESS);
     }
     let out = wiring::wire(&paths, &url, &token, &clients, owner)?;
+    if out.changed.contains(&"hermes") {
+        restart_hermes_services(&paths, owner)?;
+    }
     println!(
         "executor HTTP MCP registered for {} at {url} ({}; {}; the token lives in 0600 files, never on argv)",
         names.join(", "),

@@ -110,6 +110,28 @@ pub fn pump(source: impl Read + Send + 'static, log: SharedLog) -> std::thread::
     })
 }
 
+/// Starts `cmd` with no stdin and its stdout and stderr copied into `log`; returns its pid.
+/// The caller's reaper collects its exit status (the `Child` is dropped here, which
+/// neither waits for nor kills it).
+pub fn spawn_logged(
+    cmd: &mut std::process::Command,
+    log: &SharedLog,
+) -> std::io::Result<nix::unistd::Pid> {
+    use std::process::Stdio;
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()?;
+    if let Some(out) = child.stdout.take() {
+        pump(out, log.clone());
+    }
+    if let Some(err) = child.stderr.take() {
+        pump(err, log.clone());
+    }
+    Ok(nix::unistd::Pid::from_raw(child.id() as i32))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

@@ -1,14 +1,17 @@
 //! `hb workload`: the box's long-running process (smolvm's workload, PID 1 of its
-//! container). A small init: reaps every child, supervises Executor as the agent, bridges
-//! the published web port to Executor, honours the durable pause marker. SIGTERM/SIGINT
-//! stop Executor gracefully (SIGTERM, then SIGKILL after 10 s) and then exit 0.
+//! container). A small init: reaps every child, supervises Executor and the enabled Hermes
+//! services as the agent, bridges the published web port to Executor, honours the durable
+//! pause marker. SIGTERM/SIGINT stop them gracefully (SIGTERM, then SIGKILL after 10 s)
+//! and then exit 0.
 //!
 //! Environment: `HB_WEB_PORT` is the guest port the host publishes for the web UI (set at
 //! create time with `smolvm machine create -e HB_WEB_PORT=<port>`); when it is set,
 //! differs from `EXECUTOR_PORT` and `EXPOSE_EXECUTOR_WEB=1`, the bridge listens on
 //! `0.0.0.0:<HB_WEB_PORT>`.
 
+pub mod backoff;
 pub mod bridge;
+pub mod hermes;
 pub mod logfile;
 pub mod reaper;
 pub mod state;
@@ -24,6 +27,7 @@ use anyhow::{Context as _, Result};
 
 use crate::context::Context;
 use crate::paths::Paths;
+use hermes::{Conditions, HermesSupervisor};
 use logfile::{MAX_LOG_BYTES, RotatingLog};
 use state::WorkloadState;
 use supervisor::Supervisor;
@@ -106,12 +110,14 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         log.clone(),
         exec_log,
     );
+    let mut hermes = HermesSupervisor::new(paths.clone(), log.clone(), owner);
     let boot = state::boot_id();
     let mut last_state: Option<WorkloadState> = None;
     let mut shutdown_deadline: Option<std::time::Instant> = None;
     loop {
         let exits = reaper::reap();
         sup.on_exits(&exits);
+        hermes.on_exits(&exits);
         let shutting_down = term.load(Ordering::Relaxed);
         if shutting_down && shutdown_deadline.is_none() {
             say("signal received: stopping children");
@@ -120,6 +126,10 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         }
         let paused = paths.quiesced_marker().exists();
         sup.tick(paused, shutting_down);
+        hermes.tick(Conditions {
+            paused: paused && crate::pause::stops_hermes(&paths),
+            shutting_down,
+        });
         bridge_active.store(
             !paused && !shutting_down && sup.is_running(),
             Ordering::Relaxed,
@@ -133,6 +143,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
             token_source: sup.token_source.map(|s| s.key().to_string()),
             executor: sup.run_info(),
             note: sup.note.clone(),
+            services: hermes.runs(),
         };
         if last_state.as_ref() != Some(&current) && paths.hb_config().is_dir() {
             // Resolved on each write: the agent may appear after the workload started.
@@ -146,7 +157,8 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         }
 
         if shutting_down
-            && (sup.is_down() || shutdown_deadline.is_some_and(|d| std::time::Instant::now() >= d))
+            && ((sup.is_down() && hermes.is_down())
+                || shutdown_deadline.is_some_and(|d| std::time::Instant::now() >= d))
         {
             break;
         }

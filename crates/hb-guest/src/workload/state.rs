@@ -19,6 +19,32 @@ pub struct ExecutorRun {
     pub ready: bool,
 }
 
+/// How a process's run ended.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ExitRecord {
+    /// The exit code, or 128 + the signal that ended it.
+    pub code: i32,
+    /// Unix seconds.
+    pub at: i64,
+}
+
+/// One Hermes service as the workload runs it (see [`crate::hermes_services`]).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ServiceRun {
+    /// `hermes-gateway`, `hermes-cron`.
+    pub name: String,
+    /// running, stopping, waiting, restarting, stopped, paused or disabled
+    pub state: String,
+    pub pid: Option<u32>,
+    /// Unix seconds.
+    pub started_at: Option<i64>,
+    /// Exits (crashes, or ends nobody asked for) it was started again after, this boot.
+    pub restarts: u32,
+    pub last_exit: Option<ExitRecord>,
+    /// One line on what the workload is doing or waiting for.
+    pub note: String,
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 pub struct WorkloadState {
     pub boot_id: String,
@@ -30,6 +56,9 @@ pub struct WorkloadState {
     pub executor: Option<ExecutorRun>,
     /// One line on what the workload is doing or waiting for.
     pub note: String,
+    /// The Hermes services (a workload of an older hb lists none).
+    #[serde(default)]
+    pub services: Vec<ServiceRun>,
 }
 
 pub fn boot_id() -> String {

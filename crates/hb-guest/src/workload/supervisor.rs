@@ -1,13 +1,13 @@
 //! Executor's supervisor: start it as the agent, restart it with backoff, stop it while
 //! the durable pause marker exists or on shutdown.
 
-use std::process::Stdio;
 use std::time::{Duration, Instant};
 
 use nix::sys::signal::{Signal, killpg};
 use nix::sys::wait::WaitStatus;
 use nix::unistd::Pid;
 
+use super::backoff::{Backoff, FIRST_BACKOFF};
 use super::logfile::{self, SharedLog};
 use super::reaper::{exit_code, is_clean_stop};
 use super::state::ExecutorRun;
@@ -16,17 +16,13 @@ use crate::executor;
 use crate::paths::Paths;
 use crate::token;
 
-const FIRST_BACKOFF: Duration = Duration::from_secs(1);
-const MAX_BACKOFF: Duration = Duration::from_secs(30);
-/// A run this long counts as healthy: the next crash starts the backoff over.
-const STABLE_AFTER: Duration = Duration::from_secs(60);
 /// How long Executor gets to exit after SIGTERM before SIGKILL (it needs ~50 ms).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
 /// How often a "waiting for ..." condition is re-checked: every tick, since each check is a
 /// few `stat`s. A box from a base gets its agent's home from `hb init` in the middle of
 /// its per-box provisioning; Executor (2 s to start) then starts at once and is up by the
 /// time provisioning ends, where a 3 s retry had `box new` wait for it after (issue 32).
-const WAIT_RETRY: Duration = Duration::from_millis(200);
+pub const WAIT_RETRY: Duration = Duration::from_millis(200);
 
 #[derive(Debug)]
 enum Exec {
@@ -52,7 +48,7 @@ pub struct Supervisor {
     log: SharedLog,
     exec_log: SharedLog,
     exec: Exec,
-    backoff: Duration,
+    backoff: Backoff,
     next_start: Instant,
     pub token_source: Option<token::Source>,
     pub note: String,
@@ -73,7 +69,7 @@ impl Supervisor {
             log,
             exec_log,
             exec: Exec::Down,
-            backoff: FIRST_BACKOFF,
+            backoff: Backoff::default(),
             next_start: Instant::now(),
             token_source: None,
             note: "starting".into(),
@@ -144,25 +140,22 @@ impl Supervisor {
             if stopping {
                 self.say(&format!("executor stopped (exit {code})"));
                 self.next_start = Instant::now();
-                self.backoff = FIRST_BACKOFF;
+                self.backoff.reset();
             } else if is_clean_stop(code) {
                 self.say(&format!(
                     "executor exited cleanly (exit {code}) without being asked; starting it again in {}s",
                     FIRST_BACKOFF.as_secs()
                 ));
-                self.backoff = FIRST_BACKOFF;
+                self.backoff.reset();
                 self.next_start = Instant::now() + FIRST_BACKOFF;
             } else {
-                if started.is_some_and(|s| s.elapsed() >= STABLE_AFTER) {
-                    self.backoff = FIRST_BACKOFF;
-                }
+                let delay = self.backoff.after_failure(started.map(|s| s.elapsed()));
                 self.say(&format!(
                     "executor exited with {code}; restarting in {}s (see {})",
-                    self.backoff.as_secs(),
+                    delay.as_secs(),
                     self.paths.log("executor").display()
                 ));
-                self.next_start = Instant::now() + self.backoff;
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.next_start = Instant::now() + delay;
             }
         }
     }
@@ -200,7 +193,7 @@ impl Supervisor {
                     };
                 } else if !*ready && executor::port_open(self.port) {
                     *ready = true;
-                    self.backoff = FIRST_BACKOFF;
+                    self.backoff.reset();
                     self.note = "running".into();
                     self.say(&format!("executor ready on 127.0.0.1:{}", self.port));
                 }
@@ -284,20 +277,8 @@ impl Supervisor {
         };
         let mut cmd =
             executor::daemon_command(&bin, &self.paths, self.port, &agent, token.as_ref());
-        cmd.stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped());
-        match cmd.spawn() {
-            Ok(mut child) => {
-                let pid = Pid::from_raw(child.id() as i32);
-                if let Some(out) = child.stdout.take() {
-                    logfile::pump(out, self.exec_log.clone());
-                }
-                if let Some(err) = child.stderr.take() {
-                    logfile::pump(err, self.exec_log.clone());
-                }
-                // The reaper collects its status; dropping `child` does not wait or kill.
-                drop(child);
+        match logfile::spawn_logged(&mut cmd, &self.exec_log) {
+            Ok(pid) => {
                 let v =
                     version.map_or("unknown version".into(), |(a, b, c)| format!("{a}.{b}.{c}"));
                 let src = self.token_source.map_or("", |s| s.key());
@@ -314,13 +295,13 @@ impl Supervisor {
                 };
             }
             Err(e) => {
+                let delay = self.backoff.after_failure(None);
                 self.say(&format!(
                     "cannot start {}: {e}; retrying in {}s",
                     bin.display(),
-                    self.backoff.as_secs()
+                    delay.as_secs()
                 ));
-                self.next_start = Instant::now() + self.backoff;
-                self.backoff = (self.backoff * 2).min(MAX_BACKOFF);
+                self.next_start = Instant::now() + delay;
             }
         }
     }
