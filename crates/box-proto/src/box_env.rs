@@ -74,7 +74,7 @@ pub struct BoxEnv {
     /// `HERMES_SERVICES`: the Hermes processes (`gateway`, `cron`) a new box's workload
     /// supervises from its first `hb init`. Only a seed: from then on the box's own set
     /// (`hb service enable|disable`, kept in /data) decides.
-    pub hermes_services: Vec<crate::HermesService>,
+    pub hermes_services: Vec<crate::hermes_service::HermesService>,
     /// `GUEST_CA_CERTS`: PEM files on the host whose certificates every box trusts (a
     /// TLS-inspecting network's CA). `:`-separated, like PATH; empty for none.
     pub guest_ca_certs: Vec<PathBuf>,
@@ -392,7 +392,8 @@ impl BoxEnv {
             "EXECUTOR_VERSION" => self.executor_version = parse_word(value)?,
             "HERMES_INSTALL_ARGS" => self.hermes_install_args = parse_text(value)?,
             "HERMES_SERVICES" => {
-                self.hermes_services = crate::HermesService::parse_list(&parse_text(value)?)?
+                self.hermes_services =
+                    crate::hermes_service::HermesService::parse_list(&parse_text(value)?)?
             }
             "GUEST_CA_CERTS" => self.guest_ca_certs = parse_path_list(value)?,
             "PROPAGATE_PROXY" => self.propagate_proxy = parse_bool(value)?,
@@ -475,7 +476,9 @@ impl BoxEnv {
             "CODEX_VERSION" => self.codex_version.clone(),
             "EXECUTOR_VERSION" => self.executor_version.clone(),
             "HERMES_INSTALL_ARGS" => self.hermes_install_args.clone(),
-            "HERMES_SERVICES" => crate::HermesService::render_list(&self.hermes_services),
+            "HERMES_SERVICES" => {
+                crate::hermes_service::HermesService::render_list(&self.hermes_services)
+            }
             "GUEST_CA_CERTS" => self
                 .guest_ca_certs
                 .iter()
@@ -611,7 +614,7 @@ impl BoxEnv {
                 key: "HERMES_SERVICES".into(),
                 problem: format!(
                     "{} needs Hermes in the box, and INSTALL_HERMES=0 leaves it out (set INSTALL_HERMES=1 or empty HERMES_SERVICES)",
-                    crate::HermesService::render_list(&self.hermes_services)
+                    crate::hermes_service::HermesService::render_list(&self.hermes_services)
                 ),
             });
         }
@@ -888,7 +891,7 @@ mod tests {
 
     #[test]
     fn hermes_services_are_a_set_of_known_words_that_reaches_the_box() {
-        use crate::HermesService::{Cron, Gateway};
+        use crate::hermes_service::HermesService::{Cron, Gateway};
         assert!(BoxEnv::default().hermes_services.is_empty());
         let env = parse("HERMES_SERVICES=cron gateway,cron\n").unwrap();
         assert_eq!(env.hermes_services, [Gateway, Cron]);

@@ -15,7 +15,7 @@ use nix::unistd::{Gid, Uid};
 
 use crate::fsutil::write_private;
 use crate::paths::Paths;
-use crate::workload::state::{ServiceRun, WorkloadState, pid_alive};
+use crate::workload_state::{ServiceRun, WorkloadState, pid_alive};
 
 /// The most of the file read: two names fit many times over.
 pub const MAX_FILE_BYTES: u64 = 4096;
@@ -145,7 +145,7 @@ pub struct ServiceView {
     /// Exits the workload restarted it after, this boot.
     pub restarts: u32,
     /// The exit code of its last run this boot (128 + signal for a signal), and when.
-    pub last_exit: Option<crate::workload::state::ExitRecord>,
+    pub last_exit: Option<crate::workload_state::ExitRecord>,
     /// What the workload says it is doing about it.
     pub note: Option<String>,
     #[serde(skip)]

@@ -18,3 +18,4 @@ pub mod tools;
 pub mod version;
 pub mod wiring;
 pub mod workload;
+pub mod workload_state;

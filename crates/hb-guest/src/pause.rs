@@ -72,7 +72,7 @@ pub fn stops_hermes(paths: &Paths) -> bool {
 /// seconds to listen) is gone, and a restore must not swap /data under it. True at once
 /// when no workload runs.
 fn wait_down(paths: &Paths, timeout: Duration) -> bool {
-    use crate::workload::state::{WorkloadState, pid_alive};
+    use crate::workload_state::{WorkloadState, pid_alive};
     let start = std::time::Instant::now();
     loop {
         let running = WorkloadState::read_live(paths).is_some_and(|state| {

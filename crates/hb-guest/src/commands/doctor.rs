@@ -17,7 +17,7 @@ use crate::account::Agent;
 use crate::context::Context;
 use crate::fsutil::mode_of;
 use crate::paths::Paths;
-use crate::workload::state::WorkloadState;
+use crate::workload_state::WorkloadState;
 use crate::{config, executor, pause, token, wiring};
 
 #[derive(Debug, Serialize)]

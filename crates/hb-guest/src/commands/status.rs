@@ -13,7 +13,7 @@ use crate::context::Context;
 use crate::fsutil::read_optional;
 use crate::hermes_services::{self, ServiceView, uptime};
 use crate::paths::Paths;
-use crate::workload::state::{WorkloadState, pid_alive};
+use crate::workload_state::{WorkloadState, pid_alive};
 use crate::{config, executor, pause, token, wiring};
 
 #[derive(Debug, Serialize)]

@@ -7,7 +7,7 @@ use anyhow::{Result, bail};
 
 use crate::context::Context;
 use crate::paths::Paths;
-use crate::workload::state::WorkloadState;
+use crate::workload_state::WorkloadState;
 
 pub fn run(ctx: &Context) -> Result<ExitCode> {
     let paths = Paths::new(&ctx.data);

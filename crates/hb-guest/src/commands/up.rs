@@ -9,7 +9,7 @@ use box_proto::mcp;
 
 use crate::context::Context;
 use crate::paths::Paths;
-use crate::workload::state::WorkloadState;
+use crate::workload_state::WorkloadState;
 use crate::{config, hermes_services, pause, token};
 
 /// How long `up`/`resume` wait for Executor to answer.

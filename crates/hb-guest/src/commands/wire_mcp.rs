@@ -9,8 +9,8 @@ use nix::unistd::{Gid, Uid};
 
 use crate::context::Context;
 use crate::paths::Paths;
-use crate::workload::state::WorkloadState;
 use crate::workload::supervisor::STOP_GRACE;
+use crate::workload_state::WorkloadState;
 use crate::{account, config, executor, hermes_services, pause, token, wiring};
 
 /// The token the clients must carry now. For Executor 1.5.9 it is the token `hb` mints

@@ -22,12 +22,12 @@ use nix::unistd::Pid;
 use super::backoff::{Backoff, FIRST_BACKOFF};
 use super::logfile::{self, MAX_LOG_BYTES, RotatingLog, SharedLog};
 use super::reaper::{exit_code, is_clean_stop};
-use super::state::{ExitRecord, ServiceRun};
 use super::supervisor::{STOP_GRACE, WAIT_RETRY};
 use crate::account::{self, Agent};
 use crate::executor::{self, TOOL_BIN_DIR};
 use crate::hermes_services::{self, Enabled};
 use crate::paths::Paths;
+use crate::workload_state::{ExitRecord, ServiceRun};
 
 /// How often the cron ticker runs `hermes cron tick`: Hermes's own gateway ticks its
 /// scheduler every 60 s, and jobs are scheduled to the minute.

@@ -14,7 +14,6 @@ pub mod bridge;
 pub mod hermes;
 pub mod logfile;
 pub mod reaper;
-pub mod state;
 pub mod supervisor;
 
 use std::net::SocketAddr;
@@ -27,9 +26,9 @@ use anyhow::{Context as _, Result};
 
 use crate::context::Context;
 use crate::paths::Paths;
+use crate::workload_state::WorkloadState;
 use hermes::{Conditions, HermesSupervisor};
 use logfile::{MAX_LOG_BYTES, RotatingLog};
-use state::WorkloadState;
 use supervisor::Supervisor;
 
 /// How often the workload looks at its children and the pause marker. Every save waits on
@@ -111,7 +110,7 @@ pub fn run(ctx: &Context) -> Result<ExitCode> {
         exec_log,
     );
     let mut hermes = HermesSupervisor::new(paths.clone(), log.clone(), owner);
-    let boot = state::boot_id();
+    let boot = crate::workload_state::boot_id();
     let mut last_state: Option<WorkloadState> = None;
     let mut shutdown_deadline: Option<std::time::Instant> = None;
     loop {

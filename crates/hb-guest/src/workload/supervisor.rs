@@ -10,11 +10,11 @@ use nix::unistd::Pid;
 use super::backoff::{Backoff, FIRST_BACKOFF};
 use super::logfile::{self, SharedLog};
 use super::reaper::{exit_code, is_clean_stop};
-use super::state::ExecutorRun;
 use crate::account::Agent;
 use crate::executor;
 use crate::paths::Paths;
 use crate::token;
+use crate::workload_state::ExecutorRun;
 
 /// How long Executor gets to exit after SIGTERM before SIGKILL (it needs ~50 ms).
 pub const STOP_GRACE: Duration = Duration::from_secs(10);
