@@ -38,6 +38,7 @@ apt_packages=(
   gnupg tar gzip zstd python3 git curl ca-certificates jq
   iproute2 util-linux slirp4netns procps psmisc
   tmux sudo sqlite3
+  dbus-daemon gnome-keyring
 )
 
 apt_ensure "build and tests" "${apt_packages[@]}"

@@ -5,8 +5,9 @@
 //! the keychain that is not there (no Secret Service on this headless machine, nor on a
 //! user's SSH session): said in one line on the terminal before the prompt.
 //!
-//! The keychain's happy path has no Secret Service to run against here; its store, forget
-//! and status logic is unit-tested on an in-memory keychain (`passphrase::keychain::Memory`).
+//! The keychain's happy path, against a real Secret Service, is `passphrase_keychain.rs`;
+//! its store, forget and status logic is also unit-tested on an in-memory keychain
+//! (`passphrase::keychain::Memory`).
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
 mod backup_support;

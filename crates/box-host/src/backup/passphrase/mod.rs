@@ -229,10 +229,10 @@ pub fn resolve_with(
         ));
     }
     let no_tty = || {
-        let keychain = unreachable
-            .as_ref()
-            .map(|why| format!("; the keychain is not available: {why}"))
-            .unwrap_or_default();
+        let keychain = unreachable.as_ref().map_or_else(
+            || ", or keep it in the keychain with box passphrase store".to_string(),
+            |why| format!("; the keychain is not available: {why}"),
+        );
         anyhow!(
             "no passphrase set and no terminal to prompt on (set {FILE_VAR} to a file \
              holding it, {COMMAND_VAR} to a command printing it, or {VALUE_VAR}{keychain})"
