@@ -106,12 +106,6 @@ impl Keyring {
 impl Drop for Keyring {
     fn drop(&mut self) {
         // The keyring daemon leaves with its bus; its files are in the temp home.
-        let _ = Command::new("pkill")
-            .args([
-                "-f",
-                &format!("gnome-keyring-daemon.*{}", self.home.display()),
-            ])
-            .status();
         let _ = self.bus.kill();
         let _ = self.bus.wait();
     }
