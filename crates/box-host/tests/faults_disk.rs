@@ -801,12 +801,7 @@ fn full_disks_fail_naming_enospc_leave_nothing_and_the_next_save_works() {
         return;
     }
     let _serial = serial();
-    let heavy = std::env::var("BOX_HEAVY_FAULTS").is_ok_and(|v| v == "1");
-    let seed: u64 = std::env::var("FAULTS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("faults_disk: FAULTS_SEED={seed} (heavy: {heavy})");
+    let (heavy, seed) = save_load_support::fault_run("faults_disk");
     let (dir_cases, state_cases, guest_cases) = if heavy { (40, 6, 8) } else { (8, 2, 2) };
 
     let w = World::with_box("alpha");

@@ -497,12 +497,7 @@ fn damaged_backups_are_refused_and_counted() {
         return;
     }
     let _serial = serial();
-    let heavy = std::env::var("BOX_HEAVY_FAULTS").is_ok_and(|v| v == "1");
-    let seed: u64 = std::env::var("FAULTS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random);
-    eprintln!("faults_flips: FAULTS_SEED={seed} (heavy: {heavy})");
+    let (heavy, seed) = save_load_support::fault_run("faults_flips");
     let mut rng = StdRng::seed_from_u64(seed);
 
     let w = World::with_box("alpha");

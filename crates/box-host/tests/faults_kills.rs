@@ -581,22 +581,13 @@ fn table(rows: &[(Verb, Counts)]) -> String {
     t
 }
 
-fn seed() -> u64 {
-    std::env::var("FAULTS_SEED")
-        .ok()
-        .and_then(|s| s.parse().ok())
-        .unwrap_or_else(rand::random)
-}
-
 #[test]
 fn sigkilled_verbs_leave_nothing_behind_and_run_again() {
     if !prerequisites() {
         return;
     }
     let _serial = serial();
-    let heavy = std::env::var("BOX_HEAVY_FAULTS").is_ok_and(|v| v == "1");
-    let seed = seed();
-    eprintln!("faults_kills: FAULTS_SEED={seed} (heavy: {heavy})");
+    let (heavy, seed) = save_load_support::fault_run("faults_kills");
     let mut rng = StdRng::seed_from_u64(seed);
 
     let w = World::with_box("alpha");

@@ -26,6 +26,18 @@ pub use sim_support::{Run, box_bin, sibling};
 /// The tests share two cores and host ports: one world at a time.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The fault tests' run (`faults_*.rs`): heavy under `BOX_HEAVY_FAULTS=1`, and the seed of
+/// its random choices (`FAULTS_SEED`, else a fresh one), printed so a run can be replayed.
+pub fn fault_run(test: &str) -> (bool, u64) {
+    let heavy = std::env::var("BOX_HEAVY_FAULTS").is_ok_and(|v| v == "1");
+    let seed: u64 = std::env::var("FAULTS_SEED")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or_else(rand::random);
+    eprintln!("{test}: FAULTS_SEED={seed} (heavy: {heavy})");
+    (heavy, seed)
+}
+
 pub fn serial() -> MutexGuard<'static, ()> {
     SERIAL.lock().unwrap_or_else(|e| e.into_inner())
 }
