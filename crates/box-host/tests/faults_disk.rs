@@ -176,16 +176,7 @@ impl PrivateMounts {
                 Ok(())
             });
         }
-        let out = cmd.output().unwrap();
-        let run = Run::from(&out);
-        w.transcript.borrow_mut().push_str(&format!(
-            "$ box {}\n{}{}[exit {:?}]\n",
-            args.join(" "),
-            run.stdout,
-            run.stderr,
-            run.code
-        ));
-        run
+        w.record(args, &cmd.output().unwrap())
     }
 }
 

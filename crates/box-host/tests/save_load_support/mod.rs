@@ -205,7 +205,9 @@ impl World {
         cmd
     }
 
-    fn record(&self, args: &[&str], out: &Output) -> Run {
+    /// What `box ARGS` printed, kept in the world's transcript; for runs made elsewhere
+    /// (in another namespace) as well as [`World::run`]'s.
+    pub fn record(&self, args: &[&str], out: &Output) -> Run {
         let run = Run::from(out);
         self.transcript.borrow_mut().push_str(&format!(
             "$ box {}\n{}{}[exit {:?}]\n",
