@@ -883,3 +883,57 @@ fn a_base_build_killed_mid_pack_leaves_nothing_after_the_next_build() {
     );
     assert!(w.machines().is_empty(), "{:?}", w.machines());
 }
+
+/// What a save killed with SIGKILL leaves on the host, its scratch dir with a decrypted
+/// part (0600 in a 0700 dir, named after the dead process), is named by `box doctor` with
+/// its size and way out, and `box doctor --fix` removes it, and only it: a scratch dir whose
+/// process still runs stays.
+#[test]
+fn doctor_names_the_plaintext_a_killed_save_left_and_fix_removes_it() {
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::new();
+    let scratch = w.home().join("tmp");
+    std::fs::create_dir_all(&scratch).unwrap();
+    // A pid far above pid_max never runs; this test's own pid does.
+    let dead = scratch.join("save-999999999-k1llpart");
+    let live = scratch.join(format!("load-{}-stillrunning", std::process::id()));
+    for dir in [&dead, &live] {
+        std::fs::create_dir(dir).unwrap();
+        std::fs::write(dir.join("part-000000"), vec![7u8; 3 << 20]).unwrap();
+    }
+
+    let doctor = w.run(&["doctor"], &[]);
+    let line = doctor
+        .stdout
+        .lines()
+        .chain(doctor.stderr.lines())
+        .find(|l| l.contains("plaintext"))
+        .unwrap_or_else(|| panic!("box doctor names the plaintext: {}", doctor.all()));
+    assert!(
+        line.contains("1 scratch dir(s) of a killed save or load")
+            && line.contains("3.0 MiB")
+            && line.contains("box doctor --fix"),
+        "{line}"
+    );
+    assert!(dead.exists(), "box doctor alone changes nothing");
+
+    let fix = w.run(&["doctor", "--fix"], &[]);
+    assert!(
+        fix.all().contains("removed 1 of 1 scratch dir(s)"),
+        "{}",
+        fix.all()
+    );
+    assert!(
+        !dead.exists(),
+        "box doctor --fix removed the dead save's plaintext"
+    );
+    assert!(
+        live.join("part-000000").exists(),
+        "a running load's scratch stays"
+    );
+    let again = w.run(&["doctor"], &[]);
+    assert!(!again.all().contains("plaintext"), "{}", again.all());
+}

@@ -20,7 +20,9 @@ use crate::lifecycle::guest;
 use crate::lifecycle::guest_network::GuestNetwork;
 use crate::smolvm::{Machine, Smolvm, labels};
 use crate::state::{BoxRecord, LockKey, Registry, locks};
+use crate::transfer::host_dir;
 use crate::ui;
+use crate::ui::progress::human;
 
 pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     let only = args.name.as_deref().map(BoxName::parse).transpose()?;
@@ -41,6 +43,7 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     );
     checks.push(base_check::check(ctx));
     let mut fixed: Vec<String> = Vec::new();
+    checks.extend(leftover_plaintext(ctx, args.fix, &mut fixed));
     // Each box's policy and smolvm's newest denials, for --json.
     let mut egress: Vec<serde_json::Value> = Vec::new();
     let registry = Registry::new(&ctx.state);
@@ -162,6 +165,41 @@ pub fn run(ctx: &Context, args: &crate::cli::DoctorArgs) -> Result<ExitCode> {
     } else {
         ExitCode::SUCCESS
     })
+}
+
+/// Host scratch dirs of a save or load killed with SIGKILL (nothing ran its cleanup):
+/// they may hold a decrypted part of a backup, 0600 in a 0700 dir. The next save or load
+/// sweeps them; until then the doctor says so, and `--fix` removes them.
+fn leftover_plaintext(ctx: &Context, fix: bool, fixed: &mut Vec<String>) -> Option<Check> {
+    let stale = host_dir::stale(&ctx.state);
+    if stale.is_empty() {
+        return None;
+    }
+    let bytes: u64 = stale.iter().map(|(_, b)| b).sum();
+    let what = format!(
+        "{} scratch dir(s) of a killed save or load in {} ({} of plaintext parts)",
+        stale.len(),
+        host_dir::parent(&ctx.state).display(),
+        human(bytes)
+    );
+    if fix {
+        let removed = host_dir::sweep_stale(&ctx.state);
+        fixed.push(format!("removed {removed} of {what}"));
+        return (removed < stale.len()).then(|| {
+            Check::new(
+                "host",
+                "plaintext",
+                Status::Fail,
+                format!("{what}: {} could not be removed", stale.len() - removed),
+            )
+        });
+    }
+    Some(Check::new(
+        "host",
+        "plaintext",
+        Status::Warn,
+        format!("{what}; the next save or load removes them, or now: box doctor --fix"),
+    ))
 }
 
 /// A machine box made under this state dir that no row names (see

@@ -1,7 +1,7 @@
 //! The host scratch dir of one transfer: `<state>/tmp/<kind>-<pid>-<random>`, mode 0700,
 //! registered with the engine's cleanup (removed on exit, panic, HUP, INT and TERM). It
 //! holds one plaintext part at a time, each 0600. A SIGKILL leaves it behind: the next save
-//! or load sweeps dirs whose pid is gone.
+//! or load sweeps dirs whose pid is gone, `box doctor` reports them and `--fix` sweeps.
 
 use std::path::{Path, PathBuf};
 
@@ -46,17 +46,44 @@ pub fn sweep_stale(state: &StateDir) -> usize {
     sweep_in(&parent(state))
 }
 
-fn sweep_in(dir: &Path) -> usize {
+/// Scratch dirs whose process is gone (a save or load killed with SIGKILL), with the bytes
+/// of plaintext parts each still holds: what `box doctor` reports.
+pub fn stale(state: &StateDir) -> Vec<(PathBuf, u64)> {
+    stale_in(&parent(state))
+        .into_iter()
+        .map(|dir| {
+            let bytes = std::fs::read_dir(&dir)
+                .into_iter()
+                .flatten()
+                .flatten()
+                .filter_map(|e| e.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum();
+            (dir, bytes)
+        })
+        .collect()
+}
+
+fn stale_in(dir: &Path) -> Vec<PathBuf> {
     let Ok(entries) = std::fs::read_dir(dir) else {
-        return 0;
+        return Vec::new();
     };
+    entries
+        .flatten()
+        .filter(|entry| {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            pid_of(&name).is_some_and(|pid| pid != std::process::id() as i32 && !alive(pid))
+        })
+        .map(|entry| entry.path())
+        .collect()
+}
+
+fn sweep_in(dir: &Path) -> usize {
     let mut removed = 0;
-    for entry in entries.flatten() {
-        let name = entry.file_name().to_string_lossy().into_owned();
-        let stale =
-            pid_of(&name).is_some_and(|pid| pid != std::process::id() as i32 && !alive(pid));
-        if stale && std::fs::remove_dir_all(entry.path()).is_ok() {
-            tracing::info!("removed stale scratch {}", entry.path().display());
+    for path in stale_in(dir) {
+        if std::fs::remove_dir_all(&path).is_ok() {
+            tracing::info!("removed stale scratch {}", path.display());
             removed += 1;
         }
     }
