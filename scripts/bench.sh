@@ -7,11 +7,15 @@
 # and box's peak RSS. Asserts nothing; on a loaded machine read the ratios, not the seconds
 # (the load average is printed).
 #
-#   BENCH_SHAPES    corpora, one after the other (default "home big"):
+#   BENCH_SHAPES    corpora, one after the other (default "home big source"):
 #                   home: like an agent's home, BENCH_FILES small files + BENCH_LARGE_MB of
 #                         large ones (1/4 random, 1/4 log-like text, 1/2 sparse-ish mixed)
 #                   big:  fewer, larger files: BENCH_BIG_FILES files (default 48) in
 #                         BENCH_LARGE_MB + 512 MiB, each a mix of random, text and zeros
+#                   source: BENCH_FILES small source files (0.2-6 KB) in twenty
+#                         repositories, plus BENCH_LARGE_MB * 5/8 MiB of large files (a third
+#                         random: each repository's pack; a third log text; a third mostly
+#                         zeros)
 #   BENCH_FILES     small files (default 50000)
 #   BENCH_LARGE_MB  MiB of large files (default 1024)
 #   BENCH_DIR       work dir (default: a temp dir, removed afterwards)
@@ -46,7 +50,7 @@ else
   HARNESS=$TARGET/release/examples/backup_harness
 fi
 
-SHAPES=${BENCH_SHAPES:-home big}
+SHAPES=${BENCH_SHAPES:-home big source}
 BIG_FILES=${BENCH_BIG_FILES:-48}
 printf 'bench-passphrase\n' > "$WORK/pw"
 export BOX_PASSPHRASE_FILE="$WORK/pw"
@@ -98,6 +102,48 @@ if shape == "big":
                     f.write(data)
                 else:
                     f.write(rng.randbytes(mb // 8) + bytes(mb - mb // 8))
+    sys.exit(0)
+if shape == "source":
+    # Issue 41's third corpus: NFILES small source files (0.2-6 KB) in twenty repositories
+    # with nested directories, plus LARGE_MB * 5/8 (640 MiB by default) of large files, a
+    # third of them incompressible (each repository's pack), a third log text, a third
+    # mostly zeros.
+    kinds = [".rs", ".py", ".ts", ".md", ".json", ".toml", ".c", ".h", ".go", ".sh"]
+    keywords = ["fn", "let", "return", "if", "else", "for", "match", "struct", "impl", "def", "import", "const", "{", "}", "(", ")", "=", "->", ";", "//"]
+    def source(size):
+        out, n = [], 0
+        while n < size:
+            indent = "    " * rng.randint(0, 3)
+            line = indent + " ".join(rng.choice(keywords) if rng.random() < 0.4 else rng.choice(words) for _ in range(rng.randint(2, 12))) + "\n"
+            out.append(line)
+            n += len(line)
+        return "".join(out).encode()[:size]
+    repos = 20
+    large = large_mb * 5 // 8
+    third = max(1, large // 3)
+    line = 0
+    for r in range(repos):
+        repo = os.path.join(home, "src", f"repo{r:02d}")
+        subdirs = [os.path.join(repo, *[f"m{rng.randint(0, 9)}" for _ in range(rng.randint(1, 4))]) for _ in range(60)]
+        for d in subdirs:
+            os.makedirs(d, exist_ok=True)
+        for i in range(nfiles // repos):
+            d = subdirs[i % len(subdirs)]
+            with open(os.path.join(d, f"f{i}{rng.choice(kinds)}"), "wb") as f:
+                f.write(source(rng.randint(200, 6000)))
+        pack = os.path.join(repo, ".git", "objects", "pack")
+        os.makedirs(pack, exist_ok=True)
+        with open(os.path.join(pack, "pack-0.pack"), "wb") as f:
+            for _ in range(max(1, third // repos)):
+                f.write(rng.randbytes(mb))
+    with open(os.path.join(root, "logs", "agent.log"), "wb") as f:
+        for _ in range(third):
+            data, line = log_mib(line)
+            f.write(data)
+    os.makedirs(os.path.join(home, "big"), exist_ok=True)
+    with open(os.path.join(home, "big", "cache.db"), "wb") as f:
+        for _ in range(max(1, large - 2 * third)):
+            f.write(rng.randbytes(mb // 8) + bytes(mb - mb // 8))
     sys.exit(0)
 dirs = [os.path.join(home, "workspace", f"proj{d // 25}", f"dir{d}") for d in range(max(1, nfiles // 100))]
 for d in dirs:

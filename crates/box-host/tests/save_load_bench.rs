@@ -804,8 +804,8 @@ fn bench_new_and_load_from_a_base() {
         assert!(w.run(&["rm", &name, "--force"], &[]).ok());
     }
     for (label, goal) in [
-        ("box new from the base", "goal <= 3 s"),
-        ("box load from the base", "goal <= 4 s"),
+        ("box new from the base", "issue 41's limit: <= 1.2 s"),
+        ("box load from the base", "issue 41's limit: <= 3 s"),
     ] {
         print_medians(
             &format!(
