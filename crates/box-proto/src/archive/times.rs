@@ -13,7 +13,8 @@ pub type Time = (i64, u32);
 
 fn timespecs(mtime: Time) -> [libc::timespec; 2] {
     let t = libc::timespec {
-        tv_sec: mtime.0 as libc::time_t,
+        // (`as _`: the field's own type; musl deprecates naming `libc::time_t`.)
+        tv_sec: mtime.0 as _,
         tv_nsec: i64::from(mtime.1) as _,
     };
     [t, t]
