@@ -43,7 +43,7 @@ pub const BLOCKS_FLAG: &str = "--block-files-above";
 /// How often the signal forwarder looks.
 const TICK: Duration = Duration::from_millis(20);
 /// What the consumer stores in the export's stop flag when it gives up on its own.
-const ABANDONED: usize = usize::MAX;
+pub(super) const ABANDONED: usize = usize::MAX;
 
 /// An export whose every part went into a sink, and how it went.
 pub struct ExportedInto<S> {
@@ -321,7 +321,11 @@ fn run_export(
 
 /// Copies a pending signal into the export's stop flag until the export has ended (the
 /// consumer may be busy in a copy or an encryption when it arrives).
-fn forward_signals(signals: Option<&AtomicUsize>, stop: &AtomicUsize, done: &AtomicBool) {
+pub(super) fn forward_signals(
+    signals: Option<&AtomicUsize>,
+    stop: &AtomicUsize,
+    done: &AtomicBool,
+) {
     while !done.load(Ordering::SeqCst) {
         if let Some(sig) = signals
             .map(|f| f.load(Ordering::SeqCst))
