@@ -539,6 +539,12 @@ impl LoadRun<'_> {
             guest_dir::warn_left(&self.box_.machine, &scratch, &err);
         }
         if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+            if let Err(err) = guest_dir::remove_import_stages(&mut self.guest()) {
+                ui::warn(format!(
+                    "could not remove the interrupted import's staging dir in '{}': {err:#}",
+                    self.box_.machine
+                ));
+            }
             crate::lifecycle::cleanup::mark_kept(
                 &self.ctx.state,
                 &name,

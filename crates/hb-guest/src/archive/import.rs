@@ -43,7 +43,7 @@ use super::follow::{Follow, FollowReader};
 use super::parts::{PartsReader, check_part_files, check_parts};
 
 /// Prefix of the staging dir inside the root.
-pub const STAGE_PREFIX: &str = ".hb-restore-stage-";
+pub const STAGE_PREFIX: &str = layout::RESTORE_STAGE_PREFIX;
 /// Prefix of the rollback dir inside the root.
 pub const ROLLBACK_PREFIX: &str = ".hb-restore-rollback-";
 
