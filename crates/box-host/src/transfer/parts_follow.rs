@@ -406,3 +406,72 @@ fn run_import(
     let _ = tx.send(ImportEvent::Exited(exit));
     out.ok()
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn copying(rx: &Receiver<ImportEvent>) -> Copying<'_> {
+        Copying {
+            events: rx,
+            pending: 2,
+            cancel: None,
+            copied: 0,
+            taken: 0,
+            guest_link: 0,
+            guest_next: 0,
+            link_parts: Vec::new(),
+            exited: None,
+            done: Followed::default(),
+        }
+    }
+
+    #[test]
+    fn the_import_may_only_take_the_next_part_box_copied() {
+        let (_tx, rx) = mpsc::channel();
+        let mut c = copying(&rx);
+        // Link 1: two parts copied, the link ended; link 2: one part so far.
+        c.link_parts = vec![(2, true), (1, false)];
+        c.copied = 3;
+        c.taken_part(0).unwrap();
+        c.taken_part(1).unwrap();
+        assert_eq!((c.guest_link, c.guest_next, c.taken), (1, 0, 2));
+        c.taken_part(0).unwrap();
+        // A claim to have taken a part box never copied, or one out of order: the guest
+        // is not believed.
+        let e = c.taken_part(1).unwrap_err().to_string();
+        assert!(
+            e.contains("took part 1 of link 2 where box had copied 1"),
+            "{e}"
+        );
+        let mut c = copying(&rx);
+        c.link_parts = vec![(3, false)];
+        c.copied = 3;
+        assert!(c.taken_part(1).is_err());
+        assert_eq!(c.taken, 0);
+    }
+
+    #[test]
+    fn an_import_that_ends_before_the_parts_do_stops_the_copying() {
+        let (tx, rx) = mpsc::channel();
+        let mut c = copying(&rx);
+        c.link_parts = vec![(1, false)];
+        c.copied = 1;
+        tx.send(ImportEvent::Exited(Err(anyhow!(
+            "`hb import` failed: no room"
+        ))))
+        .unwrap();
+        let e = c.drain().unwrap_err().to_string();
+        assert!(e.contains("no room"), "{e}");
+        tx.send(ImportEvent::Exited(Ok(()))).unwrap();
+        let e = c.drain().unwrap_err().to_string();
+        assert!(
+            e.contains("ended before box had copied all the parts"),
+            "{e}"
+        );
+        tx.send(ImportEvent::Malformed("part-taken \\x1b[2J".into()))
+            .unwrap();
+        let e = c.drain().unwrap_err().to_string();
+        assert!(e.contains("cannot read: part-taken \\x1b[2J"), "{e}");
+    }
+}
