@@ -33,13 +33,13 @@ use box_proto::guest_output::{self, ImportLine};
 use secrecy::SecretString;
 
 use super::checkpoint;
-use super::guest_hb::{Guest, timeouts};
+use super::guest_hb::Guest;
 use super::parts_in::copy_index;
-use super::parts_stream::{ABANDONED, forward_signals};
+use super::parts_stream::{ABANDONED, exec_streaming, forward_signals};
 use crate::backup::cleanup::Temp;
 use crate::backup::load::{ValidatedBackup, write_parts};
 use crate::lifecycle::guest::{self, HB_PATH};
-use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
+use crate::smolvm::{Output, Smolvm};
 use crate::ui::progress::Phase;
 
 /// How often the copying side wakes up while it holds back, to notice a signal.
@@ -103,18 +103,7 @@ pub fn import_following(
     let stop = AtomicUsize::new(0);
     let exec_done = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel();
-    let mut copying = Copying {
-        events: &rx,
-        pending: usize::from(pending.max(1)),
-        cancel: signals,
-        copied: 0,
-        taken: 0,
-        guest_link: 0,
-        guest_next: 0,
-        link_parts: Vec::new(),
-        exited: None,
-        done: Followed::default(),
-    };
+    let mut copying = Copying::new(&rx, pending, signals);
     let (copied, exec) = std::thread::scope(|s| {
         let exec = s.spawn(|| run_import(smolvm, machine, &argv, &stop, tx));
         let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
@@ -169,7 +158,26 @@ struct Copying<'e> {
     done: Followed,
 }
 
-impl Copying<'_> {
+impl<'e> Copying<'e> {
+    fn new(
+        events: &'e Receiver<ImportEvent>,
+        pending: u16,
+        cancel: Option<&'e AtomicUsize>,
+    ) -> Self {
+        Copying {
+            events,
+            pending: usize::from(pending.max(1)),
+            cancel,
+            copied: 0,
+            taken: 0,
+            guest_link: 0,
+            guest_next: 0,
+            link_parts: Vec::new(),
+            exited: None,
+            done: Followed::default(),
+        }
+    }
+
     /// One event of the import's thread.
     fn on_event(&mut self, event: ImportEvent) -> Result<()> {
         match event {
@@ -370,30 +378,19 @@ fn run_import(
     stop: &AtomicUsize,
     tx: Sender<ImportEvent>,
 ) -> Option<Output> {
-    let out = {
-        let mut on_line = |stream: Stream, line: &str| {
-            if stream != Stream::Stdout {
-                return;
-            }
-            let event = match guest_output::import_line(line) {
-                ImportLine::Taken(n) => ImportEvent::Taken(n),
-                ImportLine::Malformed(quoted) => ImportEvent::Malformed(quoted),
-                ImportLine::Other => return,
-            };
-            // A copying side that gave up has dropped its end; the stop flag ends this call.
-            let _ = tx.send(event);
-        };
-        smolvm.exec(
+    let out =
+        exec_streaming(
+            smolvm,
             machine,
             argv,
-            ExecOpts {
-                timeout: Some(timeouts::BULK),
-                on_line: Some(&mut on_line),
-                cancel: Some(stop),
-                env: Vec::new(),
+            stop,
+            &tx,
+            |line| match guest_output::import_line(line) {
+                ImportLine::Taken(n) => Some(ImportEvent::Taken(n)),
+                ImportLine::Malformed(quoted) => Some(ImportEvent::Malformed(quoted)),
+                ImportLine::Other => None,
             },
-        )
-    };
+        );
     let exit = match &out {
         Ok(o) if o.success() => Ok(()),
         Ok(o) => Err(anyhow!(
@@ -412,18 +409,7 @@ mod tests {
     use super::*;
 
     fn copying(rx: &Receiver<ImportEvent>) -> Copying<'_> {
-        Copying {
-            events: rx,
-            pending: 2,
-            cancel: None,
-            copied: 0,
-            taken: 0,
-            guest_link: 0,
-            guest_next: 0,
-            link_parts: Vec::new(),
-            exited: None,
-            done: Followed::default(),
-        }
+        Copying::new(rx, 2, None)
     }
 
     #[test]
