@@ -517,6 +517,11 @@ fn seconds_went(w: &World, name: &str, verb: &str) -> (Vec<(String, f64)>, f64) 
         .collect();
     runs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
     let text = std::fs::read_to_string(runs.last().unwrap()).unwrap();
+    // A load's overlapped copy and import: what the guest held and where the copying
+    // side waited.
+    if let Some(followed) = text.lines().find(|l| l.contains("copy in + import: ")) {
+        eprintln!("  {name}: {}", followed.trim());
+    }
     let line = text
         .lines()
         .rev()

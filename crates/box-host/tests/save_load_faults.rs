@@ -663,6 +663,33 @@ fn load_fault_matrix() {
         "a half-restored box is never resumed"
     );
     assert!(w.run(&["rm", "victim", "--force"], &[]).ok());
+    // SIGINT while a part is being copied in, the import already running in the guest
+    // (it takes the parts as they arrive): the kept VM runs no import any more, holds no
+    // part, and its /data was never swapped.
+    let calls0 = w.calls().len();
+    let r = run_case(
+        &w,
+        &["load", &file, "victim", "--keep-on-failure"],
+        Act::Signal("cp", "/part-000001", Signal::SIGINT),
+        &[PART],
+    );
+    assert_eq!(r.code, Some(130), "{}", r.all());
+    let calls = w.calls_since(calls0);
+    let import = calls.iter().position(|c| c.contains("hb import --follow"));
+    let part1 = calls.iter().position(|c| c.contains("/part-000001"));
+    assert!(
+        matches!((import, part1), (Some(i), Some(p)) if i < p),
+        "the import ran before the part was copied: {calls:#?}"
+    );
+    let left = guest_processes(&w, "victim", "hb import");
+    assert!(left.is_empty(), "still running in the guest: {left:?}");
+    w.assert_no_plaintext(&["alpha", "victim"]);
+    let (_, restored) = w.sh_any(
+        "victim",
+        "ls /data/home/agent/workspace/blob 2>/dev/null; true",
+    );
+    assert!(restored.trim().is_empty(), "nothing was swapped in");
+    assert!(w.run(&["rm", "victim", "--force"], &[]).ok());
     w.scan_secrets();
-    eprintln!("load fault matrix: {} cases passed", cases.len() + 1);
+    eprintln!("load fault matrix: {} cases passed", cases.len() + 2);
 }

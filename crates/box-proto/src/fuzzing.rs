@@ -519,6 +519,7 @@ pub fn guest_output(data: &[u8]) {
             // As the runner hands each stdout line to the export's reader.
             for line in text.split_inclusive('\n') {
                 guest_export_line(line.trim_end_matches(['\n', '\r']));
+                guest_import_line(line.trim_end_matches(['\n', '\r']));
             }
         }
         1 => rendered_export_lines(rest, &text),
@@ -562,6 +563,27 @@ fn guest_export_line(line: &str) {
             !like_ready && !line.starts_with(chain_line::PREFIX),
             "{line:?} was not read"
         ),
+    }
+}
+
+/// One line of `hb import --follow`'s stdout: a taken part only in the one spelling hb
+/// writes, a malformed one quoted, anything else left alone.
+fn guest_import_line(line: &str) {
+    use crate::archive::follow::TAKEN;
+    use crate::archive::parts::part_name;
+    use crate::guest_output::{ImportLine, MAX_LINE_QUOTED, import_line};
+    let like_taken = line == TAKEN || line.starts_with(&format!("{TAKEN} "));
+    match import_line(line) {
+        ImportLine::Taken(n) => assert_eq!(
+            format!("{TAKEN} {}", part_name(n)),
+            line,
+            "a taken line read as another"
+        ),
+        ImportLine::Malformed(quoted) => {
+            check_quoted(&quoted, MAX_LINE_QUOTED);
+            assert!(like_taken);
+        }
+        ImportLine::Other => assert!(!like_taken, "{line:?} was not read"),
     }
 }
 

@@ -1,5 +1,5 @@
 //! What `box` reads from the output of the commands it runs in a guest: `hb export`'s
-//! stdout lines, `hb status --json`, `hb doctor`'s lines, the API-key check's words and
+//! and `hb import --follow`'s stdout lines, `hb status --json`, `hb doctor`'s lines, the API-key check's words and
 //! Executor's token. An agent runs in the guest with passwordless sudo, and `hb` and
 //! everything else there are within its reach: every byte read here is hostile input,
 //! data and never an instruction.
@@ -19,6 +19,7 @@
 
 use crate::HermesService;
 use crate::archive::chain_line::{self, ChainSaid};
+use crate::archive::follow;
 use crate::archive::parts::Part;
 use crate::escape::shown;
 use crate::mcp::BearerToken;
@@ -69,6 +70,28 @@ pub fn export_line(line: &str) -> ExportLine {
             ExportLine::Malformed(quoted(line, MAX_LINE_QUOTED))
         }
         (None, None) => ExportLine::Other,
+    }
+}
+
+/// One line of `hb import --follow`'s standard output, as box reads it while the import
+/// runs (crate::archive::follow).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ImportLine {
+    /// The import read, checked and removed part number `n`.
+    Taken(usize),
+    /// A line that starts like a [`crate::archive::follow::TAKEN`] line and names no
+    /// part: the line, [`quoted`].
+    Malformed(String),
+    /// Anything else (the keepalive, the summary): not box's to read.
+    Other,
+}
+
+/// Reads one line of `hb import --follow`'s stdout (without its line break).
+pub fn import_line(line: &str) -> ImportLine {
+    match follow::parse_taken(line) {
+        Some(Ok(n)) => ImportLine::Taken(n),
+        Some(Err(())) => ImportLine::Malformed(quoted(line, MAX_LINE_QUOTED)),
+        None => ImportLine::Other,
     }
 }
 
@@ -311,6 +334,39 @@ mod tests {
         // A size in another spelling is not the announcement hb writes.
         let plus = p.render_ready().replace(" 1048576 ", " +1048576 ");
         assert!(matches!(export_line(&plus), ExportLine::Malformed(_)));
+    }
+
+    #[test]
+    fn import_lines_are_taken_parts_or_not_read() {
+        assert_eq!(
+            import_line(&follow::render_taken(&part())),
+            ImportLine::Taken(2)
+        );
+        for other in [
+            "part-wait part-000003",
+            "Imported 3 members",
+            "",
+            "part-takenx",
+        ] {
+            assert_eq!(import_line(other), ImportLine::Other, "{other}");
+        }
+        // A hostile line that starts like one: malformed, quoted, bounded.
+        let hostile = format!("part-taken \x1b]52;c;{}", "y".repeat(10_000));
+        let ImportLine::Malformed(q) = import_line(&hostile) else {
+            panic!("read as something else");
+        };
+        assert!(q.starts_with("part-taken \\x1b]52"), "{q}");
+        assert!(q.chars().count() <= MAX_LINE_QUOTED + 4, "{}", q.len());
+        for bad in [
+            "part-taken part-1",
+            "part-taken part-000001 x",
+            "part-taken /etc",
+        ] {
+            assert!(
+                matches!(import_line(bad), ImportLine::Malformed(_)),
+                "{bad}"
+            );
+        }
     }
 
     #[test]

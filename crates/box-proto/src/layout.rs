@@ -24,6 +24,9 @@ pub const LOGS_DIR: &str = "logs";
 /// than in it (the agent must not be able to make a save skip a changed file), never
 /// backed up or cloned.
 pub const BACKUP_SNAPSHOT: &str = ".hb-backup-snapshot";
+/// The prefix of `hb import`'s staging dir in the data root (`<prefix><pid>`): a restore
+/// in progress, never archived; an import that was killed leaves it behind.
+pub const RESTORE_STAGE_PREFIX: &str = ".hb-restore-stage-";
 /// Executor's data dir (`EXECUTOR_DATA_DIR`).
 pub const EXECUTOR_DATA_DIR: &str = "home/agent/.executor";
 /// Hermes Agent's home (`HERMES_HOME`).

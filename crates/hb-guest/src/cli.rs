@@ -295,6 +295,11 @@ pub struct ImportArgs {
     /// swap, so this box's Executor mints one of its own when it starts
     #[arg(long)]
     pub forget_executor_token: bool,
+    /// The parts arrive while the import runs (box load copies them in): take each once
+    /// its marker `part-NNNNNN.ready` is whole, say `part-taken <name>` on stdout and
+    /// remove it; a dir ends with its index and `end.ready`
+    #[arg(long)]
+    pub follow: bool,
 }
 
 fn parse_part_hash(name: &str) -> Result<PartHashAlgo, String> {
@@ -375,6 +380,9 @@ mod tests {
             &["hb", "import", "--from", "/d/x"],
             &["hb", "import", "--from", "/d/x", "--forget-executor-token"],
             &["hb", "import", "--from", "/d/a", "--from", "/d/b"],
+            &[
+                "hb", "import", "--follow", "--from", "/d/a", "--from", "/d/b",
+            ],
             &["hb", "workload"],
             &["hb", "token"],
             &["hb", "--data", "/tmp/d", "init"],

@@ -390,7 +390,9 @@ pub fn validate_backup(path: &Path, passphrase: &SecretString) -> Result<Validat
 /// is removed after the callback returns. The last part is handed out only after the MDC
 /// checked out and the plaintext hash equals `expected` (pass 1). Parts handed out earlier
 /// are unauthenticated until this returns `Ok`: the caller must not let the guest import
-/// them before, which it cannot anyway without the index returned here.
+/// them before, which it cannot anyway without the index returned here. (`hb import
+/// --follow` extracts them into its private stage as they come, and swaps nothing in
+/// before the end marker, which box copies only after the index this returns.)
 pub fn write_parts(
     path: &Path,
     passphrase: &SecretString,

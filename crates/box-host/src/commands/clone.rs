@@ -21,12 +21,12 @@ use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use box_proto::archive::parts::{Part, PartIndex, hash_part};
+use box_proto::archive::parts::{Part, hash_part};
 use box_proto::{BoxName, HermesService, guest_output};
 use sha2::{Digest, Sha256};
 
 use super::Context;
-use super::load::LoadRun;
+use super::load::{Filled, LoadRun};
 use super::new;
 use super::save::SaveRun;
 use crate::backup::cleanup;
@@ -178,7 +178,7 @@ fn copy_across(
     scratch: &str,
     part_size: u64,
     pending: Option<u16>,
-) -> Result<Vec<(String, PartIndex)>> {
+) -> Result<Filled> {
     source.quiesce()?;
     ui::say(format!(
         "Copying /data of '{}' into '{}'",
@@ -212,7 +212,7 @@ fn copy_across(
         cancel: Some(target.signals.flag()),
     };
     parts_in::send_index(&mut guest, &index, host.path(), scratch)?;
-    Ok(vec![(scratch.to_string(), index)])
+    Ok(Filled::Copied(vec![(scratch.to_string(), index)]))
 }
 
 /// Clone's sink: each part, checked against what the export said of it, copied into the

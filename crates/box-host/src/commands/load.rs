@@ -2,9 +2,12 @@
 //!
 //! file exists → box lock, name free → passphrase → pass 1 decrypts and validates the whole
 //! backup before any smolvm call → a fresh box created and provisioned as `box new` does
-//! (from a matching base when there is one), without starting its runtime → `hb quiesce` → pass 2 cuts the plaintext into parts (hash equal to pass 1's), each
-//! copied in 0600 into a 0700 guest scratch dir → `hb import` (staged, owners fixed, quiesce
-//! marker re-armed, swapped with rollback) → guest scratch removed → guest assets refreshed
+//! (from a matching base when there is one), without starting its runtime → `hb quiesce` →
+//! `hb import --follow` runs while pass 2 cuts the plaintext into parts (hash equal to pass
+//! 1's), each copied into a 0700 guest scratch dir with its marker, at most
+//! `BOX_STREAM_PARTS` not yet taken (transfer::parts_follow; `BOX_STREAM_PARTS=0`: all parts
+//! in, then `hb import`) → the import stages, fixes owners, re-arms the quiesce marker,
+//! swaps with rollback → guest scratch removed → guest assets refreshed
 //! (provisioning again, only the per-box steps for a box from a base; then `hb init`) → `hb resume` + `hb up` → `hb wire-mcp` (the running
 //! Executor's token wins over the restored one) → doctor →
 //! `Restored and verified. Enter with: box enter <name>`.
@@ -37,12 +40,22 @@ use crate::lifecycle::signals::DeferredSignals;
 use crate::policy::carried::Recorded;
 use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
-use crate::transfer::{self, guest_dir, host_dir, parts_in};
+use crate::transfer::{self, guest_dir, host_dir, parts_follow, parts_in};
 use crate::ui;
 use crate::ui::progress::human;
 
 /// The `hb import` flag that drops the imported tree's Executor token (`box clone`).
 pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
+/// The `hb import` flag that takes the parts while they arrive.
+const FOLLOW_FLAG: &str = "--follow";
+
+/// What a restore's `fill` did.
+pub(super) enum Filled {
+    /// Copied the parts of each link into its dir (with its index), for `hb import`.
+    Copied(Vec<(String, PartIndex)>),
+    /// Imported them as they arrived (`hb import --follow`).
+    Imported,
+}
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     let file = location::find_file(&ctx.config, &ctx.state, &args.file);
@@ -317,58 +330,98 @@ impl LoadRun<'_> {
     }
 
     /// The backup (or each link of its chain, oldest first, into a dir of its own) copied
-    /// in as parts, then restored.
+    /// in as parts and restored: imported while the parts arrive, unless
+    /// `BOX_STREAM_PARTS=0` asks for the sequential path (all parts in, then the import).
     pub(super) fn restore(
         &mut self,
         links: &[ValidatedBackup],
         pass: &SecretString,
         part_size: u64,
     ) -> Result<()> {
+        let pending = transfer::stream_pending()?;
         self.restore_with(|run, scratch| {
-            ui::say(format!("Copying the archive into '{}'", run.name));
             let host = host_dir::create(&run.ctx.state, "load")?;
-            let cancel = Some(run.signals.flag());
-            let mut copied = Vec::new();
-            for (i, validated) in links.iter().enumerate() {
-                let mut guest = Guest {
-                    smolvm: &run.box_.smolvm,
-                    machine: &run.box_.machine,
-                    transcript: &mut run.box_.transcript,
-                    cancel,
-                };
-                let dir = if links.len() == 1 {
-                    scratch.to_string()
-                } else {
-                    let dir = format!("{scratch}/link-{i:03}");
-                    guest.exec_ok(
-                        "creating a link's scratch dir",
-                        &["mkdir", "-m", "0700", "--", &dir],
-                        timeouts::SHORT,
-                        true,
+            let dirs = run.link_dirs(scratch, links.len())?;
+            let Some(pending) = pending else {
+                ui::say(format!("Copying the archive into '{}'", run.name));
+                let mut guest = run.guest();
+                let cancel = guest.cancel;
+                let mut copied = Vec::new();
+                for (validated, dir) in links.iter().zip(dirs) {
+                    let index = parts_in::copy_in(
+                        &mut guest,
+                        validated,
+                        pass,
+                        host.path(),
+                        &dir,
+                        part_size,
+                        cancel,
                     )?;
-                    dir
-                };
-                let index = parts_in::copy_in(
-                    &mut guest,
-                    validated,
-                    pass,
-                    host.path(),
-                    &dir,
-                    part_size,
-                    cancel,
-                )?;
-                copied.push((dir, index));
-            }
-            Ok(copied)
+                    copied.push((dir, index));
+                }
+                return Ok(Filled::Copied(copied));
+            };
+            ui::say(format!(
+                "Copying the archive into '{}' and restoring /data as it arrives",
+                run.name
+            ));
+            let args = run.import_args(&dirs, true);
+            let args: Vec<&str> = args.iter().map(String::as_str).collect();
+            parts_follow::import_following(
+                &mut run.guest(),
+                links,
+                &dirs,
+                &args,
+                pass,
+                host.path(),
+                part_size,
+                pending,
+            )?;
+            Ok(Filled::Imported)
         })
     }
 
-    /// The restore with the parts and their index put into the guest scratch dir by
-    /// `fill`: pause → scratch dir → `fill` → `hb import` → scratch removed → guest assets
-    /// refreshed → resume, up, wiring, health.
+    /// The scratch dir of each of `links` links: the scratch dir itself for one, else a
+    /// 0700 dir for each inside it (made in one call).
+    fn link_dirs(&mut self, scratch: &str, links: usize) -> Result<Vec<String>> {
+        if links == 1 {
+            return Ok(vec![scratch.to_string()]);
+        }
+        let dirs: Vec<String> = (0..links)
+            .map(|i| format!("{scratch}/link-{i:03}"))
+            .collect();
+        let mut mkdir = vec!["mkdir", "-m", "0700", "--"];
+        mkdir.extend(dirs.iter().map(String::as_str));
+        self.guest().exec_ok(
+            "creating the links' scratch dirs",
+            &mkdir,
+            timeouts::SHORT,
+            true,
+        )?;
+        Ok(dirs)
+    }
+
+    /// `hb import`'s arguments for the parts in `dirs`.
+    fn import_args(&self, dirs: &[String], follow: bool) -> Vec<String> {
+        let mut args = vec!["import".to_string()];
+        if follow {
+            args.push(FOLLOW_FLAG.into());
+        }
+        for dir in dirs {
+            args.extend(["--from".to_string(), dir.clone()]);
+        }
+        if self.own_token {
+            args.push(OWN_TOKEN_FLAG.into());
+        }
+        args
+    }
+
+    /// The restore with the parts put into the guest scratch dir by `fill` (and imported
+    /// there, when it says so): pause → scratch dir → `fill` → `hb import` (unless `fill`
+    /// did it) → scratch removed → guest assets refreshed → resume, up, wiring, health.
     pub(super) fn restore_with(
         &mut self,
-        fill: impl FnOnce(&mut Self, &str) -> Result<Vec<(String, PartIndex)>>,
+        fill: impl FnOnce(&mut Self, &str) -> Result<Filled>,
     ) -> Result<()> {
         let name = self.name.clone();
         self.checkpoint()?;
@@ -385,31 +438,34 @@ impl LoadRun<'_> {
             timeouts::SHORT,
             true,
         )?;
-        let filled = fill(self, &scratch)?;
-        self.checkpoint()?;
-        self.box_.timings.mark("copy in (pass 2)");
-
-        ui::say(format!(
-            "Restoring /data inside '{name}' ({} part(s){})",
-            filled.iter().map(|(_, i)| i.parts.len()).sum::<usize>(),
-            if filled.len() > 1 {
-                format!(", {} links", filled.len())
-            } else {
-                String::new()
+        match fill(self, &scratch)? {
+            Filled::Imported => {
+                self.checkpoint()?;
+                self.box_.timings.mark("copy in + import");
             }
-        ));
-        let mut import = vec!["import"];
-        for (dir, _) in &filled {
-            import.extend(["--from", dir.as_str()]);
+            Filled::Copied(filled) => {
+                self.checkpoint()?;
+                self.box_.timings.mark("copy in (pass 2)");
+                ui::say(format!(
+                    "Restoring /data inside '{name}' ({} part(s){})",
+                    filled.iter().map(|(_, i)| i.parts.len()).sum::<usize>(),
+                    if filled.len() > 1 {
+                        format!(", {} links", filled.len())
+                    } else {
+                        String::new()
+                    }
+                ));
+                let dirs: Vec<String> = filled.into_iter().map(|(dir, _)| dir).collect();
+                let args = self.import_args(&dirs, false);
+                let args: Vec<&str> = args.iter().map(String::as_str).collect();
+                self.guest().hb(&args, timeouts::BULK, true)?;
+                self.checkpoint()?;
+                self.box_.timings.mark("import");
+            }
         }
-        if self.own_token {
-            import.push(OWN_TOKEN_FLAG);
-        }
-        self.guest().hb(&import, timeouts::BULK, true)?;
         guest_dir::remove(&mut self.guest(), &scratch)?;
         self.guest_dir = None;
         self.checkpoint()?;
-        self.box_.timings.mark("import");
 
         ui::say(format!("Refreshing guest assets in '{name}'"));
         if self.box_.from_base {
@@ -483,6 +539,12 @@ impl LoadRun<'_> {
             guest_dir::warn_left(&self.box_.machine, &scratch, &err);
         }
         if self.keep_on_failure || std::env::var("BOX_KEEP_ON_FAILURE").is_ok_and(|v| v == "1") {
+            if let Err(err) = guest_dir::remove_import_stages(&mut self.guest()) {
+                ui::warn(format!(
+                    "could not remove the interrupted import's staging dir in '{}': {err:#}",
+                    self.box_.machine
+                ));
+            }
             crate::lifecycle::cleanup::mark_kept(
                 &self.ctx.state,
                 &name,

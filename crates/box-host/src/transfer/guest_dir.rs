@@ -56,6 +56,26 @@ pub fn sweep_stale(guest: &mut Guest<'_>) -> Result<()> {
     Ok(())
 }
 
+/// Removes the staging dir a killed `hb import` left in the data root (the restored
+/// plaintext so far; never a rollback dir, which holds the state from before a swap). For
+/// a VM that stays after a failed load; the import is gone by then (its exec was killed),
+/// but its last write may still race the first rm: try again.
+pub fn remove_import_stages(guest: &mut Guest<'_>) -> Result<()> {
+    let script = format!(
+        "for d in /data/{stage}*; do [ -e \"$d\" ] || continue; \
+         for t in 1 2 3 4 5; do rm -rf -- \"$d\" 2>/dev/null && break; sleep 1; done; \
+         [ ! -e \"$d\" ] || rm -rf -- \"$d\" || exit 1; done",
+        stage = box_proto::layout::RESTORE_STAGE_PREFIX
+    );
+    guest.exec_ok(
+        "removing the staging dir of the interrupted import",
+        &["sh", "-c", &script],
+        timeouts::SHORT,
+        false,
+    )?;
+    Ok(())
+}
+
 /// Prints how to remove a scratch dir box could not remove itself.
 pub fn warn_left(machine: &str, path: &str, why: &anyhow::Error) {
     crate::ui::warn(format!(

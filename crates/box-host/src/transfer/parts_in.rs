@@ -64,6 +64,31 @@ pub fn send_index(
     host_dir: &Path,
     guest_dir: &str,
 ) -> Result<()> {
+    copy_index(guest, index, host_dir, guest_dir)?;
+    guest.exec_ok(
+        "making the parts private",
+        &[
+            "find", guest_dir, "-type", "f", "-exec", "chmod", "0600", "{}", "+",
+        ],
+        timeouts::SHORT,
+        false,
+    )?;
+    guest.transcript.line(&format!(
+        "copied in {} part(s), {} bytes",
+        index.parts.len(),
+        index.total_size
+    ));
+    Ok(())
+}
+
+/// Copies `index` into `guest_dir` as its part index, through a 0600 temp file in
+/// `host_dir`.
+pub fn copy_index(
+    guest: &mut Guest<'_>,
+    index: &PartIndex,
+    host_dir: &Path,
+    guest_dir: &str,
+) -> Result<()> {
     let (temp, mut file) = Temp::create_file(host_dir, ".index-")
         .with_context(|| format!("cannot write the part index in {}", host_dir.display()))?;
     file.write_all(index.render().as_bytes())
@@ -78,19 +103,5 @@ pub fn send_index(
             &format!("{guest_dir}/{INDEX_FILE}"),
         )
         .context("cannot copy the part index into the box")?;
-    drop(temp);
-    guest.exec_ok(
-        "making the parts private",
-        &[
-            "find", guest_dir, "-type", "f", "-exec", "chmod", "0600", "{}", "+",
-        ],
-        timeouts::SHORT,
-        false,
-    )?;
-    guest.transcript.line(&format!(
-        "copied in {} part(s), {} bytes",
-        index.parts.len(),
-        index.total_size
-    ));
     Ok(())
 }

@@ -31,7 +31,7 @@ use super::announced::{self, Consumed, ExportEvent, ExportExit, PartSink, PartSo
 use super::guest_hb::{Guest, timeouts};
 use super::parts_out;
 use crate::lifecycle::guest::{self, HB_PATH};
-use crate::smolvm::{ExecOpts, Output, Smolvm, Stream};
+use crate::smolvm::{ExecOpts, Output, Smolvm, SmolvmError, Stream};
 
 /// The flag an `hb` that streams its parts knows.
 pub const STREAM_FLAG: &str = "--stream-parts";
@@ -43,7 +43,7 @@ pub const BLOCKS_FLAG: &str = "--block-files-above";
 /// How often the signal forwarder looks.
 const TICK: Duration = Duration::from_millis(20);
 /// What the consumer stores in the export's stop flag when it gives up on its own.
-const ABANDONED: usize = usize::MAX;
+pub(super) const ABANDONED: usize = usize::MAX;
 
 /// An export whose every part went into a sink, and how it went.
 pub struct ExportedInto<S> {
@@ -275,32 +275,16 @@ fn run_export(
     tx: Sender<ExportEvent>,
 ) -> Option<Output> {
     let mut announced = 0usize;
-    let out = {
-        let mut on_line = |stream: Stream, line: &str| {
-            if stream != Stream::Stdout {
-                return;
-            }
-            let event = match guest_output::export_line(line) {
-                ExportLine::Ready(part) => ExportEvent::Ready(part),
-                ExportLine::Chain(said) => ExportEvent::Chain(said),
-                ExportLine::Malformed(quoted) => ExportEvent::Malformed(quoted),
-                ExportLine::Other => return,
-            };
-            announced += 1;
-            // A consumer that gave up has dropped its end; the stop flag ends this call.
-            let _ = tx.send(event);
+    let out = exec_streaming(smolvm, machine, argv, stop, &tx, |line| {
+        let event = match guest_output::export_line(line) {
+            ExportLine::Ready(part) => ExportEvent::Ready(part),
+            ExportLine::Chain(said) => ExportEvent::Chain(said),
+            ExportLine::Malformed(quoted) => ExportEvent::Malformed(quoted),
+            ExportLine::Other => return None,
         };
-        smolvm.exec(
-            machine,
-            argv,
-            ExecOpts {
-                timeout: Some(timeouts::BULK),
-                on_line: Some(&mut on_line),
-                cancel: Some(stop),
-                env: Vec::new(),
-            },
-        )
-    };
+        announced += 1;
+        Some(event)
+    });
     let exit = match &out {
         Ok(o) if o.success() => ExportExit::Done,
         // clap's "error: unexpected argument '--stream-parts' found" (or of the value
@@ -319,9 +303,45 @@ fn run_export(
     out.ok()
 }
 
-/// Copies a pending signal into the export's stop flag until the export has ended (the
+/// `argv` in a streaming exec (the guest's long `hb` verb of a transfer), each stdout line
+/// that `parse` reads as an event sent to `tx` as it arrives; `stop` ends the call (and
+/// with it the guest command).
+pub(super) fn exec_streaming<E>(
+    smolvm: &Smolvm,
+    machine: &str,
+    argv: &[&str],
+    stop: &AtomicUsize,
+    tx: &Sender<E>,
+    mut parse: impl FnMut(&str) -> Option<E>,
+) -> Result<Output, SmolvmError> {
+    let mut on_line = |stream: Stream, line: &str| {
+        if stream != Stream::Stdout {
+            return;
+        }
+        if let Some(event) = parse(line) {
+            // A consumer that gave up has dropped its end; the stop flag ends this call.
+            let _ = tx.send(event);
+        }
+    };
+    smolvm.exec(
+        machine,
+        argv,
+        ExecOpts {
+            timeout: Some(timeouts::BULK),
+            on_line: Some(&mut on_line),
+            cancel: Some(stop),
+            env: Vec::new(),
+        },
+    )
+}
+
+/// Copies a pending signal into a streaming exec's stop flag until the exec has ended (the
 /// consumer may be busy in a copy or an encryption when it arrives).
-fn forward_signals(signals: Option<&AtomicUsize>, stop: &AtomicUsize, done: &AtomicBool) {
+pub(super) fn forward_signals(
+    signals: Option<&AtomicUsize>,
+    stop: &AtomicUsize,
+    done: &AtomicBool,
+) {
     while !done.load(Ordering::SeqCst) {
         if let Some(sig) = signals
             .map(|f| f.load(Ordering::SeqCst))

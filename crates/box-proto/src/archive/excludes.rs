@@ -38,7 +38,7 @@ pub const EXCLUDED_PATHS: &[&str] = &[
 /// snapshot incremental saves compare with (with its `.next` and temporaries); never
 /// archived.
 pub const RESTORE_SCRATCH_PREFIXES: &[&str] = &[
-    ".hb-restore-stage-",
+    layout::RESTORE_STAGE_PREFIX,
     ".hb-restore-rollback-",
     layout::BACKUP_SNAPSHOT,
 ];

@@ -7,7 +7,8 @@
 //!   shape, for `hb export` and the bench.
 //! * [`excludes`]: what `hb export` leaves out of a backup (the seed's excludes).
 //! * [`parts`]: the part index `hb export` writes beside its parts (size + hash each);
-//!   [`part_hash`]: that hash, SHA-256 or XXH3-128.
+//!   [`part_hash`]: that hash, SHA-256 or XXH3-128; [`follow`]: the markers by which
+//!   `hb import --follow` takes parts while they arrive.
 //! * [`incremental`]: GNU tar's dumpdirs, which make a chain of backups restorable with
 //!   stock `tar -x -g /dev/null`; [`chain_state`]: the tree a chain built, which the next
 //!   link is validated against.
@@ -27,6 +28,7 @@ pub mod chain_state;
 pub mod compress;
 pub mod copy;
 pub mod excludes;
+pub mod follow;
 pub mod holes;
 pub mod host_facts;
 pub mod incremental;

@@ -1,7 +1,9 @@
 //! `hb import`: restore a data root from parts, staged and swapped with rollback, as the
 //! seed's last restore did (docs/design.md, "load").
 //!
-//! 1. Check the part index: every part a regular file of the listed size.
+//! 1. Check the part index: every part a regular file of the listed size. (With
+//!    `--follow` the parts arrive while the import runs: each is checked as it is read,
+//!    each link's index once its last part was taken; see [`super::follow`].)
 //! 2. Extract into `<root>/.hb-restore-stage-<pid>` (0700, fresh), with no same-owner and
 //!    every mode bit (as GNU tar as root), zero runs as holes and the room on `/data`'s
 //!    filesystem checked as bytes are written, validating every member (every rule, each
@@ -37,10 +39,11 @@ use box_proto::archive::unpack::Unpacker;
 use box_proto::archive::validate::{self, Limits, WalkError};
 use box_proto::layout;
 
+use super::follow::{Follow, FollowReader};
 use super::parts::{PartsReader, check_part_files, check_parts};
 
 /// Prefix of the staging dir inside the root.
-pub const STAGE_PREFIX: &str = ".hb-restore-stage-";
+pub const STAGE_PREFIX: &str = layout::RESTORE_STAGE_PREFIX;
 /// Prefix of the rollback dir inside the root.
 pub const ROLLBACK_PREFIX: &str = ".hb-restore-rollback-";
 
@@ -69,28 +72,77 @@ pub fn import(root: &Path, from: &Path) -> Result<ImportSummary> {
 /// links before it built, then all are applied in order into one staging dir (as `tar -x
 /// -g /dev/null` applies them), which is swapped in once.
 pub fn import_chain(root: &Path, links: &[PathBuf]) -> Result<ImportSummary> {
-    import_links(root, links, FaultInjection::default())
+    import_links(root, links, Source::Indexed, FaultInjection::default())
+}
+
+/// [`import_chain`] from directories whose parts arrive while it runs (`hb import
+/// --follow`, [`super::follow`]): each part is checked as it is read and removed, each
+/// link's index checked against what arrived; nothing is swapped in before every link
+/// ended.
+pub fn import_following(
+    root: &Path,
+    links: &[PathBuf],
+    follow: Follow<'_>,
+) -> Result<ImportSummary> {
+    import_links(
+        root,
+        links,
+        Source::Following(follow),
+        FaultInjection::default(),
+    )
 }
 
 #[doc(hidden)]
 pub fn import_with(root: &Path, from: &Path, fault: FaultInjection) -> Result<ImportSummary> {
-    import_links(root, &[from.to_path_buf()], fault)
+    import_links(root, &[from.to_path_buf()], Source::Indexed, fault)
 }
 
-fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result<ImportSummary> {
+/// Where the links' parts come from.
+enum Source<'f> {
+    /// All there before the import starts, with their index.
+    Indexed,
+    /// Arriving while it runs.
+    Following(Follow<'f>),
+}
+
+/// A link's archive read whole into the unpacker: the walk, then the rest of the stream
+/// (the walk stops at the archive's end), so that the last part's bytes are checked whole.
+fn apply_link(
+    reader: &mut impl io::Read,
+    unpacker: &mut Unpacker,
+    prior: Option<Rc<ChainState>>,
+) -> std::result::Result<(validate::Report, ChainState), WalkError<io::Error>> {
+    let walked = validate::walk_link(&mut *reader, &Limits::default(), prior, |entry, key| {
+        unpacker.unpack(entry, key)
+    })?;
+    io::copy(reader, &mut io::sink())
+        .map_err(|e| WalkError::Archive(ArchiveError::Invalid(e.to_string())))?;
+    Ok(walked)
+}
+
+fn import_links(
+    root: &Path,
+    links: &[PathBuf],
+    mut source: Source<'_>,
+    fault: FaultInjection,
+) -> Result<ImportSummary> {
     let meta = fs::symlink_metadata(root)
         .with_context(|| format!("data root {} is missing", root.display()))?;
     if !meta.is_dir() {
         bail!("data root {} is not a directory", root.display());
     }
+    if links.is_empty() {
+        bail!("no parts to import");
+    }
     // 1: every link's parts are there, before anything is written; their bytes are
     // checked as they are extracted into the private stage (a damaged part discards it).
-    let indexes = links
-        .iter()
-        .map(|from| check_part_files(from))
-        .collect::<Result<Vec<PartIndex>>>()?;
-    let Some(index) = indexes.last().cloned() else {
-        bail!("no parts to import");
+    // Parts that arrive while the import runs are checked one by one as they come.
+    let indexes = match source {
+        Source::Indexed => links
+            .iter()
+            .map(|from| check_part_files(from))
+            .collect::<Result<Vec<PartIndex>>>()?,
+        Source::Following(_) => Vec::new(),
     };
     // 2.
     remove_stale_stages(root)?;
@@ -102,52 +154,72 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
         .with_context(|| format!("cannot create staging dir {}", stage.display()))?;
     let result = (|| -> Result<ImportSummary> {
         let mut unpacker = Unpacker::new(&stage);
-        let mut report = None;
+        let mut last = None;
         let mut prior: Option<Rc<ChainState>> = None;
-        for (i, (from, index)) in links.iter().zip(&indexes).enumerate() {
+        for (i, from) in links.iter().enumerate() {
             if i > 0 {
                 unpacker.next_link();
             }
-            let mut reader = PartsReader::new(from, index);
-            // Each link after the tree the ones before it built.
-            let walked = validate::walk_link(
-                &mut reader,
-                &Limits::default(),
-                prior.clone(),
-                |entry, key| unpacker.unpack(entry, key),
-            )
-            // The walk stops at the archive's end: the rest is read too, so that the
-            // last part's bytes are checked whole.
-            .and_then(|walked| {
-                io::copy(&mut reader, &mut io::sink())
-                    .map(|_| walked)
-                    .map_err(|e| WalkError::Archive(ArchiveError::Invalid(e.to_string())))
-            });
             let broken = |e: &dyn std::fmt::Display| match links.len() {
                 1 => anyhow!("{e}"),
                 _ => anyhow!("link {} of the chain ({}): {e}", i + 1, from.display()),
             };
-            let walked = match walked {
-                Ok(walked) => Ok(walked),
-                // A part unlike its index is the cause whatever the walk made of its
-                // bytes (a damaged part breaks the compression or a member first).
-                Err(e) => match check_parts(from) {
-                    Err(damaged) => return Err(broken(&damaged)),
-                    Ok(_) => Err(e),
-                },
-            };
-            let (found, state) = match walked {
-                Ok(walked) => walked,
-                Err(WalkError::Archive(e)) => return Err(broken(&e)),
-                Err(WalkError::Callback(e)) => {
-                    // The unpacker refuses what it cannot write safely; some rules are
-                    // judged only further on in the stream, so when the archive breaks
-                    // one, the rest of it is read to say which, in the rule's words.
-                    let reader = PartsReader::new(from, index);
-                    if let Err(rule) = validate::validate_link(reader, &Limits::default(), prior) {
-                        return Err(broken(&rule));
+            let cannot_extract =
+                |e: &io::Error| anyhow!("cannot extract into {}: {e}", stage.display());
+            // Each link after the tree the ones before it built.
+            let (found, state, index) = match &mut source {
+                Source::Indexed => {
+                    let index = &indexes[i];
+                    let mut reader = PartsReader::new(from, index);
+                    match apply_link(&mut reader, &mut unpacker, prior.clone()) {
+                        Ok((found, state)) => (found, state, index.clone()),
+                        // A part unlike its index is the cause whatever the walk made of
+                        // its bytes (a damaged part breaks the compression or a member
+                        // first).
+                        Err(e) => {
+                            if let Err(damaged) = check_parts(from) {
+                                return Err(broken(&damaged));
+                            }
+                            return Err(match e {
+                                WalkError::Archive(e) => broken(&e),
+                                WalkError::Callback(e) => {
+                                    // The unpacker refuses what it cannot write safely;
+                                    // some rules are judged only further on in the stream,
+                                    // so when the archive breaks one, the rest of it is
+                                    // read to say which, in the rule's words.
+                                    let reader = PartsReader::new(from, index);
+                                    match validate::validate_link(reader, &Limits::default(), prior)
+                                    {
+                                        Err(rule) => broken(&rule),
+                                        Ok(_) => cannot_extract(&e),
+                                    }
+                                }
+                            });
+                        }
                     }
-                    bail!("cannot extract into {}: {e}", stage.display())
+                }
+                Source::Following(follow) => {
+                    let mut reader = FollowReader::new(from, follow);
+                    match apply_link(&mut reader, &mut unpacker, prior.clone()) {
+                        Ok((found, state)) => match reader.index() {
+                            Some(index) => (found, state, index.clone()),
+                            None => {
+                                bail!("the parts in {} ended without their index", from.display())
+                            }
+                        },
+                        // The parts read are gone: the damaged part, if any, is the one
+                        // the walk stopped in; the rule an unpacker's refusal stands for
+                        // was judged by the host, which validated these bytes first.
+                        Err(e) => {
+                            if let Some(parts) = reader.own_failure() {
+                                return Err(broken(&parts));
+                            }
+                            return Err(match e {
+                                WalkError::Archive(e) => broken(&e),
+                                WalkError::Callback(e) => cannot_extract(&e),
+                            });
+                        }
+                    }
                 }
             };
             if found.compression != index.compression {
@@ -158,9 +230,9 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
                 );
             }
             prior = Some(Rc::new(state));
-            report = Some(found);
+            last = Some((found, index));
         }
-        let Some(report) = report else {
+        let Some((report, index)) = last else {
             bail!("no parts to import");
         };
         // Reassembles the files kept in blocks (refusing damaged ones), then sets directory
@@ -178,7 +250,7 @@ fn import_links(root: &Path, links: &[PathBuf], fault: FaultInjection) -> Result
         Ok(ImportSummary {
             members: report.members,
             files: report.files,
-            index: index.clone(),
+            index,
         })
     })();
     if stage.exists() {

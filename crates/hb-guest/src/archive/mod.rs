@@ -4,6 +4,7 @@
 
 pub mod blocked;
 pub mod export;
+pub mod follow;
 pub mod import;
 pub mod incremental;
 pub mod live_db;

@@ -304,7 +304,7 @@ pub fn check_parts(dir: &Path) -> Result<PartIndex> {
     Ok(index)
 }
 
-fn open_nofollow(p: &Path) -> io::Result<File> {
+pub(super) fn open_nofollow(p: &Path) -> io::Result<File> {
     fs::OpenOptions::new()
         .read(true)
         .custom_flags(libc::O_NOFOLLOW)
@@ -324,11 +324,87 @@ pub struct PartsReader {
 }
 
 /// The part being read: its file, what the index says of it, and what was read so far.
-struct Reading {
+pub(super) struct Reading {
     file: File,
+    path: PathBuf,
     part: Part,
     hasher: PartHasher,
     read: u64,
+}
+
+impl Reading {
+    /// Opens `part` in `dir` (never through a link).
+    pub(super) fn open(dir: &Path, part: Part) -> io::Result<Self> {
+        let path = dir.join(&part.name);
+        Ok(Reading {
+            file: open_nofollow(&path)?,
+            path,
+            hasher: PartHasher::new(part.hash.algorithm()),
+            part,
+            read: 0,
+        })
+    }
+
+    /// The part being read.
+    pub(super) fn part(&self) -> &Part {
+        &self.part
+    }
+
+    /// Reads the next bytes of the part into `buf` (not empty): `Some(n)`, or `None` once
+    /// the part ended and passed its check of size and hash.
+    pub(super) fn read(&mut self, buf: &mut [u8]) -> io::Result<Option<usize>> {
+        // Never past the listed size: a part that grew fails its check, its extra bytes
+        // unread.
+        let room = (self.part.size - self.read).min(buf.len() as u64) as usize;
+        let n = if room == 0 {
+            // Only the end of the file is left to see.
+            let mut probe = [0u8; 1];
+            self.file.read(&mut probe)?
+        } else {
+            self.file.read(&mut buf[..room])?
+        };
+        self.read += n as u64;
+        if n == 0 || room == 0 {
+            // It ended, or it goes on past its size.
+            self.check()?;
+            return Ok(None);
+        }
+        self.hasher.update(&buf[..n]);
+        Ok(Some(n))
+    }
+
+    /// Reads the rest of the part, checking it: whether a reader that stopped early (its
+    /// consumer failed) stopped in a part unlike its index.
+    pub(super) fn check_rest(&mut self) -> io::Result<()> {
+        let mut buf = vec![0u8; 1 << 16];
+        while self.read(&mut buf)?.is_some() {}
+        Ok(())
+    }
+
+    /// The finished part's size and hash against the index.
+    fn check(&self) -> io::Result<()> {
+        let path = self.path.display();
+        if self.read != self.part.size {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "part {path} has {} bytes, the index says {}",
+                    self.read, self.part.size
+                ),
+            ));
+        }
+        let got = self.hasher.clone().finish();
+        if got != self.part.hash {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "part {path} does not match the index ({got}, expected {})",
+                    self.part.hash
+                ),
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl PartsReader {
@@ -338,34 +414,6 @@ impl PartsReader {
             parts: index.parts.clone().into_iter(),
             current: None,
         }
-    }
-
-    /// The finished part's size and hash against the index.
-    fn check(&self, done: Reading) -> io::Result<()> {
-        let path = self.dir.join(&done.part.name);
-        if done.read != done.part.size {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "part {} has {} bytes, the index says {}",
-                    path.display(),
-                    done.read,
-                    done.part.size
-                ),
-            ));
-        }
-        let got = done.hasher.finish();
-        if got != done.part.hash {
-            return Err(io::Error::new(
-                io::ErrorKind::InvalidData,
-                format!(
-                    "part {} does not match the index ({got}, expected {})",
-                    path.display(),
-                    done.part.hash
-                ),
-            ));
-        }
-        Ok(())
     }
 }
 
@@ -379,41 +427,17 @@ impl Read for PartsReader {
                 let Some(part) = self.parts.next() else {
                     return Ok(0);
                 };
-                let file = open_nofollow(&self.dir.join(&part.name))?;
-                self.current = Some(Reading {
-                    file,
-                    hasher: PartHasher::new(part.hash.algorithm()),
-                    part,
-                    read: 0,
-                });
+                self.current = Some(Reading::open(&self.dir, part)?);
                 continue;
             };
-            // Never past the listed size: a part that grew fails its check, its extra
-            // bytes unread.
-            let room = (reading.part.size - reading.read).min(buf.len() as u64) as usize;
-            let n = if room == 0 {
-                // Only the end of the file is left to see.
-                let mut probe = [0u8; 1];
-                reading.file.read(&mut probe)?
-            } else {
-                reading.file.read(&mut buf[..room])?
-            };
-            if n == 0 {
-                if let Some(done) = self.current.take() {
-                    self.check(done)?;
+            match reading.read(buf) {
+                Ok(Some(n)) => return Ok(n),
+                Ok(None) => self.current = None,
+                Err(e) => {
+                    self.current = None;
+                    return Err(e);
                 }
-                continue;
             }
-            reading.read += n as u64;
-            if room == 0 {
-                // It goes on past its size.
-                if let Some(done) = self.current.take() {
-                    self.check(done)?;
-                }
-                continue;
-            }
-            reading.hasher.update(&buf[..n]);
-            return Ok(n);
         }
     }
 }

@@ -1,4 +1,4 @@
-//! `hb import`: parts → checked → validated → staged → owners, modes, pause marker →
+//! `hb import`: parts (with `--follow`, as they arrive) → checked → validated → staged → owners, modes, pause marker →
 //! swapped into the data root with rollback. With `--forget-executor-token` (box clone)
 //! the imported Executor token is dropped afterwards: two boxes must never share one.
 
@@ -6,13 +6,23 @@ use std::process::ExitCode;
 
 use anyhow::{Context as _, Result};
 
-use crate::archive::import::import_chain;
+use crate::archive::follow::{Follow, PATIENCE};
+use crate::archive::import::{import_chain, import_following};
 use crate::context::Context;
 use crate::paths::Paths;
 
 pub fn run(ctx: &Context, args: &crate::cli::ImportArgs) -> Result<ExitCode> {
     let root = args.root.clone().unwrap_or_else(|| ctx.data.clone());
-    let summary = import_chain(&root, &args.from)?;
+    let summary = if args.follow {
+        let mut stdout = std::io::stdout();
+        let follow = Follow {
+            out: &mut stdout,
+            patience: PATIENCE,
+        };
+        import_following(&root, &args.from, follow)?
+    } else {
+        import_chain(&root, &args.from)?
+    };
     println!(
         "Imported {} members ({} files) into {}",
         summary.members,
