@@ -22,8 +22,7 @@ use box_proto::archive::blocks::{BlockIndex, DEFAULT_BLOCK_SIZE};
 use box_proto::archive::incremental::{Code, Dumpdir};
 use box_proto::archive::part_hash::{PartHash, PartHashAlgo};
 use export_import_support::data_root;
-use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
-use hb_guest::archive::incremental::{self, next_path};
+use hb_guest::archive::export::{ExportOptions, ExportSummary, export};
 
 /// Small enough for quick tests: every file of 256 KiB or more goes in blocks.
 const THRESHOLD: u64 = 256 << 10;
@@ -46,18 +45,7 @@ fn tools() -> bool {
 /// One chain-mode export of `src` into `out` with the test's threshold, on the committed
 /// snapshot when `parent` is its digest; then commits this export's snapshot.
 fn link(src: &Path, out: &Path, parent: Option<&str>) -> (ExportSummary, String) {
-    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
-    let parent = parent.and_then(|d| incremental::parent_for(&current, d, 24).unwrap().0);
-    let mut opts = ExportOptions::new(src, out, 1 << 30);
-    opts.block_files_above = THRESHOLD;
-    opts.chain = Some(ChainOptions {
-        parent,
-        record: next_path(&current),
-    });
-    let summary = export(&opts, Box::new(|_| {})).unwrap();
-    let digest = hex::encode(summary.index.total_sha256.unwrap());
-    incremental::commit(&current, &digest).unwrap();
-    (summary, digest)
+    export_import_support::chain_link(src, out, parent, 1 << 30, Some(THRESHOLD))
 }
 
 fn compressed(out: &Path, summary: &ExportSummary) -> Vec<u8> {

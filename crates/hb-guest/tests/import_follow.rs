@@ -18,10 +18,8 @@ use std::time::Duration;
 use box_proto::archive::follow::{END_MARKER, EndMarker, ready_marker};
 use box_proto::archive::parts::{INDEX_FILE, Part, PartIndex};
 use export_import_support::{backdate, build, snapshot, without_mode_of};
-use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
 use hb_guest::archive::follow::Follow;
 use hb_guest::archive::import::{STAGE_PREFIX, import_following};
-use hb_guest::archive::incremental::{self, next_path};
 
 /// A tree of a few files that do not compress much: several parts of [`PART`] bytes.
 fn sample(root: &Path, seed: u8) {
@@ -47,16 +45,7 @@ const PART: u64 = 2000;
 /// A finished export of `src` (chain mode, against `parent`'s snapshot when given) in
 /// `out`: its index, and the digest the next link names.
 fn exported(src: &Path, out: &Path, parent: Option<&str>) -> (PartIndex, String) {
-    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
-    let parent = parent.and_then(|d| incremental::parent_for(&current, d, 24).unwrap().0);
-    let mut opts = ExportOptions::new(src, out, PART);
-    opts.chain = Some(ChainOptions {
-        parent,
-        record: next_path(&current),
-    });
-    let summary = export(&opts, Box::new(|_| {})).unwrap();
-    let digest = hex::encode(summary.index.total_sha256.unwrap());
-    incremental::commit(&current, &digest).unwrap();
+    let (summary, digest) = export_import_support::chain_link(src, out, parent, PART, None);
     (summary.index, digest)
 }
 

@@ -16,9 +16,8 @@ use std::process::Command;
 use box_proto::archive::chain_state::ChainState;
 use box_proto::archive::validate::{Report, Rule, validate_link};
 use export_import_support::{backdate, data_root, set_mtime_nofollow, snapshot as tree};
-use hb_guest::archive::export::{ChainOptions, ExportOptions, ExportSummary, export};
+use hb_guest::archive::export::ExportSummary;
 use hb_guest::archive::import::import_chain;
-use hb_guest::archive::incremental::{self, next_path};
 
 fn tools() -> bool {
     let zstd = Command::new("zstd").arg("--version").output().is_ok();
@@ -35,20 +34,7 @@ fn tools() -> bool {
 /// One chain-mode export of `src` into `out`, against the committed snapshot when
 /// `parent` is its digest; then commits this export's snapshot under its own digest.
 fn link(src: &Path, out: &Path, parent: Option<&str>) -> (ExportSummary, String) {
-    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
-    let parent = match parent {
-        Some(d) => incremental::parent_for(&current, d, 24).unwrap().0,
-        None => None,
-    };
-    let mut opts = ExportOptions::new(src, out, 1 << 20);
-    opts.chain = Some(ChainOptions {
-        parent,
-        record: next_path(&current),
-    });
-    let summary = export(&opts, Box::new(|_| {})).unwrap();
-    let digest = hex::encode(summary.index.total_sha256.unwrap());
-    incremental::commit(&current, &digest).unwrap();
-    (summary, digest)
+    export_import_support::chain_link(src, out, parent, 1 << 20, None)
 }
 
 /// The README's loop for one link: its parts in order | zstd -d | tar -x -g /dev/null.

@@ -242,3 +242,32 @@ pub fn data_root(root: &Path) -> PathBuf {
     fs::create_dir_all(&workspace).unwrap();
     workspace
 }
+
+/// One chain-mode export of `src` into `out` in parts of `part_size` (with
+/// `block_files_above`, when given, as its threshold for files kept in blocks), on the
+/// committed snapshot when `parent` is its digest; then commits this export's snapshot
+/// under its own digest, as a save's export and publish do.
+pub fn chain_link(
+    src: &Path,
+    out: &Path,
+    parent: Option<&str>,
+    part_size: u64,
+    block_files_above: Option<u64>,
+) -> (hb_guest::archive::export::ExportSummary, String) {
+    use hb_guest::archive::export::{ChainOptions, ExportOptions, export};
+    use hb_guest::archive::incremental::{self, next_path};
+    let current = src.join(box_proto::layout::BACKUP_SNAPSHOT).join("current");
+    let parent = parent.and_then(|d| incremental::parent_for(&current, d, 24).unwrap().0);
+    let mut opts = ExportOptions::new(src, out, part_size);
+    if let Some(above) = block_files_above {
+        opts.block_files_above = above;
+    }
+    opts.chain = Some(ChainOptions {
+        parent,
+        record: next_path(&current),
+    });
+    let summary = export(&opts, Box::new(|_| {})).unwrap();
+    let digest = hex::encode(summary.index.total_sha256.unwrap());
+    incremental::commit(&current, &digest).unwrap();
+    (summary, digest)
+}
