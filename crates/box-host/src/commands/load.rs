@@ -17,6 +17,7 @@
 //! (docs/design.md, "Rollback of a failed new") unless `--keep-on-failure` /
 //! `BOX_KEEP_ON_FAILURE=1`; the transcript stays in `<state>/logs`.
 
+use std::path::Path;
 use std::process::ExitCode;
 
 use anyhow::{Result, bail};
@@ -40,21 +41,25 @@ use crate::lifecycle::signals::DeferredSignals;
 use crate::policy::carried::Recorded;
 use crate::state::{LockKey, Registry, locks};
 use crate::transfer::guest_hb::{Guest, timeouts};
-use crate::transfer::{self, guest_dir, host_dir, parts_follow, parts_in};
+use crate::transfer::parts_follow::{self, Follower};
+use crate::transfer::{self, guest_dir, host_dir, parts_in};
 use crate::ui;
+use crate::ui::progress::Phase;
 use crate::ui::progress::human;
 
 /// The `hb import` flag that drops the imported tree's Executor token (`box clone`).
 pub(super) const OWN_TOKEN_FLAG: &str = "--forget-executor-token";
 /// The `hb import` flag that takes the parts while they arrive.
 const FOLLOW_FLAG: &str = "--follow";
+/// Load's overlapped step, in the step line and the transcript.
+const FOLLOWED_STEP: &str = "copy in + import";
 
 /// What a restore's `fill` did.
 pub(super) enum Filled {
     /// Copied the parts of each link into its dir (with its index), for `hb import`.
     Copied(Vec<(String, PartIndex)>),
-    /// Imported them as they arrived (`hb import --follow`).
-    Imported,
+    /// Imported them as they arrived (`hb import --follow`), in the step named so.
+    Imported(&'static str),
 }
 
 pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
@@ -183,6 +188,36 @@ pub fn run(ctx: &Context, args: &crate::cli::LoadArgs) -> Result<ExitCode> {
     }
 }
 
+/// Pass 2 of every link, each part handed to `follower` as the engine cuts it (its hash
+/// equal to pass 1's, checked at the end of the link), then the link's index.
+fn cut_into(
+    follower: &mut Follower<'_, '_, '_>,
+    links: &[ValidatedBackup],
+    pass: &SecretString,
+    host_dir: &Path,
+    part_size: u64,
+) -> Result<()> {
+    let total = links.iter().map(|l| l.plaintext_size).sum();
+    let mut phase = Phase::start("copying in", Some(total));
+    for validated in links {
+        let index = load::write_parts(
+            &validated.path,
+            pass,
+            &validated.sha256,
+            part_size,
+            host_dir,
+            |path, part| {
+                follower.part(path, part)?;
+                phase.add(part.size);
+                Ok(())
+            },
+        )?;
+        follower.end(&index)?;
+    }
+    phase.finish();
+    Ok(())
+}
+
 /// What the backup holds of its box's policy: sealed by box, or only in its manifest.
 pub(super) fn recorded(v: &ValidatedBackup) -> Recorded<'_> {
     match &v.sealing {
@@ -309,7 +344,7 @@ impl LoadRun<'_> {
         transfer::checkpoint(Some(self.signals.flag()))
     }
 
-    fn guest(&mut self) -> Guest<'_> {
+    pub(super) fn guest(&mut self) -> Guest<'_> {
         Guest {
             smolvm: &self.box_.smolvm,
             machine: &self.box_.machine,
@@ -367,17 +402,19 @@ impl LoadRun<'_> {
             ));
             let args = run.import_args(&dirs, true);
             let args: Vec<&str> = args.iter().map(String::as_str).collect();
-            parts_follow::import_following(
-                &mut run.guest(),
-                links,
+            let mut guest = run.guest();
+            let ((), followed) = parts_follow::follow_import(
+                &mut guest,
                 &dirs,
                 &args,
-                pass,
                 host.path(),
-                part_size,
                 pending,
+                |follower| cut_into(follower, links, pass, host.path(), part_size),
             )?;
-            Ok(Filled::Imported)
+            guest
+                .transcript
+                .line(&followed.summary(FOLLOWED_STEP, "the guest", pending));
+            Ok(Filled::Imported(FOLLOWED_STEP))
         })
     }
 
@@ -402,7 +439,7 @@ impl LoadRun<'_> {
     }
 
     /// `hb import`'s arguments for the parts in `dirs`.
-    fn import_args(&self, dirs: &[String], follow: bool) -> Vec<String> {
+    pub(super) fn import_args(&self, dirs: &[String], follow: bool) -> Vec<String> {
         let mut args = vec!["import".to_string()];
         if follow {
             args.push(FOLLOW_FLAG.into());
@@ -439,9 +476,9 @@ impl LoadRun<'_> {
             true,
         )?;
         match fill(self, &scratch)? {
-            Filled::Imported => {
+            Filled::Imported(step) => {
                 self.checkpoint()?;
-                self.box_.timings.mark("copy in + import");
+                self.box_.timings.mark(step);
             }
             Filled::Copied(filled) => {
                 self.checkpoint()?;

@@ -13,11 +13,12 @@
 //!   engine while the next is being exported; the index, written last, must agree;
 //! * [`parts_out`] (save with an `hb` that does not stream): after the export, copy each
 //!   part out, check it against the part index, stream it into the engine, delete it;
-//! * [`parts_follow`] (load): `hb import --follow` runs while pass 2 of the engine cuts
-//!   the plaintext into parts, each copied in with a marker the import waits for, at most
-//!   N not yet taken; then each link's index and end marker;
-//! * [`parts_in`] (load with streaming off, clone): pass 2 of the engine cuts the plaintext
-//!   into parts, each is copied in 0600, then the index that `hb import` insists on;
+//! * [`parts_follow`] (load, clone): `hb import --follow` runs while the parts come (pass 2
+//!   of the engine cutting the plaintext, or the source box's export), each copied in with
+//!   a marker the import waits for, at most N not yet taken; then each link's index and
+//!   end marker;
+//! * [`parts_in`] (load and clone with streaming off): the parts are copied in 0600, then
+//!   the index that `hb import` insists on;
 //! * [`guest_hb`]: the `hb` verbs a transfer runs, with the transcript and a pending-signal
 //!   flag that cuts long ones short.
 

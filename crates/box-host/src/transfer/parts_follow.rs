@@ -1,24 +1,28 @@
-//! Load, overlapped: `hb import --follow` (box_proto::archive::follow) runs in a streaming
-//! `machine exec` on one thread, and this thread does pass 2 meanwhile: each part the
-//! engine cuts is copied into the guest, then its marker; after a link's last part, the
-//! part index and the end marker. The guest's import takes each part as it arrives, says
-//! so (`part-taken`), and removes it; this side copies a part only while fewer than
-//! `pending` copied parts are not yet taken, so the guest holds at most that many (plus the
-//! one being copied), whatever the size of the backup — not the whole compressed backup
-//! beside the restored data, as the sequential path needs.
+//! An import that takes the parts while they arrive (box_proto::archive::follow): `hb
+//! import --follow` runs in a streaming `machine exec` on one thread, and this thread feeds
+//! it meanwhile through a [`Follower`]: each part is copied into the guest, then its
+//! marker; after a link's last part, the part index and the end marker. The guest's import
+//! takes each part as it arrives, says so (`part-taken`), and removes it; the follower
+//! copies a part only while fewer than `pending` copied parts are not yet taken, so the
+//! guest holds at most that many (plus the one being copied), whatever the size of the
+//! data — not all of it compressed beside the restored data, as the sequential path needs.
+//!
+//! Two feeders share it: `box load` (pass 2 of the engine cuts each link of the backup into
+//! parts) and `box clone` (the source box's streaming export, each part checked on the
+//! host; the export is then paced by this hold-back too, as it keeps at most its own
+//! `pending` parts not yet copied out).
 //!
 //! What the import says is guest output, read through `box_proto::guest_output` (a line
-//! that names no part fails the load; a claim to have taken a part box never copied does
+//! that names no part fails the run; a claim to have taken a part box never copied does
 //! too). It decides nothing but when the next part is copied.
 //!
-//! The engine hands out each part before the backup's integrity check at its end (pass 1
-//! checked it whole; pass 2 checks it again): the import extracts into its private stage,
-//! and swaps nothing in before the end marker of the last link, which is copied only once
-//! the engine passed the whole backup again.
+//! The feeder may hand out parts before its own integrity check at its end (load's pass 2;
+//! clone's export index): the import extracts into its private stage, and swaps nothing in
+//! before the end marker of the last link, which the feeder gives only once it is done.
 //!
-//! A failure on either side stops the other: the import's exit ends the copying with the
-//! import's own error (escaped), and a failure here (or a pending signal, through the
-//! forwarder) kills the import's exec, which ends the guest command.
+//! A failure on either side stops the other: the import's exit ends the feeding with the
+//! import's own error (escaped), and a failure of the feeder (or a pending signal, through
+//! the forwarder) kills the import's exec, which ends the guest command.
 
 use std::io::Write as _;
 use std::path::Path;
@@ -28,19 +32,16 @@ use std::time::{Duration, Instant};
 
 use anyhow::{Context as _, Result, anyhow, bail};
 use box_proto::archive::follow::{END_MARKER, EndMarker, ready_marker};
-use box_proto::archive::parts::Part;
+use box_proto::archive::parts::{Part, PartIndex};
 use box_proto::guest_output::{self, ImportLine};
-use secrecy::SecretString;
 
 use super::checkpoint;
 use super::guest_hb::Guest;
 use super::parts_in::copy_index;
 use super::parts_stream::{ABANDONED, exec_streaming, forward_signals};
 use crate::backup::cleanup::Temp;
-use crate::backup::load::{ValidatedBackup, write_parts};
 use crate::lifecycle::guest::{self, HB_PATH};
 use crate::smolvm::{Output, Smolvm};
-use crate::ui::progress::Phase;
 
 /// How often the copying side wakes up while it holds back, to notice a signal.
 const TICK: Duration = Duration::from_millis(20);
@@ -70,9 +71,11 @@ pub struct Followed {
 }
 
 impl Followed {
-    pub fn summary(&self, pending: u16) -> String {
+    /// The transcript's line of the overlapped `step` (`copy in + import`), `guest` the
+    /// box that imported as the reader knows it.
+    pub fn summary(&self, step: &str, guest: &str, pending: u16) -> String {
         format!(
-            "copy in + import: {} part(s), {} bytes; the guest held at most {} part(s) (BOX_STREAM_PARTS={pending}); held back {:.2}s, copy {:.2}s",
+            "{step}: {} part(s), {} bytes; {guest} held at most {} part(s) (BOX_STREAM_PARTS={pending}); held back {:.2}s, copy {:.2}s",
             self.parts,
             self.bytes,
             self.held_most,
@@ -82,20 +85,18 @@ impl Followed {
     }
 }
 
-/// Runs `hb <import_args>` (which names `dirs` with `--follow`) while the parts of each of
-/// `links` are cut and copied into its dir of `dirs` (each 0700 and empty), at most
-/// `pending` of them not yet taken. Returns once the import succeeded.
-#[allow(clippy::too_many_arguments)]
-pub fn import_following(
+/// Runs `hb <import_args>` (which names `dirs` with `--follow`; each dir 0700 and empty)
+/// while `feed` hands each link's parts to the [`Follower`], link after link in the order
+/// of `dirs`, at most `pending` of them not yet taken. Returns what `feed` returned once
+/// the import succeeded.
+pub fn follow_import<T>(
     guest: &mut Guest<'_>,
-    links: &[ValidatedBackup],
     dirs: &[String],
     import_args: &[&str],
-    passphrase: &SecretString,
     host_dir: &Path,
-    part_size: u64,
     pending: u16,
-) -> Result<Followed> {
+    feed: impl FnOnce(&mut Follower<'_, '_, '_>) -> Result<T>,
+) -> Result<(T, Followed)> {
     let mut argv = vec![HB_PATH];
     argv.extend_from_slice(import_args);
     guest.transcript.line(&format!("$ {}", argv.join(" ")));
@@ -103,28 +104,27 @@ pub fn import_following(
     let stop = AtomicUsize::new(0);
     let exec_done = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel();
-    let mut copying = Copying::new(&rx, pending, signals);
-    let (copied, exec) = std::thread::scope(|s| {
+    let (fed, exec) = std::thread::scope(|s| {
         let exec = s.spawn(|| run_import(smolvm, machine, &argv, &stop, tx));
         let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
-        let copied = copy_links(
-            &mut copying,
-            &mut *guest,
-            links,
+        let mut follower = Follower {
+            guest: &mut *guest,
             dirs,
-            passphrase,
             host_dir,
-            part_size,
-        )
-        .and_then(|()| copying.wait_for_exit());
-        if copied.is_err() {
+            copying: Copying::new(&rx, pending, signals),
+        };
+        let fed = feed(&mut follower).and_then(|value| {
+            follower.finish()?;
+            Ok((value, follower.copying.done.clone()))
+        });
+        if fed.is_err() {
             // Kill the import (if still running) rather than wait for it.
             let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
         }
         let exec = exec.join();
         exec_done.store(true, Ordering::SeqCst);
         let _ = forwarder.join();
-        (copied, exec)
+        (fed, exec)
     });
     if let Ok(Some(out)) = &exec {
         guest.transcript.block("stdout", &out.stdout);
@@ -134,9 +134,102 @@ pub fn import_following(
     if exec.is_err() {
         return Err(anyhow!("the thread running hb import panicked"));
     }
-    copied?;
-    guest.transcript.line(&copying.done.summary(pending));
-    Ok(copying.done)
+    fed
+}
+
+/// The feeding side of [`follow_import`]: parts in, link after link.
+pub struct Follower<'f, 'g, 'a> {
+    guest: &'f mut Guest<'a>,
+    dirs: &'f [String],
+    host_dir: &'f Path,
+    copying: Copying<'g>,
+}
+
+impl Follower<'_, '_, '_> {
+    /// Copies the part at `local` (`part` says its name, size and hash, which the import
+    /// checks) into the current link's dir, then its marker, once the guest has room.
+    pub fn part(&mut self, local: &Path, part: &Part) -> Result<()> {
+        let dir = self.current_dir()?;
+        let copying = &mut self.copying;
+        copying.wait_for_room()?;
+        let held = copying.copied - copying.taken + 1;
+        copying.done.held_most = copying.done.held_most.max(held);
+        let (smolvm, machine) = (self.guest.smolvm, self.guest.machine);
+        let t = Instant::now();
+        smolvm
+            .copy_in_cancellable(
+                local,
+                machine,
+                &format!("{dir}/{}", part.name),
+                copying.cancel,
+            )
+            .with_context(|| format!("cannot copy {} into '{machine}'", part.name))?;
+        copy_text(
+            smolvm,
+            machine,
+            self.host_dir,
+            &format!("{dir}/{}", ready_marker(&part.name)),
+            &format!("{}\n", part.render_ready()),
+        )
+        .with_context(|| format!("cannot copy the marker of {} into '{machine}'", part.name))?;
+        copying.done.copy += t.elapsed();
+        copying.copied += 1;
+        if let Some(link) = copying.link_parts.last_mut() {
+            link.0 += 1;
+        }
+        copying.done.parts += 1;
+        copying.done.bytes += part.size;
+        Ok(())
+    }
+
+    /// The current link's parts are all in: its `index` (which must list them, as the
+    /// import checks), then its end marker.
+    pub fn end(&mut self, index: &PartIndex) -> Result<()> {
+        let dir = self.current_dir()?;
+        checkpoint(self.copying.cancel)?;
+        self.copying.drain()?;
+        copy_index(self.guest, index, self.host_dir, &dir)?;
+        let end = EndMarker {
+            parts: index.parts.len(),
+            total: index.total_size,
+        };
+        copy_text(
+            self.guest.smolvm,
+            self.guest.machine,
+            self.host_dir,
+            &format!("{dir}/{END_MARKER}"),
+            &end.render(),
+        )
+        .with_context(|| format!("cannot copy the end marker into '{}'", self.guest.machine))?;
+        self.copying.link_ended();
+        Ok(())
+    }
+
+    /// The dir of the link being fed, opening the next one after an end.
+    fn current_dir(&mut self) -> Result<String> {
+        let links = &mut self.copying.link_parts;
+        if links.last().is_none_or(|&(_, ended)| ended) {
+            links.push((0, false));
+        }
+        self.dirs.get(links.len() - 1).cloned().ok_or_else(|| {
+            anyhow!(
+                "more links than the {} dir(s) of the import",
+                self.dirs.len()
+            )
+        })
+    }
+
+    /// After the feeder: every link ended, and the import's end, which must be a success.
+    fn finish(&mut self) -> Result<()> {
+        let ended = self.copying.link_parts.iter().filter(|l| l.1).count();
+        if ended != self.dirs.len() {
+            bail!(
+                "box gave the import {ended} of its {} link(s)",
+                self.dirs.len()
+            );
+        }
+        self.copying.wait_for_exit()
+    }
 }
 
 /// The copying side's view of the import.
@@ -245,6 +338,20 @@ impl<'e> Copying<'e> {
         }
     }
 
+    /// The link being copied has ended (its end marker is in). The import may have taken
+    /// its last part before box knew the link ended: then it is in the next one.
+    fn link_ended(&mut self) {
+        let Some(link) = self.link_parts.last_mut() else {
+            return;
+        };
+        link.1 = true;
+        let copied = link.0;
+        if self.guest_link + 1 == self.link_parts.len() && self.guest_next == copied {
+            self.guest_link += 1;
+            self.guest_next = 0;
+        }
+    }
+
     /// After the last end marker: the import's end, which must be a success.
     fn wait_for_exit(&mut self) -> Result<()> {
         loop {
@@ -259,97 +366,6 @@ impl<'e> Copying<'e> {
             }
         }
     }
-}
-
-/// Pass 2 of every link into its dir: parts and markers, then index and end marker.
-fn copy_links(
-    copying: &mut Copying<'_>,
-    guest: &mut Guest<'_>,
-    links: &[ValidatedBackup],
-    dirs: &[String],
-    passphrase: &SecretString,
-    host_dir: &Path,
-    part_size: u64,
-) -> Result<()> {
-    let total = links.iter().map(|l| l.plaintext_size).sum();
-    let mut phase = Phase::start("copying in", Some(total));
-    for (validated, dir) in links.iter().zip(dirs) {
-        copying.link_parts.push((0, false));
-        let smolvm = guest.smolvm;
-        let machine = guest.machine;
-        let index = write_parts(
-            &validated.path,
-            passphrase,
-            &validated.sha256,
-            part_size,
-            host_dir,
-            |path, part| {
-                copying.wait_for_room()?;
-                let held = copying.copied - copying.taken + 1;
-                copying.done.held_most = copying.done.held_most.max(held);
-                let t = Instant::now();
-                let guest_path = format!("{dir}/{}", part.name);
-                smolvm
-                    .copy_in_cancellable(path, machine, &guest_path, copying.cancel)
-                    .with_context(|| format!("cannot copy {} into the box", part.name))?;
-                copy_marker(smolvm, machine, host_dir, dir, part)?;
-                copying.done.copy += t.elapsed();
-                copying.copied += 1;
-                if let Some(link) = copying.link_parts.last_mut() {
-                    link.0 += 1;
-                }
-                copying.done.parts += 1;
-                copying.done.bytes += part.size;
-                phase.add(part.size);
-                Ok(())
-            },
-        )?;
-        checkpoint(copying.cancel)?;
-        copying.drain()?;
-        copy_index(guest, &index, host_dir, dir)?;
-        let end = EndMarker {
-            parts: index.parts.len(),
-            total: index.total_size,
-        };
-        copy_text(
-            guest.smolvm,
-            guest.machine,
-            host_dir,
-            &format!("{dir}/{END_MARKER}"),
-            &end.render(),
-        )
-        .context("cannot copy the end marker into the box")?;
-        if let Some(link) = copying.link_parts.last_mut() {
-            link.1 = true;
-        }
-        // The import may have taken this link's last part before box knew the link ended.
-        if copying.guest_link + 1 == copying.link_parts.len()
-            && copying.guest_next == index.parts.len()
-        {
-            copying.guest_link += 1;
-            copying.guest_next = 0;
-        }
-    }
-    phase.finish();
-    Ok(())
-}
-
-/// A part's marker: its announcement line, copied in only after the part itself.
-fn copy_marker(
-    smolvm: &Smolvm,
-    machine: &str,
-    host_dir: &Path,
-    dir: &str,
-    part: &Part,
-) -> Result<()> {
-    copy_text(
-        smolvm,
-        machine,
-        host_dir,
-        &format!("{dir}/{}", ready_marker(&part.name)),
-        &format!("{}\n", part.render_ready()),
-    )
-    .with_context(|| format!("cannot copy the marker of {} into the box", part.name))
 }
 
 /// `text` copied into the guest at `guest_path` through a 0600 temp file in `host_dir`.
@@ -435,6 +451,33 @@ mod tests {
         c.copied = 3;
         assert!(c.taken_part(1).is_err());
         assert_eq!(c.taken, 0);
+    }
+
+    #[test]
+    fn a_link_whose_parts_were_all_taken_before_its_end_moves_the_import_on() {
+        let (_tx, rx) = mpsc::channel();
+        let mut c = copying(&rx);
+        c.link_parts = vec![(2, false)];
+        c.copied = 2;
+        c.taken_part(0).unwrap();
+        c.taken_part(1).unwrap();
+        // Box did not know yet that link 1 ended: the import is still in it.
+        assert_eq!((c.guest_link, c.guest_next), (0, 2));
+        c.link_ended();
+        assert_eq!((c.guest_link, c.guest_next), (1, 0));
+        // The next link's first part is the one the import may take next.
+        c.link_parts.push((1, false));
+        c.copied = 3;
+        c.taken_part(0).unwrap();
+        // A link ended with a part not yet taken: the import stays in it.
+        let mut c = copying(&rx);
+        c.link_parts = vec![(2, false)];
+        c.copied = 2;
+        c.taken_part(0).unwrap();
+        c.link_ended();
+        assert_eq!((c.guest_link, c.guest_next), (0, 1));
+        c.taken_part(1).unwrap();
+        assert_eq!((c.guest_link, c.guest_next), (1, 0));
     }
 
     #[test]
