@@ -5,23 +5,28 @@
 //! Both box locks → the name free (before any smolvm call) → the source running → the new
 //! box created and provisioned as `box load` creates its box (from a base when there is
 //! one) → the new box paused, its scratch dir made → the source quiesced as `box save`
-//! quiesces it → `hb export` in the source, each part copied out into the host scratch dir
-//! (one at a time, 0600 in a 0700 dir), checked, copied into the new box and deleted →
-//! the source's scratch removed and the source resumed → the index copied in → `hb import
-//! --forget-executor-token` → the rest of `box load` (guest assets, resume, up, wiring,
-//! doctor).
+//! quiesces it → the new box's `hb import --follow --forget-executor-token` started, then
+//! `hb export` in the source: each part copied out into the host scratch dir (one at a
+//! time, 0600 in a 0700 dir), checked, copied into the new box with its marker and deleted,
+//! while the import takes the parts in (at most `BOX_STREAM_PARTS` copied and not yet
+//! taken, which paces the export in turn; transfer::parts_follow) → the source's scratch
+//! removed and the source resumed as soon as its data is out → the index and the end
+//! marker → the import ends → the rest of `box load` (guest assets, resume, up, wiring,
+//! doctor). With `BOX_STREAM_PARTS=0` every part lands in the new box first, then `hb
+//! import` runs.
 //!
 //! No encryption: nothing reaches a backup file, and the host never holds more than one
 //! part. No passphrase is asked. On a failure or HUP/INT/TERM the source is cleaned up as a
 //! save is (its scratch first, then resumed) and the new box is deleted as a failed load's
-//! is (or kept with `--keep-on-failure`).
+//! is (or kept with `--keep-on-failure`). A failure on either side stops the other (the
+//! export's and the import's execs are killed), and the error names the box it came from.
 
 use std::path::Path;
 use std::process::ExitCode;
 use std::time::Instant;
 
 use anyhow::{Context as _, Result, bail};
-use box_proto::archive::parts::{Part, hash_part};
+use box_proto::archive::parts::{Part, PartIndex, hash_part};
 use box_proto::{BoxName, HermesService, guest_output};
 use sha2::{Digest, Sha256};
 
@@ -32,11 +37,9 @@ use super::save::SaveRun;
 use crate::backup::cleanup;
 use crate::lifecycle::boxes;
 use crate::lifecycle::signals::DeferredSignals;
-use crate::smolvm::Smolvm;
 use crate::state::{LockKey, Registry, locks};
 use crate::transfer::announced::PartSink;
-use crate::transfer::guest_hb::Guest;
-use crate::transfer::{self, host_dir, parts_in};
+use crate::transfer::{self, host_dir, parts_follow, parts_in};
 use crate::ui;
 
 pub fn run(ctx: &Context, args: &crate::cli::CloneArgs) -> Result<ExitCode> {
@@ -171,7 +174,15 @@ fn warn_if_two_gateways(target: &LoadRun<'_>, source: &BoxName) {
     }
 }
 
-/// The source quiesced, exported part by part into the target's scratch dir, resumed.
+/// Clone's overlapped step, in the step line and the transcript: the source's export, the
+/// copy across and the target's import run at once.
+const FOLLOWED_STEP: &str = "export + copy across + import";
+
+/// The source quiesced, exported part by part into the target, resumed as soon as its data
+/// is out. With `pending` parts (BOX_STREAM_PARTS), the target's `hb import --follow`
+/// takes each part while the export goes on (transfer::parts_follow), and the target holds
+/// at most that many; without, every part lands in the target's scratch dir first and the
+/// restore imports them afterwards.
 fn copy_across(
     source: &mut SaveRun<'_>,
     target: &mut LoadRun<'_>,
@@ -180,15 +191,57 @@ fn copy_across(
     pending: Option<u16>,
 ) -> Result<Filled> {
     source.quiesce()?;
+    let target_name = target.name.clone();
+    let host = host_dir::create(&target.ctx.state, "load")?;
+    let Some(follow) = pending else {
+        ui::say(format!(
+            "Copying /data of '{}' into '{target_name}'",
+            source.record.name
+        ));
+        let (smolvm, machine) = (&target.box_.smolvm, target.box_.machine.as_str());
+        let into_scratch = |local: &Path, part: &Part| {
+            smolvm
+                .copy_in(local, machine, &format!("{scratch}/{}", part.name))
+                .with_context(|| format!("cannot copy {} into '{machine}'", part.name))
+        };
+        let index = export_across(source, into_scratch, part_size, None, &target_name)?;
+        parts_in::send_index(&mut target.guest(), &index, host.path(), scratch)?;
+        return Ok(Filled::Copied(vec![(scratch.to_string(), index)]));
+    };
     ui::say(format!(
-        "Copying /data of '{}' into '{}'",
-        source.record.name, target.name
+        "Copying /data of '{}' into '{target_name}' and restoring it there as it arrives",
+        source.record.name
     ));
+    let dirs = [scratch.to_string()];
+    let args = target.import_args(&dirs, true);
+    let args: Vec<&str> = args.iter().map(String::as_str).collect();
+    let mut guest = target.guest();
+    let ((), followed) =
+        parts_follow::follow_import(&mut guest, &dirs, &args, host.path(), follow, |follower| {
+            let into_import = |local: &Path, part: &Part| follower.part(local, part);
+            let index = export_across(source, into_import, part_size, pending, &target_name)?;
+            follower.end(&index)
+        })?;
+    guest
+        .transcript
+        .line(&followed.summary(FOLLOWED_STEP, &format!("'{target_name}'"), follow));
+    Ok(Filled::Imported(FOLLOWED_STEP))
+}
+
+/// The source's export, each part checked against what the export said of it and handed
+/// to `put`; the source resumed once its data is out. Returns the export's index with the
+/// whole stream's hash.
+fn export_across(
+    source: &mut SaveRun<'_>,
+    put: impl FnMut(&Path, &Part) -> Result<()>,
+    part_size: u64,
+    pending: Option<u16>,
+    target: &BoxName,
+) -> Result<PartIndex> {
     let t = Instant::now();
-    let sink = IntoGuest {
-        smolvm: &target.box_.smolvm,
-        machine: &target.box_.machine,
-        dir: scratch,
+    let sink = Checked {
+        source: source.record.name.clone(),
+        put,
         total: Sha256::new(),
     };
     let exported = source.export_into(sink, part_size, pending, &[])?;
@@ -198,52 +251,42 @@ fn copy_across(
     // import` insists on one: the hash of what this host checked and passed on.
     index.total_sha256 = Some(exported.sink.total.finalize().into());
     source.transcript.line(&format!(
-        "copied {} bytes in {} part(s) into '{}' in {:.2}s",
+        "copied {} bytes in {} part(s) into '{target}' in {:.2}s",
         index.total_size,
         index.parts.len(),
-        target.name,
         t.elapsed().as_secs_f64()
     ));
-    let host = host_dir::create(&target.ctx.state, "load")?;
-    let mut guest = Guest {
-        smolvm: &target.box_.smolvm,
-        machine: &target.box_.machine,
-        transcript: &mut target.box_.transcript,
-        cancel: Some(target.signals.flag()),
-    };
-    parts_in::send_index(&mut guest, &index, host.path(), scratch)?;
-    Ok(Filled::Copied(vec![(scratch.to_string(), index)]))
+    Ok(index)
 }
 
-/// Clone's sink: each part, checked against what the export said of it, copied into the
-/// new box's scratch dir (the caller deletes the host copy).
-struct IntoGuest<'a> {
-    smolvm: &'a Smolvm,
-    machine: &'a str,
-    dir: &'a str,
+/// Clone's sink: each part, checked against what the export said of it, handed on into the
+/// new box (the caller deletes the host copy).
+struct Checked<F> {
+    /// The box the parts come from, for a part that changed on its way out.
+    source: BoxName,
+    put: F,
     /// SHA-256 of every part so far, in order: the whole stream's.
     total: Sha256,
 }
 
-impl PartSink for IntoGuest<'_> {
+impl<F: FnMut(&Path, &Part) -> Result<()>> PartSink for Checked<F> {
     fn take_part(&mut self, local: &Path, part: &Part) -> Result<()> {
-        check_hash(local, part, &mut self.total)?;
-        self.smolvm
-            .copy_in(local, self.machine, &format!("{}/{}", self.dir, part.name))
-            .with_context(|| format!("cannot copy {} into '{}'", part.name, self.machine))
+        check_hash(local, part, &self.source, &mut self.total)?;
+        (self.put)(local, part)
     }
 }
 
-/// A part's hash against the export's word for it (a part damaged on its way out is
-/// named here, not as a failed import in the other box), its bytes added to `total`.
-fn check_hash(local: &Path, part: &Part, total: &mut Sha256) -> Result<()> {
+/// A part's hash against the export's word for it (a part damaged on its way out of
+/// `source` is named here, not as a failed import in the other box), its bytes added to
+/// `total`.
+fn check_hash(local: &Path, part: &Part, source: &BoxName, total: &mut Sha256) -> Result<()> {
     let file =
         std::fs::File::open(local).with_context(|| format!("cannot read {}", local.display()))?;
     let got = hash_part(file, part.hash.algorithm(), total)
         .with_context(|| format!("cannot read {}", local.display()))?;
     if got != part.hash {
         bail!(
-            "{} changed on its way out of the box ({got}, the export said {}); retry the clone",
+            "{} changed on its way out of '{source}' ({got}, the export said {}); retry the clone",
             part.name,
             part.hash
         );
@@ -267,17 +310,21 @@ mod tests {
                 size: 3,
                 hash: PartHash::of(algo, b"abc"),
             };
+            let source = BoxName::parse("alpha").unwrap();
             let mut total = Sha256::new();
-            check_hash(&f, &part, &mut total).unwrap();
+            check_hash(&f, &part, &source, &mut total).unwrap();
             assert_eq!(
                 <[u8; 32]>::from(total.finalize()),
                 <[u8; 32]>::from(Sha256::digest(b"abc"))
             );
             part.hash = PartHash::of(algo, b"abd");
-            let e = check_hash(&f, &part, &mut Sha256::new())
+            let e = check_hash(&f, &part, &source, &mut Sha256::new())
                 .unwrap_err()
                 .to_string();
-            assert!(e.contains("part-000000 changed on its way out"), "{e}");
+            assert!(
+                e.contains("part-000000 changed on its way out of 'alpha'"),
+                "{e}"
+            );
         }
     }
 }
