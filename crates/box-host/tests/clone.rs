@@ -65,8 +65,15 @@ fn clone_branches_data_with_its_own_token_and_port() {
     );
     let alpha_token = w.token("alpha");
 
-    let clone = w.run(&["clone", "alpha", "beta"], &[("BOX_PART_SIZE", "1048576")]);
+    // Small parts, two of them ahead at most: beta imports them while alpha exports.
+    let clone = w.run(&["clone", "alpha", "beta"], &[SMALL_PARTS, TWO_AHEAD]);
     assert!(clone.ok(), "box clone: {}", clone.all());
+    let (parts, held) = clone_followed(&w, "beta");
+    assert!(parts >= 8, "{parts} parts");
+    assert!(
+        (1..=3).contains(&held),
+        "beta held {held} parts at once, more than BOX_STREAM_PARTS + 1"
+    );
     assert!(
         clone.stdout.contains("Cloned 'alpha' into 'beta' in ")
             && clone.stdout.contains("box enter beta"),
@@ -159,5 +166,105 @@ fn clone_branches_data_with_its_own_token_and_port() {
         w.calls_since(calls)
     );
     assert!(!w.registered("gamma"));
+
+    interrupted_mid_copy(&w);
     w.scan_secrets();
+}
+
+const SMALL_PARTS: (&str, &str) = ("BOX_PART_SIZE", "262144");
+const TWO_AHEAD: (&str, &str) = ("BOX_STREAM_PARTS", "2");
+
+/// SIGINT while a part's marker is being copied into the new box (its import running,
+/// the source's export holding parts): no new box, no import or export left running, the
+/// source back up, no plaintext anywhere.
+fn interrupted_mid_copy(w: &World) {
+    let args = ["clone", "alpha", "delta"];
+    let from = w.calls().len();
+    let child = w.spawn(
+        &args,
+        &[
+            SMALL_PARTS,
+            TWO_AHEAD,
+            ("SMOLVM_SIM_FAIL", "cp:slow@part-000001.ready"),
+            ("SMOLVM_SIM_SLOW_SECS", "3"),
+        ],
+    );
+    assert!(
+        w.wait_for_call(from, "part-000001.ready", 120),
+        "the marker of part-000001 was never copied"
+    );
+    nix::sys::signal::kill(
+        nix::unistd::Pid::from_raw(child.id() as i32),
+        nix::sys::signal::Signal::SIGINT,
+    )
+    .unwrap();
+    let r = w.finish(&args, child, 240);
+    assert_eq!(r.code, Some(130), "{}", r.all());
+    assert!(
+        r.stderr.contains("box clone delta interrupted by SIGINT"),
+        "{}",
+        r.stderr
+    );
+    let calls = w.calls_since(from);
+    let import = calls.iter().position(|c| c.contains("hb import --follow"));
+    let part = calls.iter().position(|c| {
+        c.contains("machine cp")
+            && c.contains("delta:/root/hb-load-")
+            && c.ends_with("/part-000001")
+    });
+    assert!(
+        matches!((import, part), (Some(i), Some(p)) if i < p),
+        "the import ran before the part was copied in: {calls:#?}"
+    );
+    let machines: Vec<String> = w.machines().into_iter().map(|(n, _)| n).collect();
+    assert!(
+        !machines.iter().any(|m| m.contains("delta")),
+        "no new box left: {machines:?}"
+    );
+    assert!(!w.registered("delta"));
+    let (_, left) = w.sh_any(
+        "alpha",
+        "for p in /proc/[0-9]*; do tr '\\0' ' ' < $p/cmdline 2>/dev/null; echo; done | grep 'hb export' | grep -v grep; true",
+    );
+    assert!(left.trim().is_empty(), "still running in alpha: {left}");
+    w.assert_running_unpaused("alpha");
+    w.assert_no_plaintext(&["alpha", "beta"]);
+    assert!(w.lock_free("alpha") && w.lock_free("delta"));
+}
+
+/// From `box clone`'s transcript of the new box `name`: how many parts it imported while
+/// they arrived, and the most it held at once; the step line names the overlapped step.
+fn clone_followed(w: &World, name: &str) -> (usize, usize) {
+    let logs = w.home().join("logs");
+    let transcript = std::fs::read_dir(&logs)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{name}-clone-"))
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .expect("the clone's transcript of the new box");
+    let step = "export + copy across + import";
+    let seconds = transcript
+        .lines()
+        .find(|l| l.contains("where the seconds went: "))
+        .expect("the step line");
+    assert!(
+        seconds.contains(&format!("; {step} ")) && !seconds.contains("; import "),
+        "{seconds}"
+    );
+    let said = transcript
+        .lines()
+        .find_map(|l| l.split(&format!("{step}: ")).nth(1))
+        .expect("the overlapped step's line");
+    assert!(said.contains(&format!("'{name}' held at most ")), "{said}");
+    let number_before = |what: &str| -> usize {
+        let head = said.split(what).next().unwrap();
+        head.rsplit(' ').next().unwrap().parse().unwrap()
+    };
+    let parts: usize = said.split(' ').next().unwrap().parse().unwrap();
+    (parts, number_before(" part(s) (BOX_STREAM_PARTS"))
 }
