@@ -3,7 +3,10 @@
 //! /data is the source's (every byte, mode, owner, link and mtime, the agents' logins, a
 //! WAL-mode database with rows still only in its WAL), its Executor has a token of its own
 //! that answers on its own port, the source is back up and nothing is left on the host;
-//! and a clone onto a taken name or from a box that does not exist never calls smolvm.
+//! the new box imports while the source exports, holding at most `BOX_STREAM_PARTS` + 1
+//! parts (`BOX_STREAM_PARTS=0`: the sequential clone); a clone interrupted mid-copy
+//! leaves no new box and the source running; and a clone onto a taken name or from a box
+//! that does not exist never calls smolvm.
 
 #![allow(clippy::unwrap_used, clippy::expect_used)]
 
@@ -167,6 +170,20 @@ fn clone_branches_data_with_its_own_token_and_port() {
     );
     assert!(!w.registered("gamma"));
 
+    // BOX_STREAM_PARTS=0: the whole export lands in the new box, then `hb import` runs.
+    let sequential = w.run(
+        &["clone", "alpha", "epsilon"],
+        &[SMALL_PARTS, ("BOX_STREAM_PARTS", "0")],
+    );
+    assert!(sequential.ok(), "box clone: {}", sequential.all());
+    assert_eq!(listing(&w, "alpha"), listing(&w, "epsilon"));
+    let said = transcript(&w, "epsilon");
+    let seconds = step_line(&said);
+    assert!(
+        seconds.contains("; import ") && !seconds.contains("+ import"),
+        "{seconds}"
+    );
+
     interrupted_mid_copy(&w);
     w.scan_secrets();
 }
@@ -228,30 +245,16 @@ fn interrupted_mid_copy(w: &World) {
     );
     assert!(left.trim().is_empty(), "still running in alpha: {left}");
     w.assert_running_unpaused("alpha");
-    w.assert_no_plaintext(&["alpha", "beta"]);
+    w.assert_no_plaintext(&["alpha", "beta", "epsilon"]);
     assert!(w.lock_free("alpha") && w.lock_free("delta"));
 }
 
 /// From `box clone`'s transcript of the new box `name`: how many parts it imported while
 /// they arrived, and the most it held at once; the step line names the overlapped step.
 fn clone_followed(w: &World, name: &str) -> (usize, usize) {
-    let logs = w.home().join("logs");
-    let transcript = std::fs::read_dir(&logs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&format!("{name}-clone-"))
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .expect("the clone's transcript of the new box");
+    let transcript = transcript(w, name);
     let step = "export + copy across + import";
-    let seconds = transcript
-        .lines()
-        .find(|l| l.contains("where the seconds went: "))
-        .expect("the step line");
+    let seconds = step_line(&transcript);
     assert!(
         seconds.contains(&format!("; {step} ")) && !seconds.contains("; import "),
         "{seconds}"
@@ -267,4 +270,27 @@ fn clone_followed(w: &World, name: &str) -> (usize, usize) {
     };
     let parts: usize = said.split(' ').next().unwrap().parse().unwrap();
     (parts, number_before(" part(s) (BOX_STREAM_PARTS"))
+}
+
+/// The transcript `box clone` wrote of the new box `name`.
+fn transcript(w: &World, name: &str) -> String {
+    std::fs::read_dir(w.home().join("logs"))
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .find(|p| {
+            p.file_name()
+                .unwrap()
+                .to_string_lossy()
+                .starts_with(&format!("{name}-clone-"))
+        })
+        .map(|p| std::fs::read_to_string(p).unwrap())
+        .expect("the clone's transcript of the new box")
+}
+
+/// A transcript's line of where the seconds of each step went.
+fn step_line(transcript: &str) -> &str {
+    transcript
+        .lines()
+        .find(|l| l.contains("where the seconds went: "))
+        .expect("the step line")
 }
