@@ -742,6 +742,77 @@ du -sm $H/state.db | cut -f1
 /// Issue 32's new and load from a base, through the simulator on its default personality
 /// (smolvm 1.33): `box new` from a base, and `box load` of the 313 MiB bench box (BENCH_MB)
 /// into a box from the base, each with where its seconds went (its transcript's line).
+/// `box clone` with the new box importing while the source exports (the default) against
+/// the sequential clone (`BOX_STREAM_PARTS=0`), on the corpus (BENCH_MB, default 300),
+/// BENCH_RUNS interleaved rounds (default 3), new names each time and nothing deleted
+/// before the last (see `bench_new_and_load_from_a_base`). Prints medians with min-max
+/// and, per followed clone, its overlapped step's line. Asserts only that everything ran.
+#[test]
+#[ignore = "benchmark: run with --ignored --nocapture"]
+fn bench_clone_follow_against_sequential() {
+    use std::time::Instant;
+    if !prerequisites() {
+        return;
+    }
+    let _serial = serial();
+    let w = World::with_box("alpha");
+    let size = w.sh("alpha", &corpus(env_or("BENCH_MB", 300)));
+    eprintln!("corpus: {} MiB of /data in the guest", size.trim());
+    let runs = env_or("BENCH_RUNS", 3).max(1) as usize;
+    let mut rows: Vec<(String, Vec<f64>)> = Vec::new();
+    let mut made = Vec::new();
+    for round in 0..runs {
+        let ways = [("follow", None), ("sequential", Some("0"))];
+        // Alternate which goes first, so neither always runs on the busier disk.
+        let order: Vec<_> = if round % 2 == 0 {
+            ways.iter().collect()
+        } else {
+            ways.iter().rev().collect()
+        };
+        for (label, parts) in order {
+            let name = format!("{label}{round}");
+            let env: Vec<(&str, &str)> =
+                parts.map(|p| ("BOX_STREAM_PARTS", p)).into_iter().collect();
+            settle_disk();
+            let t = Instant::now();
+            let r = w.run(&["clone", "alpha", &name], &env);
+            let secs = t.elapsed().as_secs_f64();
+            assert!(r.ok(), "box clone {name}: {}", r.all());
+            assert!(w.run(&["stop", &name], &[]).ok());
+            record(&mut rows, &format!("box clone, {label} s"), secs);
+            if parts.is_none() {
+                let logs = w.home().join("logs");
+                for e in std::fs::read_dir(&logs).unwrap().flatten() {
+                    if e.file_name()
+                        .to_string_lossy()
+                        .starts_with(&format!("{name}-clone-"))
+                    {
+                        let text = std::fs::read_to_string(e.path()).unwrap();
+                        if let Some(l) = text.lines().find(|l| l.contains("+ import: ")) {
+                            eprintln!("{name}: {l}");
+                        }
+                    }
+                }
+            }
+            made.push(name);
+        }
+    }
+    for name in made {
+        assert!(w.run(&["rm", &name, "--force"], &[]).ok());
+    }
+    eprintln!("\n{runs} round(s), interleaved; median (min-max)");
+    for (k, v) in rows {
+        let mut sorted = v.clone();
+        sorted.sort_by(f64::total_cmp);
+        eprintln!(
+            "| {k} | {:.2} | {:.2}-{:.2} |",
+            sorted[sorted.len() / 2],
+            sorted[0],
+            sorted[sorted.len() - 1]
+        );
+    }
+}
+
 /// BENCH_RUNS interleaved rounds (default 3); medians with min-max. Boxes are stopped, not
 /// removed, until the end (see `bench_incremental_chains`: deletions slow the next
 /// creations on this host's disk). That holds across runs too: run right after another
