@@ -739,9 +739,6 @@ du -sm $H/state.db | cut -f1
     );
 }
 
-/// Issue 32's new and load from a base, through the simulator on its default personality
-/// (smolvm 1.33): `box new` from a base, and `box load` of the 313 MiB bench box (BENCH_MB)
-/// into a box from the base, each with where its seconds went (its transcript's line).
 /// `box clone` with the new box importing while the source exports (the default) against
 /// the sequential clone (`BOX_STREAM_PARTS=0`), on the corpus (BENCH_MB, default 300),
 /// BENCH_RUNS interleaved rounds (default 3), new names each time and nothing deleted
@@ -813,6 +810,9 @@ fn bench_clone_follow_against_sequential() {
     }
 }
 
+/// Issue 32's new and load from a base, through the simulator on its default personality
+/// (smolvm 1.33): `box new` from a base, and `box load` of the 313 MiB bench box (BENCH_MB)
+/// into a box from the base, each with where its seconds went (its transcript's line).
 /// BENCH_RUNS interleaved rounds (default 3); medians with min-max. Boxes are stopped, not
 /// removed, until the end (see `bench_incremental_chains`: deletions slow the next
 /// creations on this host's disk). That holds across runs too: run right after another
