@@ -286,7 +286,9 @@ pub fn secret_surfaces(state_dir: &Path, sim_home: &Path) -> Vec<(String, String
                 if !skip.contains(&name.as_str()) {
                     walk(&p, &[], out);
                 }
-            } else if m.is_file() && m.len() < (8 << 20) {
+            } else if m.is_file() && (m.len() < (8 << 20) || name.ends_with(".jsonl")) {
+                // Large files are data (images, backups); the call logs are read whatever
+                // their size: a heavy fault run's unredacted log passes 8 MiB.
                 let bytes = std::fs::read(&p).unwrap_or_default();
                 out.push((
                     p.display().to_string(),
