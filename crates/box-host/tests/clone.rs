@@ -12,7 +12,7 @@
 
 mod save_load_support;
 
-use save_load_support::{World, prerequisites, serial, tree_listing};
+use save_load_support::{World, followed, prerequisites, serial, step_line, tree_listing};
 
 const HOME: &str = "/data/home/agent";
 
@@ -71,7 +71,11 @@ fn clone_branches_data_with_its_own_token_and_port() {
     // Small parts, two of them ahead at most: beta imports them while alpha exports.
     let clone = w.run(&["clone", "alpha", "beta"], &[SMALL_PARTS, TWO_AHEAD]);
     assert!(clone.ok(), "box clone: {}", clone.all());
-    let (parts, held) = clone_followed(&w, "beta");
+    let (parts, held) = followed(
+        &w.transcript("beta", "clone"),
+        "export + copy across + import",
+        "'beta'",
+    );
     assert!(parts >= 8, "{parts} parts");
     assert!(
         (1..=3).contains(&held),
@@ -177,7 +181,7 @@ fn clone_branches_data_with_its_own_token_and_port() {
     );
     assert!(sequential.ok(), "box clone: {}", sequential.all());
     assert_eq!(listing(&w, "alpha"), listing(&w, "epsilon"));
-    let said = transcript(&w, "epsilon");
+    let said = w.transcript("epsilon", "clone");
     let seconds = step_line(&said);
     assert!(
         seconds.contains("; import ") && !seconds.contains("+ import"),
@@ -247,50 +251,4 @@ fn interrupted_mid_copy(w: &World) {
     w.assert_running_unpaused("alpha");
     w.assert_no_plaintext(&["alpha", "beta", "epsilon"]);
     assert!(w.lock_free("alpha") && w.lock_free("delta"));
-}
-
-/// From `box clone`'s transcript of the new box `name`: how many parts it imported while
-/// they arrived, and the most it held at once; the step line names the overlapped step.
-fn clone_followed(w: &World, name: &str) -> (usize, usize) {
-    let transcript = transcript(w, name);
-    let step = "export + copy across + import";
-    let seconds = step_line(&transcript);
-    assert!(
-        seconds.contains(&format!("; {step} ")) && !seconds.contains("; import "),
-        "{seconds}"
-    );
-    let said = transcript
-        .lines()
-        .find_map(|l| l.split(&format!("{step}: ")).nth(1))
-        .expect("the overlapped step's line");
-    assert!(said.contains(&format!("'{name}' held at most ")), "{said}");
-    let number_before = |what: &str| -> usize {
-        let head = said.split(what).next().unwrap();
-        head.rsplit(' ').next().unwrap().parse().unwrap()
-    };
-    let parts: usize = said.split(' ').next().unwrap().parse().unwrap();
-    (parts, number_before(" part(s) (BOX_STREAM_PARTS"))
-}
-
-/// The transcript `box clone` wrote of the new box `name`.
-fn transcript(w: &World, name: &str) -> String {
-    std::fs::read_dir(w.home().join("logs"))
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&format!("{name}-clone-"))
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .expect("the clone's transcript of the new box")
-}
-
-/// A transcript's line of where the seconds of each step went.
-fn step_line(transcript: &str) -> &str {
-    transcript
-        .lines()
-        .find(|l| l.contains("where the seconds went: "))
-        .expect("the step line")
 }

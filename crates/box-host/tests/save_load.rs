@@ -18,7 +18,7 @@ mod save_load_support;
 
 use std::process::Command;
 
-use save_load_support::{World, prerequisites, serial, tree_listing};
+use save_load_support::{World, followed, prerequisites, serial, tree_listing};
 
 const PROJ: &str = "/data/home/agent/workspace/proj";
 
@@ -174,7 +174,11 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
         &[("BOX_PART_SIZE", "262144"), ("BOX_STREAM_PARTS", "2")],
     );
     assert!(load.ok(), "box load: {}", load.all());
-    let (parts, held) = load_followed(&w, "beta");
+    let (parts, held) = followed(
+        &w.transcript("beta", "load"),
+        "copy in + import",
+        "the guest",
+    );
     assert!(parts >= 8, "{parts} parts");
     assert!(
         (1..=3).contains(&held),
@@ -268,41 +272,6 @@ fn round_trip_two_parts_concurrent_saves_and_rm() {
 }
 
 /// A seed backup: `tar czf - -C /data . | gpg --symmetric --cipher-algo AES256`.
-/// From `box load`'s transcript of `name`: how many parts it copied in while the import
-/// ran, and the most the guest held at once; the step line names the overlapped step.
-fn load_followed(w: &World, name: &str) -> (usize, usize) {
-    let logs = w.home().join("logs");
-    let transcript = std::fs::read_dir(&logs)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .find(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&format!("{name}-load-"))
-        })
-        .map(|p| std::fs::read_to_string(p).unwrap())
-        .expect("the load's transcript");
-    let seconds = transcript
-        .lines()
-        .find(|l| l.contains("where the seconds went: "))
-        .expect("the step line");
-    assert!(
-        seconds.contains("; copy in + import ") && !seconds.contains("; import "),
-        "{seconds}"
-    );
-    let said = transcript
-        .lines()
-        .find_map(|l| l.split("copy in + import: ").nth(1))
-        .expect("the overlapped step's line");
-    let number_before = |what: &str| -> usize {
-        let head = said.split(what).next().unwrap();
-        head.rsplit(' ').next().unwrap().parse().unwrap()
-    };
-    let parts: usize = said.split(' ').next().unwrap().parse().unwrap();
-    (parts, number_before(" part(s) (BOX_STREAM_PARTS"))
-}
-
 #[test]
 fn seed_format_backup_loads() {
     if !prerequisites() {

@@ -247,15 +247,7 @@ fn bench_incremental_chains() {
         );
     };
     let newest_stage_line = || -> f64 {
-        let logs = w.home().join("logs");
-        let mut saves: Vec<_> = std::fs::read_dir(&logs)
-            .unwrap()
-            .flatten()
-            .map(|e| e.path())
-            .filter(|p| p.to_string_lossy().contains("alpha-save-"))
-            .collect();
-        saves.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-        let text = std::fs::read_to_string(saves.last().unwrap()).unwrap();
+        let text = w.transcript("alpha", "save");
         let line = text
             .lines()
             .rev()
@@ -502,21 +494,7 @@ fn children_cpu() -> f64 {
 /// The newest transcript of `box <verb> <name>`'s last line of where its seconds went,
 /// as (step, seconds) pairs and the total (ui/timings.rs's line).
 fn seconds_went(w: &World, name: &str, verb: &str) -> (Vec<(String, f64)>, f64) {
-    let logs = w.home().join("logs");
-    let prefix = format!("{name}-{verb}-");
-    let mut runs: Vec<_> = std::fs::read_dir(&logs)
-        .unwrap()
-        .flatten()
-        .map(|e| e.path())
-        .filter(|p| {
-            p.file_name()
-                .unwrap()
-                .to_string_lossy()
-                .starts_with(&prefix)
-        })
-        .collect();
-    runs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
-    let text = std::fs::read_to_string(runs.last().unwrap()).unwrap();
+    let text = w.transcript(name, verb);
     // A load's overlapped copy and import: what the guest held and where the copying
     // side waited.
     if let Some(followed) = text.lines().find(|l| l.contains("copy in + import: ")) {
@@ -778,17 +756,9 @@ fn bench_clone_follow_against_sequential() {
             assert!(w.run(&["stop", &name], &[]).ok());
             record(&mut rows, &format!("box clone, {label} s"), secs);
             if parts.is_none() {
-                let logs = w.home().join("logs");
-                for e in std::fs::read_dir(&logs).unwrap().flatten() {
-                    if e.file_name()
-                        .to_string_lossy()
-                        .starts_with(&format!("{name}-clone-"))
-                    {
-                        let text = std::fs::read_to_string(e.path()).unwrap();
-                        if let Some(l) = text.lines().find(|l| l.contains("+ import: ")) {
-                            eprintln!("{name}: {l}");
-                        }
-                    }
+                let text = w.transcript(&name, "clone");
+                if let Some(l) = text.lines().find(|l| l.contains("+ import: ")) {
+                    eprintln!("{name}: {l}");
                 }
             }
             made.push(name);

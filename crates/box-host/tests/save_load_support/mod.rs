@@ -376,6 +376,25 @@ impl World {
         }
     }
 
+    /// The newest transcript box wrote of `box <verb> <name>` (`logs/<name>-<verb>-*.log`).
+    pub fn transcript(&self, name: &str, verb: &str) -> String {
+        let prefix = format!("{name}-{verb}-");
+        let mut runs: Vec<PathBuf> = std::fs::read_dir(self.home().join("logs"))
+            .unwrap()
+            .flatten()
+            .map(|e| e.path())
+            .filter(|p| {
+                p.file_name()
+                    .is_some_and(|f| f.to_string_lossy().starts_with(&prefix))
+            })
+            .collect();
+        runs.sort_by_key(|p| std::fs::metadata(p).and_then(|m| m.modified()).ok());
+        let newest = runs
+            .last()
+            .unwrap_or_else(|| panic!("no transcript of box {verb} {name}"));
+        std::fs::read_to_string(newest).unwrap()
+    }
+
     /// What a save, load, clone or base build may leave on the host, each named with where
     /// it is: entries of box's scratch dir and of TMPDIR, unpublished temporaries beside the
     /// backups, a base build's staging files.
@@ -585,4 +604,34 @@ pub fn tree_listing(w: &World, machine: &str, root: &str) -> String {
              find . -type f -print0 | sort -z | xargs -0 -r sha256sum"
         ),
     )
+}
+
+/// A transcript's line of where the seconds of each step went (ui/timings.rs).
+pub fn step_line(transcript: &str) -> &str {
+    transcript
+        .lines()
+        .find(|l| l.contains("where the seconds went: "))
+        .expect("the step line")
+}
+
+/// From the transcript of a load or clone that imported while the parts arrived
+/// (transfer::parts_follow's summary line): how many parts went in, and the most `holder`
+/// held at once. The step line names the overlapped `step` and no import of its own.
+pub fn followed(transcript: &str, step: &str, holder: &str) -> (usize, usize) {
+    let seconds = step_line(transcript);
+    assert!(
+        seconds.contains(&format!("; {step} ")) && !seconds.contains("; import "),
+        "{seconds}"
+    );
+    let said = transcript
+        .lines()
+        .find_map(|l| l.split(&format!("{step}: ")).nth(1))
+        .expect("the overlapped step's line");
+    let held = said
+        .split(&format!("{holder} held at most "))
+        .nth(1)
+        .and_then(|rest| rest.split(' ').next()?.parse().ok())
+        .unwrap_or_else(|| panic!("{holder} held at most N part(s): {said}"));
+    let parts = said.split(' ').next().unwrap().parse().unwrap();
+    (parts, held)
 }
