@@ -43,15 +43,7 @@ fn only_base(w: &mut World) -> (String, PathBuf) {
 
 /// The box's Executor token, as `hb token` prints it in the guest.
 fn executor_secrets(w: &World, machine: &str) -> Vec<String> {
-    let out = w.sim(&[
-        "machine",
-        "exec",
-        "--name",
-        machine,
-        "--",
-        "/usr/local/bin/hb",
-        "token",
-    ]);
+    let out = w.hb(machine, &["token"]);
     assert!(
         out.status.success(),
         "{}",

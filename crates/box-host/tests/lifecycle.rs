@@ -169,7 +169,7 @@ fn full_lifecycle(version: &str) {
     );
 
     // A pause the user chose survives a stop and start; box start says so and open refuses.
-    assert!(hb_in_alpha(&w, &["down"]).status.success());
+    assert!(w.hb("alpha", &["down"]).status.success());
     assert!(w.run(&["stop", "alpha"]).ok());
     let start = w.run(&["start", "alpha"]);
     assert!(start.ok(), "{start}");
@@ -185,7 +185,7 @@ fn full_lifecycle(version: &str) {
         open.stderr.contains("Executor in 'alpha' is paused"),
         "{open}"
     );
-    assert!(hb_in_alpha(&w, &["up"]).status.success());
+    assert!(w.hb("alpha", &["up"]).status.success());
 
     // box open: the opener gets the file URL of a private sign-in page of box's gateway,
     // never the one-time URL or the token (the gateway is tested in open_gateway*.rs).
@@ -221,7 +221,7 @@ fn full_lifecycle(version: &str) {
     let url = lines.next().unwrap();
     assert!(url.starts_with("file:///"), "{url}");
     assert!(!url.contains("nonce"), "{url}");
-    let token_out = hb_in_alpha(&w, &["token"]);
+    let token_out = w.hb("alpha", &["token"]);
     assert!(token_out.status.success());
     let token = String::from_utf8(token_out.stdout).unwrap();
     let token = token.trim();
@@ -235,7 +235,7 @@ fn full_lifecycle(version: &str) {
     // Before rm removes the row and the machine record: neither the URL's token nor
     // Executor's MCP token is in box's output, its state dir, or anything the simulator
     // recorded (machine records, unredacted argv and env of every smolvm call).
-    let mcp_token = hb_in_alpha(&w, &["token"]);
+    let mcp_token = w.hb("alpha", &["token"]);
     assert!(mcp_token.status.success(), "hb token");
     let mcp_token = String::from_utf8_lossy(&mcp_token.stdout)
         .trim()
@@ -449,7 +449,7 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         state(&w),
         "repair left hb, the profile or Claude's executor entry missing"
     );
-    let doctor = hb_in_alpha(&w, &["doctor"]);
+    let doctor = w.hb("alpha", &["doctor"]);
     assert!(
         doctor.status.success(),
         "hb doctor after repair: {}",
@@ -515,12 +515,12 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
     // A pause the user chose (`hb down`) survives `box repair` and `box enter` of a
     // stopped box (both used to run `hb up`, which clears it); each says so.
     let paused = |w: &World| -> bool {
-        let out = hb_in_alpha(w, &["status", "--json"]);
+        let out = w.hb("alpha", &["status", "--json"]);
         assert!(out.status.success(), "hb status --json");
         let status: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
         status["executor"]["state"] == "paused"
     };
-    let down = hb_in_alpha(&w, &["down"]);
+    let down = w.hb("alpha", &["down"]);
     assert!(down.status.success());
     assert!(paused(&w));
     let repair = w.run(&["repair", "alpha"]);
@@ -545,7 +545,7 @@ fn ls_during_new_repair_keeps_data_hostile_names_and_no_web_exposure() {
         paused(&w),
         "box enter of a stopped box cleared the user's hb down"
     );
-    let up = hb_in_alpha(&w, &["up"]);
+    let up = w.hb("alpha", &["up"]);
     assert!(up.status.success());
 
     // Without web exposure: no published port, doctor says the host check is skipped,
@@ -660,20 +660,6 @@ fn enter_typing(w: &mut World, lines: &[&str]) -> lifecycle_support::Run {
         std::thread::sleep(std::time::Duration::from_secs(3));
     });
     w.collect(child, "script box enter alpha")
-}
-
-/// `hb ARGS` in box alpha, as root, straight through the simulator.
-fn hb_in_alpha(w: &World, args: &[&str]) -> std::process::Output {
-    let mut argv = vec![
-        "machine",
-        "exec",
-        "--name",
-        "alpha",
-        "--",
-        "/usr/local/bin/hb",
-    ];
-    argv.extend_from_slice(args);
-    w.sim(&argv)
 }
 
 fn base64(bytes: &[u8]) -> String {

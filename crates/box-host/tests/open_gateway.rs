@@ -173,15 +173,7 @@ fn box_open_signs_chromium_in_to_executor_1_5_9_and_the_token_stays_in_box() {
     let mut w = World::new("1.9.2");
     let new = w.run(&["new", "alpha"]);
     assert!(new.ok(), "{new}");
-    let token = w.sim(&[
-        "machine",
-        "exec",
-        "--name",
-        "alpha",
-        "--",
-        "/usr/local/bin/hb",
-        "token",
-    ]);
+    let token = w.hb("alpha", &["token"]);
     assert!(token.status.success());
     let token = String::from_utf8(token.stdout).unwrap().trim().to_string();
     assert!(token.len() >= 16, "implausible token");

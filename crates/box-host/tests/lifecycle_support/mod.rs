@@ -192,6 +192,20 @@ impl World {
         cmd.output().unwrap()
     }
 
+    /// `hb ARGS` in `machine`, as root, straight through the simulator.
+    pub fn hb(&self, machine: &str, args: &[&str]) -> Output {
+        let mut argv = vec![
+            "machine",
+            "exec",
+            "--name",
+            machine,
+            "--",
+            "/usr/local/bin/hb",
+        ];
+        argv.extend_from_slice(args);
+        self.sim(&argv)
+    }
+
     /// Writes a marker into `machine`'s agent home (see [`sim_support::write_marker`]).
     pub fn write_marker(&self, machine: &str) -> String {
         sim_support::write_marker(&|args| self.sim(args), machine)
