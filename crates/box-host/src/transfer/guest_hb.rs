@@ -51,10 +51,15 @@ impl Guest<'_> {
                 return Err(e.into());
             }
         };
+        self.record(&out);
+        Ok(out)
+    }
+
+    /// A finished guest command's output and status, into the transcript.
+    pub fn record(&mut self, out: &Output) {
         self.transcript.block("stdout", &out.stdout);
         self.transcript.block("stderr", &out.stderr);
-        self.transcript.line(&format!("-> {}", guest::status(&out)));
-        Ok(out)
+        self.transcript.line(&format!("-> {}", guest::status(out)));
     }
 
     /// Like [`Guest::exec`], but a non-zero status is an error naming the command.

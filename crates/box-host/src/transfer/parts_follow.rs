@@ -24,9 +24,8 @@
 //! import's own error (escaped), and a failure of the feeder (or a pending signal, through
 //! the forwarder) kills the import's exec, which ends the guest command.
 
-use std::io::Write as _;
 use std::path::Path;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::AtomicUsize;
 use std::sync::mpsc::{self, Receiver, RecvTimeoutError, Sender};
 use std::time::{Duration, Instant};
 
@@ -37,9 +36,8 @@ use box_proto::guest_output::{self, ImportLine};
 
 use super::checkpoint;
 use super::guest_hb::Guest;
-use super::parts_in::copy_index;
-use super::parts_stream::{ABANDONED, exec_streaming, forward_signals};
-use crate::backup::cleanup::Temp;
+use super::parts_in::{copy_index, copy_text};
+use super::parts_stream::{beside_exec, exec_streaming};
 use crate::lifecycle::guest::{self, HB_PATH};
 use crate::smolvm::{Output, Smolvm};
 
@@ -101,38 +99,25 @@ pub fn follow_import<T>(
     argv.extend_from_slice(import_args);
     guest.transcript.line(&format!("$ {}", argv.join(" ")));
     let (smolvm, machine, signals) = (guest.smolvm, guest.machine, guest.cancel);
-    let stop = AtomicUsize::new(0);
-    let exec_done = AtomicBool::new(false);
     let (tx, rx) = mpsc::channel();
-    let (fed, exec) = std::thread::scope(|s| {
-        let exec = s.spawn(|| run_import(smolvm, machine, &argv, &stop, tx));
-        let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
-        let mut follower = Follower {
-            guest: &mut *guest,
-            dirs,
-            host_dir,
-            copying: Copying::new(&rx, pending, signals),
-        };
-        let fed = feed(&mut follower).and_then(|value| {
+    let (fed, exec) = beside_exec(
+        signals,
+        |stop| run_import(smolvm, machine, &argv, stop, tx),
+        || {
+            let mut follower = Follower {
+                guest: &mut *guest,
+                dirs,
+                host_dir,
+                copying: Copying::new(&rx, pending, signals),
+            };
+            let value = feed(&mut follower)?;
             follower.finish()?;
             Ok((value, follower.copying.done.clone()))
-        });
-        if fed.is_err() {
-            // Kill the import (if still running) rather than wait for it.
-            let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
-        }
-        let exec = exec.join();
-        exec_done.store(true, Ordering::SeqCst);
-        let _ = forwarder.join();
-        (fed, exec)
-    });
-    if let Ok(Some(out)) = &exec {
-        guest.transcript.block("stdout", &out.stdout);
-        guest.transcript.block("stderr", &out.stderr);
-        guest.transcript.line(&format!("-> {}", guest::status(out)));
-    }
-    if exec.is_err() {
-        return Err(anyhow!("the thread running hb import panicked"));
+        },
+        "hb import",
+    )?;
+    if let Some(out) = &exec {
+        guest.record(out);
     }
     fed
 }
@@ -366,23 +351,6 @@ impl<'e> Copying<'e> {
             }
         }
     }
-}
-
-/// `text` copied into the guest at `guest_path` through a 0600 temp file in `host_dir`.
-fn copy_text(
-    smolvm: &Smolvm,
-    machine: &str,
-    host_dir: &Path,
-    guest_path: &str,
-    text: &str,
-) -> Result<()> {
-    let (temp, mut file) = Temp::create_file(host_dir, ".marker-")
-        .with_context(|| format!("cannot write a marker in {}", host_dir.display()))?;
-    file.write_all(text.as_bytes())
-        .context("cannot write a marker")?;
-    drop(file);
-    smolvm.copy_in(temp.path(), machine, guest_path)?;
-    Ok(())
 }
 
 /// The import's thread: a streaming exec whose `part-taken` lines go to the copying side

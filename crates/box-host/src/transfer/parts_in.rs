@@ -17,6 +17,7 @@ use super::checkpoint;
 use super::guest_hb::{Guest, timeouts};
 use crate::backup::cleanup::Temp;
 use crate::backup::load::{ValidatedBackup, write_parts};
+use crate::smolvm::Smolvm;
 use crate::ui::progress::Phase;
 
 /// Copies the validated backup's plaintext into `guest_dir` as parts plus their index,
@@ -81,27 +82,37 @@ pub fn send_index(
     Ok(())
 }
 
-/// Copies `index` into `guest_dir` as its part index, through a 0600 temp file in
-/// `host_dir`.
+/// Copies `index` into `guest_dir` as its part index.
 pub fn copy_index(
     guest: &mut Guest<'_>,
     index: &PartIndex,
     host_dir: &Path,
     guest_dir: &str,
 ) -> Result<()> {
-    let (temp, mut file) = Temp::create_file(host_dir, ".index-")
-        .with_context(|| format!("cannot write the part index in {}", host_dir.display()))?;
-    file.write_all(index.render().as_bytes())
-        .and_then(|()| file.sync_all())
-        .context("cannot write the part index")?;
+    copy_text(
+        guest.smolvm,
+        guest.machine,
+        host_dir,
+        &format!("{guest_dir}/{INDEX_FILE}"),
+        &index.render(),
+    )
+    .context("cannot copy the part index into the box")
+}
+
+/// Puts `text` at `guest_path` in `machine`, through a 0600 temp file in `host_dir` (the
+/// part index, a part's marker: `machine cp` copies files only).
+pub fn copy_text(
+    smolvm: &Smolvm,
+    machine: &str,
+    host_dir: &Path,
+    guest_path: &str,
+    text: &str,
+) -> Result<()> {
+    let (temp, mut file) = Temp::create_file(host_dir, ".text-")
+        .with_context(|| format!("cannot write a temp file in {}", host_dir.display()))?;
+    file.write_all(text.as_bytes())
+        .with_context(|| format!("cannot write a temp file in {}", host_dir.display()))?;
     drop(file);
-    guest
-        .smolvm
-        .copy_in(
-            temp.path(),
-            guest.machine,
-            &format!("{guest_dir}/{INDEX_FILE}"),
-        )
-        .context("cannot copy the part index into the box")?;
+    smolvm.copy_in(temp.path(), machine, guest_path)?;
     Ok(())
 }

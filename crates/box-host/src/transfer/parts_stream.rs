@@ -43,7 +43,7 @@ pub const BLOCKS_FLAG: &str = "--block-files-above";
 /// How often the signal forwarder looks.
 const TICK: Duration = Duration::from_millis(20);
 /// What the consumer stores in the export's stop flag when it gives up on its own.
-pub(super) const ABANDONED: usize = usize::MAX;
+const ABANDONED: usize = usize::MAX;
 
 /// An export whose every part went into a sink, and how it went.
 pub struct ExportedInto<S> {
@@ -163,40 +163,27 @@ fn streamed<S: PartSink>(
     guest.transcript.line(&format!("$ {}", argv.join(" ")));
 
     let (smolvm, machine, signals) = (guest.smolvm, guest.machine, guest.cancel);
-    let stop = AtomicUsize::new(0);
-    let exec_done = AtomicBool::new(false);
     let mut stages = Stages::default();
     let (tx, rx) = mpsc::channel();
-    let (consumed, exec) = std::thread::scope(|s| {
-        let exec = s.spawn(|| run_export(smolvm, machine, argv, &stop, tx));
-        let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
-        let mut source = GuestParts {
-            guest: &mut *guest,
-            dir: scratch,
-        };
-        let consumed =
-            announced::consume_announced(&rx, &mut source, host_dir, sink, signals, &mut stages);
-        if consumed.is_err() {
-            // Kill the export (if still running) rather than wait for it.
-            let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
-        }
-        let exec = exec.join();
-        exec_done.store(true, Ordering::SeqCst);
-        let _ = forwarder.join();
-        (consumed, exec)
-    });
+    let (consumed, exec) = beside_exec(
+        signals,
+        |stop| run_export(smolvm, machine, argv, stop, tx),
+        || {
+            let mut source = GuestParts {
+                guest: &mut *guest,
+                dir: scratch,
+            };
+            announced::consume_announced(&rx, &mut source, host_dir, sink, signals, &mut stages)
+        },
+        "hb export",
+    )?;
     let export_wall = match &exec {
-        Ok(Some(out)) => {
-            guest.transcript.block("stdout", &out.stdout);
-            guest.transcript.block("stderr", &out.stderr);
-            guest.transcript.line(&format!("-> {}", guest::status(out)));
+        Some(out) => {
+            guest.record(out);
             out.elapsed
         }
-        _ => Duration::ZERO,
+        None => Duration::ZERO,
     };
-    if exec.is_err() {
-        return Err(anyhow!("the thread running hb export panicked"));
-    }
     match consumed? {
         Consumed::All { sink, index } => Ok(Streamed::Exported(ExportedInto {
             sink,
@@ -221,10 +208,7 @@ fn streamed<S: PartSink>(
             exported: false,
         } => {
             // clap names the first flag it does not know.
-            let flag = match &exec {
-                Ok(Some(out)) => refused_flag(&out.stderr),
-                _ => None,
-            };
+            let flag = exec.as_ref().and_then(|out| refused_flag(&out.stderr));
             Ok(Streamed::Refused {
                 sink,
                 flag: flag.unwrap_or(PART_HASH_FLAG),
@@ -337,11 +321,36 @@ pub(super) fn exec_streaming<E>(
 
 /// Copies a pending signal into a streaming exec's stop flag until the exec has ended (the
 /// consumer may be busy in a copy or an encryption when it arrives).
-pub(super) fn forward_signals(
+/// Runs `exec` (a streaming guest command that ends when its stop flag is set) on a thread
+/// while `consume` takes what it produces on this one, with pending signals forwarded into
+/// the stop flag; a consumer that fails kills the command rather than waiting for it.
+/// Returns what `consume` returned and the command's output (`None`: it ended without one).
+/// `what` names the command should its thread panic.
+pub(super) fn beside_exec<T>(
     signals: Option<&AtomicUsize>,
-    stop: &AtomicUsize,
-    done: &AtomicBool,
-) {
+    exec: impl FnOnce(&AtomicUsize) -> Option<Output> + Send,
+    consume: impl FnOnce() -> Result<T>,
+    what: &str,
+) -> Result<(Result<T>, Option<Output>)> {
+    let stop = AtomicUsize::new(0);
+    let exec_done = AtomicBool::new(false);
+    let (consumed, exec) = std::thread::scope(|s| {
+        let exec = s.spawn(|| exec(&stop));
+        let forwarder = s.spawn(|| forward_signals(signals, &stop, &exec_done));
+        let consumed = consume();
+        if consumed.is_err() {
+            let _ = stop.compare_exchange(0, ABANDONED, Ordering::SeqCst, Ordering::SeqCst);
+        }
+        let exec = exec.join();
+        exec_done.store(true, Ordering::SeqCst);
+        let _ = forwarder.join();
+        (consumed, exec)
+    });
+    let exec = exec.map_err(|_| anyhow!("the thread running {what} panicked"))?;
+    Ok((consumed, exec))
+}
+
+fn forward_signals(signals: Option<&AtomicUsize>, stop: &AtomicUsize, done: &AtomicBool) {
     while !done.load(Ordering::SeqCst) {
         if let Some(sig) = signals
             .map(|f| f.load(Ordering::SeqCst))
