@@ -43,6 +43,7 @@ use super::incremental::{BlockRecord, Snapshot, Stamp};
 use super::live_db::{self, Archive, LiveDatabases};
 use super::parts::{Announce, PartWriter};
 use super::sparse;
+use super::write_behind::WriteBehind;
 use crate::sqlite::CopyFailure;
 
 /// Options of one export.
@@ -1221,8 +1222,9 @@ pub fn export_announcing(
         ));
     }
     record_manifest(&opts.root, opts.chain.as_ref(), &live.verdict())?;
+    let out = WriteBehind::spawn(parts).context("cannot start the export's output thread")?;
     let mut encoder =
-        zstd::stream::write::Encoder::new(parts, opts.level).context("cannot start zstd")?;
+        zstd::stream::write::Encoder::new(out, opts.level).context("cannot start zstd")?;
     encoder
         .include_checksum(true)
         .context("cannot configure zstd")?;
@@ -1267,7 +1269,8 @@ pub fn export_announcing(
         .builder
         .into_inner()
         .context("cannot finish the tar stream")?;
-    let parts = encoder.finish().context("cannot finish the zstd stream")?;
+    let out = encoder.finish().context("cannot finish the zstd stream")?;
+    let parts = out.finish()?;
     let index = parts.finish(Compression::Zstd)?;
     let (link, unchanged) = match (&walker.chain, &opts.chain) {
         (Some(chain), Some(c)) => {

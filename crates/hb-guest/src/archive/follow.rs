@@ -25,9 +25,12 @@ use super::parts::{Reading, open_nofollow};
 const POLL: Duration = Duration::from_millis(5);
 /// How often a waiting reader says so on its output: a line that fails once box is gone.
 const KEEPALIVE: Duration = Duration::from_secs(1);
-/// How long the import waits for a marker before it takes the host for gone (`box load`
-/// copies a part of 64 MiB in well under a second; a killed box copies nothing more).
-pub const PATIENCE: Duration = Duration::from_secs(120);
+/// How long the import waits for a marker before it takes the host for gone: the same
+/// backstop as a streaming export's. A box that died is noticed sooner, by the keepalive
+/// line failing and by smolvm killing what its vanished exec client ran; a live one may
+/// go minutes without a part (`box clone`'s source exporting a large file of zeros, which
+/// compresses to almost nothing, before its first part is full).
+pub const PATIENCE: Duration = Duration::from_secs(30 * 60);
 
 /// Where a following import says what it took, and how long it waits.
 pub struct Follow<'a> {

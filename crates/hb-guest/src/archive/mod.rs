@@ -10,3 +10,4 @@ pub mod incremental;
 pub mod live_db;
 pub mod parts;
 pub mod sparse;
+pub mod write_behind;
