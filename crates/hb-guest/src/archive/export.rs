@@ -265,7 +265,52 @@ fn open_regular(path: &Path) -> io::Result<Option<(File, fs::Metadata)>> {
     if !meta.is_file() {
         return Ok(None);
     }
-    // Reads of a regular file never block; the flag only guarded the open.
+    clear_nonblocking(&file);
+    Ok(Some((file, meta)))
+}
+
+/// A directory entry as listed: its name, and whether its `d_type` says regular file.
+struct Listed {
+    name: std::ffi::OsString,
+    regular: bool,
+}
+
+/// A directory opened for [`open_in`] (never through a link: the walk's directories are
+/// ones it found by `lstat`).
+fn open_dir(abs: &Path) -> io::Result<File> {
+    use std::os::unix::fs::OpenOptionsExt;
+    fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_DIRECTORY | libc::O_NOFOLLOW)
+        .open(abs)
+}
+
+/// The regular file `name` in `dir`, opened as [`open_regular`] opens one but by
+/// `openat`, with its metadata; `None` for anything else or any error (the entry is then
+/// looked at by its path, which says what went wrong).
+fn open_in(dir: &File, name: &std::ffi::OsStr) -> Option<(File, fs::Metadata)> {
+    use std::os::fd::FromRawFd;
+    let name = std::ffi::CString::new(name.as_bytes()).ok()?;
+    let flags =
+        libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_NONBLOCK | libc::O_CLOEXEC | libc::O_NOCTTY;
+    // SAFETY: a descriptor we hold and a NUL-terminated name; the result is checked.
+    let fd = unsafe { libc::openat(dir.as_raw_fd(), name.as_ptr(), flags) };
+    if fd < 0 {
+        return None;
+    }
+    // SAFETY: a descriptor openat just returned, owned by nothing else.
+    let file = unsafe { File::from_raw_fd(fd) };
+    let meta = file.metadata().ok()?;
+    if !meta.is_file() {
+        return None;
+    }
+    clear_nonblocking(&file);
+    Some((file, meta))
+}
+
+/// Reads of a regular file never block; `O_NONBLOCK` only guarded its open against a
+/// FIFO put in its place.
+fn clear_nonblocking(file: &File) {
     // SAFETY: a valid descriptor; F_SETFL with the flags it has, less O_NONBLOCK.
     unsafe {
         let flags = libc::fcntl(file.as_raw_fd(), libc::F_GETFL);
@@ -273,7 +318,6 @@ fn open_regular(path: &Path) -> io::Result<Option<(File, fs::Metadata)>> {
             libc::fcntl(file.as_raw_fd(), libc::F_SETFL, flags & !libc::O_NONBLOCK);
         }
     }
-    Ok(Some((file, meta)))
 }
 
 struct Walker<W: Write> {
@@ -440,13 +484,27 @@ impl<W: Write> Walker<W> {
         dst.write_all(&[0u8; 512][..pad as usize])
     }
 
-    /// The names in the directory `abs`, sorted (so the output is deterministic).
-    fn list_dir(abs: &Path) -> io::Result<Vec<std::ffi::OsString>> {
-        let mut names: Vec<std::ffi::OsString> = fs::read_dir(abs)?
-            .map(|e| e.map(|e| e.file_name()))
+    /// The names in the directory `abs`, sorted (so the output is deterministic), each
+    /// with whether the directory says it is a regular file (its `d_type`; no `stat`).
+    fn list_dir(abs: &Path) -> io::Result<Vec<Listed>> {
+        let mut names: Vec<Listed> = fs::read_dir(abs)?
+            .map(|e| {
+                e.map(|e| Listed {
+                    regular: e.file_type().is_ok_and(|t| t.is_file()),
+                    name: e.file_name(),
+                })
+            })
             .collect::<io::Result<_>>()?;
-        names.sort_by(|a, b| a.as_bytes().cmp(b.as_bytes()));
+        names.sort_by(|a, b| a.name.as_bytes().cmp(b.name.as_bytes()));
         Ok(names)
+    }
+
+    /// Whether a regular file of this export is opened before it is looked at: when
+    /// every file is written (no parent: none is kept as unchanged, so each is opened
+    /// anyway), opening it by its name in its directory's descriptor and `fstat`ing that
+    /// replaces an `lstat` and an `open` that each walk the whole path.
+    fn opens_first(&self) -> bool {
+        self.chain.as_ref().is_none_or(|c| c.parent.is_none())
     }
 
     /// The entries of the directory `abs` (key `rel`) that go into the archive, with their
@@ -454,15 +512,12 @@ impl<W: Write> Walker<W> {
     /// symlink's target is read and a changed file opened here, before the directory's
     /// listing is written, so the listing never names what is gone by the time it would be
     /// read (a file deleted meanwhile is simply not listed, as if the scan came after).
-    fn scan_dir(
-        &mut self,
-        abs: &Path,
-        rel: &[u8],
-        names: Vec<std::ffi::OsString>,
-    ) -> Result<Vec<Child>> {
+    fn scan_dir(&mut self, abs: &Path, rel: &[u8], names: Vec<Listed>) -> Result<Vec<Child>> {
         let mut children = Vec::with_capacity(names.len());
         let mut opened = 0usize;
-        for name in names {
+        // The directory's descriptor, for `openat` (none: every entry by its path).
+        let dir = self.opens_first().then(|| open_dir(abs).ok()).flatten();
+        for Listed { name, regular } in names {
             let mut key = rel.to_vec();
             if !key.is_empty() {
                 key.push(b'/');
@@ -474,9 +529,13 @@ impl<W: Write> Walker<W> {
             }
             // An entry replaced between two looks (a file by a link, a link by a file) is
             // looked at again; one that keeps changing is left out, like one deleted.
+            let mut first = match &dir {
+                Some(dir) if regular && opened < self.open_budget => open_in(dir, &name),
+                _ => None,
+            };
             let mut looked = None;
             for _ in 0..3 {
-                match self.look_at(&path, &key, &mut opened)? {
+                match self.look_at(&path, &key, &mut opened, first.take())? {
                     Look::Changed => continue,
                     Look::Gone => break,
                     Look::Entry(entry) => {
@@ -509,12 +568,24 @@ impl<W: Write> Walker<W> {
         Ok(children)
     }
 
-    /// One entry of a directory being scanned (see [`Walker::scan_dir`]).
-    fn look_at(&mut self, path: &Path, key: &[u8], opened: &mut usize) -> Result<Look> {
-        let meta = match fs::symlink_metadata(path) {
-            Ok(m) => m,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Look::Gone),
-            Err(e) => return Err(e).with_context(|| format!("cannot stat {}", path.display())),
+    /// One entry of a directory being scanned (see [`Walker::scan_dir`]); `first`: the
+    /// regular file there, already opened ([`Walker::opens_first`]).
+    fn look_at(
+        &mut self,
+        path: &Path,
+        key: &[u8],
+        opened: &mut usize,
+        mut first: Option<(File, fs::Metadata)>,
+    ) -> Result<Look> {
+        let meta = match &first {
+            Some((_, meta)) => meta.clone(),
+            None => match fs::symlink_metadata(path) {
+                Ok(m) => m,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(Look::Gone),
+                Err(e) => {
+                    return Err(e).with_context(|| format!("cannot stat {}", path.display()));
+                }
+            },
         };
         let ft = meta.file_type();
         if ft.is_dir() {
@@ -666,9 +737,13 @@ impl<W: Write> Walker<W> {
                     }
                     (meta, What::Kept)
                 }
-                None if *opened < self.open_budget => match open_regular(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?
-                {
+                None if *opened < self.open_budget => match first.take().map_or_else(
+                    || {
+                        open_regular(path)
+                            .with_context(|| format!("cannot read {}", path.display()))
+                    },
+                    |opened| Ok(Some(opened)),
+                )? {
                     None => return Ok(Look::Changed),
                     Some((file, meta)) => {
                         *opened += 1;
@@ -815,7 +890,10 @@ impl<W: Write> Walker<W> {
                         .map(|(file, _)| file),
                 };
                 match file {
-                    Some(file) => self.append_file(&member, &attrs, file),
+                    Some(file) => {
+                        let holes = sparse::may_have_holes(meta.len(), meta.blocks());
+                        self.append_file(&member, &attrs, file, holes)
+                    }
                     None => {
                         // Past the open-file budget and gone before its turn: the listing
                         // already names it, so it must be a member (else a restore keeps
@@ -851,9 +929,19 @@ impl<W: Write> Walker<W> {
         appended.with_context(|| format!("cannot archive {shown}"))
     }
 
-    /// A regular file's member: an old GNU sparse member when it has holes.
-    fn append_file(&mut self, member: &[u8], meta: &Attrs, file: File) -> io::Result<()> {
-        match sparse::data_map(&file, meta.len) {
+    /// A regular file's member: an old GNU sparse member when it has holes (looked for
+    /// only where `may_have_holes`: [`sparse::may_have_holes`]).
+    fn append_file(
+        &mut self,
+        member: &[u8],
+        meta: &Attrs,
+        file: File,
+        may_have_holes: bool,
+    ) -> io::Result<()> {
+        let map = may_have_holes
+            .then(|| sparse::data_map(&file, meta.len))
+            .flatten();
+        match map {
             Some(map) => {
                 let prefix = sparse::extension_blocks(&map, meta.len);
                 let mut payload = sparse::Payload::new(&file, prefix, &map);

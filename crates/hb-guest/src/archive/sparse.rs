@@ -16,6 +16,14 @@ use std::os::unix::fs::FileExt;
 const IN_HEADER: usize = 4;
 const IN_EXTENSION: usize = 21;
 
+/// Whether a file of `size` bytes with `blocks` 512-byte blocks allocated may have holes:
+/// GNU tar's test (`ST_IS_SPARSE`: fewer blocks than its size needs). A file that has them
+/// all is read whole without asking where its data is: three `lseek`s fewer per file,
+/// which on a tree of small files is the walk's own time.
+pub fn may_have_holes(size: u64, blocks: u64) -> bool {
+    blocks.saturating_mul(512) < size
+}
+
 /// The data runs of `file` (`size` bytes long), when it has at least one hole.
 pub fn data_map(file: &File, size: u64) -> Option<Vec<(u64, u64)>> {
     let fd = file.as_raw_fd();
@@ -159,5 +167,36 @@ impl Read for Payload<'_> {
             return Ok(want);
         }
         Ok(0)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::Write;
+    use std::os::unix::fs::MetadataExt;
+
+    fn may(file: &File) -> bool {
+        let meta = file.metadata().unwrap();
+        may_have_holes(meta.len(), meta.blocks())
+    }
+
+    #[test]
+    fn only_a_file_short_of_blocks_is_asked_where_its_data_is() {
+        let dir = tempfile::tempdir().unwrap();
+        let mut whole = File::create(dir.path().join("whole")).unwrap();
+        whole.write_all(&[7u8; 20_000]).unwrap();
+        whole.sync_all().unwrap();
+        assert!(!may(&whole), "a file written whole has every block");
+
+        let holed = File::create(dir.path().join("holed")).unwrap();
+        holed.write_at(b"data", 1 << 20).unwrap();
+        holed.set_len(4 << 20).unwrap();
+        assert!(may(&holed), "a file with holes is short of blocks");
+        let map = data_map(&holed, 4 << 20).expect("its holes are found");
+        assert_eq!(map.len(), 1, "{map:?}");
+
+        let empty = File::create(dir.path().join("empty")).unwrap();
+        assert!(!may(&empty));
     }
 }
