@@ -8,7 +8,7 @@
 //! take it) was the main thread's too; [`WriteBehind`] moves it to another thread, so the
 //! main thread only copies the output into a buffer and goes on.
 //!
-//! At most [`IN_FLIGHT`] buffers of [`BUF`] bytes wait for the writer: the memory is
+//! At most `IN_FLIGHT` buffers of `BUF` bytes (1 MiB) wait for the writer: the memory is
 //! bounded, and a writer held back (box has not taken its parts) holds back the export. An
 //! error of the writer (a full disk, a reader gone) is returned by the next write or by
 //! [`WriteBehind::finish`], in the writer's own words.
