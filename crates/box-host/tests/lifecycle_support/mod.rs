@@ -194,16 +194,7 @@ impl World {
 
     /// `hb ARGS` in `machine`, as root, straight through the simulator.
     pub fn hb(&self, machine: &str, args: &[&str]) -> Output {
-        let mut argv = vec![
-            "machine",
-            "exec",
-            "--name",
-            machine,
-            "--",
-            "/usr/local/bin/hb",
-        ];
-        argv.extend_from_slice(args);
-        self.sim(&argv)
+        sim_support::guest_hb(&|a| self.sim(a), machine, args)
     }
 
     /// Writes a marker into `machine`'s agent home (see [`sim_support::write_marker`]).

@@ -349,15 +349,7 @@ impl World {
     /// [`World::token`] through another smolvm (a remote host's): the guest's own secret,
     /// which may live there but no log or call line may carry.
     pub fn token_in(&self, sim: &dyn Fn(&[&str]) -> Output, machine: &str) -> String {
-        let out = sim(&[
-            "machine",
-            "exec",
-            "--name",
-            machine,
-            "--",
-            "/usr/local/bin/hb",
-            "token",
-        ]);
+        let out = sim_support::guest_hb(sim, machine, &["token"]);
         assert!(out.status.success(), "hb token in {machine}");
         let t = String::from_utf8_lossy(&out.stdout).trim().to_string();
         assert!(t.len() >= 16, "implausible token");

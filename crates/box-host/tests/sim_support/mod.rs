@@ -334,6 +334,20 @@ fn guest_sh(sim: &dyn Fn(&[&str]) -> Output, machine: &str, script: &str, args: 
     sim(&argv)
 }
 
+/// `hb ARGS` in `machine`, as root, straight through the simulator (not through box).
+pub fn guest_hb(sim: &dyn Fn(&[&str]) -> Output, machine: &str, args: &[&str]) -> Output {
+    let mut argv = vec![
+        "machine",
+        "exec",
+        "--name",
+        machine,
+        "--",
+        "/usr/local/bin/hb",
+    ];
+    argv.extend_from_slice(args);
+    sim(&argv)
+}
+
 /// Writes a file of content unique to this run into `machine`'s agent home, owned by the
 /// agent as the user's own files are, before a `box save`; returns the content for
 /// [`assert_marker`] on the box a load of that backup made. `sim` runs smolvm-sim with the

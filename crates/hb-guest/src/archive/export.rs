@@ -308,6 +308,18 @@ fn open_in(dir: &File, name: &std::ffi::OsStr) -> Option<(File, fs::Metadata)> {
     Some((file, meta))
 }
 
+/// The regular file a look is about: the one its scan opened first, else opened now by
+/// its path (`None`: no longer a regular file there).
+fn take_or_open(
+    first: &mut Option<(File, fs::Metadata)>,
+    path: &Path,
+) -> Result<Option<(File, fs::Metadata)>> {
+    match first.take() {
+        Some(opened) => Ok(Some(opened)),
+        None => open_regular(path).with_context(|| format!("cannot read {}", path.display())),
+    }
+}
+
 /// Reads of a regular file never block; `O_NONBLOCK` only guarded its open against a
 /// FIFO put in its place.
 fn clear_nonblocking(file: &File) {
@@ -633,9 +645,7 @@ impl<W: Write> Walker<W> {
                         Look::Entry(Box::new((meta, Code::Included, What::LiveCopy(file))))
                     }
                     // A damaged one as it is, the way every file goes.
-                    Archive::AsIs => match open_regular(path)
-                        .with_context(|| format!("cannot read {}", path.display()))?
-                    {
+                    Archive::AsIs => match take_or_open(&mut first, path)? {
                         Some((file, meta)) => {
                             Look::Entry(Box::new((meta, Code::Included, What::File(Some(file)))))
                         }
@@ -689,9 +699,7 @@ impl<W: Write> Walker<W> {
             let (meta, from) = match parent_blocks.clone() {
                 Some(record) if unchanged => (meta, BlockedFrom::Kept(record)),
                 // Opened now, as every changed file is, so the listing names what is read.
-                _ => match open_regular(path)
-                    .with_context(|| format!("cannot read {}", path.display()))?
-                {
+                _ => match take_or_open(&mut first, path)? {
                     Some((file, meta)) if meta.nlink() == 1 => {
                         *opened += 1;
                         (meta, BlockedFrom::File(file))
@@ -737,13 +745,7 @@ impl<W: Write> Walker<W> {
                     }
                     (meta, What::Kept)
                 }
-                None if *opened < self.open_budget => match first.take().map_or_else(
-                    || {
-                        open_regular(path)
-                            .with_context(|| format!("cannot read {}", path.display()))
-                    },
-                    |opened| Ok(Some(opened)),
-                )? {
+                None if *opened < self.open_budget => match take_or_open(&mut first, path)? {
                     None => return Ok(Look::Changed),
                     Some((file, meta)) => {
                         *opened += 1;
